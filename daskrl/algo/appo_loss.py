@@ -1,0 +1,99 @@
+"""APPO loss: PPO-clip surrogate + clipped value loss + entropy bonus, averaged over valid samples only.
+
+Samples that are too stale (policy lag above ``max_policy_lag``) stay in the batch tensor, so shapes
+remain static, but are excluded through ``valid_mask`` from every mean and thus from every gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass
+class LossOutput:
+    """Total loss (with graph) plus detached float statistics for logging."""
+
+    total: Tensor
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    approx_kl: float
+    clip_fraction: float
+    ratio_mean: float
+
+
+def _masked_mean(x: Tensor, mask: Tensor, count: Tensor) -> Tensor:
+    # torch.where (not x * mask): an inf in a masked-out sample would otherwise turn the sum into NaN.
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / count
+
+
+def appo_loss(
+    new_log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    values: Tensor,
+    old_values: Tensor,
+    value_targets: Tensor,
+    entropy: Tensor,
+    valid_mask: Tensor | None,
+    clip_ratio: float = 0.1,
+    value_clip: float = 1.0,
+    entropy_coef: float = 0.0,
+    value_coef: float = 0.5,
+    ratio_clamp: tuple[float, float] = (0.05, 20.0),
+) -> LossOutput:
+    """Compute the APPO loss over samples of any (matching) shape.
+
+    The ratio is first hard-clamped to ``ratio_clamp`` so a very stale sample cannot produce an exploding
+    update, then clipped *symmetrically in log space* to [1 / (1 + e), 1 + e] (as in Sample Factory) instead
+    of PPO's [1 - e, 1 + e]. ``valid_mask=None`` means every sample is valid; a fully masked batch yields an
+    exact zero loss (still attached to the graph) rather than 0 / 0 = NaN.
+    """
+    if valid_mask is None:
+        valid_mask = torch.ones_like(new_log_probs, dtype=torch.bool)
+    valid_mask = valid_mask.to(torch.bool)
+    count = valid_mask.sum().clamp(min=1).to(new_log_probs.dtype)
+
+    log_ratio = new_log_probs - old_log_probs
+    ratio = torch.exp(log_ratio).clamp(ratio_clamp[0], ratio_clamp[1])
+    clipped_ratio = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
+    surrogate = torch.min(ratio * advantages, clipped_ratio * advantages)
+    policy_loss = -_masked_mean(surrogate, valid_mask, count)
+
+    values_clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+    value_errors = torch.max((values - value_targets) ** 2, (values_clipped - value_targets) ** 2)
+    value_loss = 0.5 * _masked_mean(value_errors, valid_mask, count)
+
+    mean_entropy = _masked_mean(entropy, valid_mask, count)
+    total = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
+
+    with torch.no_grad():
+        # k3 estimator of KL(old || new): (r - 1) - log r, always >= 0; uses the clamped ratio to stay finite.
+        approx_kl = _masked_mean((ratio - 1.0) - torch.log(ratio), valid_mask, count)
+        clipped = (ratio != clipped_ratio).to(ratio.dtype)
+        clip_fraction = _masked_mean(clipped, valid_mask, count)
+        ratio_mean = _masked_mean(ratio, valid_mask, count)
+
+    return LossOutput(
+        total=total,
+        policy_loss=policy_loss.item(),
+        value_loss=value_loss.item(),
+        entropy=mean_entropy.item(),
+        approx_kl=approx_kl.item(),
+        clip_fraction=clip_fraction.item(),
+        ratio_mean=ratio_mean.item(),
+    )
+
+
+def policy_lag_mask(
+    sample_versions: Tensor | np.ndarray,
+    current_version: int,
+    max_policy_lag: int,
+) -> Tensor:
+    """True where a sample was produced at most ``max_policy_lag`` policy versions ago (still trainable)."""
+    versions = torch.as_tensor(sample_versions)
+    return (current_version - versions) <= max_policy_lag

@@ -1,0 +1,172 @@
+"""Turn an env spec string into a gymnasium env, with errors a user can act on.
+
+A spec is resolved in this order: a name given to `register_env`, a
+'package.module:factory' path, then a gymnasium id. Specs are strings (not
+callables) so they travel to remote workers as plain config.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from daskrl.envs.spaces import EnvError, EnvSpaces
+
+_REGISTRY: dict[str, Callable[..., gym.Env]] = {}
+
+# Odd multiplier: a bijection modulo 2**31, so distinct (worker, env) slots never share a seed.
+_SEED_MULT = 0x9E3779B1
+_SEED_MOD = 2**31
+_MAX_ENVS_PER_WORKER = 2**16
+_MAX_WORKERS = 2**15
+
+
+def register_env(name: str, factory: Callable[..., gym.Env]) -> None:
+    """Make `name` usable as a spec; re-registering replaces the factory (module reloads)."""
+    if not isinstance(name, str) or not name:
+        raise EnvError(f"register_env needs a non-empty string name, got {name!r}")
+    if not callable(factory):
+        raise EnvError(f"register_env({name!r}, ...): factory must be callable, got {type(factory).__name__}")
+    _REGISTRY[name] = factory
+
+
+def registered_envs() -> list[str]:
+    """Names registered with `register_env`, for help messages and CLIs."""
+    return sorted(_REGISTRY)
+
+
+def make_env(
+    spec: str,
+    seed: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    render_mode: str | None = None,
+) -> gym.Env:
+    """Build one env from `spec`; with `seed` the env and its action space are seeded.
+
+    Gymnasium only seeds through `reset(seed=...)`, so a seeded env gets that one
+    reset here; later plain `reset()` calls continue the seeded RNG deterministically.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise EnvError(f"Environment spec must be a non-empty string, got {spec!r}")
+    kwargs = dict(env_kwargs or {})
+
+    if spec in _REGISTRY:
+        env = _build(spec, _REGISTRY[spec], kwargs, render_mode)
+    elif ":" in spec:
+        env = _build_from_path(spec, kwargs, render_mode)
+    elif spec in gym.registry:
+        env = _build(spec, lambda **kw: gym.make(spec, **kw), kwargs, render_mode, always_pass_render=True)
+    else:
+        raise EnvError(_unknown_message(spec))
+
+    missing = [a for a in ("reset", "step", "observation_space", "action_space") if not hasattr(env, a)]
+    if missing:
+        raise EnvError(
+            f"Environment {spec!r} built a {type(env).__name__}, which lacks {', '.join(missing)}; "
+            "the factory must return a gymnasium.Env."
+        )
+    if seed is not None:
+        try:
+            env.reset(seed=int(seed))
+            env.action_space.seed(int(seed))
+        except Exception as exc:
+            env.close()
+            raise EnvError(
+                f"Environment {spec!r} failed to reset with seed {seed}: {_describe(exc)}"
+            ) from exc
+    return env
+
+
+def env_seed(base_seed: int, worker_index: int, env_index: int) -> int:
+    """Seed in [0, 2**31) for env `env_index` of worker `worker_index`, distinct within a run.
+
+    Slots map injectively to seeds (odd multiplier mod 2**31), and the base seed is
+    hashed so runs with nearby base seeds do not reuse each other's env seeds.
+    """
+    if not 0 <= worker_index < _MAX_WORKERS:
+        raise ValueError(f"worker_index must be in [0, {_MAX_WORKERS}), got {worker_index}")
+    if not 0 <= env_index < _MAX_ENVS_PER_WORKER:
+        raise ValueError(f"env_index must be in [0, {_MAX_ENVS_PER_WORKER}), got {env_index}")
+    base = int(np.random.SeedSequence(int(base_seed)).generate_state(1, dtype=np.uint32)[0])
+    slot = worker_index * _MAX_ENVS_PER_WORKER + env_index
+    return (base + slot * _SEED_MULT) % _SEED_MOD
+
+
+def probe_env(spec: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpaces:
+    """Build one env just to read its spaces, so spec errors surface before any worker starts."""
+    env = make_env(spec, env_kwargs=env_kwargs)
+    try:
+        return EnvSpaces.from_env(env)
+    finally:
+        env.close()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _build(
+    spec: str,
+    factory: Callable[..., gym.Env],
+    kwargs: dict[str, Any],
+    render_mode: str | None,
+    always_pass_render: bool = False,
+) -> gym.Env:
+    # Factories that do not render need not accept render_mode, so only pass it when asked.
+    if render_mode is not None or always_pass_render:
+        kwargs = {**kwargs, "render_mode": render_mode}
+    try:
+        return factory(**kwargs)
+    except EnvError:
+        raise
+    except Exception as exc:
+        raise EnvError(f"Environment {spec!r} failed to build: {_describe(exc)}") from exc
+
+
+def _build_from_path(spec: str, kwargs: dict[str, Any], render_mode: str | None) -> gym.Env:
+    module_name, _, attr_path = spec.partition(":")
+    if not module_name or not attr_path:
+        raise EnvError(f"Environment {spec!r}: a path spec must look like 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvError(
+            f"Environment {spec!r}: cannot import module {module_name!r} ({_describe(exc)}); "
+            "check the module path and that its package is installed on every worker."
+        ) from exc
+
+    factory: Any = module
+    for part in attr_path.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            break
+    if factory is None:
+        # gymnasium's own 'module:EnvId' form: importing the module registers the id.
+        if attr_path in gym.registry:
+            return _build(spec, lambda **kw: gym.make(attr_path, **kw), kwargs, render_mode, True)
+        raise EnvError(
+            f"Environment {spec!r}: module {module_name!r} has no attribute {attr_path!r} "
+            "and it is not a gymnasium id registered by that module; check the factory name."
+        )
+    if not callable(factory):
+        raise EnvError(f"Environment {spec!r}: {attr_path!r} is a {type(factory).__name__}, not a callable")
+    return _build(spec, factory, kwargs, render_mode)
+
+
+def _unknown_message(spec: str) -> str:
+    candidates = list(_REGISTRY) + list(gym.registry.keys())
+    matches = difflib.get_close_matches(spec, candidates, n=1, cutoff=0.6)
+    hint = (
+        f" (did you mean {matches[0]!r}?)"
+        if matches
+        else " (register it with daskrl.register_env or pass a 'package.module:factory' path)"
+    )
+    return (
+        f"Unknown environment {spec!r}: it is not registered with daskrl.register_env, "
+        f"not a 'module:factory' path, and not a gymnasium id{hint}"
+    )

@@ -1,0 +1,149 @@
+"""A group of envs stepped in one plain loop, writing into caller-owned arrays.
+
+Rollout workers own the trajectory buffers, so results go straight into them
+instead of being stacked into fresh arrays (and infos are never merged, which is
+most of SyncVectorEnv's per-step cost). Envs auto-reset in the same step they end.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from daskrl.envs.registry import env_seed, make_env
+from daskrl.envs.spaces import EnvSpaces
+
+
+class EnvStepError(RuntimeError):
+    """An env raised inside reset/step; says which env and where, in one line."""
+
+    def __init__(self, env_index: int, phase: str, summary: str) -> None:
+        super().__init__(f"env {env_index} raised in {phase}: {summary}")
+        self.env_index = env_index
+        self.phase = phase
+        self.summary = summary
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep it picklable across processes (Dask ships exceptions back to the client).
+        return (type(self), (self.env_index, self.phase, self.summary))
+
+
+def _summarize(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    message = str(exc).strip().replace("\n", " ")
+    return f"{type(exc).__name__}: {message}{where}"
+
+
+class EnvGroup:
+    """Envs of one rollout-worker split; `step` writes obs/reward/terminated/truncated in place.
+
+    After an episode ends, `obs_out[i]` holds the first observation of the next
+    episode and the finished (return, length) is appended to `finished_episodes`.
+    """
+
+    def __init__(self, envs: Sequence[gym.Env], spaces: EnvSpaces | None = None) -> None:
+        if not envs:
+            raise ValueError("EnvGroup needs at least one env")
+        self.envs = list(envs)
+        self.num_envs = len(self.envs)
+        self.spaces = spaces if spaces is not None else EnvSpaces.from_env(self.envs[0])
+        self.finished_episodes: list[tuple[float, int]] = []
+        self._ep_return = [0.0] * self.num_envs
+        self._ep_length = [0] * self.num_envs
+        kind = self.spaces.action_kind
+        self._discrete = kind == "discrete"
+        self._box = kind == "box"
+        if self._box:
+            shape = self.spaces.action_shape
+            dtype = np.dtype(self.spaces.action_dtype)
+            self._low = np.asarray(self.spaces.low, dtype=dtype).reshape(shape)
+            self._high = np.asarray(self.spaces.high, dtype=dtype).reshape(shape)
+            self._clipped = np.empty((self.num_envs, *shape), dtype=dtype)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: str,
+        num_envs: int,
+        seed: int | None = None,
+        worker_index: int = 0,
+        first_env_index: int = 0,
+        env_kwargs: dict[str, Any] | None = None,
+        spaces: EnvSpaces | None = None,
+    ) -> EnvGroup:
+        """Build `num_envs` envs with seeds `env_seed(seed, worker_index, first_env_index + i)`."""
+        envs: list[gym.Env] = []
+        try:
+            for i in range(num_envs):
+                s = None if seed is None else env_seed(seed, worker_index, first_env_index + i)
+                envs.append(make_env(spec, seed=s, env_kwargs=env_kwargs))
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
+        return cls(envs, spaces)
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def reset(self, obs_out: np.ndarray) -> np.ndarray:
+        """Reset every env into `obs_out` (shape (num_envs, *obs_shape)) and zero running stats."""
+        i = 0
+        try:
+            for i, env in enumerate(self.envs):
+                obs_out[i], _ = env.reset()
+        except Exception as exc:
+            raise EnvStepError(i, "reset", _summarize(exc)) from exc
+        self._ep_return = [0.0] * self.num_envs
+        self._ep_length = [0] * self.num_envs
+        return obs_out
+
+    def step(
+        self,
+        actions: np.ndarray,
+        obs_out: np.ndarray,
+        reward_out: np.ndarray,
+        terminated_out: np.ndarray,
+        truncated_out: np.ndarray,
+    ) -> None:
+        """Step every env with its action; ended envs are reset and their stats recorded."""
+        if self._discrete:
+            acts: Any = actions.tolist()  # Python ints: what most envs expect, and cheap to index
+        elif self._box:
+            acts = np.clip(actions, self._low, self._high, out=self._clipped)
+        else:
+            acts = actions
+        ep_return, ep_length = self._ep_return, self._ep_length
+        i, phase = 0, "step"
+        try:
+            for i, env in enumerate(self.envs):
+                phase = "step"
+                obs, reward, terminated, truncated, _ = env.step(acts[i])
+                ep_return[i] += reward
+                ep_length[i] += 1
+                if terminated or truncated:
+                    self.finished_episodes.append((float(ep_return[i]), ep_length[i]))
+                    ep_return[i] = 0.0
+                    ep_length[i] = 0
+                    phase = "reset"
+                    obs, _ = env.reset()
+                obs_out[i] = obs
+                reward_out[i] = reward
+                terminated_out[i] = terminated
+                truncated_out[i] = truncated
+        except Exception as exc:
+            raise EnvStepError(i, phase, _summarize(exc)) from exc
+
+    def pop_episode_stats(self) -> list[tuple[float, int]]:
+        """Return and clear the (return, length) of episodes finished since the last call."""
+        stats, self.finished_episodes = self.finished_episodes, []
+        return stats
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,147 @@
+"""Crash-safe checkpoint directory: K newest ``checkpoint_<env_steps>.pt`` plus a ``best.pt``.
+
+Every file is written to a temp file in the same directory, fsynced, then ``os.replace``d into place, so a
+reader (or a restart after a crash) only ever sees complete checkpoints; half-written temp files never match
+the checkpoint name pattern and are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+_CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{12})\.pt$")
+_TMP_PREFIX = ".tmp_"
+BEST_NAME = "best.pt"
+BEST_META_NAME = "best.json"
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist the rename itself (directory entry), not just the file contents."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems do not support fsync on directories
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(target: Path, write: Callable[[IO[bytes]], None]) -> None:
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=_TMP_PREFIX + target.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(target.parent)
+
+
+class CheckpointStore:
+    """Keeps the ``keep`` newest checkpoints (by env steps) and never prunes the one tagged best."""
+
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 3) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+
+    def _checkpoints(self) -> list[tuple[int, Path]]:
+        found = []
+        for entry in self.directory.iterdir():
+            match = _CHECKPOINT_RE.match(entry.name)
+            if match and entry.is_file():
+                found.append((int(match.group(1)), entry))
+        return sorted(found)
+
+    def best_info(self) -> dict[str, Any] | None:
+        """``{"checkpoint": name, "env_steps": int, "score": float | None}`` of the current best, if any."""
+        meta = self.directory / BEST_META_NAME
+        if not meta.exists():
+            return None
+        return json.loads(meta.read_text())
+
+    def save(
+        self, state: dict[str, Any], env_steps: int, tag_best: bool = False, score: float | None = None
+    ) -> Path:
+        """Atomically write ``checkpoint_<env_steps:012d>.pt``; with ``tag_best`` also ``best.pt``.
+
+        ``score`` is only recorded in ``best.json`` (see ``best_info``); the caller decides what is best.
+        """
+        if env_steps < 0:
+            raise ValueError("env_steps must be >= 0")
+        path = self.directory / f"checkpoint_{env_steps:012d}.pt"
+        # Looked up at call time (not bound at import) so tests can simulate a crash inside torch.save.
+        _atomic_write(path, lambda f: torch.save(state, f))
+
+        if tag_best:
+            _atomic_write(self.directory / BEST_NAME, lambda f: _copy_into(path, f))
+            info = {"checkpoint": path.name, "env_steps": env_steps, "score": score}
+            _atomic_write(self.directory / BEST_META_NAME, lambda f: f.write(json.dumps(info).encode()))
+
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        info = self.best_info()
+        best_name = info["checkpoint"] if info else None
+        for _, old in self._checkpoints()[: -self.keep]:
+            if old.name != best_name:
+                old.unlink(missing_ok=True)
+
+    def latest(self) -> Path | None:
+        checkpoints = self._checkpoints()
+        return checkpoints[-1][1] if checkpoints else None
+
+    def best(self) -> Path | None:
+        path = self.directory / BEST_NAME
+        return path if path.is_file() else None
+
+    def load(
+        self, which: str | os.PathLike[str] = "latest", map_location: str | torch.device = "cpu"
+    ) -> dict[str, Any]:
+        """Load ``"latest"``, ``"best"`` or an explicit path.
+
+        Tries ``weights_only=True`` first (safe for tensors, plain containers and numbers). Only if that
+        rejects the file *and* it lives in this store's directory, i.e. we wrote it ourselves, do we fall back
+        to full unpickling (``weights_only=False``), which can execute arbitrary code from foreign files.
+        """
+        if which == "latest":
+            path = self.latest()
+        elif which == "best":
+            path = self.best()
+        else:
+            path = Path(which)
+        if path is None or not path.is_file():
+            raise FileNotFoundError(f"no {which!s} checkpoint in {self.directory}")
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError:
+            if path.resolve().parent != self.directory.resolve():
+                raise
+            return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def _copy_into(source: Path, dest: IO[bytes]) -> None:
+    with open(source, "rb") as src:
+        shutil.copyfileobj(src, dest)

@@ -1,0 +1,112 @@
+"""The actor-critic network shared by inference (rollout workers) and the learner.
+
+Inference wants numpy in / numpy out with no autograd; the learner wants
+log-probs, entropies and values of stored actions; the parameter store wants
+plain numpy weights. One module serves all three so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.encoders import layer_init, make_encoder, resolve_encoder_name
+from daskrl.models.heads import Distribution, make_action_head
+
+
+class ActorCritic(nn.Module):
+    """Encoder(s) + action head + value head for one env's `EnvSpaces`.
+
+    With `shared_encoder=None` the default follows CleanRL: separate policy/value
+    MLPs for vector observations, one shared CNN trunk for images (the conv stack
+    dominates the cost, so sharing halves it).
+    """
+
+    def __init__(
+        self,
+        spaces: EnvSpaces,
+        encoder: str = "auto",
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        shared_encoder: bool | None = None,
+        encoder_kwargs: dict[str, Any] | None = None,
+        init_log_std: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.spaces = spaces
+        self.encoder_name = resolve_encoder_name(encoder, spaces)
+        kwargs = dict(encoder_kwargs or {})
+        if self.encoder_name == "mlp":
+            kwargs = {"hidden": tuple(hidden), "activation": activation, **kwargs}
+        self.shared_encoder = self.encoder_name == "cnn" if shared_encoder is None else bool(shared_encoder)
+
+        self.encoder = make_encoder(self.encoder_name, spaces, **kwargs)
+        # None when shared, so the trunk's weights appear once in state_dict.
+        self.value_encoder = (
+            None if self.shared_encoder else make_encoder(self.encoder_name, spaces, **kwargs)
+        )
+        self.actor = make_action_head(self.encoder.out_dim, spaces, init_log_std)
+        value_in = self.encoder.out_dim if self.value_encoder is None else self.value_encoder.out_dim
+        self.critic = layer_init(nn.Linear(value_in, 1), std=1.0)
+
+        self._action_shape = tuple(spaces.action_shape)
+        self._action_dtype = np.dtype(spaces.action_dtype)
+        self._flat_actions = spaces.action_kind == "box"
+
+    def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
+        """obs (batch, *obs_shape) -> (action distribution, value (batch,))."""
+        features = self.encoder(obs)
+        value_features = features if self.value_encoder is None else self.value_encoder(obs)
+        return self.actor(features), self.critic(value_features).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Value only (bootstrap values), skipping the action head."""
+        features = self.encoder(obs) if self.value_encoder is None else self.value_encoder(obs)
+        return self.critic(features).squeeze(-1)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Learner path: (log_prob, entropy, value), each of shape (batch,)."""
+        dist, value = self(obs)
+        if self._flat_actions:
+            actions = actions.reshape(actions.shape[0], -1)
+        return dist.log_prob(actions), dist.entropy(), value
+
+    @torch.inference_mode()
+    def act(
+        self, obs_np: np.ndarray, deterministic: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rollout path: numpy obs batch -> (actions, log_prob float32, value float32) as numpy.
+
+        The obs array is wrapped without a copy (unless it is read-only); results are
+        views of the output tensors.
+        """
+        if not obs_np.flags.writeable:
+            obs_np = obs_np.copy()  # torch warns on read-only arrays; encoders never write anyway
+        dist, value = self(torch.from_numpy(obs_np))
+        actions = dist.mode() if deterministic else dist.sample()
+        log_prob = dist.log_prob(actions)
+        actions_np = actions.numpy().reshape(obs_np.shape[0], *self._action_shape)
+        if actions_np.dtype != self._action_dtype:
+            actions_np = actions_np.astype(self._action_dtype)
+        return actions_np, log_prob.numpy(), value.numpy()
+
+    def state_dict_numpy(self) -> dict[str, np.ndarray]:
+        """Weights as independent numpy copies (safe to ship while the learner keeps training)."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+    def load_state_dict_numpy(self, weights: dict[str, np.ndarray]) -> None:
+        """Load weights from `state_dict_numpy` output; key or shape mismatches raise."""
+        # load_state_dict copies into the parameters, so wrap without copying where torch allows it;
+        # read-only arrays (e.g. decoded from network buffers) need torch.tensor's copy.
+        tensors = {}
+        for k, v in weights.items():
+            v = np.asarray(v)
+            tensors[k] = torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)
+        self.load_state_dict(tensors, strict=True)

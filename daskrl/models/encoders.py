@@ -1,0 +1,119 @@
+"""Observation encoders (obs batch -> feature vector) and a name registry for them.
+
+Encoders are chosen by name so a run config stays plain data; an encoder class
+exposes `out_dim` and a `from_spaces(spaces, **kwargs)` constructor.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from daskrl.envs.spaces import EnvSpaces
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal weights / constant bias, as in CleanRL PPO (stable early updates)."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class MlpEncoder(nn.Module):
+    """Flattens observations (any dtype, cast to float32) through a tanh/relu MLP."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh") -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        layers: list[nn.Module] = []
+        in_dim = int(obs_dim)
+        for h in hidden:
+            layers += [layer_init(nn.Linear(in_dim, int(h))), ACTIVATIONS[activation]()]
+            in_dim = int(h)
+        self.net = nn.Sequential(*layers)
+        self.out_dim = in_dim
+
+    @classmethod
+    def from_spaces(cls, spaces: EnvSpaces, **kwargs: Any) -> MlpEncoder:
+        return cls(spaces.obs_dim, **kwargs)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.reshape(obs.shape[0], -1).float())
+
+
+class CnnEncoder(nn.Module):
+    """Nature-DQN conv stack on HWC uint8 frames; scaling and the NCHW permute happen inside.
+
+    Doing both here keeps rollout buffers and transfers in compact uint8 HWC.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], out_dim: int = 512) -> None:
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"CnnEncoder needs HWC observations, got shape {tuple(obs_shape)}")
+        h, w, c = (int(x) for x in obs_shape)
+        self.conv = nn.Sequential(
+            layer_init(nn.Conv2d(c, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            conv_dim = self.conv(torch.zeros(1, c, h, w)).shape[1]
+        self.fc = nn.Sequential(layer_init(nn.Linear(conv_dim, out_dim)), nn.ReLU())
+        self.out_dim = int(out_dim)
+
+    @classmethod
+    def from_spaces(cls, spaces: EnvSpaces, **kwargs: Any) -> CnnEncoder:
+        return cls(spaces.obs_shape, **kwargs)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.permute(0, 3, 1, 2).float() / 255.0
+        return self.fc(self.conv(x))
+
+
+_ENCODERS: dict[str, Callable[..., nn.Module]] = {"mlp": MlpEncoder, "cnn": CnnEncoder}
+
+
+def register_encoder(name: str, cls: Callable[..., nn.Module]) -> None:
+    """Register an encoder so run configs can name it.
+
+    It is built as `cls.from_spaces(spaces, **kw)` when defined, else `cls(spaces, **kw)`;
+    the built module must take a (batch, *obs_shape) tensor and expose `out_dim`.
+    """
+    if not callable(cls):
+        raise ValueError(f"register_encoder({name!r}, ...): expected a class or callable")
+    _ENCODERS[name] = cls
+
+
+def resolve_encoder_name(name: str, spaces: EnvSpaces) -> str:
+    """'auto' means a CNN for image observations and an MLP otherwise."""
+    if name == "auto":
+        return "cnn" if spaces.is_image else "mlp"
+    if name not in _ENCODERS:
+        close = difflib.get_close_matches(name, list(_ENCODERS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"Unknown encoder {name!r}: registered encoders are {sorted(_ENCODERS)} "
+            f"or 'auto'{hint}; add yours with daskrl.models.register_encoder"
+        )
+    return name
+
+
+def make_encoder(name: str, spaces: EnvSpaces, **kwargs: Any) -> nn.Module:
+    cls = _ENCODERS[resolve_encoder_name(name, spaces)]
+    module = getattr(cls, "from_spaces", cls)(spaces, **kwargs)
+    if not isinstance(getattr(module, "out_dim", None), int):
+        raise ValueError(f"Encoder {name!r} must expose an integer `out_dim` attribute")
+    return module

@@ -1,0 +1,341 @@
+"""Env specs, spaces, EnvGroup bookkeeping and the two built-in test envs."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import msgpack
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from daskrl.envs import (
+    CatchEnv,
+    EnvError,
+    EnvGroup,
+    EnvSpaces,
+    EnvStepError,
+    env_seed,
+    make_env,
+    probe_env,
+    register_env,
+)
+
+COUNTING = "daskrl/Counting-v0"
+CATCH = "daskrl/Catch-v0"
+
+
+def _buffers(group: EnvGroup) -> tuple[np.ndarray, ...]:
+    n, sp = group.num_envs, group.spaces
+    return (
+        np.zeros((n, *sp.obs_shape), dtype=sp.obs_dtype),
+        np.zeros(n, dtype=np.float32),
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+    )
+
+
+def _boom_factory(**kwargs):
+    raise RuntimeError("simulator license expired")
+
+
+class _StepFails(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        raise ValueError("bad physics\nsecond line")
+
+
+class _RecordAction(gym.Env):
+    """Box-action env that remembers the last action it received."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = gym.spaces.Box(-1.0, 2.0, shape=(2,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        self.last_action = np.array(action, copy=True)
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+
+# --- registry ---------------------------------------------------------------
+
+
+def test_unknown_gym_id_suggests_closest():
+    with pytest.raises(EnvError) as info:
+        make_env("CartPol-v1")
+    msg = str(info.value)
+    assert "Unknown environment 'CartPol-v1'" in msg
+    assert "register_env" in msg and "module:factory" in msg
+    assert "did you mean 'CartPole-v1'?" in msg
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_id_suggests_registered_daskrl_env():
+    with pytest.raises(EnvError, match="did you mean 'daskrl/Counting-v0'"):
+        make_env("daskrl/Countng-v0")
+
+
+def test_unknown_id_without_match_says_how_to_fix():
+    with pytest.raises(EnvError, match="register it with daskrl.register_env"):
+        make_env("zzzzqqqq")
+
+
+def test_module_factory_spec_with_kwargs():
+    env = make_env("daskrl.envs.testing:CountingEnv", env_kwargs={"episode_length": 2})
+    obs, _ = env.reset()
+    env.step(0)
+    _, _, terminated, _, _ = env.step(0)
+    assert terminated
+    assert obs.tolist() == [0.0, -1.0, 0.0]
+
+
+def test_gymnasium_id_and_render_mode():
+    env = make_env("CartPole-v1", seed=3, render_mode="rgb_array")
+    assert env.render_mode == "rgb_array"
+    assert env.spec.id == "CartPole-v1"
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("no_such_pkg_xyz.mod:make", "cannot import module 'no_such_pkg_xyz.mod'"),
+        ("daskrl.envs.testing:NoSuchFactory", "has no attribute 'NoSuchFactory'"),
+        ("daskrl.envs.testing:CatchEnv.SIZE", "'CatchEnv.SIZE' is a int, not a callable"),
+        (":factory", "must look like 'package.module:factory'"),
+    ],
+)
+def test_bad_module_paths(spec, expected):
+    with pytest.raises(EnvError, match=expected):
+        make_env(spec)
+
+
+def test_raising_factory_gives_clear_chained_error():
+    register_env("test/Boom-v0", _boom_factory)
+    with pytest.raises(EnvError) as info:
+        make_env("test/Boom-v0")
+    assert (
+        str(info.value)
+        == "Environment 'test/Boom-v0' failed to build: RuntimeError: simulator license expired"
+    )
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_bad_kwargs_reported_as_build_failure():
+    with pytest.raises(EnvError, match=r"'daskrl/Counting-v0' failed to build: TypeError"):
+        make_env(COUNTING, env_kwargs={"no_such_kwarg": 1})
+
+
+def test_env_seed_distinct_and_deterministic():
+    seeds = {env_seed(7, w, e) for w in range(16) for e in range(64)}
+    assert len(seeds) == 16 * 64
+    assert all(0 <= s < 2**31 for s in seeds)
+    assert env_seed(7, 3, 5) == env_seed(7, 3, 5)
+    other_run = {env_seed(8, w, e) for w in range(16) for e in range(64)}
+    assert len(seeds & other_run) < 5
+    with pytest.raises(ValueError):
+        env_seed(0, 0, -1)
+
+
+def test_seeded_envs_reproduce_and_differ():
+    def first_ball_columns(seed: int) -> list[int]:
+        env = make_env(CATCH, seed=seed)
+        cols = []
+        for _ in range(5):
+            obs, _ = env.reset()
+            cols.append(int(np.argmax(obs[0:4, :, 0].max(axis=0))))
+        return cols
+
+    assert first_ball_columns(1) == first_ball_columns(1)
+    assert first_ball_columns(1) != first_ball_columns(2)
+
+
+def test_probe_env_reads_spaces():
+    spaces = probe_env(COUNTING)
+    assert spaces.obs_shape == (3,) and spaces.action_kind == "discrete" and spaces.num_actions == 3
+    assert probe_env(CATCH).is_image
+
+
+# --- spaces -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["CartPole-v1", "Pendulum-v1", CATCH, COUNTING])
+def test_spaces_msgpack_round_trip(spec):
+    spaces = probe_env(spec)
+    decoded = msgpack.unpackb(msgpack.packb(spaces.to_dict()))
+    assert EnvSpaces.from_dict(decoded) == spaces
+
+
+def test_box_and_multidiscrete_spaces():
+    box = probe_env("Pendulum-v1")
+    assert (box.action_kind, box.action_shape, box.low, box.high) == ("box", (1,), [-2.0], [2.0])
+    assert not box.is_image
+    md = EnvSpaces.from_spaces(
+        gym.spaces.Box(0, 1, shape=(4,), dtype=np.float32), gym.spaces.MultiDiscrete([3, 5])
+    )
+    assert (md.action_kind, md.nvec, md.action_shape) == ("multi_discrete", [3, 5], (2,))
+    assert EnvSpaces.from_dict(msgpack.unpackb(msgpack.packb(md.to_dict()))) == md
+
+
+@pytest.mark.parametrize(
+    "obs_space",
+    [
+        gym.spaces.Dict({"a": gym.spaces.Discrete(2)}),
+        gym.spaces.Tuple((gym.spaces.Discrete(2),)),
+        gym.spaces.Text(5),
+    ],
+)
+def test_unsupported_obs_space_suggests_flatten(obs_space):
+    with pytest.raises(EnvError, match=type(obs_space).__name__) as info:
+        EnvSpaces.from_spaces(obs_space, gym.spaces.Discrete(2))
+    assert "FlattenObservation" in str(info.value)
+
+
+def test_unsupported_action_space():
+    with pytest.raises(EnvError, match="Unsupported action space"):
+        EnvSpaces.from_spaces(
+            gym.spaces.Box(0, 1, shape=(2,)), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+        )
+
+
+# --- EnvGroup ---------------------------------------------------------------
+
+
+def test_envgroup_obs_follows_action_and_autoreset_marks():
+    length = 4
+    group = EnvGroup.from_spec(COUNTING, 3, seed=0, env_kwargs={"episode_length": length})
+    obs, rew, term, trunc = _buffers(group)
+    group.reset(obs)
+    assert obs[:, 0].tolist() == [0, 0, 0] and obs[:, 1].tolist() == [-1, -1, -1]
+    start_episode = obs[:, 2].copy()
+
+    rng = np.random.default_rng(0)
+    for t in range(3 * length):
+        step_in_ep = t % length
+        actions = rng.integers(0, 3, size=3)
+        prev_episode = obs[:, 2].copy()
+        group.step(actions, obs, rew, term, trunc)
+        np.testing.assert_array_equal(rew, (actions == step_in_ep % 3).astype(np.float32))
+        assert not trunc.any()
+        if step_in_ep == length - 1:
+            # Episode ended: flagged, and obs is already the new episode's first observation.
+            assert term.all()
+            assert obs[:, 0].tolist() == [0, 0, 0] and obs[:, 1].tolist() == [-1, -1, -1]
+            np.testing.assert_array_equal(obs[:, 2], prev_episode + 1)
+        else:
+            assert not term.any()
+            np.testing.assert_array_equal(obs[:, 0], step_in_ep + 1)
+            np.testing.assert_array_equal(obs[:, 1], actions)
+    np.testing.assert_array_equal(obs[:, 2], start_episode + 3)
+    assert group.finished_episodes and len(group.finished_episodes) == 9
+
+
+def test_envgroup_episode_stats():
+    group = EnvGroup.from_spec(COUNTING, 2, env_kwargs={"episode_length": 3})
+    obs, rew, term, trunc = _buffers(group)
+    group.reset(obs)
+    # Env 0 plays optimally (action == step % 3), env 1 always plays 2 (right only at step 2).
+    for t in range(3):
+        group.step(np.array([t % 3, 2]), obs, rew, term, trunc)
+    stats = group.pop_episode_stats()
+    assert sorted(stats) == [(1.0, 3), (3.0, 3)]
+    assert group.pop_episode_stats() == []
+    group.step(np.array([0, 0]), obs, rew, term, trunc)
+    assert group.finished_episodes == []
+
+
+def test_envgroup_clips_box_actions():
+    env = _RecordAction()
+    group = EnvGroup([env])
+    obs = np.zeros((1, 1), dtype=np.float32)
+    group.reset(obs)
+    r, t, tr = np.zeros(1), np.zeros(1, bool), np.zeros(1, bool)
+    group.step(np.array([[5.0, -3.0]]), obs, r, t, tr)
+    np.testing.assert_array_equal(env.last_action, [2.0, -1.0])
+
+
+def test_envgroup_passes_python_ints_for_discrete():
+    seen = []
+
+    class _Spy(_StepFails):
+        def step(self, action):
+            seen.append(type(action))
+            return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+
+    group = EnvGroup([_Spy()])
+    obs, rew, term, trunc = _buffers(group)
+    group.reset(obs)
+    group.step(np.array([1], dtype=np.int64), obs, rew, term, trunc)
+    assert seen == [int]
+
+
+def test_envgroup_step_error_names_env_and_is_picklable():
+    group = EnvGroup([make_env(COUNTING), _StepFails()], spaces=probe_env(COUNTING))
+    obs = np.zeros((2, 3), dtype=np.float32)
+    group.envs[1].reset()
+    rew, term, trunc = np.zeros(2), np.zeros(2, bool), np.zeros(2, bool)
+    with pytest.raises(EnvStepError) as info:
+        group.step(np.array([0, 1]), obs, rew, term, trunc)
+    err = info.value
+    assert err.env_index == 1 and err.phase == "step"
+    assert "ValueError: bad physics second line" in str(err)
+    assert "\n" not in str(err) and "test_envs.py" in str(err)
+    assert isinstance(err.__cause__, ValueError)
+    clone = pickle.loads(pickle.dumps(err))
+    assert str(clone) == str(err) and clone.env_index == 1
+
+
+# --- built-in envs ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [COUNTING, CATCH])
+def test_builtin_envs_pass_gymnasium_checker(spec):
+    check_env(make_env(spec), skip_render_check=True)
+
+
+def test_catch_frames_show_ball_and_paddle_and_episode_ends():
+    env = make_env(CATCH, seed=5, render_mode="rgb_array")
+    obs, _ = env.reset()
+    assert obs.shape == (84, 84, 1) and obs.dtype == np.uint8
+    ball_cols = np.flatnonzero(obs[0:4, :, 0].max(axis=0) == 255)
+    assert len(ball_cols) == CatchEnv.BALL
+    paddle_cols = np.flatnonzero(obs[-1, :, 0] == 255)
+    assert paddle_cols.tolist() == list(range(36, 48))
+    assert obs[4:80].max() == 0  # nothing between the ball and the paddle rows
+
+    frame = env.render()
+    assert frame.shape == (84, 84, 3) and frame.dtype == np.uint8
+    np.testing.assert_array_equal(frame[..., 0], obs[..., 0])
+
+    # Track the ball with the paddle: caught after ~19 steps.
+    steps, terminated, reward = 0, False, 0.0
+    while not terminated:
+        paddle_center = env.unwrapped.paddle_x + CatchEnv.PADDLE_WIDTH / 2
+        ball_center = env.unwrapped.ball_x + CatchEnv.BALL / 2
+        action = 1 if abs(ball_center - paddle_center) < 2 else (2 if ball_center > paddle_center else 0)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        steps += 1
+        assert steps <= 30 and not truncated
+    assert steps == 19 and reward == 1.0
+    assert obs[76:80, ball_cols, 0].min() == 255  # the ball sits just above the paddle
+
+
+def test_catch_miss_gives_minus_one():
+    env = make_env(CATCH, seed=0)
+    env.reset()
+    env.unwrapped.ball_x = 0  # far left; running right can never catch it
+    total, terminated = 0.0, False
+    while not terminated:
+        _, r, terminated, _, _ = env.step(2)
+        total += r
+    assert total == -1.0

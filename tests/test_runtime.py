@@ -1,0 +1,246 @@
+"""The runtime core on a real LocalCluster with worker processes: bus, queues, shared memory, parameters."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal as os_signal
+import time
+
+import numpy as np
+import pytest
+from distributed import Client
+
+from daskrl.runtime import (
+    ComponentError,
+    ConnectError,
+    PayloadError,
+    add_consumer,
+    connect,
+    connect_cluster,
+    disconnect,
+    spawn,
+)
+from daskrl.runtime.shm import list_segments
+from daskrl.runtime.testing import Emitter, ParamWatcher, ParamWriter, Recorder
+
+from .conftest import set_worker_env
+
+_ids = itertools.count()
+
+
+def start(session, cls, worker, **config):
+    handle = spawn(session.client, cls, f"{cls.__name__.lower()}{next(_ids)}", worker=worker,
+                   config={"run_id": session.run_id, **config})
+    handle.call("start")
+    return handle
+
+
+def wait_for(fn, timeout=30.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def stop_all(*handles):
+    for h in handles:
+        h.call("stop")
+
+
+def test_broadcast_reaches_receivers_on_two_workers(session, workers):
+    emitter = start(session, Emitter, workers[0])
+    near = start(session, Recorder, workers[0])
+    far = start(session, Recorder, workers[1])
+    assert near.address != far.address
+    connect(emitter.tick, near.on_tick, session.client)
+    connect(emitter.tick, far.on_tick, session.client)
+    emitter.call("burst", 50)
+    wait_for(lambda: len(far.call("received")) == 50 and len(near.call("received")) == 50)
+    expected = [[emitter.name, i] for i in range(50)]
+    assert near.call("received") == expected
+    assert far.call("received") == expected
+    stop_all(emitter, near, far)
+
+
+def test_ten_thousand_signals_arrive_complete_and_in_order(session, workers):
+    emitters = [start(session, Emitter, w) for w in workers]
+    receiver = start(session, Recorder, workers[1])
+    for e in emitters:
+        connect(e.tick, receiver.on_tick, session.client)
+    for e in emitters:
+        e.call("burst", 10_000)
+    wait_for(lambda: len(receiver.call("received")) >= 20_000, timeout=60)
+    time.sleep(0.2)
+    got = receiver.call("received")
+    assert len(got) == 20_000
+    for e in emitters:  # FIFO per sender/receiver pair: the local one and the remote one
+        assert [i for src, i in got if src == e.name] == list(range(10_000))
+    stop_all(receiver, *emitters)
+
+
+def test_late_subscriber_gets_what_is_sent_after_it_joins(session, workers):
+    emitter = start(session, Emitter, workers[0])
+    early = start(session, Recorder, workers[1])
+    connect(emitter.tick, early.on_tick, session.client)
+    emitter.call("burst", 100)
+    wait_for(lambda: len(early.call("received")) == 100)
+    late = start(session, Recorder, workers[1])
+    connect(emitter.tick, late.on_tick, session.client)
+    emitter.call("burst", 100, start=100)
+    wait_for(lambda: len(late.call("received")) == 100)
+    assert [i for _, i in late.call("received")] == list(range(100, 200))
+    # and unsubscribing while running stops delivery to that slot only
+    disconnect(emitter.tick, late.on_tick, session.client)
+    emitter.call("burst", 10, start=200)
+    wait_for(lambda: len(early.call("received")) == 210)
+    time.sleep(0.2)
+    assert len(late.call("received")) == 100
+    stop_all(emitter, early, late)
+
+
+def test_work_queue_hands_each_item_to_exactly_one_consumer(session, workers):
+    producer = start(session, Emitter, workers[0])
+    consumers = [start(session, Recorder, w) for w in workers]
+    for c in consumers:
+        add_consumer("jobs", c.on_tick, session.client)
+    producer.call("burst", 10_000, queue="jobs")
+    wait_for(lambda: sum(len(c.call("received")) for c in consumers) >= 10_000, timeout=60)
+    time.sleep(0.2)
+    taken = [[i for _, i in c.call("received")] for c in consumers]
+    assert all(len(t) > 0 for t in taken), "both consumers should take work"
+    assert sorted(taken[0] + taken[1]) == list(range(10_000))
+    assert not set(taken[0]) & set(taken[1])
+    stop_all(producer, *consumers)
+
+
+def test_array_written_in_one_worker_is_read_in_another(session, workers):
+    writer = start(session, Emitter, workers[0])
+    reader = start(session, Recorder, workers[1])
+    desc = writer.call("write_array", [64, 3], 2.5)
+    assert reader.call("attached_kind", desc) == "SharedArray"
+    data = np.asarray(reader.call("read_array", desc), dtype=np.float32)
+    expected = np.full((64, 3), 2.5, np.float32)
+    expected.reshape(-1)[:: (64 * 3) // 7] = np.arange(len(expected.reshape(-1)[:: (64 * 3) // 7]))
+    np.testing.assert_array_equal(data, expected)
+    name = desc["name"]
+    assert name in list_segments(session.run_id)
+    stop_all(writer, reader)
+    assert name not in list_segments(session.run_id), "the owner unlinks its segments when it stops"
+
+
+def test_forced_remote_path_delivers_identical_data(session, workers):
+    writer = start(session, Emitter, workers[0])
+    reader = start(session, Recorder, workers[1])
+    desc = writer.call("write_array", [1000, 7], -1.25)
+    local = reader.call("read_array", desc)
+    set_worker_env(session.client, "DASKRL_FORCE_COMMS", "1")
+    try:
+        assert reader.call("attached_kind", desc) == "RemoteArray"
+        remote = reader.call("read_array", desc)
+    finally:
+        set_worker_env(session.client, "DASKRL_FORCE_COMMS", None)
+    assert remote == local
+    stop_all(writer, reader)
+
+
+@pytest.mark.parametrize("force_comms", [False, True], ids=["shared-memory", "comms"])
+def test_parameter_versions_arrive_in_increasing_order(session, workers, force_comms):
+    if force_comms:
+        set_worker_env(session.client, "DASKRL_FORCE_COMMS", "1")
+    try:
+        writer = start(session, ParamWriter, workers[0], size=50_000)
+        desc = writer.call("desc")
+        watcher = start(session, ParamWatcher, workers[1], desc=desc)
+        writer.call("publish_n", 200, interval_s=0.002 if not force_comms else 0.01)
+        wait_for(lambda: writer.call("version") == 200, timeout=60)
+        wait_for(lambda: (watcher.call("seen_versions") or [[0]])[-1][0] == 200, timeout=30)
+        seen = watcher.call("seen_versions")
+    finally:
+        if force_comms:
+            set_worker_env(session.client, "DASKRL_FORCE_COMMS", None)
+    versions = [v for v, _ in seen]
+    assert versions == sorted(set(versions)), "versions must strictly increase"
+    assert all(ok for _, ok in seen), "every version read must be internally consistent"
+    assert len(versions) >= 2
+    stop_all(writer, watcher)
+
+
+def test_connecting_to_a_missing_slot_or_signal_is_a_clear_error(session, workers):
+    emitter = start(session, Emitter, workers[0])
+    receiver = start(session, Recorder, workers[1])
+    with pytest.raises(ConnectError, match=r"has no signal or slot 'on_tock'.*slots are: on_tick"):
+        receiver.on_tock  # noqa: B018  (attribute access validates against the class)
+    from daskrl.runtime import SignalRef, SlotRef
+
+    with pytest.raises(ConnectError, match=rf"component '{receiver.name}' \(Recorder\) has no slot 'nope'"):
+        connect(emitter.tick, SlotRef(receiver.name, "nope"), session.client)
+    with pytest.raises(ConnectError, match="no signal 'tock'"):
+        connect(SignalRef(emitter.name, "tock"), receiver.on_tick, session.client)
+    with pytest.raises(ConnectError, match="no component named 'ghost'"):
+        connect(emitter.tick, SlotRef("ghost", "on_tick"), session.client)
+    stop_all(emitter, receiver)
+
+
+def test_bad_payload_and_raising_slot_leave_the_bus_working(session, workers):
+    emitter = start(session, Emitter, workers[0])
+    receiver = start(session, Recorder, workers[1], fail_on=3)
+    connect(emitter.tick, receiver.on_tick, session.client)
+    with pytest.raises(ComponentError, match=rf"'{emitter.name}'.*signal 'tick'.*numpy.ndarray.*not msgpack-native"):
+        emitter.call("emit_now", {"x": np.zeros(3)})
+    with pytest.raises(PayloadError):
+        from daskrl.runtime.bus import check_payload
+
+        check_payload({"a": [1, {"b": object()}]}, "here")
+    emitter.call("burst", 10)
+    wait_for(lambda: len(receiver.call("received")) == 9)
+    assert [i for _, i in receiver.call("received")] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    errors = receiver.call("stats")["errors"]
+    assert len(errors) == 1
+    message = errors[0]["message"]
+    assert receiver.name in message and "on_tick" in message and f"{emitter.name}.tick" in message
+    assert "refusing item 3" in message
+    stop_all(emitter, receiver)
+
+
+def test_no_segment_left_after_sigkill_of_a_worker_mid_run():
+    """A worker killed with SIGKILL cannot clean up; the restarted worker's sweep and the close must."""
+    with connect_cluster(n_workers=2, dashboard_address=None) as s:
+        workers = sorted(s.client.scheduler_info()["workers"])
+        victim = start(s, Emitter, workers[0])
+        survivor_tx = start(s, Emitter, workers[1])
+        survivor_rx = start(s, Recorder, workers[1])
+        connect(survivor_tx.tick, survivor_rx.on_tick, s.client)
+        desc = victim.call("write_array", [256, 256], 1.0)
+        pid = victim.call("stats")["pid"]
+        assert desc["name"] in list_segments(s.run_id)
+        t0 = time.monotonic()
+        os.kill(pid, os_signal.SIGKILL)
+        with pytest.raises(ComponentError, match=rf"component '{victim.name}' \(Emitter"):
+            victim.call("stats", timeout=20)
+        assert time.monotonic() - t0 < 20, "a dead component must not hang its caller"
+        # the other components keep working
+        survivor_tx.call("burst", 20)
+        wait_for(lambda: len(survivor_rx.call("received")) == 20)
+        # the nanny restarts the worker; its bus plugin sweeps segments of dead processes
+        wait_for(lambda: len(s.client.scheduler_info()["workers"]) == 2, timeout=30)
+        wait_for(lambda: desc["name"] not in list_segments(s.run_id), timeout=30)
+        events = s.client.get_events("daskrl-faults")
+        assert any(e["component"] == victim.name for _, e in events)
+        run_id = s.run_id
+    assert list_segments(run_id) == []
+
+
+def test_existing_cluster_is_left_open(session):
+    """connect_cluster(client) closes only what it opened."""
+    client = Client(session.client.scheduler.address, direct_to_workers=True)
+    try:
+        with connect_cluster(client) as inner:
+            assert inner.client is client and not inner.embedded
+        assert client.status == "running"
+        assert client.submit(lambda x: x + 1, 1).result() == 2
+    finally:
+        client.close()
