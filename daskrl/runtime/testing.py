@@ -127,3 +127,98 @@ class ParamWatcher(Component):
 
     async def seen_versions(self) -> list:
         return list(self.seen)
+
+
+class Bencher(Component):
+    """Drives the bus benchmark from inside a worker: paced signals, shared-memory and actor-argument handoffs."""
+
+    @signal
+    def handoff(self, payload: dict) -> None:
+        """{"desc": segment description, "t0": time the write started}"""
+
+    async def paced(self, n: int, interval_s: float) -> None:
+        self.enqueue("_do_paced", {"n": n, "interval": interval_s})
+
+    def _do_paced(self, args: dict) -> None:
+        bus, interval = self._bus, args["interval"]
+        for i in range(args["n"]):
+            bus.publish(f"{self.name}.tick", {"i": i, "src": self.name, "t": time.time()})
+            if interval:
+                time.sleep(interval)
+
+    @signal
+    def tick(self, payload: dict) -> None:
+        """paced ticks for latency"""
+
+    async def shm_handoff(self, nbytes: int, reps: int) -> None:
+        self.enqueue("_do_shm_handoff", {"nbytes": nbytes, "reps": reps})
+
+    def _do_shm_handoff(self, args: dict) -> None:
+        source = np.random.default_rng(0).integers(0, 255, args["nbytes"], dtype=np.uint8)
+        segment = self.create_array((args["nbytes"],), np.uint8, "bench")
+        for _ in range(args["reps"]):
+            t0 = time.time()
+            np.copyto(segment.array, source)  # the producer writes its trajectory in place
+            self.handoff({"desc": segment.desc, "t0": t0})
+            time.sleep(0.05)
+
+    async def actor_handoff(self, nbytes: int, reps: int, address: str, key: str) -> list:
+        """Hand the same bytes to the receiver actor as a method argument; returns per-call seconds."""
+        from distributed.actor import Actor
+
+        receiver = Actor(Receiver, address, key, worker=self.worker)
+        source = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
+        out = []
+        for _ in range(reps):
+            data = source.copy()  # a fresh array each time, as a producer would send
+            t0 = time.time()
+            arrival = await receiver.take(data, t0)
+            out.append(arrival - t0)
+        return out
+
+
+class Receiver(Component):
+    """The receiving side of :class:`Bencher`: records one-way times."""
+
+    def on_configure(self, **_: Any) -> None:
+        self.delays: list[float] = []
+        self.count = 0
+        self.first_sent = None
+        self.last_arrival = None
+        self._attached: dict[str, Any] = {}
+
+    @slot
+    def on_tick(self, payload: dict) -> None:
+        now = time.time()
+        if self.first_sent is None:
+            self.first_sent = payload["t"]
+        self.last_arrival = now
+        self.count += 1
+        self.delays.append(now - payload["t"])
+
+    @slot
+    def on_handoff(self, payload: dict) -> None:
+        desc = payload["desc"]
+        array = self._attached.get(desc["name"])
+        if array is None:
+            array = self._attached[desc["name"]] = self.attach_array(desc)
+        view = array.array if hasattr(array, "array") else array.read()
+        assert view.nbytes == desc["shape"][0]
+        self.delays.append(time.time() - payload["t0"])
+
+    def take(self, data: np.ndarray, t0: float) -> float:
+        assert data.nbytes > 0
+        return time.time()
+
+    async def results(self, with_delays: bool = False) -> dict:
+        out = {"count": self.count, "handoffs": len(self.delays) - self.count,
+               "first_sent": self.first_sent, "last_arrival": self.last_arrival}
+        if with_delays:
+            out["delays"] = list(self.delays)
+        return out
+
+    async def reset(self) -> None:
+        self.on_configure()
+
+    async def noop(self, i: int) -> int:
+        return i
