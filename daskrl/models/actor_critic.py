@@ -36,9 +36,16 @@ class ActorCritic(nn.Module):
         shared_encoder: bool | None = None,
         encoder_kwargs: dict[str, Any] | None = None,
         init_log_std: float = 0.0,
+        normalize_obs: bool = False,
     ) -> None:
         super().__init__()
         self.spaces = spaces
+        # Observation statistics live in the model (as buffers) so they travel with the weights to every
+        # rollout and inference worker: the learner updates them, the parameter store publishes them.
+        self.normalize_obs = bool(normalize_obs) and not spaces.is_image
+        if self.normalize_obs:
+            self.register_buffer("obs_mean", torch.zeros(spaces.obs_shape))
+            self.register_buffer("obs_var", torch.ones(spaces.obs_shape))
         self.encoder_name = resolve_encoder_name(encoder, spaces)
         kwargs = dict(encoder_kwargs or {})
         if self.encoder_name == "mlp":
@@ -60,12 +67,25 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
         """obs (batch, *obs_shape) -> (action distribution, value (batch,))."""
+        obs = self.prepare(obs)
         features = self.encoder(obs)
         value_features = features if self.value_encoder is None else self.value_encoder(obs)
         return self.actor(features), self.critic(value_features).squeeze(-1)
 
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalize observations with the stored statistics (clipped to +-5), when enabled."""
+        if not self.normalize_obs:
+            return obs
+        return ((obs.float() - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0)
+
+    def set_obs_stats(self, mean: Any, var: Any) -> None:
+        if self.normalize_obs:
+            self.obs_mean.copy_(torch.as_tensor(mean, dtype=torch.float32).reshape(self.obs_mean.shape))
+            self.obs_var.copy_(torch.as_tensor(var, dtype=torch.float32).reshape(self.obs_var.shape))
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Value only (bootstrap values), skipping the action head."""
+        obs = self.prepare(obs)
         features = self.encoder(obs) if self.value_encoder is None else self.value_encoder(obs)
         return self.critic(features).squeeze(-1)
 

@@ -15,6 +15,7 @@ Signals are declared with ``@signal`` and emitted by calling them: ``self.trajec
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
 import os
@@ -208,6 +209,22 @@ class Component:
     async def ping(self) -> str:
         return self.state
 
+    async def on_own_thread(self, fn: Callable, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the component's thread, ordered with its slots and hot loop (e.g. taking a
+        consistent checkpoint between two training steps), and return its result."""
+        if self._thread is None or not self._thread.is_alive():
+            return await self._run_in_thread(fn, *args)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._inbox.put(("_invoke", (fn, args, future), ""))
+        return await asyncio.wrap_future(future)
+
+    def _invoke(self, payload: tuple) -> None:
+        fn, args, future = payload
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:
+            future.set_exception(exc)
+
     async def call_in_thread(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run one method on a worker thread (not the component thread) and return its result; for queries
         that need no ordering with slots."""
@@ -326,6 +343,8 @@ class Component:
 
     def _record_error(self, where: str, exc: BaseException) -> None:
         summary = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        if len(summary) > 400:  # one readable line, not a dump of the offending value
+            summary = summary[:400] + " ..."
         frames = traceback.extract_tb(exc.__traceback__)
         at = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
         message = f"component {self.name!r} ({type(self).__name__}): {where} raised {summary}"

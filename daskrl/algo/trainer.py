@@ -1,0 +1,171 @@
+"""One APPO training step on a batch of trajectories: pure torch, no Dask (the learner component wraps it).
+
+Per step: update observation statistics, evaluate the current policy on the batch, compute V-trace (or GAE)
+targets with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``,
+then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping. A step whose loss or
+gradients are not finite is skipped and counted, never applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from daskrl.algo.advantages import gae, vtrace
+from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
+from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+
+
+@dataclass
+class TrajectoryBatch:
+    """Time-major training data from ``N`` env streams of ``T`` steps (numpy arrays)."""
+
+    obs: np.ndarray  # [T + 1, N, *obs_shape]
+    actions: np.ndarray  # [T, N, *action_shape]
+    rewards: np.ndarray  # [T, N]
+    dones: np.ndarray  # [T, N] episode ended after step t
+    log_probs: np.ndarray  # [T, N] behaviour policy
+    policy_version: np.ndarray  # [T, N]
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.rewards.size)
+
+
+class APPOTrainer:
+    """Owns the optimizer and normalizers of one policy; ``train(batch, version)`` -> metrics."""
+
+    def __init__(self, model: torch.nn.Module, cfg: dict[str, Any], total_env_steps: int = 0) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.total_env_steps = total_env_steps
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg["learning_rate"], eps=1e-5)
+        self.obs_rms = RunningMeanStd(model.spaces.obs_shape) if getattr(model, "normalize_obs", False) else None
+        self.returns = ReturnNormalizer() if cfg.get("normalize_returns", False) else None
+        self.train_steps = 0
+        self.skipped_steps = 0
+        self.samples_trained = 0
+
+    def learning_rate(self, env_steps: int) -> float:
+        lr = self.cfg["learning_rate"]
+        if self.cfg.get("lr_schedule") == "linear" and self.total_env_steps > 0:
+            lr *= max(0.05, 1.0 - env_steps / self.total_env_steps)
+        return lr
+
+    def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0) -> dict[str, float]:
+        cfg, model = self.cfg, self.model
+        T, N = batch.rewards.shape
+        obs_np = batch.obs
+        if self.obs_rms is not None:
+            self.obs_rms.update(obs_np[:-1].reshape(T * N, *obs_np.shape[2:]))
+            model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var)
+        obs = torch.from_numpy(obs_np)
+        actions = torch.from_numpy(batch.actions).reshape(T * N, *batch.actions.shape[2:])
+        rewards = torch.from_numpy(batch.rewards)
+        dones = torch.from_numpy(batch.dones).float()
+        behaviour = torch.from_numpy(batch.log_probs)
+        obs_flat = obs[:-1].reshape(T * N, *obs.shape[2:])
+
+        with torch.no_grad():
+            target_lp, _, values = model.evaluate(obs_flat, actions)
+            bootstrap = model.value(obs[-1])
+            values = values.reshape(T, N)
+            raw_values, raw_boot = values, bootstrap
+            if self.returns is not None:
+                raw_values, raw_boot = self.returns.denormalize(values), self.returns.denormalize(bootstrap)
+            if cfg.get("advantage", "vtrace") == "vtrace":
+                targets, advantages = vtrace(behaviour, target_lp.reshape(T, N), rewards, raw_values, raw_boot,
+                                             dones, cfg["gamma"], cfg.get("vtrace_rho", 1.0), cfg.get("vtrace_c", 1.0))
+            else:
+                advantages, targets = gae(rewards, raw_values, raw_boot, dones, cfg["gamma"], cfg["gae_lambda"])
+            if self.returns is not None:
+                self.returns.update(targets)
+                targets = self.returns.normalize(targets)
+        versions = torch.from_numpy(batch.policy_version.astype(np.int64))
+        valid = policy_lag_mask(versions, current_version, cfg["max_policy_lag"]).reshape(-1)
+        lag = (current_version - versions).float()
+
+        flat = {
+            "obs": obs_flat, "actions": actions, "old_lp": behaviour.reshape(-1), "adv": advantages.reshape(-1),
+            "old_v": values.reshape(-1), "targets": targets.reshape(-1), "valid": valid,
+        }
+        lr = self.learning_rate(env_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = T * N
+        mb = min(cfg["batch_size"], total)
+        sums: dict[str, float] = {}
+        updates = skipped = 0
+        for _ in range(cfg["num_epochs"]):
+            order = torch.randperm(total)
+            for start in range(0, total - mb + 1, mb):
+                idx = order[start:start + mb]
+                out = self._minibatch({k: v[idx] for k, v in flat.items()})
+                if out is None:
+                    skipped += 1
+                    continue
+                updates += 1
+                for k, v in out.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        self.train_steps += 1
+        self.skipped_steps += skipped
+        self.samples_trained += total
+        metrics = {k: v / max(updates, 1) for k, v in sums.items()}
+        metrics.update({
+            "lr": lr, "updates": updates, "skipped_updates": skipped, "valid_fraction": float(valid.float().mean()),
+            "policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()),
+            "value_target_mean": float(targets.mean()),
+        })
+        return metrics
+
+    def _minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
+        cfg = self.cfg
+        new_lp, entropy, new_v = self.model.evaluate(mb["obs"], mb["actions"])
+        adv = mb["adv"]
+        if cfg.get("normalize_advantages", True):
+            valid = mb["valid"]
+            if valid.sum() > 1:
+                a = adv[valid]
+                adv = (adv - a.mean()) / (a.std() + 1e-8)
+        out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
+                        clip_ratio=cfg["clip_ratio"], value_clip=cfg.get("value_clip", 0.0) or math.inf,
+                        entropy_coef=cfg.get("entropy_coef", 0.0), value_coef=cfg.get("value_coef", 0.5))
+        if not torch.isfinite(out.total):
+            return None
+        self.optimizer.zero_grad(set_to_none=True)
+        out.total.backward()
+        max_norm = cfg.get("max_grad_norm", 0.0)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
+        self.optimizer.step()
+        return {"loss": out.total.item(), "policy_loss": out.policy_loss, "value_loss": out.value_loss,
+                "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
+                "grad_norm": grad_norm.item()}
+
+    # ---- checkpoints ----
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None,
+            "returns": self.returns.state_dict() if self.returns else None,
+            "train_steps": self.train_steps, "samples_trained": self.samples_trained,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.obs_rms is not None and state.get("obs_rms"):
+            self.obs_rms.load_state_dict(state["obs_rms"])
+            self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var)
+        if self.returns is not None and state.get("returns"):
+            self.returns.load_state_dict(state["returns"])
+        self.train_steps = state.get("train_steps", 0)
+        self.samples_trained = state.get("samples_trained", 0)

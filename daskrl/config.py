@@ -1,0 +1,203 @@
+"""Every option of daskrl, defined once: typed dataclasses whose help text also makes the CLI flags.
+
+`Config` groups the sections; field names are unique across sections, so the flag of `num_envs_per_worker`
+is `--num-envs-per-worker` whichever section holds it. `validate()` checks every value before any process
+starts and reports all problems at once, one readable line each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def opt(default: Any, help: str, **kwargs: Any) -> Any:
+    """A config field with its help text (and optional `choices`)."""
+    meta = {"help": help, **kwargs}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class EnvConfig:
+    env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env")
+    env_kwargs: dict = opt({}, "keyword arguments for the env constructor (JSON on the command line)")
+
+
+@dataclass
+class SamplerConfig:
+    num_workers: int = opt(2, "rollout workers (one Dask worker process each)")
+    num_envs_per_worker: int = opt(32, "envs stepped by each rollout worker")
+    worker_num_splits: int = opt(2, "groups of envs per rollout worker (2 = double buffering); must divide "
+                                    "num_envs_per_worker")
+    rollout: int = opt(32, "env steps per trajectory slot (the unit the learner trains on)")
+    slots_per_split: int = opt(3, "trajectory slots per split: more lets sampling run further ahead of the learner")
+    inference: str = opt("inline", "where the policy runs: 'inline' in the rollout worker (fast for cheap envs), "
+                                   "or 'remote' in batched inference workers", choices=["inline", "remote"])
+    num_inference_workers: int = opt(1, "inference workers per policy (inference='remote' only)")
+
+
+@dataclass
+class ModelConfig:
+    encoder: str = opt("auto", "observation encoder: 'auto' (cnn for images, mlp otherwise), 'mlp', 'cnn', or a "
+                               "registered name")
+    hidden_sizes: list = opt([64, 64], "hidden layer sizes of the MLP encoder")
+    activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
+    normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")
+
+
+@dataclass
+class LearnerConfig:
+    learning_rate: float = opt(1e-3, "Adam learning rate")
+    lr_schedule: str = opt("constant", "learning-rate schedule over the step budget", choices=["constant", "linear"])
+    gamma: float = opt(0.99, "discount factor")
+    gae_lambda: float = opt(0.95, "GAE lambda (advantage='gae')")
+    advantage: str = opt("vtrace", "advantage estimator", choices=["vtrace", "gae"])
+    vtrace_rho: float = opt(1.0, "V-trace rho-bar (importance-weight clip for the TD error)")
+    vtrace_c: float = opt(1.0, "V-trace c-bar (importance-weight clip for the trace)")
+    clip_ratio: float = opt(0.2, "PPO clip e: ratios are clipped to [1/(1+e), 1+e]")
+    value_clip: float = opt(1.0, "value change clipped to +-value_clip per update (0 disables)")
+    value_coef: float = opt(0.5, "value loss coefficient")
+    entropy_coef: float = opt(0.0, "entropy bonus coefficient")
+    max_grad_norm: float = opt(0.5, "gradient-norm clipping (0 disables)")
+    batch_size: int = opt(1024, "samples per SGD minibatch")
+    num_batches_per_epoch: int = opt(4, "minibatches per training step (a step trains on batch_size x this many)")
+    num_epochs: int = opt(2, "passes over each training step's data")
+    max_policy_lag: int = opt(20, "samples older than this many policy versions are masked out of the loss")
+    normalize_advantages: bool = opt(True, "normalize advantages per minibatch")
+    normalize_returns: bool = opt(True, "normalize value targets with running statistics")
+    learner_threads: int = opt(1, "torch threads in the learner process")
+
+
+@dataclass
+class RunConfig:
+    experiment: str = opt("", "experiment name (default: the env id and a timestamp)")
+    train_dir: str = opt("train_dir", "directory that holds experiment directories")
+    seed: int = opt(0, "base random seed (envs, model init)")
+    train_for_env_steps: int = opt(1_000_000, "stop after this many env steps (0 = no limit)")
+    train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)")
+    stop_at_return: float | None = opt(None, "stop once the mean return of the last 100 episodes reaches this")
+    resume: bool = opt(False, "continue the experiment from its latest checkpoint")
+    sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling)")
+    report_interval: float = opt(2.0, "seconds between progress lines and CSV rows")
+    checkpoint_interval: float = opt(30.0, "seconds between checkpoints")
+    keep_checkpoints: int = opt(3, "checkpoints kept besides the best one")
+    scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster)")
+    n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)")
+    dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = none)")
+
+
+SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,
+            "run": RunConfig}
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    # ---- flat access: cfg.get("rollout"), Config.from_flat({...}) ----
+
+    def flat(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for section in SECTIONS:
+            out.update(dataclasses.asdict(getattr(self, section)))
+        return out
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any]) -> Config:
+        """Build from a flat dict of option names; unknown names raise with a suggestion."""
+        cfg = cls()
+        known = {f.name: s for s, c in SECTIONS.items() for f in dataclasses.fields(c)}
+        unknown = [k for k in values if k not in known]
+        if unknown:
+            import difflib
+
+            hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, 1)) else "")
+                     for k in unknown]
+            raise ConfigError([f"unknown option {h}" for h in hints])
+        for key, value in values.items():
+            setattr(getattr(cfg, known[key]), key, value)
+        return cfg
+
+    def replace(self, **values: Any) -> Config:
+        flat = self.flat()
+        flat.update(values)
+        return Config.from_flat(flat)
+
+    def to_json(self) -> str:
+        return json.dumps({s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Config:
+        data = json.loads(text)
+        flat = {k: v for section in data.values() for k, v in section.items()}
+        return cls.from_flat(flat)
+
+    @property
+    def experiment_dir(self) -> str:
+        return os.path.join(self.run.train_dir, self.run.experiment)
+
+    def validate(self) -> Config:
+        """Raise :class:`ConfigError` listing every problem (one line each); return self when all is well."""
+        problems = []
+        s, lr, r = self.sampler, self.learner, self.run
+
+        def positive(name: str, value: float, allow_zero: bool = False) -> None:
+            if value < 0 or (value == 0 and not allow_zero):
+                problems.append(f"--{name.replace('_', '-')} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+        for name in ("num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "slots_per_split",
+                     "num_inference_workers"):
+            positive(name, getattr(s, name))
+        if s.num_envs_per_worker > 0 and s.worker_num_splits > 0 and s.num_envs_per_worker % s.worker_num_splits:
+            problems.append(
+                f"--worker-num-splits {s.worker_num_splits} does not divide --num-envs-per-worker "
+                f"{s.num_envs_per_worker}: each split needs the same number of envs (try --worker-num-splits "
+                f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
+            )
+        for name in ("batch_size", "num_batches_per_epoch", "num_epochs", "learning_rate", "learner_threads"):
+            positive(name, getattr(lr, name))
+        for name in ("max_policy_lag", "max_grad_norm", "value_clip", "entropy_coef", "value_coef"):
+            positive(name, getattr(lr, name), allow_zero=True)
+        for name in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(lr, name) <= 1:
+                problems.append(f"--{name.replace('_', '-')} must be within [0, 1], got {getattr(lr, name)}")
+        if lr.clip_ratio <= 0:
+            problems.append(f"--clip-ratio must be > 0, got {lr.clip_ratio}")
+        positive("train_for_env_steps", r.train_for_env_steps, allow_zero=True)
+        positive("train_for_seconds", r.train_for_seconds, allow_zero=True)
+        positive("report_interval", r.report_interval)
+        positive("checkpoint_interval", r.checkpoint_interval)
+        positive("keep_checkpoints", r.keep_checkpoints)
+        for section in SECTIONS:
+            for f in dataclasses.fields(SECTIONS[section]):
+                choices = f.metadata.get("choices")
+                value = getattr(getattr(self, section), f.name)
+                if choices and value not in choices:
+                    problems.append(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}")
+        if not isinstance(self.env.env_kwargs, dict):
+            problems.append(f"--env-kwargs must be a JSON object, got {self.env.env_kwargs!r}")
+        if problems:
+            raise ConfigError(problems)
+        return self
+
+
+def _divisor_hint(n: int, near: int) -> int:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - near))
+
+
+class ConfigError(ValueError):
+    """Bad configuration values; ``problems`` holds one readable line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))

@@ -1,0 +1,104 @@
+"""The batcher: turns full trajectory slots into training batches, in a thread of the learner's process.
+
+It copies each slot out of the rollout worker's shared memory (in place on the same host, over comms from
+another host), hands the slot straight back to its owner (so sampling goes on while the learner trains), and
+joins slots into one :class:`TrajectoryBatch` of at least ``samples_per_batch`` samples. At most
+``max_ready`` batches wait for the learner: when it falls behind the batcher stops taking slots, the slots stay
+full, and rollout workers wait for free ones. That chain is the back-pressure.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from daskrl.algo.trainer import TrajectoryBatch
+from daskrl.sampling.rollout_worker import free_queue
+from daskrl.sampling.trajectories import attach_slots
+
+
+class Batcher:
+    def __init__(self, learner, samples_per_batch: int, deliver: Callable[[TrajectoryBatch], None],
+                 max_ready: int = 1) -> None:
+        self.learner = learner
+        self.samples_per_batch = samples_per_batch
+        self.deliver = deliver
+        self.workers: dict[str, dict[str, Any]] = {}
+        self.incoming: queue.SimpleQueue = queue.SimpleQueue()
+        self.capacity = threading.Semaphore(max_ready)
+        self.stopping = False
+        self.wait_s = 0.0  # time spent blocked because the learner had not taken the previous batch
+        self.batches = 0
+        self.slots = 0
+        self.thread = threading.Thread(target=self._run, name=f"daskrl-{learner.name}-batcher", daemon=True)
+
+    def attach(self, buffers: dict[str, dict]) -> None:
+        for name, descs in buffers.items():
+            self.workers[name] = {k: a.array if hasattr(a, "array") else a
+                                  for k, a in attach_slots(self.learner, descs).items()}
+
+    def add(self, worker: str, slot: int) -> None:
+        self.incoming.put((worker, slot))
+
+    def taken(self) -> None:
+        """The learner took a batch: room for the next one."""
+        self.capacity.release()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.incoming.put(None)
+        self.capacity.release()
+
+    def _run(self) -> None:
+        parts: list[dict[str, np.ndarray]] = []
+        samples = 0
+        while not self.stopping:
+            item = self.incoming.get()
+            if item is None:
+                break
+            worker, slot = item
+            part = self._copy_slot(worker, slot)
+            self.learner.put(free_queue(worker), {"slots": [slot]})
+            parts.append(part)
+            samples += part["rewards"].size
+            self.slots += 1
+            if samples < self.samples_per_batch:
+                continue
+            batch = _join(parts)
+            parts, samples = [], 0
+            t0 = time.perf_counter()
+            self.capacity.acquire()
+            self.wait_s += time.perf_counter() - t0
+            if self.stopping:
+                break
+            self.batches += 1
+            self.deliver(batch)
+
+    def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
+        arrays = self.workers[worker]
+        out = {}
+        for name in ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version"):
+            array = arrays[name]
+            out[name] = array.read(slot) if hasattr(array, "read") else np.array(array[slot])
+        return out
+
+
+def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
+    """Concatenate slots along the env axis (time-major [T, N])."""
+    T = parts[0]["rewards"].shape[0]
+    versions = [np.broadcast_to(p["policy_version"][:, None], p["rewards"].shape) for p in parts]
+    return TrajectoryBatch(
+        obs=np.concatenate([p["obs"] for p in parts], axis=1),
+        actions=np.concatenate([p["actions"] for p in parts], axis=1),
+        rewards=np.concatenate([p["rewards"] for p in parts], axis=1),
+        dones=np.concatenate([p["terminated"] | p["truncated"] for p in parts], axis=1),
+        log_probs=np.concatenate([p["log_probs"] for p in parts], axis=1),
+        policy_version=np.concatenate(versions, axis=1).reshape(T, -1),
+    )

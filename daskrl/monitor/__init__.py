@@ -1,0 +1,1 @@
+"""Statistics and logs of a run: episode statistics, progress lines, CSV and TensorBoard files."""

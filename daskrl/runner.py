@@ -1,0 +1,367 @@
+"""The runner: places and connects the components, drives a run, logs, checkpoints and stops it cleanly.
+
+It lives in the driver process next to the ``Client``. ``train(config)`` is the whole product in one call:
+validate the configuration and the env (before any process starts), open the cluster, create the learner and
+the sampler, then report every ``report_interval`` seconds until a stop condition, Ctrl-C or a component
+failure, writing a final checkpoint on the way out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from daskrl.config import Config, ConfigError
+from daskrl.envs import EnvSpaces, probe_env
+from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.learning.learner import Learner
+from daskrl.monitor.csv_log import CsvLog
+from daskrl.monitor.stats import EpisodeWindow, FrameRate, time_shares
+from daskrl.runtime import ComponentError, connect_cluster, spawn
+from daskrl.runtime.cluster import ClusterSession
+from daskrl.sampling.sampler import Sampler
+from daskrl.sampling.sink import SamplingSink
+
+
+class TrainingError(RuntimeError):
+    """A run that could not go on (a component failed); the message names it and the cause."""
+
+
+@dataclass
+class RunState:
+    """What the runner knows about the run at each report."""
+
+    started: float = field(default_factory=time.monotonic)
+    env_steps: int = 0
+    env_steps_offset: int = 0
+    elapsed_offset: float = 0.0
+    episodes: EpisodeWindow = field(default_factory=EpisodeWindow)
+    fps: FrameRate = field(default_factory=FrameRate)
+    learner: dict = field(default_factory=dict)
+    shares: dict = field(default_factory=dict)
+    best_return: float = -math.inf
+    reached_return_at: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def row(self) -> dict[str, Any]:
+        m = self.learner.get("metrics", {})
+        return {
+            "time_s": round(self.elapsed + self.elapsed_offset, 3),
+            "env_steps": self.env_steps,
+            "fps": round(self.fps.rate, 1),
+            "episode_return_mean": self.episodes.mean_return,
+            "episode_return_std": self.episodes.std_return,
+            "episode_length_mean": self.episodes.mean_length,
+            "episodes": self.episodes.total,
+            "policy_version": self.learner.get("policy_version", 0),
+            "policy_lag": m.get("version_diff", math.nan),
+            "loss": m.get("loss", math.nan),
+            "policy_loss": m.get("policy_loss", math.nan),
+            "value_loss": m.get("value_loss", math.nan),
+            "entropy": m.get("entropy", math.nan),
+            "approx_kl": m.get("approx_kl", math.nan),
+            "clip_fraction": m.get("clip_fraction", math.nan),
+            "grad_norm": m.get("grad_norm", math.nan),
+            "learning_rate": m.get("lr", math.nan),
+            "valid_fraction": m.get("valid_fraction", math.nan),
+        }
+
+
+def default_experiment_name(env: str) -> str:
+    return f"{env.replace('/', '_').replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
+
+
+def workers_needed(config: Config) -> int:
+    s = config.sampler
+    inference = s.num_inference_workers if s.inference == "remote" else 0
+    return s.num_workers + inference + (0 if config.run.sampling_only else 1)
+
+
+def train(config: Config, client=None, on_report: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Train (or, with ``sampling_only``, just sample) as configured; returns a summary of the run."""
+    state = RunState()
+    config.validate()
+    if not config.run.experiment:
+        config.run.experiment = default_experiment_name(config.env.env)
+    spaces = probe_env(config.env.env, config.env.env_kwargs)  # a bad env fails here, before any process starts
+    exp_dir = config.experiment_dir
+    store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
+    resume_state = _prepare_experiment(config, store)
+    if resume_state is not None:
+        state.env_steps_offset = int(resume_state.get("env_steps", 0))
+        state.elapsed_offset = float(resume_state.get("elapsed_s", 0.0))
+        state.best_return = float(resume_state.get("best_return", -math.inf))
+    csv_log = CsvLog(os.path.join(exp_dir, "metrics.csv"), append=resume_state is not None)
+
+    scheduler = client if client is not None else (config.run.scheduler or None)
+    session = connect_cluster(scheduler, n_workers=config.run.n_dask_workers or workers_needed(config),
+                              dashboard_address=config.run.dashboard_address or None)
+    run = _Run(config, session, spaces, store, csv_log, state, on_report)
+    stop_signals = _StopOnSignals()
+    try:
+        run.start(resume_state)
+        run.loop(stop_signals)
+    finally:
+        stop_signals.restore()
+        try:
+            run.shutdown()
+        finally:
+            csv_log.close()
+            session.close()
+    return run.summary()
+
+
+class _StopOnSignals:
+    """Ctrl-C and SIGTERM ask the loop to stop (checkpoint, stop components, exit 0) instead of raising."""
+
+    def __init__(self) -> None:
+        self.requested = ""
+        self._previous = {}
+        if _in_main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # a second Ctrl-C: stop waiting politely
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _prepare_experiment(config: Config, store: CheckpointStore) -> dict | None:
+    exp_dir = config.experiment_dir
+    latest = store.latest()
+    if config.run.resume:
+        if latest is None:
+            raise ConfigError([f"--resume: experiment {exp_dir!r} has no checkpoint to resume from"])
+        state = store.load("latest")
+        os.makedirs(exp_dir, exist_ok=True)
+        return state
+    if latest is not None:
+        raise ConfigError([
+            f"experiment {exp_dir!r} already has checkpoints: pass --resume to continue it, or choose another "
+            "--experiment name (nothing was overwritten)"
+        ])
+    os.makedirs(exp_dir, exist_ok=True)
+    with open(os.path.join(exp_dir, "config.json"), "w") as f:
+        f.write(config.to_json())
+    return None
+
+
+class _Run:
+    def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, store: CheckpointStore,
+                 csv_log: CsvLog, state: RunState, on_report) -> None:
+        self.config, self.session, self.spaces = config, session, spaces
+        self.store, self.csv_log, self.state, self.on_report = store, csv_log, state, on_report
+        self.client = session.client
+        self.learner = None
+        self.sink = None
+        self.sampler: Sampler | None = None
+        self.stop_reason = ""
+        self.last_checkpoint = time.monotonic()
+
+    # ---- start ----
+
+    def start(self, resume_state: dict | None) -> None:
+        c, client = self.config, self.client
+        hosts = sorted(client.scheduler_info()["workers"])
+        need = workers_needed(c)
+        if len(hosts) < need:
+            raise ConfigError([
+                f"the cluster has {len(hosts)} worker processes but this run needs {need} (one per busy component: "
+                f"{c.sampler.num_workers} rollout, "
+                f"{c.sampler.num_inference_workers if c.sampler.inference == 'remote' else 0} inference"
+                f"{', 1 learner' if not c.run.sampling_only else ''}); add workers or lower --num-workers"
+            ])
+        link = self.session.dashboard_link
+        _say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(hosts)} Dask workers"
+             + (f" | dashboard {link}" if link else ""))
+        run_id = self.session.run_id
+        learner_host = None if c.run.sampling_only else hosts.pop(0)
+        rollout_hosts = hosts[:c.sampler.num_workers]
+        inference_hosts = hosts[c.sampler.num_workers:need]
+        params_desc = None
+        if c.run.sampling_only:
+            self.sink = spawn(client, SamplingSink, "sink", worker=rollout_hosts[0], config={"run_id": run_id})
+            consumer = self.sink.on_trajectory
+        else:
+            samples = c.learner.batch_size * c.learner.num_batches_per_epoch
+            self.learner = spawn(client, Learner, "learner", worker=learner_host, config={
+                "run_id": run_id, "spaces": self.spaces.to_dict(), "model": dataclasses.asdict(c.model),
+                "learner": dataclasses.asdict(c.learner), "samples_per_batch": samples,
+                "total_env_steps": c.run.train_for_env_steps, "seed": c.run.seed,
+                "remote_params": _spans_hosts(rollout_hosts + inference_hosts, learner_host)})
+            if resume_state is not None:
+                self.learner.call("load_state", resume_state, int(resume_state.get("env_steps", 0)))
+            params_desc = self.learner.call("params_desc")
+            consumer = self.learner.on_trajectory
+        self.sampler = Sampler(client, c, self.spaces, run_id, rollout_hosts, inference_hosts, params_desc)
+        self.sampler.create(consumer)
+        if self.learner is not None:
+            self.learner.call("attach_workers", self.sampler.buffers)
+            self.learner.call("start")
+        else:
+            self.sink.call("start")
+        self.sampler.start()
+        self.state.fps.add(self.state.env_steps_offset)
+
+    # ---- the loop ----
+
+    def loop(self, stop_signals: _StopOnSignals) -> None:
+        c, state = self.config, self.state
+        next_report = time.monotonic() + c.run.report_interval
+        while True:
+            time.sleep(0.25)
+            self.poll()
+            now = time.monotonic()
+            reason = self.stop_condition() or (f"{stop_signals.requested} received" if stop_signals.requested else "")
+            if now >= next_report or reason:
+                self.report()
+                next_report = now + c.run.report_interval
+            if self.learner is not None and now - self.last_checkpoint >= c.run.checkpoint_interval:
+                self.checkpoint()
+            if reason:
+                self.stop_reason = reason
+                _say(f"daskrl: stopping: {reason}")
+                return
+
+    def poll(self) -> None:
+        state = self.state
+        stats = [h.call("stats", timeout=30) for h in self.sampler.components]
+        if self.learner is not None:
+            state.learner = self.learner.call("stats", timeout=30)
+            stats.append(state.learner)
+        for s in stats:
+            if s.get("state") == "failed":
+                errors = s.get("errors") or [{"message": f"component {s['name']!r} failed"}]
+                raise TrainingError(errors[-1]["message"])
+        steps = sum(s.get("env_steps", 0) for s in stats if s.get("cls") == "RolloutWorker")
+        for s in stats:
+            state.episodes.extend(s.get("episodes", []))
+        state.env_steps = state.env_steps_offset + steps
+        state.fps.add(state.env_steps)
+        state.shares = time_shares(stats)
+        target = self.config.run.stop_at_return
+        if target is not None and state.reached_return_at is None and len(state.episodes.returns) >= 10 \
+                and state.episodes.mean_return >= target:
+            state.reached_return_at = state.elapsed
+
+    def stop_condition(self) -> str:
+        r, state = self.config.run, self.state
+        if r.train_for_env_steps and state.env_steps >= r.train_for_env_steps:
+            return f"reached {state.env_steps:,} env steps (--train-for-env-steps {r.train_for_env_steps:,})"
+        if r.train_for_seconds and state.elapsed >= r.train_for_seconds:
+            return f"trained for {state.elapsed:.0f} s (--train-for-seconds {r.train_for_seconds:g})"
+        if state.reached_return_at is not None:
+            return (f"mean return {state.episodes.mean_return:.1f} over the last {len(state.episodes.returns)} "
+                    f"episodes reached --stop-at-return {r.stop_at_return:g}")
+        return ""
+
+    def report(self) -> None:
+        row = self.state.row()
+        self.csv_log.write(row)
+        ret = row["episode_return_mean"]
+        ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{row['episode_return_std']:.1f}"
+        lag = row["policy_lag"]
+        _say(f"[{row['time_s']:7.1f}s] env steps {row['env_steps']:>11,} | fps {row['fps']:>9,.0f} | "
+             f"return {ret_s} ({self.state.episodes.total} ep) | version {row['policy_version']}"
+             + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
+        if self.on_report is not None:
+            self.on_report({**row, "shares": self.state.shares})
+
+    def checkpoint(self) -> None:
+        state = self.state
+        snapshot = self.learner.call("checkpoint_state", timeout=120)
+        mean = state.episodes.mean_return
+        best = not math.isnan(mean) and len(state.episodes.returns) >= 10 and mean > state.best_return
+        if best:
+            state.best_return = mean
+        snapshot.update({"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
+                         "best_return": state.best_return, "episode_return_mean": mean,
+                         "config": self.config.to_json()})
+        self.store.save(snapshot, state.env_steps, tag_best=best, score=mean if best else None)
+        self.last_checkpoint = time.monotonic()
+
+    # ---- stop ----
+
+    def shutdown(self) -> None:
+        """Stop sampling first (no new data), checkpoint the learner, then stop it. Errors are reported, not
+        raised over each other: the first failure is what the user needs to read."""
+        problems = []
+        if self.sampler is not None:
+            for s in self.sampler.stop():
+                if "error" in s:
+                    problems.append(s["error"])
+        if self.learner is not None:
+            try:
+                self.poll_learner_only()
+                self.checkpoint()
+            except Exception as exc:
+                problems.append(f"final checkpoint skipped ({exc}); the previous checkpoint is intact")
+            try:
+                self.learner.call("stop", timeout=30)
+            except ComponentError as exc:
+                problems.append(str(exc))
+        if self.sink is not None:
+            try:
+                self.sink.call("stop", timeout=30)
+            except ComponentError as exc:
+                problems.append(str(exc))
+        for p in problems:
+            _say(f"daskrl: warning: {p}")
+
+    def poll_learner_only(self) -> None:
+        self.state.learner = self.learner.call("stats", timeout=30)
+
+    def summary(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "experiment_dir": self.config.experiment_dir,
+            "env_steps": state.env_steps,
+            "elapsed_s": state.elapsed,
+            "fps": state.fps.rate,
+            "mean_fps": (state.env_steps - state.env_steps_offset) / max(state.elapsed, 1e-9),
+            "episode_return_mean": state.episodes.mean_return,
+            "episodes": state.episodes.total,
+            "policy_version": state.learner.get("policy_version", 0),
+            "reached_return_at_s": state.reached_return_at,
+            "stop_reason": self.stop_reason,
+            "time_shares": state.shares,
+        }
+
+
+def _spans_hosts(hosts: list[str], learner_host: str | None) -> bool:
+    from daskrl.runtime.shm import force_comms, host_of
+
+    return force_comms() or any(host_of(h) != host_of(learner_host) for h in hosts)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True, file=sys.stdout)
+
+
+def load_config(path: str) -> Config:
+    with open(path) as f:
+        return Config.from_json(f.read())
+
+
+__all__ = ["TrainingError", "train", "workers_needed", "load_config", "json"]

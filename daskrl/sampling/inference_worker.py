@@ -1,0 +1,75 @@
+"""The inference worker: one batched forward pass for whatever requests are waiting.
+
+It consumes the policy's work queue (each request goes to exactly one inference worker), reads the
+observations from the requesters' shared-memory slots, writes actions, log-probs, values and its policy
+version back into those slots, and answers each requester on its ``actions:<worker>`` queue. New parameter
+versions are picked up between batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.runtime.component import Component, slot
+from daskrl.sampling.policy import SamplingPolicy
+from daskrl.sampling.rollout_worker import actions_queue
+from daskrl.sampling.trajectories import attach_slots
+
+
+class InferenceWorker(Component):
+    """See module docstring."""
+
+    def on_configure(self, *, spaces: dict, model: dict | None = None, params: dict | None = None,
+                     seed: int = 0, **_: Any) -> None:
+        self.spaces = EnvSpaces.from_dict(spaces)
+        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed)
+        self.pending: list[dict] = []
+        self.workers: dict[str, dict[str, Any]] = {}
+        self.requests = 0
+        self.batches = 0
+
+    async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
+        """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running."""
+        attached = await self._run_in_thread(
+            lambda: {name: {k: a.array for k, a in attach_slots(self, descs).items()}
+                     for name, descs in buffers.items()})
+        self.workers.update(attached)
+        return sorted(self.workers)
+
+    @slot
+    def on_request(self, payload: dict) -> None:
+        self.pending.append(payload)
+
+    def run_once(self) -> bool:
+        if not self.pending:
+            return False
+        batch, self.pending = self.pending, []
+        with self.timing("params"):
+            self.policy.refresh()
+        with self.timing("gather"):
+            views = [self.workers[r["w"]] for r in batch]
+            obs = np.concatenate([v["obs"][r["slot"], r["t"]] for v, r in zip(views, batch)])
+        with self.timing("inference"):
+            actions, log_probs, values = self.policy.act(obs)
+        with self.timing("scatter"):
+            start = 0
+            for v, r in zip(views, batch):
+                slot_index, t = r["slot"], r["t"]
+                n = v["obs"].shape[2]
+                end = start + n
+                v["actions"][slot_index, t] = actions[start:end]
+                v["log_probs"][slot_index, t] = log_probs[start:end]
+                v["values"][slot_index, t] = values[start:end]
+                v["policy_version"][slot_index, t] = self.policy.version
+                start = end
+                self.put(actions_queue(r["w"]), {"s": r["s"]})
+        self.requests += len(batch)
+        self.batches += 1
+        return True
+
+    def extra_stats(self) -> dict:
+        return {"requests": self.requests, "batches": self.batches,
+                "mean_batch": self.requests / max(self.batches, 1), "policy_version": self.policy.version}

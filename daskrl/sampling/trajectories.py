@@ -1,0 +1,67 @@
+"""Trajectory slots in shared memory: where rollout workers write and the learner reads.
+
+A rollout worker owns ``num_splits * slots_per_split`` slots. A slot holds ``rollout`` steps of one split
+(``B = num_envs / num_splits`` envs), time-major:
+
+    obs         [slots, T + 1, B, *obs_shape]   (step T is the first obs of the next slot: for bootstrapping)
+    actions     [slots, T, B, *action_shape]
+    rewards, log_probs, values                   [slots, T, B] float32
+    terminated, truncated                        [slots, T, B] uint8 (episode ended after step t)
+    policy_version                               [slots, T] int32 (the version that chose the actions at t)
+
+Messages carry only ``(worker, slot index)``; consumers attach the arrays once by their descriptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from daskrl.envs.spaces import EnvSpaces
+
+FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "values", "policy_version")
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Shapes and dtypes of one rollout worker's slot pool."""
+
+    num_slots: int
+    rollout: int
+    envs_per_split: int
+    obs_shape: tuple
+    obs_dtype: str
+    action_shape: tuple
+    action_dtype: str
+
+    @classmethod
+    def for_worker(cls, spaces: EnvSpaces, num_envs: int, num_splits: int, rollout: int, slots_per_split: int
+                   ) -> SlotLayout:
+        return cls(num_splits * slots_per_split, rollout, num_envs // num_splits, tuple(spaces.obs_shape),
+                   spaces.obs_dtype, tuple(spaces.action_shape), spaces.action_dtype)
+
+    def shapes(self) -> dict[str, tuple[tuple, str]]:
+        n, t, b = self.num_slots, self.rollout, self.envs_per_split
+        obs_dtype = self.obs_dtype if np.dtype(self.obs_dtype) == np.uint8 else "float32"
+        return {
+            "obs": ((n, t + 1, b, *self.obs_shape), obs_dtype),
+            "actions": ((n, t, b, *self.action_shape), self.action_dtype),
+            "rewards": ((n, t, b), "float32"),
+            "terminated": ((n, t, b), "uint8"),
+            "truncated": ((n, t, b), "uint8"),
+            "log_probs": ((n, t, b), "float32"),
+            "values": ((n, t, b), "float32"),
+            "policy_version": ((n, t), "int32"),
+        }
+
+
+def create_slots(component, layout: SlotLayout) -> dict[str, np.ndarray | object]:
+    """Allocate the pool in shared memory owned by ``component``; returns {field: SharedArray}."""
+    return {name: component.create_array(shape, dtype, f"traj_{name}_")
+            for name, (shape, dtype) in layout.shapes().items()}
+
+
+def attach_slots(component, descs: dict[str, dict]) -> dict[str, object]:
+    """Attach another worker's pool (in place on the same host, over comms otherwise)."""
+    return {name: component.attach_array(desc) for name, desc in descs.items()}
