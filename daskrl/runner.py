@@ -15,19 +15,23 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config, ConfigError
 from daskrl.envs import EnvSpaces, probe_env
-from daskrl.learning.checkpoints import CheckpointStore
-from daskrl.learning.learner import Learner
+from daskrl.monitor.console import ConsoleView
 from daskrl.monitor.csv_log import CsvLog
+from daskrl.monitor.dashboard import page_url
 from daskrl.monitor.stats import EpisodeWindow, FrameRate, time_shares
 from daskrl.runtime import ComponentError, connect_cluster, spawn
 from daskrl.runtime.cluster import ClusterSession
-from daskrl.sampling.sampler import Sampler
-from daskrl.sampling.sink import SamplingSink
+
+if TYPE_CHECKING:  # torch-heavy modules are imported while the cluster starts (see train())
+    from daskrl.learning.checkpoints import CheckpointStore
+    from daskrl.sampling.sampler import Sampler
 
 
 class TrainingError(RuntimeError):
@@ -95,28 +99,46 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
         config.run.experiment = default_experiment_name(config.env.env)
     spaces = probe_env(config.env.env, config.env.env_kwargs)  # a bad env fails here, before any process starts
     exp_dir = config.experiment_dir
-    store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
-    resume_state = _prepare_experiment(config, store)
+    _check_experiment_dir(config)
+    scheduler = client if client is not None else (config.run.scheduler or None)
+    # The cluster starts in the background (its workers import torch in a forkserver) while this process
+    # imports torch too: on 2 cores the two overlap instead of adding up.
+    with ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(connect_cluster, scheduler,
+                               n_workers=config.run.n_dask_workers or workers_needed(config),
+                               dashboard_address=config.run.dashboard_address or None)
+        try:
+            from daskrl.learning.checkpoints import CheckpointStore
+            from daskrl.learning.learner import Learner  # noqa: F401  (imported now, used in _Run.start)
+            from daskrl.sampling.sampler import Sampler  # noqa: F401
+
+            store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
+            resume_state = _prepare_experiment(config, store)
+        except BaseException:
+            _close_when_started(starting)
+            raise
+        session = starting.result()
     if resume_state is not None:
         state.env_steps_offset = int(resume_state.get("env_steps", 0))
         state.elapsed_offset = float(resume_state.get("elapsed_s", 0.0))
         state.best_return = float(resume_state.get("best_return", -math.inf))
     csv_log = CsvLog(os.path.join(exp_dir, "metrics.csv"), append=resume_state is not None)
+    from daskrl.monitor.tensorboard_log import TensorBoardLog
 
-    scheduler = client if client is not None else (config.run.scheduler or None)
-    session = connect_cluster(scheduler, n_workers=config.run.n_dask_workers or workers_needed(config),
-                              dashboard_address=config.run.dashboard_address or None)
-    run = _Run(config, session, spaces, store, csv_log, state, on_report)
+    tb_log = TensorBoardLog(os.path.join(exp_dir, "tensorboard"))
+    run = _Run(config, session, spaces, store, csv_log, tb_log, state, on_report)
     stop_signals = _StopOnSignals()
     try:
         run.start(resume_state)
         run.loop(stop_signals)
     finally:
+        run.console.close()
         stop_signals.restore()
         try:
             run.shutdown()
         finally:
             csv_log.close()
+            tb_log.close()
             session.close()
     return run.summary()
 
@@ -147,6 +169,26 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _close_when_started(starting) -> None:
+    try:
+        starting.result().close()
+    except Exception:
+        pass
+
+
+def _check_experiment_dir(config: Config) -> None:
+    """Refuse to overwrite an experiment (cheap check, before any process starts)."""
+    checkpoints = os.path.join(config.experiment_dir, "checkpoints")
+    has_checkpoints = os.path.isdir(checkpoints) and any(n.startswith("checkpoint_") for n in os.listdir(checkpoints))
+    if config.run.resume and not has_checkpoints:
+        raise ConfigError([f"--resume: experiment {config.experiment_dir!r} has no checkpoint to resume from"])
+    if not config.run.resume and has_checkpoints:
+        raise ConfigError([
+            f"experiment {config.experiment_dir!r} already has checkpoints: pass --resume to continue it, or choose "
+            "another --experiment name (nothing was overwritten)"
+        ])
+
+
 def _prepare_experiment(config: Config, store: CheckpointStore) -> dict | None:
     exp_dir = config.experiment_dir
     latest = store.latest()
@@ -169,15 +211,18 @@ def _prepare_experiment(config: Config, store: CheckpointStore) -> dict | None:
 
 class _Run:
     def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, store: CheckpointStore,
-                 csv_log: CsvLog, state: RunState, on_report) -> None:
+                 csv_log: CsvLog, tb_log, state: RunState, on_report) -> None:
         self.config, self.session, self.spaces = config, session, spaces
-        self.store, self.csv_log, self.state, self.on_report = store, csv_log, state, on_report
+        self.store, self.csv_log, self.tb_log = store, csv_log, tb_log
+        self.state, self.on_report = state, on_report
         self.client = session.client
         self.learner = None
         self.sink = None
         self.sampler: Sampler | None = None
         self.stop_reason = ""
         self.last_checkpoint = time.monotonic()
+        seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
+        self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0)
 
     # ---- start ----
 
@@ -194,12 +239,16 @@ class _Run:
             ])
         link = self.session.dashboard_link
         _say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(hosts)} Dask workers"
-             + (f" | dashboard {link}" if link else ""))
+             + (f" | dashboard {page_url(link)}" if link else ""))
         run_id = self.session.run_id
         learner_host = None if c.run.sampling_only else hosts.pop(0)
         rollout_hosts = hosts[:c.sampler.num_workers]
         inference_hosts = hosts[c.sampler.num_workers:need]
         params_desc = None
+        from daskrl.learning.learner import Learner
+        from daskrl.sampling.sampler import Sampler
+        from daskrl.sampling.sink import SamplingSink
+
         if c.run.sampling_only:
             self.sink = spawn(client, SamplingSink, "sink", worker=rollout_hosts[0], config={"run_id": run_id})
             consumer = self.sink.on_trajectory
@@ -227,7 +276,7 @@ class _Run:
     # ---- the loop ----
 
     def loop(self, stop_signals: _StopOnSignals) -> None:
-        c, state = self.config, self.state
+        c = self.config
         next_report = time.monotonic() + c.run.report_interval
         while True:
             time.sleep(0.25)
@@ -279,14 +328,24 @@ class _Run:
     def report(self) -> None:
         row = self.state.row()
         self.csv_log.write(row)
-        ret = row["episode_return_mean"]
-        ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{row['episode_return_std']:.1f}"
-        lag = row["policy_lag"]
-        _say(f"[{row['time_s']:7.1f}s] env steps {row['env_steps']:>11,} | fps {row['fps']:>9,.0f} | "
-             f"return {ret_s} ({self.state.episodes.total} ep) | version {row['policy_version']}"
-             + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
+        self.tb_log.write(row, self.state.shares)
+        with open(os.path.join(self.config.experiment_dir, "time_breakdown.jsonl"), "a") as f:
+            f.write(json.dumps({"time_s": row["time_s"], "env_steps": row["env_steps"],
+                                "shares": self.state.shares}) + "\n")
+        self.publish_metrics(row)
+        self.console.update(row)
         if self.on_report is not None:
             self.on_report({**row, "shares": self.state.shares})
+
+    def publish_metrics(self, row: dict) -> None:
+        """Low-rate metrics (one event per report) for the dashboard page, through the scheduler's event log."""
+        try:
+            self.client.log_event(METRICS_TOPIC, {
+                "run": self.config.run.experiment, "env": self.config.env.env, "row": _finite(row),
+                "shares": self.state.shares, "stop_at": {
+                    "env_steps": self.config.run.train_for_env_steps, "seconds": self.config.run.train_for_seconds}})
+        except Exception:  # the dashboard is a view; a hiccup there must not stop training
+            pass
 
     def checkpoint(self) -> None:
         state = self.state
@@ -347,6 +406,14 @@ class _Run:
             "stop_reason": self.stop_reason,
             "time_shares": state.shares,
         }
+
+
+METRICS_TOPIC = "daskrl-metrics"
+
+
+def _finite(row: dict) -> dict:
+    """NaN is not JSON: metrics not measured yet travel as None."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
 
 
 def _spans_hosts(hosts: list[str], learner_host: str | None) -> bool:

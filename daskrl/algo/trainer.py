@@ -59,6 +59,10 @@ class APPOTrainer:
     def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0) -> dict[str, float]:
         cfg, model = self.cfg, self.model
         T, N = batch.rewards.shape
+        if not _finite_inputs(batch):
+            # Checked before anything is updated: a NaN/inf would otherwise enter the running observation and
+            # return statistics and make every later step non-finite (and skipped) too.
+            return self._skip_step(batch, current_version, env_steps)
         obs_np = batch.obs
         if self.obs_rms is not None:
             self.obs_rms.update(obs_np[:-1].reshape(T * N, *obs_np.shape[2:]))
@@ -104,6 +108,8 @@ class APPOTrainer:
             order = torch.randperm(total)
             for start in range(0, total - mb + 1, mb):
                 idx = order[start:start + mb]
+                if not flat["valid"][idx].any():
+                    continue  # all too stale: zero gradient, yet an Adam step would still move the weights
                 out = self._minibatch({k: v[idx] for k, v in flat.items()})
                 if out is None:
                     skipped += 1
@@ -121,6 +127,19 @@ class APPOTrainer:
             "value_target_mean": float(targets.mean()),
         })
         return metrics
+
+    def _skip_step(self, batch: TrajectoryBatch, current_version: int, env_steps: int) -> dict[str, float]:
+        """Count a step whose inputs are not finite as skipped (every minibatch of it) and change nothing."""
+        total = batch.num_samples
+        skipped = self.cfg["num_epochs"] * (total // min(self.cfg["batch_size"], total))
+        self.train_steps += 1
+        self.skipped_steps += skipped
+        versions = batch.policy_version.astype(np.int64)
+        valid = policy_lag_mask(versions, current_version, self.cfg["max_policy_lag"])
+        lag = current_version - versions
+        return {"lr": self.learning_rate(env_steps), "updates": 0, "skipped_updates": skipped,
+                "valid_fraction": float(valid.float().mean()), "policy_lag_mean": float(lag.mean()),
+                "policy_lag_max": float(lag.max())}
 
     def _minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
         cfg = self.cfg
@@ -169,3 +188,7 @@ class APPOTrainer:
             self.returns.load_state_dict(state["returns"])
         self.train_steps = state.get("train_steps", 0)
         self.samples_trained = state.get("samples_trained", 0)
+
+
+def _finite_inputs(batch: TrajectoryBatch) -> bool:
+    return all(np.isfinite(a).all() for a in (batch.obs, batch.rewards, batch.log_probs))

@@ -1,7 +1,14 @@
 """Env specs, spaces and the batched env group used by rollout workers (no Dask here)."""
 
 from daskrl.envs import testing  # noqa: F401  (registers daskrl/Counting-v0 and daskrl/Catch-v0)
-from daskrl.envs.registry import env_seed, make_env, probe_env, register_env, registered_envs
+from daskrl.envs.registry import (
+    env_seed,
+    make_env,
+    probe_env,
+    register_env,
+    registered_envs,
+    registered_factory,
+)
 from daskrl.envs.spaces import EnvError, EnvSpaces
 from daskrl.envs.testing import CatchEnv, CountingEnv
 from daskrl.envs.vector import EnvGroup, EnvStepError
@@ -18,4 +25,5 @@ __all__ = [
     "probe_env",
     "register_env",
     "registered_envs",
+    "registered_factory",
 ]

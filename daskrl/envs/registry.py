@@ -35,6 +35,11 @@ def register_env(name: str, factory: Callable[..., gym.Env]) -> None:
     _REGISTRY[name] = factory
 
 
+def registered_factory(name: str) -> Callable[..., gym.Env] | None:
+    """The factory registered under `name` (shipped to workers, which do not share this registry)."""
+    return _REGISTRY.get(name)
+
+
 def registered_envs() -> list[str]:
     """Names registered with `register_env`, for help messages and CLIs."""
     return sorted(_REGISTRY)

@@ -51,12 +51,12 @@ class InferenceWorker(Component):
             self.policy.refresh()
         with self.timing("gather"):
             views = [self.workers[r["w"]] for r in batch]
-            obs = np.concatenate([v["obs"][r["slot"], r["t"]] for v, r in zip(views, batch)])
+            obs = np.concatenate([v["obs"][r["slot"], r["t"]] for v, r in zip(views, batch, strict=True)])
         with self.timing("inference"):
             actions, log_probs, values = self.policy.act(obs)
         with self.timing("scatter"):
             start = 0
-            for v, r in zip(views, batch):
+            for v, r in zip(views, batch, strict=True):
                 slot_index, t = r["slot"], r["t"]
                 n = v["obs"].shape[2]
                 end = start + n

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from daskrl.envs.registry import register_env
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.envs.vector import EnvGroup
 from daskrl.runtime.component import Component, signal, slot
@@ -45,7 +46,9 @@ class RolloutWorker(Component):
     def on_configure(self, *, env: str, spaces: dict, num_envs: int, num_splits: int, rollout: int,
                      slots_per_split: int, inference: str = "inline", worker_index: int = 0, seed: int = 0,
                      env_kwargs: dict | None = None, model: dict | None = None, params: dict | None = None,
-                     policy_queue: str = "policy", **_: Any) -> None:
+                     policy_queue: str = "policy", env_factory=None, **_: Any) -> None:
+        if env_factory is not None:
+            register_env(env, env_factory)
         self.spaces = EnvSpaces.from_dict(spaces)
         self.inline = inference == "inline"
         self.policy_queue = policy_queue

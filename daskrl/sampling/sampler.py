@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daskrl.envs import registered_factory
 from daskrl.runtime import SlotRef, add_consumer, connect, spawn
 from daskrl.runtime.component import ComponentHandle
 from daskrl.sampling.inference_worker import InferenceWorker
@@ -42,6 +43,8 @@ class Sampler:
             "rollout": c.sampler.rollout, "slots_per_split": c.sampler.slots_per_split,
             "inference": c.sampler.inference, "worker_index": index, "seed": c.run.seed,
             "model": _model_cfg(c), "params": self.params_desc, "policy_queue": policy_queue(),
+            # an env registered with register_env in this process travels with the config (cloudpickle)
+            "env_factory": registered_factory(c.env.env),
         }
 
     def create(self, consumer: SlotRef) -> None:

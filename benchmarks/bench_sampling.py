@@ -1,0 +1,105 @@
+"""Sampling throughput against the hardware limit, for CartPole-v1 and an image env (daskrl/Catch-v0).
+
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12]
+
+(a) limit: one process per core stepping a gymnasium SyncVectorEnv of 32 envs with random actions;
+(b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
+(c) daskrl sampling-only run with one inference worker (remote inference over the work queue).
+Each line is measured alone, one after the other, on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import RateProbe  # noqa: E402
+
+ENVS = {"cartpole": "CartPole-v1", "image": "daskrl/Catch-v0"}
+
+
+def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
+    import gymnasium as gym
+
+    from daskrl.envs import make_env
+
+    vec = gym.vector.SyncVectorEnv([lambda: make_env(env_id) for _ in range(num_envs)])
+    vec.reset(seed=0)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(50):
+            vec.step(vec.action_space.sample())
+        steps += 50 * num_envs
+    out.put(steps / (time.perf_counter() - t0))
+    vec.close()
+
+
+def limit_fps(env_id: str, seconds: float, num_envs: int = 32) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_limit_worker, args=(env_id, num_envs, seconds, out)) for _ in range(os.cpu_count())]
+    for p in procs:
+        p.start()
+    rates = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict) -> tuple[float, dict]:
+    from daskrl.config import Config
+    from daskrl.runner import train
+
+    warmup = 4.0
+    probe = RateProbe(warmup)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Config.from_flat({
+            "env": env_id, "sampling_only": True, "inference": inference, "train_dir": tmp,
+            "experiment": "bench", "train_for_env_steps": 0, "train_for_seconds": warmup + seconds,
+            "report_interval": 1.0, "dashboard_address": "", **options})
+        summary = train(config, on_report=probe)
+    return probe.rate(), summary["time_shares"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=12.0, help="measurement time per line (after warm-up)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args()
+    # The sampler settings used here (also the documented fast settings for cheap envs):
+    inline = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 1},
+              "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1}}
+    remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 2,
+                           "num_inference_workers": 1},
+              "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 2,
+                        "num_inference_workers": 1}}
+    results: dict[str, dict] = {}
+    for key, env_id in ENVS.items():
+        limit = limit_fps(env_id, args.seconds)
+        inline_fps, inline_shares = daskrl_fps(env_id, "inline", args.seconds, inline[key])
+        remote_fps, remote_shares = daskrl_fps(env_id, "remote", args.seconds, remote[key])
+        results[key] = {"limit_fps": round(limit), "inline_fps": round(inline_fps), "remote_fps": round(remote_fps),
+                        "inline_settings": inline[key], "remote_settings": remote[key],
+                        "inline_time_shares": inline_shares, "remote_time_shares": remote_shares}
+    print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up\n")
+    print("| env | (a) limit: SyncVectorEnv, 1 process/core | (b) inline | (b)/(a) | (c) 1 inference worker | (c)/(a) |")
+    print("|---|---|---|---|---|---|")
+    for key, r in results.items():
+        print(f"| {ENVS[key]} | {r['limit_fps']:,} | {r['inline_fps']:,} | {r['inline_fps'] / r['limit_fps']:.0%} | "
+              f"{r['remote_fps']:,} | {r['remote_fps'] / r['limit_fps']:.0%} |")
+    print("\nwhere the time goes (share of wall time per component):")
+    for key, r in results.items():
+        for mode in ("inline", "remote"):
+            print(f"  {ENVS[key]} {mode}: {json.dumps(r[f'{mode}_time_shares'])}")
+    if args.json:
+        print(json.dumps({k: {m: v[m] for m in ("limit_fps", "inline_fps", "remote_fps")} for k, v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Time to solve CartPole-v1 (mean return >= 475 over the last 100 episodes) from launch, daskrl vs SB3.
+
+Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2]
+
+daskrl: `daskrl train --env CartPole-v1 --stop-at-return 475` with default options, one subprocess per seed,
+timed from launch until it reports the threshold. Stable-Baselines3 PPO (rl-zoo hyperparameters) runs the
+same way when it is installed. Peak memory is the summed PSS of the whole process tree (driver, scheduler,
+forkserver and workers), sampled every 0.2 s. Runs go one after the other, never two at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import tree_pss_mb  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_measured(cmd: list[str], timeout: float, marker: str | None = None) -> dict:
+    """Run ``cmd``; return its output, wall seconds, peak summed PSS (MB) and, when ``marker`` is given, the
+    seconds from launch until the first output line containing it."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_pss_mb(proc.pid))
+            time.sleep(0.2)
+
+    killer = threading.Timer(timeout, proc.kill)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    killer.start()
+    lines, marked = [], None
+    for line in proc.stdout:
+        lines.append(line)
+        if marker and marked is None and marker in line:
+            marked = time.monotonic() - t0
+    proc.wait()
+    killer.cancel()
+    done.set()
+    sampler.join()
+    return {"out": "".join(lines), "wall_s": time.monotonic() - t0, "peak_pss_mb": peak[0], "marked_s": marked}
+
+
+def daskrl_run(seed: int, limit_s: float) -> dict:
+    tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
+    try:
+        cmd = [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--stop-at-return", "475",
+               "--train-for-seconds", str(limit_s), "--seed", str(seed), "--train-dir", tmp,
+               "--experiment", "bench", "--dashboard-address", ""]
+        run = run_measured(cmd, timeout=limit_s + 60, marker="reached --stop-at-return")
+        rows = _csv_rows(os.path.join(tmp, "bench", "metrics.csv"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    fps = [float(r["fps"]) for r in rows if float(r["fps"]) > 0]
+    return {"seconds_to_475": run["marked_s"], "fps": statistics.median(fps) if fps else 0.0,
+            "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
+
+
+def _csv_rows(path: str) -> list[dict]:
+    import csv
+
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def sb3_run(seed: int, limit_s: float) -> dict | None:
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        return None
+    run = run_measured([sys.executable, os.path.join(HERE, "sb3_cartpole.py"), str(seed)], timeout=limit_s + 60,
+                       marker="reached 475")
+    line = [x for x in run["out"].strip().splitlines() if x.startswith("{")]
+    result = json.loads(line[-1]) if line else {"seconds_to_475": None, "fps": 0.0}
+    return {"seconds_to_475": run["marked_s"], "fps": result["fps"], "peak_pss_mb": run["peak_pss_mb"],
+            "wall_s": run["wall_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--limit", type=float, default=60.0, help="give up on a run after this many seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args()
+    systems = {"daskrl": [daskrl_run(s, args.limit) for s in args.seeds]}
+    sb3 = [sb3_run(s, args.limit) for s in args.seeds]
+    if sb3[0] is not None:
+        systems["sb3_ppo_rlzoo"] = sb3
+    result = {}
+    print(f"CartPole-v1, time from launch to a mean return >= 475 (last 100 episodes); {os.cpu_count()} cores\n")
+    print("| system | seconds to 475 (per seed) | median | training frames/s | peak PSS (MB) |")
+    print("|---|---|---|---|---|")
+    for name, runs in systems.items():
+        times = [r["seconds_to_475"] for r in runs]
+        solved = [t for t in times if t is not None]
+        median = statistics.median(solved) if len(solved) == len(times) else None
+        fps = statistics.median(r["fps"] for r in runs)
+        peak = max(r["peak_pss_mb"] for r in runs)
+        shown = ", ".join("not reached" if t is None else f"{t:.1f}" for t in times)
+        print(f"| {name} | {shown} | {'n/a' if median is None else f'{median:.1f}'} | {fps:,.0f} | {peak:,.0f} |")
+        result[name] = {"seconds_to_475": [None if t is None else round(t, 2) for t in times],
+                        "fps": round(fps), "peak_pss_mb": round(peak)}
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

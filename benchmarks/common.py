@@ -1,0 +1,43 @@
+"""Helpers shared by the benchmarks: steady-state frame rates and the memory of a process tree."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+class RateProbe:
+    """Collects (time, env_steps) from ``train(on_report=...)`` and gives the rate after a warm-up."""
+
+    def __init__(self, warmup_s: float) -> None:
+        self.warmup_s = warmup_s
+        self.points: list[tuple[float, int]] = []
+        self.t0 = time.monotonic()
+
+    def __call__(self, row: dict) -> None:
+        self.points.append((time.monotonic() - self.t0, int(row["env_steps"])))
+
+    def rate(self) -> float:
+        steady = [(t, s) for t, s in self.points if t >= self.warmup_s]
+        if len(steady) < 2:
+            steady = self.points[-2:]
+        (t0, s0), (t1, s1) = steady[0], steady[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def tree_pss_mb(root_pid: int) -> float:
+    """Summed PSS (proportional set size: shared pages split between their users) of a process and all
+    its descendants, in MB."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total / 2**20

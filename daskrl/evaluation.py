@@ -1,0 +1,73 @@
+"""``daskrl enjoy``: load a trained policy from its experiment directory and run episodes with it.
+
+Evaluation runs in the calling process (no cluster): one env, the learner's network and observation
+statistics from the checkpoint, actions sampled (or the most likely one with ``deterministic``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from daskrl.config import Config, ConfigError
+from daskrl.envs import make_env, probe_env
+from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.sampling.policy import build_model
+
+
+def load_policy(experiment_dir: str, which: str = "latest"):
+    """(config, model, checkpoint) of an experiment; ``which`` is 'latest', 'best' or a checkpoint path."""
+    config_path = os.path.join(experiment_dir, "config.json")
+    if not os.path.exists(config_path):
+        raise ConfigError([f"{experiment_dir!r} is not a daskrl experiment directory (no config.json): check "
+                           "--experiment and --train-dir"])
+    with open(config_path) as f:
+        config = Config.from_json(f.read())
+    store = CheckpointStore(os.path.join(experiment_dir, "checkpoints"))
+    if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
+        raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
+    state = store.load(which)
+    spaces = probe_env(config.env.env, config.env.env_kwargs)
+    import dataclasses
+
+    model = build_model(spaces, dataclasses.asdict(config.model), config.run.seed)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return config, model, state
+
+
+def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render: bool = False,
+          deterministic: bool = False, seed: int = 12345, max_steps: int = 100_000) -> dict[str, Any]:
+    config, model, state = load_policy(experiment_dir, which)
+    env = make_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs,
+                   render_mode="human" if render else None)
+    returns, lengths = [], []
+    try:
+        for _ in range(episodes):
+            obs, _ = env.reset()
+            total, steps, done = 0.0, 0, False
+            while not done and steps < max_steps:
+                batch = np.asarray(obs)[None]
+                if batch.dtype == np.float64:
+                    batch = batch.astype(np.float32)
+                with torch.inference_mode():
+                    action, _, _ = model.act(batch, deterministic=deterministic)
+                act = action[0].item() if config_is_discrete(model) else action[0]
+                obs, reward, terminated, truncated, _ = env.step(act)
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated
+            returns.append(total)
+            lengths.append(steps)
+    finally:
+        env.close()
+    return {"episodes": episodes, "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+            "length_mean": float(np.mean(lengths)), "env_steps_trained": int(state.get("env_steps", 0)),
+            "checkpoint": which, "returns": returns}
+
+
+def config_is_discrete(model) -> bool:
+    return model.spaces.action_kind == "discrete"

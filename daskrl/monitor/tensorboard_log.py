@@ -1,0 +1,50 @@
+"""TensorBoard event files for a run, through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package).
+
+Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, ``episode/``, ``learner/``,
+``time/``); docs/metrics.md says what each one means and when to worry.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# The CSV column -> TensorBoard tag of every scalar we write.
+TAGS = {
+    "fps": "perf/fps",
+    "policy_lag": "perf/policy_lag",
+    "episode_return_mean": "episode/return_mean",
+    "episode_return_std": "episode/return_std",
+    "episode_length_mean": "episode/length_mean",
+    "policy_version": "learner/policy_version",
+    "loss": "learner/loss",
+    "policy_loss": "learner/policy_loss",
+    "value_loss": "learner/value_loss",
+    "entropy": "learner/entropy",
+    "approx_kl": "learner/approx_kl",
+    "clip_fraction": "learner/clip_fraction",
+    "grad_norm": "learner/grad_norm",
+    "learning_rate": "learner/learning_rate",
+    "valid_fraction": "learner/valid_fraction",
+}
+
+
+class TensorBoardLog:
+    def __init__(self, log_dir: str) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=log_dir)
+
+    def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:
+        step = int(row["env_steps"])
+        for column, tag in TAGS.items():
+            value = row.get(column)
+            if isinstance(value, (int, float)) and not math.isnan(value):
+                self.writer.add_scalar(tag, value, step)
+        for component, parts in (shares or {}).items():
+            for activity, share in parts.items():
+                self.writer.add_scalar(f"time/{component}/{activity}", share, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
