@@ -39,6 +39,8 @@ class SamplerConfig:
     inference: str = opt("inline", "where the policy runs: 'inline' in the rollout worker (fast for cheap envs), "
                                    "or 'remote' in batched inference workers", choices=["inline", "remote"])
     num_inference_workers: int = opt(1, "inference workers per policy (inference='remote' only)")
+    env_failure_limit: int = opt(5, "an env that raises is rebuilt and its episode dropped; this many failures in a "
+                                    "row of one env stop the run")
 
 
 @dataclass
@@ -71,6 +73,7 @@ class LearnerConfig:
     normalize_advantages: bool = opt(True, "normalize advantages per minibatch")
     normalize_returns: bool = opt(True, "normalize value targets with running statistics")
     learner_threads: int = opt(1, "torch threads in the learner process")
+    nan_tolerance: int = opt(10, "training steps in a row with NaN/inf loss or gradients before the run stops")
 
 
 @dataclass
@@ -88,7 +91,10 @@ class RunConfig:
     keep_checkpoints: int = opt(3, "checkpoints kept besides the best one")
     scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster)")
     n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)")
-    dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = none)")
+    dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = any free port)")
+    max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times")
+    heartbeat_timeout: float = opt(10.0, "a component whose loop has not turned for this many seconds is reported "
+                                         "as silent, with its current stack")
 
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,
@@ -163,7 +169,8 @@ class Config:
                 f"{s.num_envs_per_worker}: each split needs the same number of envs (try --worker-num-splits "
                 f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
             )
-        for name in ("batch_size", "num_batches_per_epoch", "num_epochs", "learning_rate", "learner_threads"):
+        for name in ("batch_size", "num_batches_per_epoch", "num_epochs", "learning_rate", "learner_threads",
+                     "nan_tolerance"):
             positive(name, getattr(lr, name))
         for name in ("max_policy_lag", "max_grad_norm", "value_clip", "entropy_coef", "value_coef"):
             positive(name, getattr(lr, name), allow_zero=True)
@@ -177,6 +184,9 @@ class Config:
         positive("report_interval", r.report_interval)
         positive("checkpoint_interval", r.checkpoint_interval)
         positive("keep_checkpoints", r.keep_checkpoints)
+        positive("heartbeat_timeout", r.heartbeat_timeout)
+        positive("max_learner_restarts", r.max_learner_restarts, allow_zero=True)
+        positive("env_failure_limit", s.env_failure_limit, allow_zero=True)
         for section in SECTIONS:
             for f in dataclasses.fields(SECTIONS[section]):
                 choices = f.metadata.get("choices")

@@ -36,7 +36,18 @@ def _summarize(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
     message = str(exc).strip().replace("\n", " ")
+    if len(message) > 300:  # one line, not a dump of the offending value
+        message = message[:300] + " ..."
     return f"{type(exc).__name__}: {message}{where}"
+
+
+class EnvFailure:
+    """One env that raised and was rebuilt: which, where, and the error in one line."""
+
+    __slots__ = ("env_index", "phase", "summary")
+
+    def __init__(self, env_index: int, phase: str, summary: str) -> None:
+        self.env_index, self.phase, self.summary = env_index, phase, summary
 
 
 class EnvGroup:
@@ -46,10 +57,17 @@ class EnvGroup:
     episode and the finished (return, length) is appended to `finished_episodes`.
     """
 
-    def __init__(self, envs: Sequence[gym.Env], spaces: EnvSpaces | None = None) -> None:
+    def __init__(self, envs: Sequence[gym.Env], spaces: EnvSpaces | None = None,
+                 rebuild: Any = None, max_consecutive_failures: int = 0) -> None:
+        """``rebuild(i) -> gym.Env`` makes a fresh env i; with it, an env that raises is rebuilt and its episode
+        cut short (``truncated``), and only ``max_consecutive_failures`` failures in a row of one env raise."""
         if not envs:
             raise ValueError("EnvGroup needs at least one env")
         self.envs = list(envs)
+        self.rebuild = rebuild
+        self.max_consecutive_failures = max_consecutive_failures
+        self.failures: list[EnvFailure] = []  # drained by the owner (pop_failures)
+        self._consecutive = [0] * len(self.envs)
         self.num_envs = len(self.envs)
         self.spaces = spaces if spaces is not None else EnvSpaces.from_env(self.envs[0])
         self.finished_episodes: list[tuple[float, int]] = []
@@ -75,30 +93,40 @@ class EnvGroup:
         first_env_index: int = 0,
         env_kwargs: dict[str, Any] | None = None,
         spaces: EnvSpaces | None = None,
+        max_consecutive_failures: int = 0,
     ) -> EnvGroup:
-        """Build `num_envs` envs with seeds `env_seed(seed, worker_index, first_env_index + i)`."""
+        """Build `num_envs` envs with seeds `env_seed(seed, worker_index, first_env_index + i)`; with
+        `max_consecutive_failures` > 0 an env that raises is rebuilt (with a new seed) instead of failing."""
         envs: list[gym.Env] = []
+        rebuilds = [0]
+
+        def build(i: int, generation: int = 0) -> gym.Env:
+            s = None if seed is None else env_seed(seed + 7919 * generation, worker_index, first_env_index + i)
+            return make_env(spec, seed=s, env_kwargs=env_kwargs)
+
+        def rebuild(i: int) -> gym.Env:
+            rebuilds[0] += 1
+            return build(i, rebuilds[0])
+
         try:
             for i in range(num_envs):
-                s = None if seed is None else env_seed(seed, worker_index, first_env_index + i)
-                envs.append(make_env(spec, seed=s, env_kwargs=env_kwargs))
+                envs.append(build(i))
         except BaseException:
             for env in envs:
                 env.close()
             raise
-        return cls(envs, spaces)
+        return cls(envs, spaces, rebuild if max_consecutive_failures > 0 else None, max_consecutive_failures)
 
     def __len__(self) -> int:
         return self.num_envs
 
     def reset(self, obs_out: np.ndarray) -> np.ndarray:
         """Reset every env into `obs_out` (shape (num_envs, *obs_shape)) and zero running stats."""
-        i = 0
-        try:
-            for i, env in enumerate(self.envs):
+        for i, env in enumerate(self.envs):
+            try:
                 obs_out[i], _ = env.reset()
-        except Exception as exc:
-            raise EnvStepError(i, "reset", _summarize(exc)) from exc
+            except Exception as exc:
+                obs_out[i] = self._recover(i, "reset", exc)
         self._ep_return = [0.0] * self.num_envs
         self._ep_length = [0] * self.num_envs
         return obs_out
@@ -119,10 +147,10 @@ class EnvGroup:
         else:
             acts = actions
         ep_return, ep_length = self._ep_return, self._ep_length
-        i, phase = 0, "step"
-        try:
-            for i, env in enumerate(self.envs):
-                phase = "step"
+        i = 0
+        while i < self.num_envs:
+            env, phase = self.envs[i], "step"
+            try:
                 obs, reward, terminated, truncated, _ = env.step(acts[i])
                 ep_return[i] += reward
                 ep_length[i] += 1
@@ -136,8 +164,42 @@ class EnvGroup:
                 reward_out[i] = reward
                 terminated_out[i] = terminated
                 truncated_out[i] = truncated
-        except Exception as exc:
-            raise EnvStepError(i, phase, _summarize(exc)) from exc
+                self._consecutive[i] = 0
+            except Exception as exc:
+                obs_out[i] = self._recover(i, phase, exc)
+                reward_out[i] = 0.0
+                terminated_out[i] = False
+                truncated_out[i] = True  # the partial episode ends here: nothing bootstraps across it
+            i += 1
+
+    def _recover(self, i: int, phase: str, exc: Exception) -> Any:
+        """Rebuild env ``i`` after it raised (dropping its episode) and return its first observation; raise
+        :class:`EnvStepError` if rebuilding is off or the env keeps failing."""
+        while True:
+            summary = _summarize(exc)
+            if self.rebuild is None:
+                raise EnvStepError(i, phase, summary) from exc
+            self._consecutive[i] += 1
+            if self._consecutive[i] > self.max_consecutive_failures:
+                raise EnvStepError(i, phase, f"{summary} ({self._consecutive[i]} failures in a row; giving up)") from exc
+            self.failures.append(EnvFailure(i, phase, summary))
+            self._ep_return[i] = 0.0
+            self._ep_length[i] = 0
+            try:
+                self.envs[i].close()
+            except Exception:
+                pass
+            try:
+                self.envs[i] = self.rebuild(i)
+                phase = "reset"
+                obs, _ = self.envs[i].reset()
+                return obs
+            except Exception as again:
+                exc = again
+
+    def pop_failures(self) -> list[EnvFailure]:
+        failures, self.failures = self.failures, []
+        return failures
 
     def pop_episode_stats(self) -> list[tuple[float, int]]:
         """Return and clear the (return, length) of episodes finished since the last call."""

@@ -29,21 +29,24 @@ class Batcher:
         self.samples_per_batch = samples_per_batch
         self.deliver = deliver
         self.workers: dict[str, dict[str, Any]] = {}
+        self.incarnations: dict[str, str] = {}  # worker -> incarnation whose arrays are attached
         self.incoming: queue.SimpleQueue = queue.SimpleQueue()
         self.capacity = threading.Semaphore(max_ready)
         self.stopping = False
         self.wait_s = 0.0  # time spent blocked because the learner had not taken the previous batch
         self.batches = 0
         self.slots = 0
+        self.dropped_slots = 0
         self.thread = threading.Thread(target=self._run, name=f"daskrl-{learner.name}-batcher", daemon=True)
 
     def attach(self, buffers: dict[str, dict]) -> None:
         for name, descs in buffers.items():
             self.workers[name] = {k: a.array if hasattr(a, "array") else a
                                   for k, a in attach_slots(self.learner, descs).items()}
+            self.incarnations[name] = descs.get("_incarnation", "")
 
-    def add(self, worker: str, slot: int) -> None:
-        self.incoming.put((worker, slot))
+    def add(self, worker: str, slot: int, incarnation: str = "") -> None:
+        self.incoming.put((worker, slot, incarnation))
 
     def taken(self) -> None:
         """The learner took a batch: room for the next one."""
@@ -64,9 +67,12 @@ class Batcher:
             item = self.incoming.get()
             if item is None:
                 break
-            worker, slot = item
+            worker, slot, incarnation = item
+            if incarnation and self.incarnations.get(worker) != incarnation:
+                self.dropped_slots += 1  # from a rollout worker that was replaced: its memory is gone
+                continue
             part = self._copy_slot(worker, slot)
-            self.learner.put(free_queue(worker), {"slots": [slot]})
+            self.learner.put(free_queue(worker), {"slots": [slot], "inc": incarnation})
             parts.append(part)
             samples += part["rewards"].size
             self.slots += 1

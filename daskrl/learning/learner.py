@@ -43,6 +43,8 @@ class Learner(Component):
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.lag_history: deque = deque(maxlen=100)
+        self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
+        self.nan_tolerance = int(learner.get("nan_tolerance", 10))
 
     async def params_desc(self) -> dict:
         return self.publisher.desc
@@ -79,7 +81,7 @@ class Learner(Component):
 
     @slot
     def on_trajectory(self, payload: dict) -> None:
-        self.batcher.add(payload["worker"], payload["slot"])
+        self.batcher.add(payload["worker"], payload["slot"], payload.get("inc", ""))
 
     def _deliver(self, batch: TrajectoryBatch) -> None:
         """Called by the batcher thread: queue the batch for this component's thread and wake it."""
@@ -99,12 +101,22 @@ class Learner(Component):
         self.metrics = metrics
         self.counters["samples_trained"] = self.trainer.samples_trained
         self.counters["skipped_updates"] += metrics["skipped_updates"]
+        if metrics["updates"] == 0 and metrics["skipped_updates"] > 0:
+            self.bad_steps += 1
+            if self.bad_steps >= self.nan_tolerance:
+                self.fail("training", FloatingPointError(
+                    f"the loss or gradients were NaN/inf in {self.bad_steps} training steps in a row, so no update "
+                    "was applied; the run stops and the last good checkpoint stays the newest. Check the env's "
+                    "rewards and observations for NaN/inf, or lower --learning-rate"))
+        else:
+            self.bad_steps = 0
 
     def extra_stats(self) -> dict:
         return {
             "policy_version": self.publisher.version, "train_steps": self.trainer.train_steps,
             "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),
             "batcher": {"batches": self.batcher.batches, "slots": self.batcher.slots,
+                        "dropped_slots": self.batcher.dropped_slots,
                         "blocked_s": self.batcher.wait_s, "pending_slots": self.batcher.incoming.qsize()},
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),

@@ -15,7 +15,6 @@ per peer worker (a comm opened with ``{"op": "connection_stream"}``, read by the
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 from collections import defaultdict
@@ -94,7 +93,7 @@ class Bus:
         self.components: dict[str, Component] = {}
         self.routes: dict[str, dict] = {}
         self.routes_version = -1
-        self._rr = itertools.count()
+        self._rr: dict[str, int] = defaultdict(int)  # round-robin position per work queue
         self._lock = threading.Lock()
         self._pending: dict[str, list] = defaultdict(list)
         self._flush_scheduled = False
@@ -120,7 +119,9 @@ class Bus:
             return 0
         subs = route["subs"]
         if route["mode"] == "one":
-            subs = (subs[next(self._rr) % len(subs)],)
+            position = self._rr[topic]
+            self._rr[topic] = position + 1
+            subs = (subs[position % len(subs)],)
         remote = False
         for address, receiver, slot in subs:
             if address == self.address:
@@ -212,14 +213,32 @@ class Bus:
         self._peers.clear()
 
 
+def _exit_with_owner(pid: int, period_s: float = 1.0) -> None:
+    """An embedded cluster's worker outliving its driver (SIGKILLed) would keep its shared memory and CPU:
+    when the driver is gone, release the segments and exit."""
+    import os
+    import time
+
+    while True:
+        time.sleep(period_s)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shm.close_owned()
+            os._exit(0)
+        except PermissionError:
+            pass
+
+
 class BusPlugin(WorkerPlugin):
     """Installs the topic bus, shared-memory RPC handlers and the leftover-segment sweep on each worker."""
 
     name = PLUGIN_NAME
     idempotent = True  # a second run on the same cluster shares the one bus
 
-    def __init__(self, preload_torch: bool = True) -> None:
+    def __init__(self, preload_torch: bool = True, owner_pid: int | None = None) -> None:
         self.preload_torch = preload_torch
+        self.owner_pid = owner_pid  # embedded clusters: the driver; when it dies (even SIGKILL), so do we
 
     async def setup(self, worker) -> None:
         global _current
@@ -239,6 +258,9 @@ class BusPlugin(WorkerPlugin):
         worker.handlers["daskrl_shm_write"] = shm.serve_write
         reply = await worker.scheduler.daskrl_bus_hello(address=worker.address)
         bus.set_routes(reply["routes"], reply["version"])
+        if self.owner_pid:
+            threading.Thread(target=_exit_with_owner, args=(self.owner_pid,), name="daskrl-owner-watch",
+                             daemon=True).start()
 
     async def teardown(self, worker) -> None:
         global _current

@@ -120,6 +120,8 @@ class Component:
 
     #: seconds a slot-less component waits for messages before re-checking timers and the stop flag
     idle_wait_s = 0.1
+    #: a loop turn longer than this is reported with the thread's current stack in ``stats()``
+    stack_after_s = 5.0
 
     def __init__(self, name: str) -> None:
         from distributed import get_worker
@@ -136,6 +138,7 @@ class Component:
         self._timers: list[list] = []  # [next_due, period, fn]
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._beat = time.monotonic()  # last turn of the component's loop: its heartbeat
         self._owned_arrays: list[shm.SharedArray] = []
         self._bus.components[name] = self
 
@@ -287,6 +290,7 @@ class Component:
         try:
             self.on_start()
             while not self._stopping:
+                self._beat = time.monotonic()
                 busy = self.run_once()
                 wait = 0.0 if busy else self._time_to_next_timer()
                 self._process_messages(wait)
@@ -294,9 +298,7 @@ class Component:
                     self._run_due_timers()
             self.on_stop()
         except Exception as exc:
-            self.state = "failed"
-            self._record_error("main loop", exc)
-            logger.error("component %r failed: %s", self.name, exc)
+            self.fail("main loop", exc)
 
     def _time_to_next_timer(self) -> float:
         if not self._timers:
@@ -341,6 +343,14 @@ class Component:
                 except Exception as exc:
                     self._record_error(f"timer {getattr(timer[2], '__name__', timer[2])!r}", exc)
 
+    def fail(self, where: str, exc: BaseException) -> None:
+        """Stop this component for good, recording why: for errors a slot cannot shrug off (an env that keeps
+        raising, a loss that stays NaN). The runner sees ``state == "failed"`` and the message."""
+        self.state = "failed"
+        self._stopping = True
+        self._record_error(where, exc)
+        logger.error("component %r failed: %s", self.name, exc)
+
     def _record_error(self, where: str, exc: BaseException) -> None:
         summary = traceback.format_exception_only(type(exc), exc)[-1].strip()
         if len(summary) > 400:  # one readable line, not a dump of the offending value
@@ -370,9 +380,21 @@ class Component:
             "counters": dict(self.counters),
             "errors": list(self.errors[-10:]),
             "error_count": int(self.counters.get("errors", 0)),
+            "heartbeat_age_s": time.monotonic() - self._beat if self.state == "running" else 0.0,
         }
+        if out["heartbeat_age_s"] > self.stack_after_s:
+            out["stack"] = self.current_stack()
         out.update(self.extra_stats())
         return out
+
+    def current_stack(self) -> list[str]:
+        """What the component's thread is doing right now (Dask's own call-stack formatting)."""
+        import sys
+
+        from distributed.profile import call_stack
+
+        frame = sys._current_frames().get(self._thread.ident) if self._thread is not None else None
+        return call_stack(frame) if frame is not None else []
 
     def close_now(self) -> None:
         """Release everything this component owns (also called by the worker plugin at teardown)."""

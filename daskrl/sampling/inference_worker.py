@@ -39,6 +39,17 @@ class InferenceWorker(Component):
         self.workers.update(attached)
         return sorted(self.workers)
 
+    async def set_params(self, desc: dict) -> None:
+        """Read parameters from a new publisher (a restarted learner)."""
+
+        def switch() -> None:
+            from daskrl.runtime.params import ParameterReader
+
+            self.policy.reader = ParameterReader(self, desc)
+            self.policy.version = -1
+
+        await self.on_own_thread(switch)
+
     @slot
     def on_request(self, payload: dict) -> None:
         self.pending.append(payload)
@@ -47,6 +58,12 @@ class InferenceWorker(Component):
         if not self.pending:
             return False
         batch, self.pending = self.pending, []
+        unknown = [r for r in batch if r["w"] not in self.workers]
+        if unknown:  # a replacement rollout worker asks before its buffers were attached here: it will ask again
+            self.counters["unknown_requests"] += len(unknown)
+            batch = [r for r in batch if r["w"] in self.workers]
+            if not batch:
+                return True
         with self.timing("params"):
             self.policy.refresh()
         with self.timing("gather"):
@@ -65,7 +82,7 @@ class InferenceWorker(Component):
                 v["values"][slot_index, t] = values[start:end]
                 v["policy_version"][slot_index, t] = self.policy.version
                 start = end
-                self.put(actions_queue(r["w"]), {"s": r["s"]})
+                self.put(actions_queue(r["w"]), {"s": r["s"], "slot": slot_index, "t": t})
         self.requests += len(batch)
         self.batches += 1
         return True

@@ -13,6 +13,8 @@ Actions come from one of two strategies over the same slots and the same code pa
 
 from __future__ import annotations
 
+import os
+import time
 from collections import deque
 from typing import Any
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from daskrl.envs.registry import register_env
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.envs.vector import EnvGroup
+from daskrl.envs.vector import EnvGroup, EnvStepError
 from daskrl.runtime.component import Component, signal, slot
 from daskrl.sampling.policy import SamplingPolicy
 from daskrl.sampling.trajectories import SlotLayout, create_slots
@@ -46,9 +48,13 @@ class RolloutWorker(Component):
     def on_configure(self, *, env: str, spaces: dict, num_envs: int, num_splits: int, rollout: int,
                      slots_per_split: int, inference: str = "inline", worker_index: int = 0, seed: int = 0,
                      env_kwargs: dict | None = None, model: dict | None = None, params: dict | None = None,
-                     policy_queue: str = "policy", env_factory=None, **_: Any) -> None:
+                     policy_queue: str = "policy", env_factory=None, env_failure_limit: int = 5,
+                     request_timeout_s: float = 5.0, **_: Any) -> None:
         if env_factory is not None:
             register_env(env, env_factory)
+        self.env_spec = env
+        self.incarnation = os.urandom(4).hex()  # tells this worker's slots from a predecessor's after a restart
+        self.request_timeout_s = request_timeout_s
         self.spaces = EnvSpaces.from_dict(spaces)
         self.inline = inference == "inline"
         self.policy_queue = policy_queue
@@ -56,7 +62,7 @@ class RolloutWorker(Component):
         per_split = num_envs // num_splits
         self.groups = [
             EnvGroup.from_spec(env, per_split, seed=seed, worker_index=worker_index, first_env_index=s * per_split,
-                               env_kwargs=env_kwargs, spaces=self.spaces)
+                               env_kwargs=env_kwargs, spaces=self.spaces, max_consecutive_failures=env_failure_limit)
             for s in range(num_splits)
         ]
         self.layout = SlotLayout.for_worker(self.spaces, num_envs, num_splits, rollout, slots_per_split)
@@ -75,10 +81,40 @@ class RolloutWorker(Component):
             if self.inline else None
         self.env_steps = 0
         self.slots_filled = 0
+        self.requested_at = [0.0] * num_splits  # remote strategy: when each split's pending request went out
+        self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
+        self._seen_failures: set[str] = set()
+        if not self.inline:
+            self.add_timer(1.0, self._resend_lost_requests)
 
     async def buffers(self) -> dict:
-        """Descriptions of the slot arrays, for inference workers and the learner to attach."""
-        return {name: arr.desc for name, arr in self.shared.items()}
+        """Descriptions of the slot arrays (plus this incarnation's id) for inference workers and the learner."""
+        out: dict[str, Any] = {name: arr.desc for name, arr in self.shared.items()}
+        out["_incarnation"] = self.incarnation
+        return out
+
+    async def set_params(self, desc: dict) -> None:
+        """Read parameters from a new publisher (a restarted learner); take whatever version it has."""
+
+        def switch() -> None:
+            from daskrl.runtime.params import ParameterReader
+
+            if self.policy is not None:
+                self.policy.reader = ParameterReader(self, desc)
+                self.policy.version = -1
+
+        await self.on_own_thread(switch)
+
+    async def reclaim_slots(self) -> int:
+        """Take back every slot not being filled (their consumer died before handing them back)."""
+
+        def reclaim() -> int:
+            in_use = {i for i in self.split_slot if i is not None}
+            self.free = deque(i for i in range(self.layout.num_slots) if i not in in_use)
+            self._serve_waiting()
+            return len(self.free)
+
+        return await self.on_own_thread(reclaim)
 
     # ---- the loop ----
 
@@ -118,9 +154,15 @@ class RolloutWorker(Component):
         then continues in a new slot, or waits for one)."""
         slot_index, t = self.split_slot[s], self.split_t[s]
         group = self.groups[s]
-        with self.timing("env"):
-            group.step(self.actions[slot_index, t], self.obs[slot_index, t + 1], self.rewards[slot_index, t],
-                       self.terminated[slot_index, t], self.truncated[slot_index, t])
+        try:
+            with self.timing("env"):
+                group.step(self.actions[slot_index, t], self.obs[slot_index, t + 1], self.rewards[slot_index, t],
+                           self.terminated[slot_index, t], self.truncated[slot_index, t])
+        except EnvStepError as exc:
+            raise EnvStepError(exc.env_index, exc.phase, f"{exc.summary} [environment {self.env_spec!r}, env "
+                               f"{exc.env_index} of split {s} on rollout worker {self.name!r}]") from exc
+        if group.failures:
+            self._note_env_failures(s, group.pop_failures())
         self.env_steps += group.num_envs
         if group.finished_episodes:
             self.episodes.extend(group.pop_episode_stats())
@@ -131,7 +173,8 @@ class RolloutWorker(Component):
         self.split_t[s] = 0
         self.carry[s][...] = self.obs[slot_index, t]
         self.slots_filled += 1
-        self.trajectory_ready({"worker": self.name, "slot": slot_index, "frames": self.rollout * group.num_envs})
+        self.trajectory_ready({"worker": self.name, "slot": slot_index, "frames": self.rollout * group.num_envs,
+                               "inc": self.incarnation})
         self.split_slot[s] = None
         self.waiting.append(s)
         self._serve_waiting()
@@ -147,7 +190,28 @@ class RolloutWorker(Component):
                 self._request(s)
 
     def _request(self, s: int) -> None:
+        self.requested_at[s] = time.monotonic()
         self.put(self.policy_queue, {"w": self.name, "s": s, "slot": self.split_slot[s], "t": self.split_t[s]})
+
+    def _resend_lost_requests(self) -> None:
+        """A request whose inference worker died is never answered: ask again (answers are checked against the
+        split's current step, so a late duplicate is ignored)."""
+        now = time.monotonic()
+        for s, slot_index in enumerate(self.split_slot):
+            if slot_index is not None and self.requested_at[s] and now - self.requested_at[s] > self.request_timeout_s:
+                self.counters["requests_resent"] += 1
+                self._request(s)
+
+    def _note_env_failures(self, s: int, failures: list) -> None:
+        for f in failures:
+            self.counters["env_failures"] += 1
+            key = f"{f.phase}:{f.summary}"
+            if key not in self._seen_failures:  # each distinct error is shown once, with its traceback summary
+                self._seen_failures.add(key)
+                message = (f"environment {self.env_spec!r} (env {f.env_index} of split {s} on {self.name!r}) raised "
+                           f"in {f.phase} and was rebuilt; its partial episode was dropped: {f.summary}")
+                self.env_failure_log.append(message)
+                self.log_event("daskrl-env-errors", {"component": self.name, "message": message})
 
     # ---- slots ----
 
@@ -155,12 +219,24 @@ class RolloutWorker(Component):
     def on_actions(self, payload: dict) -> None:
         """Remote inference wrote actions for split ``s`` at its current step: step it and ask again."""
         s = payload["s"]
-        if not self._step(s):
+        if payload.get("slot", self.split_slot[s]) != self.split_slot[s] or payload.get("t", self.split_t[s]) != \
+                self.split_t[s]:
+            self.counters["stale_answers"] += 1  # an answer to a request that was sent again
+            return
+        self.requested_at[s] = 0.0
+        try:
+            finished = self._step(s)
+        except EnvStepError as exc:
+            self.fail(f"split {s}", exc)
+            return
+        if not finished:
             self._request(s)  # a finished slot's next request comes from _serve_waiting
 
     @slot
     def on_free(self, payload: dict) -> None:
-        """A consumer is done with these slots."""
+        """A consumer is done with these slots (slots of a predecessor incarnation are not ours)."""
+        if payload.get("inc", self.incarnation) != self.incarnation:
+            return
         self.free.extend(payload["slots"])
         self._serve_waiting()
 
@@ -168,7 +244,11 @@ class RolloutWorker(Component):
         episodes = []
         while self.episodes and len(episodes) < 5000:
             episodes.append(self.episodes.popleft())
+        env_errors = []
+        while self.env_failure_log:
+            env_errors.append(self.env_failure_log.popleft())
         return {"env_steps": self.env_steps, "slots_filled": self.slots_filled, "episodes": episodes,
+                "env_errors": env_errors, "incarnation": self.incarnation,
                 "free_slots": len(self.free), "waiting_splits": len(self.waiting),
                 "policy_version": self.policy.version if self.policy else None}
 

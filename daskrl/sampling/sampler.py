@@ -44,7 +44,7 @@ class Sampler:
             "inference": c.sampler.inference, "worker_index": index, "seed": c.run.seed,
             "model": _model_cfg(c), "params": self.params_desc, "policy_queue": policy_queue(),
             # an env registered with register_env in this process travels with the config (cloudpickle)
-            "env_factory": registered_factory(c.env.env),
+            "env_factory": registered_factory(c.env.env), "env_failure_limit": c.sampler.env_failure_limit,
         }
 
     def create(self, consumer: SlotRef) -> None:

@@ -63,5 +63,6 @@ def create_slots(component, layout: SlotLayout) -> dict[str, np.ndarray | object
 
 
 def attach_slots(component, descs: dict[str, dict]) -> dict[str, object]:
-    """Attach another worker's pool (in place on the same host, over comms otherwise)."""
-    return {name: component.attach_array(desc) for name, desc in descs.items()}
+    """Attach another worker's pool (in place on the same host, over comms otherwise); keys starting with "_"
+    are metadata (the pool's incarnation), not arrays."""
+    return {name: component.attach_array(desc) for name, desc in descs.items() if not name.startswith("_")}

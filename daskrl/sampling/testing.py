@@ -1,0 +1,126 @@
+"""Small real components for the sampling tests (importable on every worker): a slot consumer that keeps
+copies of what it receives, and a parameter source whose versions are recognizable in the slots.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.runtime.component import Component, slot
+from daskrl.sampling.rollout_worker import free_queue
+from daskrl.sampling.trajectories import attach_slots
+
+
+def poison_value(dtype: np.dtype) -> Any:
+    """A value no rollout or inference worker ever writes into a field of this dtype."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind == "u":
+        return 7  # uint8 fields hold 0/1 flags or 0/255 image pixels in the test envs
+    return -1
+
+
+class SlotCollector(Component):
+    """Consumes full slots like the learner does: copies each slot when ``trajectory_ready`` arrives (up to
+    ``max_keep``), then poisons it and hands it back on ``free:<worker>``.
+
+    Poisoning (NaN floats, -1 ints, 7 in uint8 fields) makes a step that is not written again before the slot
+    comes back visible. ``hold(True)`` keeps the slots instead of freeing them, so a sampler runs out of
+    slots and comes to rest.
+    """
+
+    def on_configure(self, max_keep: int = 100_000, poison: bool = True, **_: Any) -> None:
+        self.max_keep = max_keep
+        self.poison = poison
+        self.views: dict[str, dict[str, np.ndarray]] = {}
+        self.kept: list[dict[str, Any]] = []
+        self.seen: dict[str, int] = defaultdict(int)
+        self.frames = 0
+        self.holding = False
+        self.held: dict[str, list[int]] = defaultdict(list)
+
+    async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
+        attached = await self._run_in_thread(
+            lambda: {name: {k: a.array for k, a in attach_slots(self, descs).items()}
+                     for name, descs in buffers.items()})
+        self.views.update(attached)
+        return sorted(self.views)
+
+    @slot
+    def on_trajectory(self, payload: dict) -> None:
+        worker, index = payload["worker"], payload["slot"]
+        view = self.views[worker]
+        if len(self.kept) < self.max_keep:
+            self.kept.append({"worker": worker, "slot": index, "frames": payload["frames"],
+                              "arrays": {k: np.array(a[index], copy=True) for k, a in view.items()}})
+        self.seen[worker] += 1
+        self.frames += payload["frames"]
+        if self.holding:
+            self.held[worker].append(index)
+        else:
+            self._release(worker, index)
+
+    def _release(self, worker: str, index: int) -> None:
+        if self.poison:
+            for array in self.views[worker].values():
+                array[index] = poison_value(array.dtype)
+        self.put(free_queue(worker), {"slots": [index]})
+
+    def _set_hold(self, on: bool) -> None:
+        self.holding = on
+        if not on:
+            for worker, indices in self.held.items():
+                for index in indices:
+                    self._release(worker, index)
+            self.held.clear()
+
+    async def hold(self, on: bool = True) -> None:
+        """Keep (True) or hand back (False) the slots from now on; releasing also hands back those held."""
+        await self.on_own_thread(self._set_hold, on)
+
+    async def collected(self, start: int = 0) -> list[dict[str, Any]]:
+        """The copies kept so far, in arrival order (from index ``start``)."""
+        return await self.on_own_thread(lambda: self.kept[start:])
+
+    def extra_stats(self) -> dict:
+        return {"seen": dict(self.seen), "frames": self.frames, "kept": len(self.kept),
+                "held": {w: len(s) for w, s in self.held.items()}}
+
+
+class PolicySource(Component):
+    """Owns a :class:`~daskrl.runtime.params.ParameterPublisher` for a sampling policy, like the learner.
+
+    Every version it publishes has a value head that outputs exactly the version number (zero weights, bias
+    ``v``), so the ``values`` a sampler writes name the parameters that were used at each step.
+    """
+
+    def on_configure(self, *, spaces: dict, model: dict | None = None, seed: int = 0, remote: bool = False,
+                     **_: Any) -> None:
+        from daskrl.runtime.params import ParameterPublisher
+        from daskrl.sampling.policy import build_model
+
+        net = build_model(EnvSpaces.from_dict(spaces), model or {}, seed)
+        self.weights = net.state_dict_numpy()
+        self.publisher = ParameterPublisher(self, self.weights, remote=remote)
+
+    async def desc(self) -> dict:
+        return self.publisher.desc
+
+    def _publish(self) -> int:
+        version = self.publisher.version + 1
+        weights = dict(self.weights)
+        weights["critic.weight"] = np.zeros_like(self.weights["critic.weight"])
+        weights["critic.bias"] = np.full_like(self.weights["critic.bias"], version)
+        return self.publisher.publish(weights)
+
+    async def publish(self) -> int:
+        """Publish the next version; returns its number."""
+        return await self.on_own_thread(self._publish)
+
+    async def version(self) -> int:
+        return self.publisher.version

@@ -1,0 +1,263 @@
+"""Learning: the APPO trainer's safety rules (policy lag, non-finite data) on a real actor-critic, and whole
+training runs through ``daskrl.runner.train`` on a real LocalCluster: back-pressure, learning CartPole, resume."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.config import Config, ConfigError, LearnerConfig, ModelConfig
+from daskrl.envs import probe_env
+from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.runner import train
+from daskrl.sampling.policy import build_model
+
+T, N = 16, 8  # 128 samples: with batch_size 64 and 2 epochs, a training step is 4 minibatch updates
+BATCH_SIZE, EPOCHS = 64, 2
+UPDATES_PER_STEP = EPOCHS * (T * N // BATCH_SIZE)
+
+
+@pytest.fixture(scope="module")
+def spaces():
+    return probe_env("CartPole-v1")
+
+
+def make_trainer(spaces, **learner) -> APPOTrainer:
+    model = build_model(spaces, dataclasses.asdict(ModelConfig()), seed=0)  # normalize_obs on, as by default
+    cfg = {**dataclasses.asdict(LearnerConfig()), "batch_size": BATCH_SIZE, "num_epochs": EPOCHS, **learner}
+    return APPOTrainer(model, cfg)
+
+
+def make_batch(spaces, versions, seed: int = 0) -> TrajectoryBatch:
+    """CartPole-shaped data; ``versions`` is broadcast to [T, N] (one entry per column = per env)."""
+    rng = np.random.default_rng(seed)
+    return TrajectoryBatch(
+        obs=rng.normal(size=(T + 1, N, *spaces.obs_shape)).astype(np.float32),
+        actions=rng.integers(0, 2, size=(T, N)).astype(spaces.action_dtype),
+        rewards=np.ones((T, N), np.float32),
+        dones=rng.random((T, N)) < 0.05,
+        log_probs=np.full((T, N), math.log(0.5), np.float32),
+        policy_version=np.broadcast_to(np.asarray(versions, np.int32), (T, N)).copy(),
+    )
+
+
+def parameters(model) -> dict[str, torch.Tensor]:
+    return {k: p.detach().clone() for k, p in model.named_parameters()}
+
+
+def changed(before: dict[str, torch.Tensor], model) -> list[str]:
+    return [k for k, p in model.named_parameters() if not torch.equal(before[k], p.detach())]
+
+
+def assert_all_finite(model) -> None:
+    bad = [k for k, v in model.state_dict().items() if not torch.isfinite(v).all()]
+    assert not bad, f"non-finite model tensors: {bad}"
+
+
+# ---- policy lag ----
+
+
+def test_valid_fraction_counts_only_samples_within_max_policy_lag(spaces):
+    trainer = make_trainer(spaces, max_policy_lag=20)
+    current = 50
+    versions = [50, 45, 30, 29, 10, 0, 50, 31]  # lags 0, 5, 20 (still valid), 21, 40, 50, 0, 19
+    metrics = trainer.train(make_batch(spaces, versions), current)
+    assert metrics["valid_fraction"] == pytest.approx(5 / 8)
+    assert metrics["policy_lag_max"] == 50
+    assert metrics["policy_lag_mean"] == pytest.approx(np.mean([current - v for v in versions]))
+    assert metrics["updates"] == UPDATES_PER_STEP and metrics["skipped_updates"] == 0
+
+
+def test_batch_of_only_stale_samples_changes_no_parameter(spaces):
+    trainer = make_trainer(spaces, max_policy_lag=20)
+    # Train once on fresh data first: the optimizer then has momentum, which would move the weights even on a
+    # zero gradient if the trainer still stepped it for a batch with nothing to learn from.
+    first = trainer.train(make_batch(spaces, 100, seed=1), 100)
+    assert first["updates"] == UPDATES_PER_STEP
+    before = parameters(trainer.model)
+
+    metrics = trainer.train(make_batch(spaces, 79, seed=2), 100)  # lag 21 > 20 everywhere
+
+    assert metrics["valid_fraction"] == 0.0
+    assert metrics["updates"] == 0 and metrics["skipped_updates"] == 0
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert changed(before, trainer.model) == [], "a batch with no trainable sample changed the weights"
+    assert_all_finite(trainer.model)
+
+    fresh = trainer.train(make_batch(spaces, 100, seed=3), 100)  # lag 0: this one must train
+    assert fresh["valid_fraction"] == 1.0 and fresh["updates"] == UPDATES_PER_STEP
+    assert set(changed(before, trainer.model)) == set(before), "a fresh batch left some parameters untouched"
+    assert_all_finite(trainer.model)
+
+
+# ---- non-finite data ----
+
+
+@pytest.mark.parametrize("field,index,value", [
+    ("rewards", (3, 2), np.nan),
+    ("rewards", (0, 7), np.inf),
+    ("obs", (5, 1, 2), np.nan),  # also feeds the running observation statistics
+    ("obs", (T, 4, 0), np.nan),  # the bootstrap observation only
+    ("log_probs", (9, 0), np.nan),
+])
+def test_non_finite_batch_is_skipped_and_changes_nothing(spaces, field, index, value):
+    trainer = make_trainer(spaces)
+    trainer.train(make_batch(spaces, 1, seed=1), 1)
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}  # parameters and obs statistics
+    obs_rms = trainer.obs_rms.state_dict()
+    returns = trainer.returns.state_dict()
+    adam_steps = [float(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()]
+
+    bad = make_batch(spaces, 1, seed=2)
+    getattr(bad, field)[index] = value
+    metrics = trainer.train(bad, 1)
+
+    assert metrics["updates"] == 0
+    assert metrics["skipped_updates"] == UPDATES_PER_STEP
+    assert trainer.skipped_steps == UPDATES_PER_STEP
+    after = trainer.model.state_dict()
+    assert [k for k in weights if not torch.equal(weights[k], after[k])] == []
+    assert trainer.obs_rms.state_dict() == obs_rms
+    assert trainer.returns.state_dict() == returns
+    assert [float(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()] == adam_steps
+
+    # Nothing was poisoned: the next clean batch trains normally.
+    clean = trainer.train(make_batch(spaces, 1, seed=3), 1)
+    assert clean["updates"] == UPDATES_PER_STEP and clean["skipped_updates"] == 0
+    assert math.isfinite(clean["loss"]) and math.isfinite(clean["value_target_mean"])
+    assert_all_finite(trainer.model)
+
+
+# ---- whole runs on a LocalCluster ----
+
+
+def run_config(tmp_path, **options) -> Config:
+    return Config().replace(train_dir=str(tmp_path), dashboard_address="", **options)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], [dict(zip(rows[0], r, strict=True)) for r in rows[1:]]
+
+
+def test_slow_learner_holds_rollout_workers_back(tmp_path):
+    envs, rollout, slots_per_split, batch_size, batches = 8, 32, 3, 64, 4
+    slot_samples = envs * rollout
+    samples_per_batch = batch_size * batches
+    assert samples_per_batch == slot_samples  # one slot per batch: trained samples = train steps * a slot
+    # 50 epochs of 4 minibatches on every 256 samples: the learner is far slower than one rollout worker. The
+    # run stops on env steps (not seconds, which cluster start-up on a loaded machine would eat).
+    config = run_config(tmp_path, experiment="slow", num_workers=1, num_envs_per_worker=envs, worker_num_splits=1,
+                        rollout=rollout, slots_per_split=slots_per_split, batch_size=batch_size,
+                        num_batches_per_epoch=batches, num_epochs=50, train_for_env_steps=3_000,
+                        train_for_seconds=90, report_interval=0.5)
+    rows = []
+    summary = train(config, on_report=rows.append)
+    assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
+
+    # Data sampled ahead of the learner: one batch in training, one queued for it, one held by the batcher while
+    # it waits for the learner, and every slot of the worker full (workers x splits x slots_per_split).
+    capacity = 3 * samples_per_batch + 1 * 1 * slots_per_split * slot_samples
+    ahead = []
+    for row in rows:
+        trained = (row["policy_version"] - 1) * samples_per_batch  # version 1 is the initial weights
+        ahead.append(row["env_steps"] - trained)
+    assert max(ahead) <= capacity, list(zip(ahead, rows, strict=True))
+    assert max(ahead) > capacity - slot_samples, f"the worker never ran up to the cap: {ahead}"
+    assert summary["policy_version"] >= 3
+    shares = summary["time_shares"]
+    assert shares["rollout_0"]["waiting"] > 0.1, shares  # blocked for free slots
+    assert shares["learner"]["train"] > 0.5, shares
+
+
+def test_learns_cartpole_and_writes_metrics_and_checkpoints(tmp_path):
+    config = run_config(tmp_path, stop_at_return=150, train_for_seconds=110)
+    reports = []
+    t0 = time.monotonic()
+    summary = train(config, on_report=reports.append)
+    took = time.monotonic() - t0
+
+    assert summary["episode_return_mean"] >= 150, summary
+    assert took < 120
+    assert "stop-at-return" in summary["stop_reason"]
+
+    exp_dir = Path(summary["experiment_dir"])
+    assert exp_dir.parent == tmp_path
+    header, rows = read_csv(exp_dir / "metrics.csv")
+    assert {"time_s", "env_steps", "fps", "episode_return_mean"} <= set(header)
+    assert len(rows) == len(reports) >= 1
+    assert [int(r["env_steps"]) for r in rows] == [r["env_steps"] for r in reports]
+    assert int(rows[-1]["env_steps"]) == summary["env_steps"]
+    assert float(rows[-1]["episode_return_mean"]) >= 150
+
+    store = CheckpointStore(exp_dir / "checkpoints")
+    assert store.latest() is not None
+    state = store.load("latest")
+    assert state["env_steps"] == summary["env_steps"]
+    assert state["policy_version"] >= summary["policy_version"]
+    assert store.best() is not None and store.best_info()["score"] >= 150
+
+
+def _checkpoints(store: CheckpointStore) -> list[tuple[int, dict]]:
+    out = []
+    for path in sorted(store.directory.glob("checkpoint_*.pt")):
+        out.append((int(path.stem.split("_")[1]), store.load(path)))
+    return out
+
+
+def _adam_step(state: dict) -> float:
+    return max(float(s["step"]) for s in state["optimizer"]["state"].values())
+
+
+def _snapshot(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_resume_continues_the_run_and_refuses_to_overwrite_it(tmp_path):
+    first = train(run_config(tmp_path, experiment="resume", train_for_env_steps=50_000, report_interval=0.5))
+    exp_dir = Path(first["experiment_dir"])
+    store = CheckpointStore(exp_dir / "checkpoints")
+    saved = store.load("latest")
+    assert saved["env_steps"] == first["env_steps"] >= 50_000
+    assert saved["optimizer"]["state"], "the checkpoint has no optimizer state"
+    first_steps, first_version = saved["env_steps"], saved["policy_version"]
+    first_adam, first_train_steps = _adam_step(saved), saved["train_steps"]
+    _, first_rows = read_csv(exp_dir / "metrics.csv")
+
+    second = train(run_config(tmp_path, experiment="resume", resume=True, train_for_env_steps=80_000,
+                              report_interval=0.5, checkpoint_interval=1.0, keep_checkpoints=100))
+    assert second["env_steps"] >= 80_000
+
+    header, rows = read_csv(exp_dir / "metrics.csv")
+    appended = rows[len(first_rows):]
+    assert rows[:len(first_rows)] == first_rows and appended
+    assert int(appended[0]["env_steps"]) >= first_steps
+    assert float(appended[0]["time_s"]) >= float(first_rows[-1]["time_s"])
+    assert int(appended[0]["policy_version"]) > first_version
+
+    later = [(steps, state) for steps, state in _checkpoints(store) if steps > first_steps]
+    assert later, "the resumed run wrote no checkpoint"
+    assert later[0][1]["policy_version"] > first_version
+    assert _adam_step(later[0][1]) >= first_adam
+    last = later[-1][1]
+    assert last["env_steps"] == second["env_steps"]
+    # Adam's step counters went on from the first run's: a fresh optimizer would count only the new updates.
+    new_updates = _adam_step(last) - first_adam
+    assert 0 < new_updates <= (last["train_steps"] - first_train_steps) * 8  # 2 epochs x 4 minibatches a step
+    assert last["samples_trained"] > saved["samples_trained"]
+
+    before = _snapshot(exp_dir)
+    with pytest.raises(ConfigError, match="--resume"):
+        train(run_config(tmp_path, experiment="resume", train_for_env_steps=90_000))
+    assert _snapshot(exp_dir) == before

@@ -1,0 +1,529 @@
+"""The sampling engine on a real LocalCluster with worker processes: rollout workers writing trajectory slots,
+inline and remote inference, policy versions, Box and image envs, sampling-only runs, and fail-fast config.
+
+Slots are read by a real consumer (:class:`daskrl.sampling.testing.SlotCollector`) that copies each slot when
+``trajectory_ready`` arrives, poisons it and hands it back, exactly where the learner would stand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from daskrl.config import Config, ConfigError
+from daskrl.envs import EnvError, probe_env
+from daskrl.runner import train
+from daskrl.runtime import add_consumer, connect, connect_cluster, spawn
+from daskrl.runtime.shm import list_segments, owner_pid
+from daskrl.sampling.policy import build_model
+from daskrl.sampling.rollout_worker import RolloutWorker, free_queue
+from daskrl.sampling.sampler import Sampler
+from daskrl.sampling.testing import PolicySource, SlotCollector
+
+COUNTING = "daskrl/Counting-v0"
+EPISODE = 5  # Counting episode length: not a multiple of the rollouts below, so episodes straddle slots
+CATCH_EPISODE = 19  # Catch: the ball reaches the paddle row after 19 steps
+PENDULUM_EPISODE = 200  # Pendulum-v1's time limit
+
+_ids = itertools.count()
+
+
+# ---- fixtures and helpers ----
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A 3-worker embedded cluster; checks nothing of its run is left in /dev/shm after close."""
+    s = connect_cluster(n_workers=3, dashboard_address=None)
+    yield s
+    run_id = s.run_id
+    s.close()
+    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
+
+
+@pytest.fixture(scope="module")
+def hosts(cluster):
+    return sorted(cluster.client.scheduler_info()["workers"])
+
+
+def spawn_one(cluster, cls, worker, **config):
+    return spawn(cluster.client, cls, f"{cls.__name__.lower()}{next(_ids)}", worker=worker,
+                 config={"run_id": cluster.run_id, **config})
+
+
+def wait_for(fn, timeout=30.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout} s")
+
+
+def stop_quietly(*handles):
+    for h in handles:
+        try:
+            h.call("stop", timeout=30)
+        except Exception:
+            pass
+
+
+def wait_for_more_slots(collector, n):
+    def seen():
+        return sum(collector.call("stats")["seen"].values())
+
+    target = seen() + n
+    wait_for(lambda: seen() >= target, what=f"{n} more slots")
+
+
+def worker_processes():
+    """Live descendants of this process, less multiprocessing's long-lived helpers (the forkserver that
+    embedded workers are forked from, the resource tracker): the processes a cluster start leaves."""
+    me, out = os.getpid(), set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            helper = p.ppid() == me and any(h in " ".join(p.cmdline()) for h in ("forkserver", "resource_tracker"))
+        except psutil.Error:  # gone meanwhile
+            continue
+        if not helper:
+            out.add(p.pid)
+    return out
+
+
+def rollout_config(env, spaces, *, num_envs, num_splits, rollout, slots_per_split=2, env_kwargs=None,
+                   params=None, seed=0):
+    return {"env": env, "env_kwargs": env_kwargs or {}, "spaces": spaces.to_dict(), "num_envs": num_envs,
+            "num_splits": num_splits, "rollout": rollout, "slots_per_split": slots_per_split,
+            "inference": "inline", "seed": seed, "model": {}, "params": params}
+
+
+def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=None, during=None, max_keep=None,
+               **cfg):
+    """One inline rollout worker feeding a SlotCollector until ``slots`` slots arrived (after
+    ``during(rollout, collector)``, if given, returned: then until 4 more arrived); returns (kept slots in
+    arrival order, rollout stats at stop)."""
+    spaces = probe_env(env, env_kwargs)
+    params = params_source.call("desc") if params_source is not None else None
+    rollout = spawn_one(cluster, RolloutWorker, hosts[0], **rollout_config(env, spaces, env_kwargs=env_kwargs,
+                                                                          params=params, **cfg))
+    collector = spawn_one(cluster, SlotCollector, hosts[1], max_keep=max_keep or slots)
+    try:
+        connect(rollout.trajectory_ready, collector.on_trajectory, cluster.client)
+        add_consumer(free_queue(rollout.name), rollout.on_free, cluster.client)
+        collector.call("attach_workers", {rollout.name: rollout.call("buffers")})
+        collector.call("start")
+        rollout.call("start")
+        target = slots
+        if during is not None:
+            during(rollout, collector)
+            target = max(slots, collector.call("stats")["kept"] + 4)
+        wait_for(lambda: collector.call("stats")["kept"] >= target, what=f"{target} slots from {env}")
+        rollout_stats = rollout.call("stop", timeout=30)
+        kept = collector.call("collected")
+        collector_stats = collector.call("stop", timeout=30)
+    finally:
+        stop_quietly(rollout, collector)
+    assert rollout_stats["error_count"] == 0, rollout_stats["errors"]
+    assert collector_stats["error_count"] == 0, collector_stats["errors"]
+    assert all(k["worker"] == rollout.name for k in kept)
+    return [k["arrays"] | {"frames": k["frames"]} for k in kept], rollout_stats
+
+
+def split_chains(slots, num_splits):
+    """Group one worker's slots (arrival order) into per-split chains: a slot continues the chain whose last
+    observation (obs[T]) is its first one. A new chain may only start from freshly reset Counting envs.
+
+    Two splits can end in the same Counting state (same step, episode and last actions); either chain is then
+    the same for the env bookkeeping, and the slot goes to the one whose newest policy version fits best (the
+    newest not above the slot's first version), so a valid assignment is never missed."""
+    chains: list[list[dict]] = []
+    for i, s in enumerate(slots):
+        first = s["obs"][0]
+        matches = [c for c in chains if np.array_equal(c[-1]["obs"][-1], first)]
+        if matches:
+            v = s["policy_version"][0]
+            fits = [c for c in matches if c[-1]["policy_version"][-1] <= v] or matches
+            max(fits, key=lambda c: c[-1]["policy_version"][-1]).append(s)
+            continue
+        fresh = np.all(first[:, 0] == 0) and np.all(first[:, 1] == -1)
+        assert fresh and len(chains) < num_splits, (
+            f"slot #{i} starts with {first.tolist()}, which is neither the last observation of an earlier slot "
+            f"of its split ({[c[-1]['obs'][-1].tolist() for c in chains]}) nor a fresh reset")
+        chains.append([s])
+    assert len(chains) == num_splits, f"expected {num_splits} splits' chains of slots, got {len(chains)}"
+    return chains
+
+
+def check_counting_chain(chain, rollout, episode_length):
+    """The whole bookkeeping of one split's consecutive slots on the deterministic Counting env."""
+    first = chain[0]["obs"][0]
+    e0 = first[:, 2]
+    assert np.all(e0 == e0[0]), "the envs of a split are reset together at start"
+    prev_action = None
+    for k, s in enumerate(chain):
+        obs, actions = s["obs"], s["actions"]
+        T, B = actions.shape
+        assert T == rollout and obs.shape == (T + 1, B, 3) and s["frames"] == T * B
+        if k:
+            np.testing.assert_array_equal(obs[0], chain[k - 1]["obs"][T], err_msg=f"slot {k} obs[0] != slot {k - 1} obs[T]")
+        assert set(np.unique(actions).tolist()) <= {0, 1, 2}, f"slot {k}: actions {np.unique(actions)}"
+        g = k * T + np.arange(T + 1)  # step index since the start, for obs 0..T of this slot
+        step = g % episode_length
+        np.testing.assert_array_equal(obs[:, :, 0], np.repeat(step[:, None], B, 1), err_msg=f"slot {k}: step_in_episode")
+        np.testing.assert_array_equal(obs[:, :, 2], e0[None, :] + (g // episode_length)[:, None],
+                                      err_msg=f"slot {k}: episode_index")
+        last = np.concatenate([(prev_action if prev_action is not None else np.full((1, B), -1)), actions])
+        expected_last = np.where(step[:, None] == 0, -1, last)
+        np.testing.assert_array_equal(obs[:, :, 1], expected_last, err_msg=f"slot {k}: last_action != previous action")
+        ends = ((g[:-1] + 1) % episode_length == 0)[:, None]
+        np.testing.assert_array_equal(s["terminated"], np.repeat(ends, B, 1).astype(np.uint8),
+                                      err_msg=f"slot {k}: terminated flags")
+        assert not s["truncated"].any(), f"slot {k}: truncated set on a env without time limit"
+        expected_reward = (actions == (g[:-1] % episode_length % 3)[:, None]).astype(np.float32)
+        np.testing.assert_array_equal(s["rewards"], expected_reward, err_msg=f"slot {k}: rewards")
+        prev_action = actions[-1:]
+
+
+def check_complete(s, what):
+    """Nothing of the slot was left unwritten (the collector poisons slots before handing them back)."""
+    lp = s["log_probs"]
+    assert np.all(np.isfinite(lp)) and np.all(lp < 0), f"{what}: unwritten log_probs {lp[~(lp < 0)]}"
+    for name in ("obs", "rewards", "values"):
+        assert np.all(np.isfinite(s[name])), f"{what}: {name} has unwritten (NaN) entries"
+    assert np.all(s["policy_version"] >= 0), f"{what}: unwritten policy_version {s['policy_version']}"
+    for name in ("terminated", "truncated"):
+        assert set(np.unique(s[name]).tolist()) <= {0, 1}, f"{what}: {name} holds {np.unique(s[name])}"
+
+
+def check_versions(chain, what):
+    """Versions never go back within a split, and a step at version v >= 1 was valued by version v."""
+    versions = np.concatenate([s["policy_version"] for s in chain])
+    assert np.all(np.diff(versions) >= 0), f"{what}: policy_version went back: {versions.tolist()}"
+    values = np.concatenate([s["values"] for s in chain])
+    published = versions >= 1
+    np.testing.assert_array_equal(values[published], np.repeat(versions[published, None], values.shape[1], 1),
+                                  err_msg=f"{what}: a step's value does not come from the version it records")
+    return versions
+
+
+def check_log_probs(slots, spaces, model_cfg, what):
+    """Steps at a published version (>= 1) carry the log-prob of their action under that version's policy, for
+    their own observation (the PolicySource publishes its seed-0 network; versions differ in the value only)."""
+    net = build_model(spaces, model_cfg, seed=0)
+    net.eval()
+    obs = np.concatenate([s["obs"][:-1] for s in slots])
+    actions = np.concatenate([s["actions"] for s in slots])
+    log_probs = np.concatenate([s["log_probs"] for s in slots])
+    published = np.concatenate([s["policy_version"] for s in slots]) >= 1
+    assert published.any(), f"{what}: no step was sampled with a published version"
+    with torch.no_grad():
+        expected, _, _ = net.evaluate(torch.from_numpy(obs[published].reshape(-1, *spaces.obs_shape)),
+                                      torch.from_numpy(actions[published].reshape(-1, *spaces.action_shape)))
+    np.testing.assert_allclose(log_probs[published].reshape(-1), expected.numpy(), atol=1e-5, rtol=1e-5,
+                               err_msg=f"{what}: log-probs do not match the step's observation and action")
+
+
+def our_segments(cluster):
+    """daskrl segments on this host owned by this cluster's worker processes (any run)."""
+    pids = set(cluster.client.run(os.getpid).values())
+    return [n for n in list_segments() if owner_pid(n) in pids]
+
+
+class ChildWatch:
+    """Watches for new worker processes (a cluster starting) while the block runs."""
+
+    def __init__(self) -> None:
+        self.before = worker_processes()
+        self.new: set[int] = set()
+        self._done = threading.Event()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.new |= worker_processes() - self.before
+            except psutil.Error:
+                pass
+            self._done.wait(0.01)
+
+    def __enter__(self) -> ChildWatch:
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+# ---- 5. bad configurations fail fast, before any process starts (no cluster needed: run first) ----
+
+
+def test_bad_env_id_fails_fast_naming_the_close_match(tmp_path):
+    config = Config.from_flat({"env": "CartPol-v1", "train_dir": str(tmp_path), "dashboard_address": "",
+                               "sampling_only": True, "train_for_env_steps": 1000})
+    t0 = time.monotonic()
+    with ChildWatch() as watch, pytest.raises(EnvError, match=r"CartPol-v1.*did you mean 'CartPole-v1'"):
+        train(config)
+    assert not watch.new, f"train() started processes {watch.new} before rejecting the env"
+    assert time.monotonic() - t0 < 10
+    assert os.listdir(tmp_path) == [], "nothing should be written for a run that cannot start"
+
+
+def test_splits_that_do_not_divide_the_envs_fail_fast(tmp_path):
+    config = Config.from_flat({"env": COUNTING, "num_envs_per_worker": 10, "worker_num_splits": 3,
+                               "train_dir": str(tmp_path), "dashboard_address": "", "sampling_only": True})
+    t0 = time.monotonic()
+    with ChildWatch() as watch, pytest.raises(ConfigError) as err:
+        train(config)
+    assert not watch.new, f"train() started processes {watch.new} before rejecting the config"
+    assert time.monotonic() - t0 < 10
+    message = str(err.value)
+    assert "--worker-num-splits 3" in message and "--num-envs-per-worker 10" in message, message
+    assert "does not divide" in message and len(err.value.problems) == 1, message
+    assert os.listdir(tmp_path) == []
+
+
+# ---- 1. trajectory bookkeeping on the deterministic env, inline inference ----
+
+
+def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, hosts):
+    rollout = 4  # episode length 5: every slot boundary cuts some episode, terminations move through the slot
+    slots, stats = run_inline(cluster, hosts, COUNTING, slots=40, env_kwargs={"episode_length": EPISODE},
+                              num_envs=4, num_splits=2, rollout=rollout, slots_per_split=2)
+    chains = split_chains(slots, num_splits=2)
+    for i, chain in enumerate(chains):
+        assert len(chain) >= EPISODE, f"split chain {i} has only {len(chain)} slots"
+        check_counting_chain(chain, rollout, EPISODE)
+        assert any(s["obs"][0, 0, 0] > 0 for s in chain), "no episode straddled two slots"
+        assert any(s["terminated"][0].all() for s in chain[1:]), "no episode ended on a slot's first step"
+        for s in chain:
+            check_complete(s, f"split {i}")
+            assert np.all(s["policy_version"] == 0), "no parameters were published: every step is version 0"
+    filled, per_split = stats["slots_filled"], 2
+    assert filled >= 40
+    # every env step lies in a filled slot or in one of the 2 splits' slots in progress
+    assert filled * rollout * per_split <= stats["env_steps"] <= (filled + 2) * rollout * per_split
+    assert stats["episodes"] and all(length == EPISODE for _, length in stats["episodes"])
+
+
+# ---- 2. every step records the policy version it was sampled with ----
+
+
+def test_inline_steps_record_the_version_that_chose_them(cluster, hosts):
+    spaces = probe_env(COUNTING, {"episode_length": EPISODE})
+    source = spawn_one(cluster, PolicySource, hosts[2], spaces=spaces.to_dict(), model={})
+    published = []
+
+    def publish_while_sampling(rollout, collector):
+        for _ in range(6):  # a new version each time a few more slots came in, however busy the machine is
+            wait_for_more_slots(collector, 3)
+            published.append(source.call("publish"))
+        wait_for(lambda: rollout.call("stats")["policy_version"] == published[-1], timeout=20,
+                 what="the rollout worker picking up the last version")
+
+    try:
+        slots, stats = run_inline(cluster, hosts, COUNTING, slots=10, max_keep=50_000, params_source=source,
+                                  during=publish_while_sampling, env_kwargs={"episode_length": EPISODE},
+                                  num_envs=4, num_splits=2, rollout=16, slots_per_split=2)
+    finally:
+        stop_quietly(source)
+    assert published == [1, 2, 3, 4, 5, 6]
+    assert len(slots) < 50_000, "the collector's cap cut the run short"
+    for i, chain in enumerate(split_chains(slots, num_splits=2)):
+        check_counting_chain(chain, 16, EPISODE)
+        for s in chain:
+            check_complete(s, f"split {i}")
+        versions = check_versions(chain, f"split {i}")
+        assert versions[0] < versions[-1] == published[-1], f"split {i}: versions {np.unique(versions)}"
+        assert len(np.unique(versions)) >= 3, f"split {i} saw only versions {np.unique(versions)}"
+        check_log_probs(chain, spaces, {}, f"split {i}")
+    assert stats["policy_version"] == published[-1]
+
+
+# ---- 3. remote inference: 2 rollout workers x 2 splits, 2 inference workers, no request lost ----
+
+
+def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hosts):
+    rollout, per_split = 8, 2
+    config = Config.from_flat({
+        "env": COUNTING, "env_kwargs": {"episode_length": EPISODE}, "num_workers": 2, "num_envs_per_worker": 4,
+        "worker_num_splits": 2, "rollout": rollout, "slots_per_split": 2, "inference": "remote",
+        "num_inference_workers": 2,
+    }).validate()
+    spaces = probe_env(COUNTING, config.env.env_kwargs)
+    source = spawn_one(cluster, PolicySource, hosts[0], spaces=spaces.to_dict(), model=dataclasses.asdict(config.model))
+    collector = spawn_one(cluster, SlotCollector, hosts[2])
+    sampler = Sampler(cluster.client, config, spaces, cluster.run_id, rollout_hosts=hosts[:2],
+                      inference_hosts=[hosts[2], hosts[0]], params_desc=source.call("desc"))
+    try:
+        sampler.create(collector.on_trajectory)
+        assert sorted(collector.call("attach_workers", sampler.buffers)) == ["rollout_0", "rollout_1"]
+        collector.call("start")
+        sampler.start()
+        published = []
+        for _ in range(5):
+            wait_for_more_slots(collector, 4)
+            published.append(source.call("publish"))
+        wait_for_more_slots(collector, 8)  # more than the 4 splits can have had in progress at the last publish
+        # stop handing slots back: every split fills what it has, then waits; nothing may stay in flight
+        collector.call("hold", True)
+
+        def at_rest():
+            stats = [h.call("stats") for h in sampler.rollout]
+            return all(s["waiting_splits"] == 2 and s["free_slots"] == 0 for s in stats) and stats
+
+        rollout_stats = wait_for(at_rest, timeout=30, what="every split waiting for a free slot (a lost request "
+                                                           "leaves its split stuck)")
+        steps = sum(s["env_steps"] for s in rollout_stats)
+
+        def all_served():  # an inference worker counts a batch just after answering it
+            stats = [h.call("stats") for h in sampler.inference]
+            return stats if sum(s["requests"] for s in stats) * per_split >= steps else None
+
+        inference_stats = wait_for(all_served, timeout=10, what=f"requests served for {steps} env steps")
+        collector_stats = collector.call("stats")
+        kept = collector.call("collected")
+    finally:
+        stats_at_stop = sampler.stop()
+        stop_quietly(collector, source)
+    for s in rollout_stats + inference_stats + stats_at_stop:
+        assert s.get("error_count", 0) == 0 and "error" not in s, s.get("errors") or s.get("error")
+
+    served = [s["requests"] for s in inference_stats]
+    assert all(n > 0 for n in served), f"both inference workers must serve requests: {served}"
+    filled = {s["name"]: s["slots_filled"] for s in rollout_stats}
+    # at rest no request is in flight: each served request was exactly one step of one split
+    assert sum(served) * per_split == steps, f"served {served} requests for {steps} env steps"
+    assert steps == sum(filled.values()) * rollout * per_split, "at rest every step lies in a filled slot"
+    assert collector_stats["seen"] == filled, "every filled slot was signalled exactly once"
+    assert collector_stats["held"] == {name: 4 for name in filled}, "each worker's 4 slots end with the consumer"
+    assert min(filled.values()) >= 8, f"too little sampling to judge: {filled}"
+
+    for name in filled:
+        slots = [k["arrays"] | {"frames": k["frames"]} for k in kept if k["worker"] == name]
+        assert len(slots) == filled[name]
+        for j, s in enumerate(slots):
+            check_complete(s, f"{name} slot #{j}")
+        for i, chain in enumerate(split_chains(slots, num_splits=2)):
+            check_counting_chain(chain, rollout, EPISODE)  # the env got the action inference wrote at that step
+            versions = check_versions(chain, f"{name} split {i}")
+            assert versions[-1] > versions[0], f"{name} split {i} never saw a new version: {np.unique(versions)}"
+            check_log_probs(chain, spaces, dataclasses.asdict(config.model), f"{name} split {i}")
+        assert max(s["policy_version"].max() for s in slots) == published[-1]
+
+
+# ---- 4. a Box-action env and an image env ----
+
+
+def run_at_version_one(cluster, hosts, env, **kwargs):
+    """run_inline with a policy published once before sampling starts: every step is at version 1."""
+    spaces = probe_env(env)
+    source = spawn_one(cluster, PolicySource, hosts[2], spaces=spaces.to_dict(), model={})
+    try:
+        assert source.call("publish") == 1
+        slots, stats = run_inline(cluster, hosts, env, params_source=source, **kwargs)
+    finally:
+        stop_quietly(source)
+    for k, s in enumerate(slots):
+        check_complete(s, f"slot {k}")
+        assert np.all(s["policy_version"] == 1) and np.all(s["values"] == 1), f"slot {k}: not sampled at version 1"
+    check_log_probs(slots, spaces, {}, env)  # the slots hold the sampled actions themselves
+    return slots, stats
+
+
+def test_box_actions_drive_pendulum_with_truncation_at_the_time_limit(cluster, hosts):
+    rollout = 50
+    slots, stats = run_at_version_one(cluster, hosts, "Pendulum-v1", slots=6, num_envs=2, num_splits=1,
+                                      rollout=rollout)
+    # a unit Gaussian's raw samples leave the Box [-2, 2] now and then: those must be stored unclipped (the
+    # learner needs the sampled action's log-prob) while the env gets them clipped
+    assert any(np.any(np.abs(s["actions"]) > 2.0) for s in slots), "no sample outside the Box to check clipping"
+    for k, s in enumerate(slots):
+        obs, actions, rewards = s["obs"].astype(np.float64), s["actions"], s["rewards"]
+        assert actions.shape == (rollout, 2, 1) and actions.dtype == np.float32 and np.all(np.isfinite(actions))
+        if k:
+            np.testing.assert_array_equal(s["obs"][0], slots[k - 1]["obs"][rollout])
+        g = k * rollout + np.arange(rollout)
+        ends = ((g + 1) % PENDULUM_EPISODE == 0)[:, None].repeat(2, 1)
+        np.testing.assert_array_equal(s["truncated"], ends.astype(np.uint8), err_msg=f"slot {k}: truncated")
+        assert not s["terminated"].any()
+        np.testing.assert_allclose(obs[..., 0] ** 2 + obs[..., 1] ** 2, 1.0, atol=1e-5)
+        # Pendulum's own dynamics, with the stored action clipped to the Box: the env got exactly that action
+        th, thdot = np.arctan2(obs[:-1, :, 1], obs[:-1, :, 0]), obs[:-1, :, 2]
+        u = np.clip(actions[..., 0].astype(np.float64), -2.0, 2.0)
+        np.testing.assert_allclose(rewards, -(th ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2), atol=2e-4,
+                                   err_msg=f"slot {k}: rewards")
+        new_thdot = np.clip(thdot + (15.0 * np.sin(th) + 3.0 * u) * 0.05, -8.0, 8.0)
+        cont = ~ends
+        np.testing.assert_allclose(obs[1:, :, 2][cont], new_thdot[cont], atol=2e-4, err_msg=f"slot {k}: dynamics")
+    assert stats["episodes"] and all(length == PENDULUM_EPISODE for _, length in stats["episodes"])
+
+
+def _paddle_x(frames):
+    """Left column of the paddle (bottom rows) in a batch of Catch frames."""
+    return np.argmax(frames[..., 80, :, 0] == 255, axis=-1)
+
+
+def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts):
+    rollout = 10
+    slots, stats = run_at_version_one(cluster, hosts, "daskrl/Catch-v0", slots=6, num_envs=2, num_splits=1,
+                                      rollout=rollout)
+    for k, s in enumerate(slots):
+        obs, actions = s["obs"], s["actions"]
+        assert obs.dtype == np.uint8 and obs.shape == (rollout + 1, 2, 84, 84, 1)
+        assert actions.shape == (rollout, 2) and set(np.unique(actions).tolist()) <= {0, 1, 2}
+        if k:
+            np.testing.assert_array_equal(obs[0], slots[k - 1]["obs"][rollout])
+        assert np.all(np.isin(obs, (0, 255))), "frames are black and white"
+        lit = (obs == 255).reshape(rollout + 1, 2, -1).sum(-1)
+        assert np.all(lit == 4 * 4 + 4 * 12), "every frame shows the ball and the paddle"
+        g = k * rollout + np.arange(rollout)
+        ends = ((g + 1) % CATCH_EPISODE == 0)[:, None].repeat(2, 1)
+        np.testing.assert_array_equal(s["terminated"], ends.astype(np.uint8), err_msg=f"slot {k}: terminated")
+        assert np.all(np.isin(s["rewards"][ends], (-1.0, 1.0))) and not s["rewards"][~ends].any()
+        # the paddle moved as the recorded action says (4 px per step, within the frame)
+        x = _paddle_x(obs).astype(int)
+        expected = np.clip(x[:-1] + (actions.astype(int) - 1) * 4, 0, 84 - 12)
+        np.testing.assert_array_equal(x[1:][~ends], expected[~ends], err_msg=f"slot {k}: paddle vs actions")
+    assert stats["episodes"] and all(length == CATCH_EPISODE for _, length in stats["episodes"])
+
+
+# ---- 4. sampling-only runs through train() ----
+
+
+def test_sampling_only_run_on_an_embedded_cluster(tmp_path):
+    budget = 600
+    before = worker_processes()
+    summary = train(Config.from_flat({
+        "env": "daskrl/Catch-v0", "sampling_only": True, "train_for_env_steps": budget, "num_workers": 1,
+        "num_envs_per_worker": 4, "worker_num_splits": 2, "rollout": 16, "train_dir": str(tmp_path),
+        "experiment": "catch", "dashboard_address": "", "report_interval": 0.5,
+    }))
+    assert summary["env_steps"] >= budget and summary["episodes"] > 0, summary
+    assert "--train-for-env-steps" in summary["stop_reason"]
+    assert os.path.exists(tmp_path / "catch" / "metrics.csv") and os.path.exists(tmp_path / "catch" / "config.json")
+    wait_for(lambda: worker_processes() <= before, timeout=15, what="the embedded cluster's processes exiting")
+
+
+def test_sampling_only_run_on_an_existing_cluster_releases_its_memory(cluster, tmp_path):
+    budget = 1200
+    summary = train(Config.from_flat({
+        "env": "Pendulum-v1", "sampling_only": True, "train_for_env_steps": budget, "num_workers": 2,
+        "num_envs_per_worker": 2, "worker_num_splits": 1, "rollout": 32, "train_dir": str(tmp_path),
+        "experiment": "pendulum", "report_interval": 0.5,
+    }), client=cluster.client)
+    assert summary["env_steps"] >= budget and summary["episodes"] > 0, summary
+    assert summary["episode_return_mean"] < 0
+    assert cluster.client.scheduler_info()["workers"], "the user's cluster stays open"
+    assert our_segments(cluster) == [], "the run's shared memory is released when train() returns"
