@@ -1,4 +1,4 @@
-"""The ``daskrl`` command: ``train``, ``sample`` and ``enjoy``, with flags generated from :mod:`daskrl.config`.
+"""The ``daskrl`` command: ``train``, ``sample``, ``enjoy`` and ``report``, with flags generated from :mod:`daskrl.config`.
 
 Every option is defined once (a typed dataclass field with help text); this module only turns fields into
 argparse flags, so the command line and the Python API can never disagree.
@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     enjoy.add_argument("--render", action="store_true", help="render episodes (envs with render_mode='human')")
     enjoy.add_argument("--deterministic", action="store_true", help="take the most likely action")
     enjoy.add_argument("--seed", type=int, default=12345, help="seed of the evaluation env")
+    report = sub.add_parser("report", help="write a self-contained HTML report of an experiment (curves, "
+                                           "throughput, time breakdown)")
+    report.add_argument("--experiment", required=True, help="experiment name")
+    report.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
+    report.add_argument("--output", default=None, help="HTML file to write (default: <experiment dir>/report.html)")
     return parser
 
 
@@ -94,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         import os
 
+        if args.command == "report":
+            return _report(os.path.join(args.train_dir, args.experiment), args.output)
         from daskrl.evaluation import enjoy
 
         result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
@@ -105,6 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, EnvError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _report(experiment_dir: str, output: str | None) -> int:
+    from daskrl.monitor.report import write_report
+
+    try:
+        path = write_report(experiment_dir, output)
+    except ConfigError as exc:  # one line: what is missing and where it was looked for
+        print(f"daskrl report: error: {'; '.join(exc.problems)}", file=sys.stderr)
+        return 2
+    print(f"daskrl report: wrote {path}")
+    return 0
 
 
 def _print_summary(summary: dict, sampling: bool) -> None:

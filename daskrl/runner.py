@@ -24,10 +24,12 @@ from daskrl.config import Config, ConfigError
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.monitor.console import ConsoleView
 from daskrl.monitor.csv_log import CsvLog
-from daskrl.monitor.dashboard import page_url
+from daskrl.monitor.dashboard import dashboard_page
 from daskrl.monitor.stats import EpisodeWindow, FrameRate, time_shares
+from daskrl.placement import place, role_counts
 from daskrl.runtime import ComponentError, connect_cluster, spawn
 from daskrl.runtime.cluster import ClusterSession
+from daskrl.runtime.component import ComponentHandle
 
 if TYPE_CHECKING:  # torch-heavy modules are imported while the cluster starts (see train())
     from daskrl.learning.checkpoints import CheckpointStore
@@ -86,9 +88,7 @@ def default_experiment_name(env: str) -> str:
 
 
 def workers_needed(config: Config) -> int:
-    s = config.sampler
-    inference = s.num_inference_workers if s.inference == "remote" else 0
-    return s.num_workers + inference + (0 if config.run.sampling_only else 1)
+    return sum(role_counts(config).values())
 
 
 def train(config: Config, client=None, on_report: Callable[[dict], None] | None = None) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
     with ThreadPoolExecutor(1) as pool:
         starting = pool.submit(connect_cluster, scheduler,
                                n_workers=config.run.n_dask_workers or workers_needed(config),
-                               dashboard_address=config.run.dashboard_address or None)
+                               dashboard_address=config.run.dashboard_address or ":0")
         try:
             from daskrl.learning.checkpoints import CheckpointStore
             from daskrl.learning.learner import Learner  # noqa: F401  (imported now, used in _Run.start)
@@ -221,6 +221,12 @@ class _Run:
         self.sampler: Sampler | None = None
         self.stop_reason = ""
         self.last_checkpoint = time.monotonic()
+        self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
+        self.silent: set[str] = set()
+        self.params_desc = None
+        from daskrl.recovery import Recovery
+
+        self.recovery = Recovery(self)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0)
 
@@ -228,22 +234,13 @@ class _Run:
 
     def start(self, resume_state: dict | None) -> None:
         c, client = self.config, self.client
-        hosts = sorted(client.scheduler_info()["workers"])
-        need = workers_needed(c)
-        if len(hosts) < need:
-            raise ConfigError([
-                f"the cluster has {len(hosts)} worker processes but this run needs {need} (one per busy component: "
-                f"{c.sampler.num_workers} rollout, "
-                f"{c.sampler.num_inference_workers if c.sampler.inference == 'remote' else 0} inference"
-                f"{', 1 learner' if not c.run.sampling_only else ''}); add workers or lower --num-workers"
-            ])
-        link = self.session.dashboard_link
-        _say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(hosts)} Dask workers"
-             + (f" | dashboard {page_url(link)}" if link else ""))
+        workers = client.scheduler_info()["workers"]
+        self.placement = placement = place(workers, c)
+        link = dashboard_page(self.client)
+        _say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(workers)} Dask workers"
+             + (f" | dashboard {link}" if link else ""))
         run_id = self.session.run_id
-        learner_host = None if c.run.sampling_only else hosts.pop(0)
-        rollout_hosts = hosts[:c.sampler.num_workers]
-        inference_hosts = hosts[c.sampler.num_workers:need]
+        learner_host, rollout_hosts, inference_hosts = placement.learner, placement.rollout, placement.inference
         params_desc = None
         from daskrl.learning.learner import Learner
         from daskrl.sampling.sampler import Sampler
@@ -253,12 +250,8 @@ class _Run:
             self.sink = spawn(client, SamplingSink, "sink", worker=rollout_hosts[0], config={"run_id": run_id})
             consumer = self.sink.on_trajectory
         else:
-            samples = c.learner.batch_size * c.learner.num_batches_per_epoch
-            self.learner = spawn(client, Learner, "learner", worker=learner_host, config={
-                "run_id": run_id, "spaces": self.spaces.to_dict(), "model": dataclasses.asdict(c.model),
-                "learner": dataclasses.asdict(c.learner), "samples_per_batch": samples,
-                "total_env_steps": c.run.train_for_env_steps, "seed": c.run.seed,
-                "remote_params": _spans_hosts(rollout_hosts + inference_hosts, learner_host)})
+            self.learner = spawn(client, Learner, "learner", worker=learner_host,
+                                 config=self.learner_config(learner_host))
             if resume_state is not None:
                 self.learner.call("load_state", resume_state, int(resume_state.get("env_steps", 0)))
             params_desc = self.learner.call("params_desc")
@@ -271,7 +264,21 @@ class _Run:
         else:
             self.sink.call("start")
         self.sampler.start()
+        self.params_desc = params_desc
         self.state.fps.add(self.state.env_steps_offset)
+
+    def learner_config(self, learner_host: str) -> dict[str, Any]:
+        c, p = self.config, self.placement
+        return {
+            "run_id": self.session.run_id, "spaces": self.spaces.to_dict(), "model": dataclasses.asdict(c.model),
+            "learner": dataclasses.asdict(c.learner),
+            "samples_per_batch": c.learner.batch_size * c.learner.num_batches_per_epoch,
+            "total_env_steps": c.run.train_for_env_steps, "seed": c.run.seed,
+            "remote_params": _spans_hosts(p.rollout + p.inference, learner_host)}
+
+    def components(self) -> list[ComponentHandle]:
+        return [h for h in [self.learner, self.sink] if h is not None] + \
+            (self.sampler.components if self.sampler is not None else [])
 
     # ---- the loop ----
 
@@ -295,15 +302,30 @@ class _Run:
 
     def poll(self) -> None:
         state = self.state
-        stats = [h.call("stats", timeout=30) for h in self.sampler.components]
+        lost = self.recovery.lost_components()
+        stats = []
+        for handle in self.components():
+            if (handle.name, handle.address) in lost:
+                self.replace(handle, "its worker left the cluster")
+                continue
+            try:
+                stats.append(handle.call("stats", timeout=10))
+            except ComponentError as exc:
+                self.replace(handle, str(exc))
         if self.learner is not None:
-            state.learner = self.learner.call("stats", timeout=30)
-            stats.append(state.learner)
+            state.learner = next((s for s in stats if s.get("name") == self.learner.name), state.learner)
         for s in stats:
             if s.get("state") == "failed":
+                self.failed = True
                 errors = s.get("errors") or [{"message": f"component {s['name']!r} failed"}]
                 raise TrainingError(errors[-1]["message"])
-        steps = sum(s.get("env_steps", 0) for s in stats if s.get("cls") == "RolloutWorker")
+            for message in s.get("env_errors", []):
+                _say(f"daskrl: warning: {message}")
+            self.check_heartbeat(s)
+        for s in stats:
+            if s.get("cls") == "RolloutWorker":
+                self.recovery.last_env_steps[s["name"]] = s.get("env_steps", 0)
+        steps = sum(self.recovery.last_env_steps.values()) + self.recovery.lost_env_steps
         for s in stats:
             state.episodes.extend(s.get("episodes", []))
         state.env_steps = state.env_steps_offset + steps
@@ -313,6 +335,28 @@ class _Run:
         if target is not None and state.reached_return_at is None and len(state.episodes.returns) >= 10 \
                 and state.episodes.mean_return >= target:
             state.reached_return_at = state.elapsed
+
+    def replace(self, handle: ComponentHandle, cause: str) -> None:
+        """Recreate a lost component (see recovery.py); the run goes on."""
+        self.recovery.recover(handle, cause)
+
+    def check_heartbeat(self, stats: dict) -> None:
+        """Name a component whose loop has not turned for --heartbeat-timeout seconds, with what it is doing."""
+        age, name = stats.get("heartbeat_age_s", 0.0), stats.get("name")
+        if age <= self.config.run.heartbeat_timeout:
+            self.silent.discard(name)
+            return
+        if name in self.silent:
+            return
+        self.silent.add(name)
+        where = " <- ".join(line.strip() for line in reversed(stats.get("stack", [])[-3:])) or "unknown"
+        message = f"component {name!r} has been silent for {age:.0f} s; it is in: {where}"
+        _say(f"daskrl: warning: {message}")
+        try:
+            self.client.log_event("daskrl-heartbeats", {"component": name, "age_s": age,
+                                                        "stack": stats.get("stack", [])})
+        except Exception:
+            pass
 
     def stop_condition(self) -> str:
         r, state = self.config.run, self.state
@@ -370,7 +414,7 @@ class _Run:
             for s in self.sampler.stop():
                 if "error" in s:
                     problems.append(s["error"])
-        if self.learner is not None:
+        if self.learner is not None and not self.failed:
             try:
                 self.poll_learner_only()
                 self.checkpoint()
@@ -405,6 +449,7 @@ class _Run:
             "reached_return_at_s": state.reached_return_at,
             "stop_reason": self.stop_reason,
             "time_shares": state.shares,
+            "recoveries": list(self.recovery.recoveries),
         }
 
 

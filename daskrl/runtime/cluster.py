@@ -146,7 +146,8 @@ def connect_cluster(
 
         client.register_plugin(BusRegistry())
         client.register_plugin(DashboardPlugin())
-        client.register_plugin(BusPlugin(preload_torch=preload_torch))
+        client.register_plugin(BusPlugin(preload_torch=preload_torch,
+                                         owner_pid=os.getpid() if cluster is not None else None))
     except Exception:
         if owns:
             client.close()

@@ -1,0 +1,129 @@
+"""Progress of a run on the terminal: a live view on a TTY, plain lines everywhere else.
+
+A person watching a terminal wants one place that moves (a bar toward the step or time budget, frames/s,
+return, ETA); a log file, a pipe or CI wants one greppable line per report. :class:`ConsoleView` picks by
+``stream.isatty()``; the plain line is the format the runner has always printed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, TextIO
+
+
+def progress_line(row: dict[str, Any]) -> str:
+    """The plain progress line of one report (``[  12.0s] env steps  123,456 | fps ... | return ...``)."""
+    ret, lag = _num(row.get("episode_return_mean")), _num(row.get("policy_lag"))
+    ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{_num(row.get('episode_return_std')):.1f}"
+    return (f"[{_num(row.get('time_s'), 0.0):7.1f}s] env steps {int(_num(row.get('env_steps'), 0)):>11,} | "
+            f"fps {_num(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({row.get('episodes', 0)} ep) | "
+            f"version {row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
+
+
+class ConsoleView:
+    """Shows each report: live (rich) when ``stream`` is a terminal, a plain line per report otherwise.
+
+    ``total_env_steps`` and ``total_seconds`` are the run's budgets (0 = none), compared with the rows'
+    ``env_steps`` and ``time_s``; the bar shows whichever is closer to its end.
+    """
+
+    def __init__(self, total_env_steps: int, total_seconds: float, stream: TextIO | None = None) -> None:
+        self.total_env_steps = int(total_env_steps or 0)
+        self.total_seconds = float(total_seconds or 0.0)
+        self.stream = sys.stdout if stream is None else stream
+        self._progress = None
+        self._task = None
+        self.live = _isatty(self.stream)
+        if self.live:
+            self.live = self._start_live()
+
+    def _start_live(self) -> bool:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        console = Console(file=self.stream)
+        if not console.is_terminal or console.is_dumb_terminal:  # e.g. TERM=dumb: no cursor movement
+            return False
+        owns_stdout = self.stream is sys.stdout
+        self._progress = Progress(
+            TextColumn("[bold]daskrl[/]"), BarColumn(bar_width=30), TaskProgressColumn(),
+            TextColumn("{task.fields[info]}"), console=console, auto_refresh=False, transient=False,
+            redirect_stdout=owns_stdout, redirect_stderr=owns_stdout)
+        has_budget = bool(self.total_env_steps or self.total_seconds)
+        self._task = self._progress.add_task("train", total=1000 if has_budget else None, info="starting…")
+        self._progress.start()
+        return True
+
+    def update(self, row: dict[str, Any]) -> None:
+        """Show one report (a row of metrics.csv)."""
+        if not self.live:
+            self.stream.write(progress_line(row) + "\n")
+            self.stream.flush()
+            return
+        fraction = self.fraction(row)
+        self._progress.update(self._task, completed=None if fraction is None else round(1000 * fraction),
+                              info=self.live_text(row))
+        self._progress.refresh()
+
+    def fraction(self, row: dict[str, Any]) -> float | None:
+        """Share of the budget used (the nearer of steps and seconds), None without a budget."""
+        parts = []
+        if self.total_env_steps:
+            parts.append(_num(row.get("env_steps"), 0.0) / self.total_env_steps)
+        if self.total_seconds:
+            parts.append(_num(row.get("time_s"), 0.0) / self.total_seconds)
+        return min(1.0, max(parts)) if parts else None
+
+    def eta(self, row: dict[str, Any]) -> float | None:
+        """Seconds left until the first budget runs out (steps at the current frames/s), None if unknown."""
+        left = []
+        fps = _num(row.get("fps"), 0.0)
+        if self.total_env_steps and fps > 0:
+            left.append(max(0.0, self.total_env_steps - _num(row.get("env_steps"), 0.0)) / fps)
+        if self.total_seconds:
+            left.append(max(0.0, self.total_seconds - _num(row.get("time_s"), 0.0)))
+        return min(left) if left else None
+
+    def live_text(self, row: dict[str, Any]) -> str:
+        steps = int(_num(row.get("env_steps"), 0))
+        ret, lag = _num(row.get("episode_return_mean")), _num(row.get("policy_lag"))
+        eta = self.eta(row)
+        parts = [f"{steps:,}" + (f"/{self.total_env_steps:,}" if self.total_env_steps else "") + " steps",
+                 f"{_num(row.get('fps'), 0.0):,.0f} fps",
+                 "return n/a" if math.isnan(ret)
+                 else f"return {ret:.1f}±{_num(row.get('episode_return_std')):.1f} ({row.get('episodes', 0)} ep)",
+                 f"v{row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" lag {lag:.1f}"),
+                 f"{_num(row.get('time_s'), 0.0):,.0f}s" + ("" if eta is None else f" ETA {_clock(eta)}")]
+        return " | ".join(parts)
+
+    def close(self) -> None:
+        """End the live view (its last state stays on screen); safe to call twice."""
+        progress, self._progress = self._progress, None
+        if progress is not None:
+            try:
+                progress.stop()
+            except Exception:  # the terminal went away: nothing left to show
+                pass
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _num(value: Any, default: float = math.nan) -> float:
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(out) else out

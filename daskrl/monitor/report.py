@@ -1,0 +1,112 @@
+"""A self-contained HTML report of a finished (or running) experiment, from the files it wrote.
+
+The live page disappears with the cluster; this one is a single file (BokehJS inlined, no server, no network)
+that can be attached to an issue or archived with the checkpoints. It reads ``metrics.csv`` (one row per
+report) and ``time_breakdown.jsonl`` (the time shares at each report) and draws the same plots as the live page,
+plus the learning curve against env steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+import time
+from typing import Any
+
+from daskrl.config import ConfigError
+from daskrl.monitor.dashboard import RETURN_COLOR, series, share_bars, shares_figure, time_figures
+
+
+def read_metrics(experiment_dir: str) -> list[dict[str, Any]]:
+    """The rows of ``metrics.csv`` as numbers (empty cells as NaN)."""
+    path = os.path.join(experiment_dir, "metrics.csv")
+    if not os.path.isdir(experiment_dir):
+        raise ConfigError([f"experiment {experiment_dir!r} not found (check --experiment and --train-dir)"])
+    if not os.path.exists(path):
+        raise ConfigError([f"experiment {experiment_dir!r} has no metrics.csv: it never reported (nothing to show)"])
+    with open(path, newline="") as f:
+        rows = [{k: _float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    if not rows:
+        raise ConfigError([f"experiment {experiment_dir!r} has no reports in metrics.csv yet"])
+    return rows
+
+
+def read_shares(experiment_dir: str) -> dict[str, dict[str, float]]:
+    """The last time shares in ``time_breakdown.jsonl``: components time themselves from their start, so the last
+    record already averages over the whole run."""
+    path = os.path.join(experiment_dir, "time_breakdown.jsonl")
+    last: dict[str, dict[str, float]] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a crash
+                    continue
+                if record.get("shares"):
+                    last = record["shares"]
+    return last
+
+
+def write_report(experiment_dir: str, output: str | None = None) -> str:
+    """Write the report (default ``<experiment_dir>/report.html``) and return its path."""
+    from bokeh.embed import file_html
+    from bokeh.layouts import column, gridplot
+    from bokeh.models import ColumnDataSource, Div
+    from bokeh.plotting import figure
+    from bokeh.resources import INLINE
+
+    rows = read_metrics(experiment_dir)
+    shares = read_shares(experiment_dir)
+    output = output or os.path.join(experiment_dir, "report.html")
+    source = ColumnDataSource(series(rows))
+    figs = time_figures(source)
+    curve = figure(title="Learning curve: episode return (mean ± std of the last 100 episodes) vs env steps",
+                   height=230, sizing_mode="stretch_width", x_axis_label="env steps", y_axis_label="return",
+                   tools="pan,wheel_zoom,box_zoom,reset,save")
+    curve.toolbar.logo = None
+    curve.varea(x="env_steps", y1="return_low", y2="return_high", source=source, fill_color=RETURN_COLOR,
+                fill_alpha=0.2)
+    curve.line("env_steps", "episode_return_mean", source=source, line_width=2, color=RETURN_COLOR)
+    curve.xaxis.formatter.use_scientific = False
+    breakdown = shares_figure(ColumnDataSource(share_bars(shares)), sorted(shares)) if shares else \
+        Div(text="<p>no time breakdown recorded (time_breakdown.jsonl is missing or empty)</p>")
+    grid = gridplot([[curve, figs["return"]], [figs["fps"], figs["policy_lag"]], [figs["losses"], figs["kl"]]],
+                    sizing_mode="stretch_width", merge_tools=False, toolbar_options={"logo": None})
+    name = os.path.basename(os.path.normpath(experiment_dir))
+    layout = column(Div(text=_header(name, experiment_dir, rows), sizing_mode="stretch_width"), grid, breakdown,
+                    sizing_mode="stretch_width")
+    page = file_html(layout, resources=INLINE, title=f"daskrl report: {name}")
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        f.write(page)
+    return output
+
+
+def _header(name: str, experiment_dir: str, rows: list[dict[str, Any]]) -> str:
+    env = "?"
+    try:
+        with open(os.path.join(experiment_dir, "config.json")) as f:
+            env = json.load(f)["env"]["env"]
+    except (OSError, KeyError, ValueError):
+        pass
+    last = rows[-1]
+    returns = [r["episode_return_mean"] for r in rows if not math.isnan(r.get("episode_return_mean", math.nan))]
+    seconds, steps = last.get("time_s", math.nan), last.get("env_steps", math.nan)
+    facts = [f"env <b>{html.escape(str(env))}</b>", f"{steps:,.0f} env steps in {seconds:,.0f} s",
+             f"{steps / seconds:,.0f} frames/s on average" if seconds > 0 else "",
+             f"final return {returns[-1]:.1f}, best {max(returns):.1f}" if returns else "no finished episode",
+             f"policy version {last.get('policy_version', math.nan):.0f}", f"{len(rows)} reports"]
+    return (f"<h2>daskrl report: {html.escape(name)}</h2><p>{' &nbsp;|&nbsp; '.join(f for f in facts if f)}</p>"
+            f"<p style='color:#777'>from {html.escape(os.path.abspath(experiment_dir))}, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}</p>")
+
+
+def _float(value: str | None) -> float:
+    try:
+        return float(value) if value not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
