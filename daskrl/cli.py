@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("train", "sample"):
             from daskrl.runner import TrainingError, train
+            from daskrl.runtime.cluster import ClusterAccessError
 
             config = _config_from_args(args)
             if args.command == "sample":
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             except TrainingError as exc:
                 print(f"daskrl: training stopped: {exc}", file=sys.stderr)
                 return 1
+            except ClusterAccessError as exc:  # unreachable cluster, missing or untrusted TLS credentials
+                print(f"daskrl: error: {exc}", file=sys.stderr)
+                return 2
             _print_summary(summary, sampling=config.run.sampling_only)
             return 0
         import os

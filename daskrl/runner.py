@@ -28,7 +28,7 @@ from daskrl.monitor.dashboard import dashboard_page
 from daskrl.monitor.stats import EpisodeWindow, FrameRate, time_shares
 from daskrl.placement import place, role_counts
 from daskrl.runtime import ComponentError, connect_cluster, spawn
-from daskrl.runtime.cluster import ClusterSession
+from daskrl.runtime.cluster import ClusterSession, tls_security
 from daskrl.runtime.component import ComponentHandle
 
 if TYPE_CHECKING:  # torch-heavy modules are imported while the cluster starts (see train())
@@ -101,12 +101,13 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
     exp_dir = config.experiment_dir
     _check_experiment_dir(config)
     scheduler = client if client is not None else (config.run.scheduler or None)
+    security = tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key)
     # The cluster starts in the background (its workers import torch in a forkserver) while this process
     # imports torch too: on 2 cores the two overlap instead of adding up.
     with ThreadPoolExecutor(1) as pool:
         starting = pool.submit(connect_cluster, scheduler,
                                n_workers=config.run.n_dask_workers or workers_needed(config),
-                               dashboard_address=config.run.dashboard_address or ":0")
+                               dashboard_address=config.run.dashboard_address or ":0", security=security)
         try:
             from daskrl.learning.checkpoints import CheckpointStore
             from daskrl.learning.learner import Learner  # noqa: F401  (imported now, used in _Run.start)
@@ -224,6 +225,7 @@ class _Run:
         self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
         self.silent: set[str] = set()
         self.params_desc = None
+        self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         from daskrl.recovery import Recovery
 
         self.recovery = Recovery(self)
@@ -312,6 +314,7 @@ class _Run:
                 stats.append(handle.call("stats", timeout=10))
             except ComponentError as exc:
                 self.replace(handle, str(exc))
+        self._keep_stats(stats)
         if self.learner is not None:
             state.learner = next((s for s in stats if s.get("name") == self.learner.name), state.learner)
         for s in stats:
@@ -411,7 +414,9 @@ class _Run:
         raised over each other: the first failure is what the user needs to read."""
         problems = []
         if self.sampler is not None:
-            for s in self.sampler.stop():
+            final = self.sampler.stop()
+            self._keep_stats([s for s in final if "error" not in s])
+            for s in final:
                 if "error" in s:
                     problems.append(s["error"])
         if self.learner is not None and not self.failed:
@@ -431,9 +436,46 @@ class _Run:
                 problems.append(str(exc))
         for p in problems:
             _say(f"daskrl: warning: {p}")
+        path = self.data_path()
+        if path["slots_shm"] + path["slots_comms"] + path["params_shm_reads"] + path["params_comms_reads"]:
+            _say(f"daskrl: data path: trajectory slots {path['slots_shm']:,} through shared memory, "
+                 f"{path['slots_comms']:,} over comms; parameter versions read {path['params_shm_reads']:,} from "
+                 f"shared memory, {path['params_comms_reads']:,} over comms ({len(path['hosts'])} host(s))")
 
     def poll_learner_only(self) -> None:
         self.state.learner = self.learner.call("stats", timeout=30)
+        self._keep_stats([self.state.learner])
+
+    def _keep_stats(self, stats: list[dict]) -> None:
+        for s in stats:
+            if s.get("name"):
+                self.last_stats[s["name"]] = {k: v for k, v in s.items() if k not in ("episodes", "stack")}
+
+    def data_path(self) -> dict[str, Any]:
+        """How the data moved: trajectory slots the batcher copied from shared memory (same host) or fetched
+        over Dask comms (other hosts), parameter versions readers took either way, per component and in total."""
+        from daskrl.runtime.shm import host_of
+
+        out: dict[str, Any] = {"slots_shm": 0, "slots_comms": 0, "params_shm_reads": 0, "params_comms_reads": 0,
+                               "remote_params": False, "hosts": [], "components": {}}
+        hosts = set()
+        for name, s in sorted(self.last_stats.items()):
+            counters, batcher = s.get("counters", {}), s.get("batcher", {})
+            entry = {"cls": s.get("cls"), "address": s.get("address"), "host": host_of(s.get("address")),
+                     "params_shm_reads": int(counters.get("params_shm_reads", 0)),
+                     "params_comms_reads": int(counters.get("params_comms_reads", 0))}
+            hosts.add(entry["host"])
+            if batcher:
+                entry.update(slots_shm=int(batcher.get("slots_shm", 0)), slots_comms=int(batcher.get("slots_comms", 0)))
+                out["slots_shm"] += entry["slots_shm"]
+                out["slots_comms"] += entry["slots_comms"]
+            if s.get("cls") == "Learner":
+                out["remote_params"] = bool(s.get("remote_params", False))
+            out["params_shm_reads"] += entry["params_shm_reads"]
+            out["params_comms_reads"] += entry["params_comms_reads"]
+            out["components"][name] = entry
+        out["hosts"] = sorted(hosts)
+        return out
 
     def summary(self) -> dict[str, Any]:
         state = self.state
@@ -450,6 +492,7 @@ class _Run:
             "stop_reason": self.stop_reason,
             "time_shares": state.shares,
             "recoveries": list(self.recovery.recoveries),
+            "data_path": self.data_path(),
         }
 
 

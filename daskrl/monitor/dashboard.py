@@ -204,10 +204,14 @@ class DashboardPlugin(SchedulerPlugin):
                 (re.escape(f"{prefix}{PAGE}/api/latest"), _JsonHandler, {"store": self.store, "what": "latest"}),
                 (re.escape(f"{prefix}{PAGE}/api/history"), _JsonHandler, {"store": self.store, "what": "history"}),
             ])
-            _collector().plugins.add(self)
             self.installed = True
         except Exception:  # a view must never stop the scheduler
             logger.warning("daskrl dashboard: could not add the daskrl page", exc_info=True)
+            return
+        try:
+            _collector().plugins.add(self)
+        except Exception:  # e.g. prometheus_client missing, or daskrl_* names taken by another collector
+            logger.warning("daskrl dashboard: no daskrl gauges on /metrics", exc_info=True)
 
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == METRICS_TOPIC:
@@ -275,7 +279,7 @@ class _JsonHandler(web.RequestHandler):
             self.write(json.dumps({"error": f"no run named {run!r}", "runs": self.store.names()}))
             return
         payload = latest_payload(self.store, run) if self.what == "latest" else history_payload(self.store, run)
-        self.write(json.dumps(payload, allow_nan=False))
+        self.write(json.dumps(_json_safe(payload), allow_nan=False))
 
 
 # ---- the page ----
@@ -508,6 +512,17 @@ def _num(value: Any, default: float = math.nan) -> float:
     except (TypeError, ValueError):
         return default
     return default if math.isnan(out) else out
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities (not JSON) become None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _clean(row: dict[str, Any] | None) -> dict[str, Any] | None:

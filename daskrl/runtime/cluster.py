@@ -5,6 +5,12 @@ thread each); ``connect_cluster("tcp://host:8786")`` or ``connect_cluster(client
 Either way the daskrl plugins are installed (bus registry and dashboard page on the scheduler, bus + shared
 memory on every worker, which also imports daskrl and torch at start), and :meth:`ClusterSession.close` closes
 only what this call opened: never a cluster or client the user brought.
+
+Security: a cluster that uses TLS (``tls://`` addresses) needs a ``distributed.security.Security`` with the CA
+and a certificate/key pair it trusts (:func:`tls_security` builds one from PEM files, as ``dask scheduler
+--tls-ca-file/--tls-cert/--tls-key`` does). An embedded cluster given one uses TLS on every connection. A
+cluster that cannot be reached, or that refuses this client, raises :class:`ClusterAccessError` with one
+readable line (within ``timeout`` seconds) instead of Dask's raw comm errors.
 """
 
 from __future__ import annotations
@@ -19,10 +25,76 @@ from dataclasses import dataclass, field
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.security import Security
 
 from daskrl.runtime import shm
 from daskrl.runtime.bus import BusPlugin
+from daskrl.runtime.errors import DaskRLError
 from daskrl.runtime.registry import BusRegistry
+
+TLS_FLAGS = "--tls-ca-file, --tls-cert and --tls-key"
+
+
+class ClusterAccessError(DaskRLError):
+    """The cluster could not be reached or refused this client (TLS credentials missing or not trusted...)."""
+
+
+def tls_security(ca_file: str = "", cert: str = "", key: str = "") -> Security | None:
+    """A ``Security`` for a TLS cluster from PEM files, or None when no file is given.
+
+    ``cert`` (with ``key``, unless the certificate file holds the key too) serves every role this process may
+    play: client, and scheduler and workers of an embedded cluster, as ``dask scheduler/worker --tls-cert``
+    does. Encryption is then required on every connection.
+    """
+    if not (ca_file or cert or key):
+        return None
+    problems = []
+    if not ca_file:
+        problems.append("--tls-ca-file (the CA that signed the cluster's certificates) is missing")
+    if not cert:
+        problems.append("--tls-cert (this client's certificate) is missing")
+    for flag, path in (("--tls-ca-file", ca_file), ("--tls-cert", cert), ("--tls-key", key)):
+        if path and not os.path.isfile(path):
+            problems.append(f"{flag} {path!r} is not a file")
+    if problems:
+        raise ClusterAccessError("TLS: " + "; ".join(problems))
+    key = key or None
+    return Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key, tls_scheduler_cert=cert,
+                    tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
+
+
+def _has_tls_credentials(security) -> bool:
+    return bool(security is not None and getattr(security, "tls_ca_file", None)
+                and getattr(security, "tls_client_cert", None))
+
+
+def _open_client(address: str, security, timeout: float) -> Client:
+    """``Client(address)`` with the failures a deployment meets turned into one readable line."""
+    import ssl
+
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    if scheme == "tls" and not _has_tls_credentials(security):
+        raise ClusterAccessError(
+            f"the scheduler {address} uses TLS, so TLS credentials are needed: pass {TLS_FLAGS} (the CA and a "
+            "certificate/key pair it signed), or connect_cluster(security=distributed.security.Security(...))")
+    try:
+        return Client(address, security=security, direct_to_workers=True, timeout=timeout)
+    except Exception as exc:
+        cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+        if len(cause) > 300:
+            cause = cause[:300] + " ..."
+        chain, e = [], exc
+        while e is not None and len(chain) < 10:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        if any(isinstance(e, ssl.SSLError) for e in chain):
+            hint = (f"the TLS handshake failed: check that {TLS_FLAGS} are the CA that signed the cluster's "
+                    "certificates and a certificate/key pair it trusts")
+        elif scheme == "tcp":
+            hint = (f"is a scheduler running there? If the cluster uses TLS, give its tls:// address and {TLS_FLAGS}")
+        else:
+            hint = "is a scheduler running there, reachable from this machine?"
+        raise ClusterAccessError(f"cannot use the Dask scheduler at {address}: {hint} ({cause})") from exc
 
 # Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (torch._dynamo:
 # the first optimizer step imports it, 1.4 s).
@@ -119,12 +191,16 @@ def connect_cluster(
     preload_torch: bool = True,
     timeout: float = 60.0,
 ) -> ClusterSession:
-    """Return a ready :class:`ClusterSession` (see module docstring)."""
+    """Return a ready :class:`ClusterSession` (see module docstring).
+
+    ``security``: a ``distributed.security.Security`` (see :func:`tls_security`) for a TLS cluster, or for an
+    embedded cluster whose every connection should use TLS.
+    """
     cluster = None
     if isinstance(scheduler, Client):
         client, owns = scheduler, False
     elif isinstance(scheduler, str):
-        client = Client(scheduler, security=security, direct_to_workers=True, timeout=timeout)
+        client = _open_client(scheduler, security, timeout)
         owns = True
     elif scheduler is None:
         with _fast_worker_start(preload_torch):
