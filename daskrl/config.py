@@ -89,7 +89,14 @@ class RunConfig:
     report_interval: float = opt(2.0, "seconds between progress lines and CSV rows")
     checkpoint_interval: float = opt(30.0, "seconds between checkpoints")
     keep_checkpoints: int = opt(3, "checkpoints kept besides the best one")
-    scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster)")
+    scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster); a cluster "
+                             "that uses TLS has a tls:// address and needs the three --tls-* files")
+    tls_ca_file: str = opt("", "TLS: the CA certificate (PEM) that signed the cluster's certificates; with "
+                               "--tls-cert/--tls-key every connection is encrypted and authenticated (an embedded "
+                               "cluster then uses TLS too)")
+    tls_cert: str = opt("", "TLS: this client's certificate (PEM), signed by --tls-ca-file")
+    tls_key: str = opt("", "TLS: the private key (PEM) of --tls-cert (may be left out when the certificate file "
+                           "holds the key)")
     n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)")
     dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = any free port)")
     max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times")

@@ -37,6 +37,8 @@ class Batcher:
         self.batches = 0
         self.slots = 0
         self.dropped_slots = 0
+        self.slots_shm = 0  # slots copied in place from shared memory (rollout worker on this host)
+        self.slots_comms = 0  # slots fetched over Dask comms (rollout worker on another host)
         self.thread = threading.Thread(target=self._run, name=f"daskrl-{learner.name}-batcher", daemon=True)
 
     def attach(self, buffers: dict[str, dict]) -> None:
@@ -90,6 +92,10 @@ class Batcher:
 
     def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
         arrays = self.workers[worker]
+        if hasattr(arrays["rewards"], "read"):  # a RemoteArray: the owner is on another host
+            self.slots_comms += 1
+        else:
+            self.slots_shm += 1
         out = {}
         for name in ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version"):
             array = arrays[name]

@@ -114,9 +114,11 @@ class Learner(Component):
     def extra_stats(self) -> dict:
         return {
             "policy_version": self.publisher.version, "train_steps": self.trainer.train_steps,
+            "remote_params": self.publisher.remote,  # also scattered for readers on other hosts
             "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),
             "batcher": {"batches": self.batcher.batches, "slots": self.batcher.slots,
-                        "dropped_slots": self.batcher.dropped_slots,
+                        "dropped_slots": self.batcher.dropped_slots, "slots_shm": self.batcher.slots_shm,
+                        "slots_comms": self.batcher.slots_comms,
                         "blocked_s": self.batcher.wait_s, "pending_slots": self.batcher.incoming.qsize()},
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),

@@ -73,7 +73,16 @@ class ParameterPublisher:
 
 
 class ParameterReader:
-    """Reader side (rollout or inference worker). ``newer_than(v)`` -> ``(version, state)`` or None."""
+    """Reader side (rollout or inference worker). ``newer_than(v)`` -> ``(version, state)`` or None.
+
+    Each new version taken counts in the component's counters as ``params_shm_reads`` (in place, same host) or
+    ``params_comms_reads`` (pulled over Dask comms from another host), so a run's statistics show which path
+    its parameters took.
+    """
+
+    #: a reader on another host asks the scheduler for the newest version at most this often (each check is a
+    #: round trip to the scheduler: asking on every env step would cost the sampler more than the envs do)
+    remote_poll_s = 0.05
 
     def __init__(self, component, desc: dict) -> None:
         self.component = component
@@ -92,11 +101,13 @@ class ParameterReader:
 
             self._variable = Variable(desc["variable"], client=get_client())
             self._last_key = None
+            self._next_poll = 0.0
 
     def newer_than(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None:
-        if self.local:
-            return self._read_local(version)
-        return self._read_remote(version)
+        got = self._read_local(version) if self.local else self._read_remote(version)
+        if got is not None:
+            self.component.counters["params_shm_reads" if self.local else "params_comms_reads"] += 1
+        return got
 
     def latest_version(self) -> int:
         return int(self.header.array[1]) if self.local else -1
@@ -125,6 +136,10 @@ class ParameterReader:
         return out
 
     def _read_remote(self, version: int) -> tuple[int, dict[str, Any]] | None:
+        now = time.monotonic()
+        if version >= 0 and now < self._next_poll:
+            return None
+        self._next_poll = now + self.remote_poll_s
         try:
             future = self._variable.get(timeout=5)
         except Exception:  # nothing published yet
