@@ -14,6 +14,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -69,31 +70,41 @@ def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict) -> tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=12.0, help="measurement time per line (after warm-up)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measurement time per line (after warm-up)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="(a), (b), (c) are measured in turn this many times; the table shows medians")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     # The sampler settings used here (also the documented fast settings for cheap envs):
     inline = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1}}
-    remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 2,
+    remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 2,
                         "num_inference_workers": 1}}
     results: dict[str, dict] = {}
     for key, env_id in ENVS.items():
-        limit = limit_fps(env_id, args.seconds)
-        inline_fps, inline_shares = daskrl_fps(env_id, "inline", args.seconds, inline[key])
-        remote_fps, remote_shares = daskrl_fps(env_id, "remote", args.seconds, remote[key])
+        rounds = []
+        for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits all three alike
+            limit = limit_fps(env_id, args.seconds)
+            inline_fps, inline_shares = daskrl_fps(env_id, "inline", args.seconds, inline[key])
+            remote_fps, remote_shares = daskrl_fps(env_id, "remote", args.seconds, remote[key])
+            rounds.append((limit, inline_fps, remote_fps))
+        limit, inline_fps, remote_fps = (statistics.median(r[i] for r in rounds) for i in range(3))
         results[key] = {"limit_fps": round(limit), "inline_fps": round(inline_fps), "remote_fps": round(remote_fps),
+                        "rounds": [[round(x) for x in r] for r in rounds],
                         "inline_settings": inline[key], "remote_settings": remote[key],
                         "inline_time_shares": inline_shares, "remote_time_shares": remote_shares}
-    print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up\n")
+    print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up; medians of "
+          f"{args.rounds} interleaved rounds\n")
     print("| env | (a) limit: SyncVectorEnv, 1 process/core | (b) inline | (b)/(a) | (c) 1 inference worker | (c)/(a) |")
     print("|---|---|---|---|---|---|")
     for key, r in results.items():
         print(f"| {ENVS[key]} | {r['limit_fps']:,} | {r['inline_fps']:,} | {r['inline_fps'] / r['limit_fps']:.0%} | "
               f"{r['remote_fps']:,} | {r['remote_fps'] / r['limit_fps']:.0%} |")
-    print("\nwhere the time goes (share of wall time per component):")
+    for key, r in results.items():
+        print(f"  {ENVS[key]} rounds (limit, inline, remote): {r['rounds']}")
+    print("\nwhere the time goes (share of wall time per component, last round):")
     for key, r in results.items():
         for mode in ("inline", "remote"):
             print(f"  {ENVS[key]} {mode}: {json.dumps(r[f'{mode}_time_shares'])}")

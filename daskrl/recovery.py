@@ -124,7 +124,7 @@ class Recovery:
         index = sampler.inference.index(handle)
         new = spawn(run.client, handle.cls, handle.name, worker=worker, config={
             "run_id": run.session.run_id, "spaces": run.spaces.to_dict(), "model": dataclasses.asdict(c.model),
-            "params": run.params_desc, "seed": c.run.seed})
+            "params": run.params_desc, "seed": c.run.seed, "numpy_inference": c.sampler.numpy_inference})
         new.call("attach_workers", sampler.buffers)
         new.call("start")
         sampler.inference[index] = new

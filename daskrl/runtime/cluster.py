@@ -119,7 +119,7 @@ def prestart_worker_server(preload_torch: bool = True) -> None:
     # torch.set_num_threads(1) no longer helps and every op spins on contended cores (measured: inference
     # took 96% of a rollout worker's time, 500 frames/s instead of 30,000). One busy component per core
     # wants one intra-op thread anyway; the learner raises its own count with torch.set_num_threads.
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 
     from distributed.utils import get_mp_context

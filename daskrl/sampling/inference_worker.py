@@ -23,9 +23,9 @@ class InferenceWorker(Component):
     """See module docstring."""
 
     def on_configure(self, *, spaces: dict, model: dict | None = None, params: dict | None = None,
-                     seed: int = 0, **_: Any) -> None:
+                     seed: int = 0, numpy_inference: bool = True, **_: Any) -> None:
         self.spaces = EnvSpaces.from_dict(spaces)
-        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed)
+        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed, numpy_inference)
         self.pending: list[dict] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.requests = 0

@@ -12,6 +12,7 @@ import torch
 
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import ActorCritic
+from daskrl.models.numpy_policy import NumpyPolicy
 
 
 def build_model(spaces: EnvSpaces, model_cfg: dict[str, Any], seed: int = 0) -> ActorCritic:
@@ -30,10 +31,13 @@ class SamplingPolicy:
     """``act(obs)`` with the newest parameters; ``refresh()`` pulls a newer version if there is one."""
 
     def __init__(self, component, spaces: EnvSpaces, model_cfg: dict[str, Any], params_desc: dict | None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, numpy_inference: bool = True) -> None:
         torch.set_num_threads(1)  # one busy component per core: intra-op threads would only fight
         self.model = build_model(spaces, model_cfg, seed)
         self.model.eval()
+        # MLP policies act through the numpy fast path (same function, a fraction of torch's per-op overhead)
+        self.fast = NumpyPolicy(self.model, np.random.default_rng(seed)) \
+            if numpy_inference and NumpyPolicy.supports(self.model) else None
         self.version = 0
         self.reader = None
         if params_desc is not None:
@@ -50,7 +54,11 @@ class SamplingPolicy:
             return False
         self.version, state = got
         self.model.load_state_dict_numpy(state)
+        if self.fast is not None:
+            self.fast.refresh()
         return True
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.fast is not None:
+            return self.fast.act(obs)
         return self.model.act(obs)

@@ -49,7 +49,7 @@ class RolloutWorker(Component):
                      slots_per_split: int, inference: str = "inline", worker_index: int = 0, seed: int = 0,
                      env_kwargs: dict | None = None, model: dict | None = None, params: dict | None = None,
                      policy_queue: str = "policy", env_factory=None, env_failure_limit: int = 5,
-                     request_timeout_s: float = 5.0, **_: Any) -> None:
+                     request_timeout_s: float = 5.0, numpy_inference: bool = True, **_: Any) -> None:
         if env_factory is not None:
             register_env(env, env_factory)
         self.env_spec = env
@@ -77,8 +77,8 @@ class RolloutWorker(Component):
         self.carry = [np.empty_like(self.obs[0, 0]) for _ in range(num_splits)]  # obs that starts the next slot
         self.waiting: deque[int] = deque()  # splits waiting for a free slot
         self.episodes: deque = deque(maxlen=10_000)
-        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed + 1000 * worker_index) \
-            if self.inline else None
+        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed + 1000 * worker_index,
+                                     numpy_inference) if self.inline else None
         self.env_steps = 0
         self.slots_filled = 0
         self.requested_at = [0.0] * num_splits  # remote strategy: when each split's pending request went out

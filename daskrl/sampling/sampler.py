@@ -45,6 +45,7 @@ class Sampler:
             "model": _model_cfg(c), "params": self.params_desc, "policy_queue": policy_queue(),
             # an env registered with register_env in this process travels with the config (cloudpickle)
             "env_factory": registered_factory(c.env.env), "env_failure_limit": c.sampler.env_failure_limit,
+            "numpy_inference": c.sampler.numpy_inference,
         }
 
     def create(self, consumer: SlotRef) -> None:
@@ -59,7 +60,8 @@ class Sampler:
             for j, host in enumerate(self.inference_hosts):
                 handle = spawn(self.client, InferenceWorker, f"inference_{j}", worker=host, config={
                     "run_id": self.run_id, "spaces": self.spaces.to_dict(), "model": _model_cfg(c),
-                    "params": self.params_desc, "seed": c.run.seed})
+                    "params": self.params_desc, "seed": c.run.seed,
+                    "numpy_inference": c.sampler.numpy_inference})
                 handle.call("attach_workers", self.buffers)
                 add_consumer(policy_queue(), handle.on_request, self.client)
                 self.inference.append(handle)

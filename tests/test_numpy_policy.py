@@ -1,0 +1,61 @@
+"""The numpy fast path computes the same policy as the torch ActorCritic it was built from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from daskrl.envs import probe_env
+from daskrl.models.actor_critic import ActorCritic
+from daskrl.models.numpy_policy import NumpyPolicy
+
+
+def model_for(env: str, normalize_obs: bool, **kwargs) -> ActorCritic:
+    torch.manual_seed(0)
+    spaces = probe_env(env)
+    model = ActorCritic(spaces, normalize_obs=normalize_obs, **kwargs)
+    if normalize_obs:
+        model.set_obs_stats(np.linspace(-1, 1, spaces.obs_dim), np.linspace(0.5, 2.0, spaces.obs_dim))
+    with torch.no_grad():  # move away from the near-uniform initial policy so differences would show
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return model.eval()
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1"])
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_log_probs_and_values_match_torch(env, normalize_obs):
+    model = model_for(env, normalize_obs)
+    fast = NumpyPolicy(model, np.random.default_rng(0))
+    obs = np.random.default_rng(1).normal(size=(300, *model.spaces.obs_shape)).astype(np.float32) * 3
+    actions, log_probs, values = fast.act(obs)
+    assert actions.dtype == (np.int64 if model.spaces.action_kind == "discrete" else np.float32)
+    with torch.no_grad():
+        t_lp, _, t_values = model.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
+    np.testing.assert_allclose(log_probs, t_lp.numpy(), atol=2e-5)
+    np.testing.assert_allclose(values, t_values.numpy(), atol=2e-5)
+    det, _, _ = fast.act(obs, deterministic=True)
+    t_det, _, _ = model.act(obs, deterministic=True)
+    np.testing.assert_allclose(det, t_det, atol=1e-5)
+
+
+def test_sampled_actions_follow_the_policy_probabilities():
+    model = model_for("CartPole-v1", True)
+    fast = NumpyPolicy(model, np.random.default_rng(2))
+    obs = np.repeat(np.array([[0.3, -0.5, 0.1, 0.8]], np.float32), 20000, axis=0)
+    actions, log_probs, _ = fast.act(obs)
+    p_one = float(np.exp(log_probs[actions == 1][0]))
+    assert abs(actions.mean() - p_one) < 0.015, (actions.mean(), p_one)
+
+
+def test_refresh_follows_new_weights_and_unsupported_models_keep_torch():
+    model = model_for("CartPole-v1", False)
+    fast = NumpyPolicy(model)
+    obs = np.ones((4, 4), np.float32)
+    before = fast.act(obs, deterministic=True)[2]
+    with torch.no_grad():
+        model.critic.bias.add_(1.0)
+    fast.refresh()
+    np.testing.assert_allclose(fast.act(obs, deterministic=True)[2], before + 1.0, atol=1e-5)
+    assert not NumpyPolicy.supports(ActorCritic(probe_env("daskrl/Catch-v0")))  # CNN encoder
