@@ -11,13 +11,15 @@ import math
 import sys
 from typing import Any, TextIO
 
+from daskrl.monitor.stats import as_number
+
 
 def progress_line(row: dict[str, Any]) -> str:
     """The plain progress line of one report (``[  12.0s] env steps  123,456 | fps ... | return ...``)."""
-    ret, lag = _num(row.get("episode_return_mean")), _num(row.get("policy_lag"))
-    ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{_num(row.get('episode_return_std')):.1f}"
-    return (f"[{_num(row.get('time_s'), 0.0):7.1f}s] env steps {int(_num(row.get('env_steps'), 0)):>11,} | "
-            f"fps {_num(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({row.get('episodes', 0)} ep) | "
+    ret, lag = as_number(row.get("episode_return_mean")), as_number(row.get("policy_lag"))
+    ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{as_number(row.get('episode_return_std')):.1f}"
+    return (f"[{as_number(row.get('time_s'), 0.0):7.1f}s] env steps {int(as_number(row.get('env_steps'), 0)):>11,} | "
+            f"fps {as_number(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({row.get('episodes', 0)} ep) | "
             f"version {row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
 
 
@@ -70,31 +72,31 @@ class ConsoleView:
         """Share of the budget used (the nearer of steps and seconds), None without a budget."""
         parts = []
         if self.total_env_steps:
-            parts.append(_num(row.get("env_steps"), 0.0) / self.total_env_steps)
+            parts.append(as_number(row.get("env_steps"), 0.0) / self.total_env_steps)
         if self.total_seconds:
-            parts.append(_num(row.get("time_s"), 0.0) / self.total_seconds)
+            parts.append(as_number(row.get("time_s"), 0.0) / self.total_seconds)
         return min(1.0, max(parts)) if parts else None
 
     def eta(self, row: dict[str, Any]) -> float | None:
         """Seconds left until the first budget runs out (steps at the current frames/s), None if unknown."""
         left = []
-        fps = _num(row.get("fps"), 0.0)
+        fps = as_number(row.get("fps"), 0.0)
         if self.total_env_steps and fps > 0:
-            left.append(max(0.0, self.total_env_steps - _num(row.get("env_steps"), 0.0)) / fps)
+            left.append(max(0.0, self.total_env_steps - as_number(row.get("env_steps"), 0.0)) / fps)
         if self.total_seconds:
-            left.append(max(0.0, self.total_seconds - _num(row.get("time_s"), 0.0)))
+            left.append(max(0.0, self.total_seconds - as_number(row.get("time_s"), 0.0)))
         return min(left) if left else None
 
     def live_text(self, row: dict[str, Any]) -> str:
-        steps = int(_num(row.get("env_steps"), 0))
-        ret, lag = _num(row.get("episode_return_mean")), _num(row.get("policy_lag"))
+        steps = int(as_number(row.get("env_steps"), 0))
+        ret, lag = as_number(row.get("episode_return_mean")), as_number(row.get("policy_lag"))
         eta = self.eta(row)
         parts = [f"{steps:,}" + (f"/{self.total_env_steps:,}" if self.total_env_steps else "") + " steps",
-                 f"{_num(row.get('fps'), 0.0):,.0f} fps",
+                 f"{as_number(row.get('fps'), 0.0):,.0f} fps",
                  "return n/a" if math.isnan(ret)
-                 else f"return {ret:.1f}±{_num(row.get('episode_return_std')):.1f} ({row.get('episodes', 0)} ep)",
+                 else f"return {ret:.1f}±{as_number(row.get('episode_return_std')):.1f} ({row.get('episodes', 0)} ep)",
                  f"v{row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" lag {lag:.1f}"),
-                 f"{_num(row.get('time_s'), 0.0):,.0f}s" + ("" if eta is None else f" ETA {_clock(eta)}")]
+                 f"{as_number(row.get('time_s'), 0.0):,.0f}s" + ("" if eta is None else f" ETA {_clock(eta)}")]
         return " | ".join(parts)
 
     def close(self) -> None:
@@ -119,11 +121,3 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def _num(value: Any, default: float = math.nan) -> float:
-    if value is None or isinstance(value, bool):
-        return default
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return default if math.isnan(out) else out

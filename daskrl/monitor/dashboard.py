@@ -32,6 +32,8 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
+from daskrl.monitor.stats import as_number
+
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "daskrl-dashboard"
@@ -115,7 +117,7 @@ class RunHistory:
 
     def add(self, msg: dict[str, Any], stamp: float) -> None:
         row = dict(msg["row"])
-        if self.rows and _num(row.get("time_s")) < _num(self.rows[-1].get("time_s")):
+        if self.rows and as_number(row.get("time_s")) < as_number(self.rows[-1].get("time_s")):
             self.rows = []  # the same experiment name started again from scratch
             self.generation += 1
         self.rows.append(row)
@@ -290,7 +292,7 @@ _SERIES = ["time_s", "env_steps", "fps", "episode_return_mean", "episode_return_
 
 def series(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Columns for a ColumnDataSource (missing values as NaN, which Bokeh draws as gaps), with the return band."""
-    cols = {k: [_num(r.get(k)) for r in rows] for k in _SERIES}
+    cols = {k: [as_number(r.get(k)) for r in rows] for k in _SERIES}
     pairs = list(zip(cols["episode_return_mean"], cols["episode_return_std"], strict=True))
     cols["return_low"] = [m - s for m, s in pairs]
     cols["return_high"] = [m + s for m, s in pairs]
@@ -423,13 +425,13 @@ def summary_html(hist: RunHistory) -> str:
     import html
 
     row = hist.latest_row() or {}
-    ret, std = _num(row.get("episode_return_mean")), _num(row.get("episode_return_std"))
-    lag = _num(row.get("policy_lag"))
+    ret, std = as_number(row.get("episode_return_mean")), as_number(row.get("episode_return_std"))
+    lag = as_number(row.get("policy_lag"))
     parts = [f"<b>{html.escape(hist.run)}</b> ({html.escape(hist.env)})",
-             f"{int(_num(row.get('env_steps'), 0)):,} env steps", f"{_num(row.get('fps'), 0):,.0f} frames/s",
+             f"{int(as_number(row.get('env_steps'), 0)):,} env steps", f"{as_number(row.get('fps'), 0):,.0f} frames/s",
              "return n/a" if math.isnan(ret) else f"return {ret:.1f} ± {std:.1f}",
              f"version {row.get('policy_version', 0)}", "" if math.isnan(lag) else f"lag {lag:.1f}",
-             f"{_num(row.get('time_s'), 0):,.0f} s"]
+             f"{as_number(row.get('time_s'), 0):,.0f} s"]
     progress = budget_fraction(row, hist.stop_at)
     if progress is not None:
         parts.append(f"{100 * progress:.0f}% of the budget")
@@ -442,9 +444,9 @@ def budget_fraction(row: dict[str, Any], stop_at: dict[str, Any]) -> float | Non
     """How far the run is toward its step or time budget (whichever comes first), or None without one."""
     fractions = []
     if stop_at.get("env_steps"):
-        fractions.append(_num(row.get("env_steps"), 0) / stop_at["env_steps"])
+        fractions.append(as_number(row.get("env_steps"), 0) / stop_at["env_steps"])
     if stop_at.get("seconds"):
-        fractions.append(_num(row.get("time_s"), 0) / stop_at["seconds"])
+        fractions.append(as_number(row.get("time_s"), 0) / stop_at["seconds"])
     return min(1.0, max(fractions)) if fractions else None
 
 
@@ -472,7 +474,7 @@ class _Collector:
                 row = hist.latest_row() or {}
                 labels = [hist.run, hist.env]
                 for key, gauge in gauges.items():
-                    value = _num(row.get(key))
+                    value = as_number(row.get(key))
                     if not math.isnan(value):
                         gauge.add_metric(labels, value)
                 reported.add_metric(labels, hist.updated)
@@ -501,17 +503,6 @@ def _collector() -> _Collector:
 
 
 # ---- helpers ----
-
-
-def _num(value: Any, default: float = math.nan) -> float:
-    """A float, NaN (or ``default``) for what is missing or not a number."""
-    if isinstance(value, bool) or value is None:
-        return default
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return default if math.isnan(out) else out
 
 
 def _json_safe(value: Any) -> Any:

@@ -65,6 +65,17 @@ class FrameRate:
         return (f1 - f0) / (t1 - t0) if t1 > t0 else 0.0
 
 
+def as_number(value: Any, default: float = math.nan) -> float:
+    """A float from a metric value; ``default`` for what is missing, NaN or not a number (JSON null, text)."""
+    if isinstance(value, bool) or value is None:
+        return default
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(out) else out
+
+
 def time_shares(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per component, the share of wall time per activity (waiting, env, inference, train, ...)."""
     return {s["name"]: {k: round(v, 4) for k, v in s.get("timing", {}).get("share", {}).items()}

@@ -230,6 +230,17 @@ def _exit_with_owner(pid: int, period_s: float = 1.0) -> None:
             pass
 
 
+def _ignore_terminal_interrupt() -> None:
+    """Ctrl-C in a terminal reaches every process of the foreground group, embedded workers included; only
+    the driver should act on it (checkpoint, stop the components, exit 0), so its workers ignore it."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: this worker was not started by a local nanny
+        pass
+
+
 class BusPlugin(WorkerPlugin):
     """Installs the topic bus, shared-memory RPC handlers and the leftover-segment sweep on each worker."""
 
@@ -261,6 +272,7 @@ class BusPlugin(WorkerPlugin):
         if self.owner_pid:
             threading.Thread(target=_exit_with_owner, args=(self.owner_pid,), name="daskrl-owner-watch",
                              daemon=True).start()
+            _ignore_terminal_interrupt()
 
     async def teardown(self, worker) -> None:
         global _current

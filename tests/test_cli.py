@@ -1,0 +1,89 @@
+"""The `daskrl` command as a user runs it: train, Ctrl-C, resume, enjoy, and clear errors."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+DASKRL = [sys.executable, "-m", "daskrl.cli"]
+
+
+def run(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(DASKRL + args, capture_output=True, text=True, timeout=timeout)
+
+
+def rows(path: str) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_bad_env_and_bad_options_exit_2_with_one_readable_message(tmp_path):
+    t0 = time.monotonic()
+    out = run(["train", "--env", "CartPol-v1", "--train-dir", str(tmp_path)], timeout=60)
+    assert out.returncode == 2
+    assert "did you mean 'CartPole-v1'" in out.stderr and "Traceback" not in out.stderr
+    out = run(["train", "--num-envs-per-worker", "10", "--worker-num-splits", "3", "--gamma", "2"], timeout=60)
+    assert out.returncode == 2
+    assert "--worker-num-splits 3 does not divide" in out.stderr and "--gamma must be within [0, 1]" in out.stderr
+    assert time.monotonic() - t0 < 30
+    assert not os.listdir(tmp_path)
+
+
+def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
+    """Ctrl-C in a terminal reaches the whole foreground process group: the driver must checkpoint and exit 0,
+    the embedded workers must not die with tracebacks first."""
+    proc = subprocess.Popen(DASKRL + ["train", "--train-dir", str(tmp_path), "--experiment", "c",
+                                      "--train-for-seconds", "120", "--dashboard-address", ""],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            if "env steps" in line and "| fps" in line or time.monotonic() > deadline:
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-2000:]
+    assert "stopping: SIGINT received" in out
+    assert "KeyboardInterrupt" not in out
+    checkpoints = os.listdir(tmp_path / "c" / "checkpoints")
+    assert any(name.startswith("checkpoint_") for name in checkpoints)
+
+
+def test_stop_at_50k_resume_and_enjoy(tmp_path):
+    train_dir = str(tmp_path)
+    first = run(["train", "--train-dir", train_dir, "--experiment", "r", "--train-for-env-steps", "50000",
+                 "--dashboard-address", ""])
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    steps_first = int(rows(os.path.join(train_dir, "r", "metrics.csv"))[-1]["env_steps"])
+    assert steps_first >= 50_000
+    again = run(["train", "--train-dir", train_dir, "--experiment", "r", "--train-for-env-steps", "100000"])
+    assert again.returncode == 2 and "--resume" in again.stderr  # nothing is overwritten
+    second = run(["train", "--train-dir", train_dir, "--experiment", "r", "--resume", "--train-for-env-steps",
+                  "100000", "--dashboard-address", ""])
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    table = rows(os.path.join(train_dir, "r", "metrics.csv"))
+    assert int(table[-1]["env_steps"]) >= 100_000
+    appended = [r for r in table if int(r["env_steps"]) > steps_first]
+    assert appended and float(appended[0]["time_s"]) >= float(table[0]["time_s"])  # counters go on
+    enjoy = run(["enjoy", "--train-dir", train_dir, "--experiment", "r", "--episodes", "5"], timeout=120)
+    assert enjoy.returncode == 0, enjoy.stderr
+    assert "daskrl enjoy: 5 episodes, return" in enjoy.stdout
+    trained = int(re.search(r"policy trained for ([\d,]+) env steps", enjoy.stdout).group(1).replace(",", ""))
+    assert trained >= 100_000  # the resumed run's final checkpoint
+
+
+@pytest.mark.parametrize("missing", ["enjoy", "report"])
+def test_missing_experiment_is_a_clear_error(tmp_path, missing):
+    out = run([missing, "--train-dir", str(tmp_path), "--experiment", "nope"], timeout=60)
+    assert out.returncode == 2
+    assert "nope" in out.stderr and "Traceback" not in out.stderr
