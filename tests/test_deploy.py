@@ -1,0 +1,518 @@
+"""Deployment: clusters started with the ``dask`` command, several hosts, and TLS.
+
+1. An existing cluster (``dask scheduler`` + three ``dask worker`` processes): training through
+   ``daskrl.runner.train`` with ``--scheduler``, role pinning by worker resources, a clear error for too few
+   workers, and a cluster that is still there and usable afterwards.
+2. Two hosts: two Linux network namespaces, each with its own address, joined by a bridge; the driver (this
+   process) reaches them through a veth end with an address of the same private test range. Same-host handoffs
+   must use shared memory and cross-host ones Dask comms, as the components' statistics show.
+3. TLS: a TLS-only cluster, a run with ``--tls-ca-file/--tls-cert/--tls-key``, and clients without (or with
+   untrusted) credentials refused with one readable line, within a bounded time.
+
+Every process a test starts is killed in teardown, and checked gone; the namespaces are deleted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from daskrl.config import Config, ConfigError
+from daskrl.runner import train
+from daskrl.runtime.cluster import ClusterAccessError, connect_cluster, tls_security
+from daskrl.runtime.shm import list_segments, owner_pid
+
+# ---- helpers: processes, clusters ----
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def dask_command() -> str:
+    """The ``dask`` command of this environment (its workers must import daskrl, as ours do)."""
+    path = os.path.join(os.path.dirname(sys.executable), "dask")
+    return path if os.path.exists(path) else (shutil.which("dask") or "dask")
+
+
+class Processes:
+    """Processes started for a test, each in its own session (so its whole tree can be signalled by its id)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.seen: dict[int, float] = {}  # pid -> start time of every process of their trees: all must end
+
+    def start(self, name: str, *args: str, env: dict | None = None) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "w")
+        proc = subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})}, cwd=self.log_dir)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text()[-3000:]
+
+    def _remember_trees(self) -> None:
+        for proc in self.procs.values():
+            try:
+                root = psutil.Process(proc.pid)
+                for p in [root, *root.children(recursive=True)]:
+                    self.seen[p.pid] = p.create_time()
+            except psutil.NoSuchProcess:
+                pass
+
+    def _still_ours(self) -> list[psutil.Process]:
+        """Remembered processes still running (same pid *and* start time: never a recycled pid)."""
+        out = []
+        for pid, started in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def stop(self) -> list[int]:
+        """Terminate everything (workers first), kill what does not exit; returns pids still alive (none)."""
+        self._remember_trees()
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the process and its children
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        left = self._still_ours()
+        for p in left:  # a child that outlived its parent: by its own id
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=10)
+        return sorted(p.pid for p in self._still_ours())
+
+
+def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=None, timeout: float = 120.0):
+    """A client of the cluster once ``n_workers`` workers are up (fails early, with logs, if a process died)."""
+    from distributed import Client
+
+    deadline = time.monotonic() + timeout
+    client = None
+    while client is None:
+        try:
+            client = Client(address, security=security, timeout=5)
+        except OSError:
+            dead = {n: p.returncode for n, p in procs.procs.items() if p.poll() is not None}
+            assert not dead and time.monotonic() < deadline, \
+                f"the cluster did not start (exited: {dead}): {procs.log(next(iter(procs.procs)))}"
+            time.sleep(0.5)
+    while len(client.scheduler_info()["workers"]) < n_workers:
+        dead = {n: procs.log(n) for n, p in procs.procs.items() if p.poll() is not None}
+        if dead or time.monotonic() > deadline:
+            client.close()
+            raise AssertionError(f"{len(client.scheduler_info()['workers'])}/{n_workers} workers; exited: {dead}")
+        time.sleep(0.3)
+    return client
+
+
+def worker_names(client) -> dict[str, str]:
+    return {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}
+
+
+def components(client) -> dict[str, dict]:
+    """The daskrl component registry on the scheduler: name -> address, class, ..."""
+    return client.sync(client.scheduler.daskrl_components)["components"]
+
+
+def segments_of(pids: set[int]) -> list[str]:
+    return [name for name in list_segments() if owner_pid(name) in pids]
+
+
+def worker_pids(client) -> set[int]:
+    return set(client.run(os.getpid).values())
+
+
+def run_config(tmp_path: Path, scheduler: str, **options) -> Config:
+    return Config().replace(train_dir=str(tmp_path), dashboard_address="", scheduler=scheduler, **options)
+
+
+# ---- 1. an existing cluster started from the command line ----
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory):
+    """``dask scheduler`` and three ``dask worker`` processes; w2 offers the ``learner`` resource."""
+    tmp = tmp_path_factory.mktemp("cli_cluster")
+    procs = Processes(tmp)
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask = dask_command()
+    client = None
+    try:
+        procs.start("scheduler", dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                    "--dashboard-address", "127.0.0.1:0")
+        for i in range(3):
+            extra = ["--resources", "learner=1"] if i == 2 else []
+            procs.start(f"w{i}", dask, "worker", address, "--nworkers", "1", "--nthreads", "1", "--name", f"w{i}",
+                        *extra)
+        client = wait_for_cluster(address, 3, procs)
+        yield {"address": address, "client": client, "procs": procs, "pids": worker_pids(client)}
+    finally:
+        if client is not None:
+            client.close()
+        left = procs.stop()
+        assert left == [], f"processes left running: {left}"
+
+
+def test_too_few_workers_is_a_config_error_before_anything_is_created(cli_cluster, tmp_path):
+    client = cli_cluster["client"]
+    config = run_config(tmp_path, cli_cluster["address"], experiment="too_few", num_workers=3)  # needs 4
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"the cluster has 3 worker processes but this run needs 4") as info:
+        train(config)
+    assert time.monotonic() - t0 < 60
+    assert "--num-workers" in str(info.value)
+    assert components(client) == {}, "components were created before the placement was checked"
+    tasks = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+    assert tasks == 0, "actors or tasks were created"
+    assert segments_of(cli_cluster["pids"]) == []
+    assert not (tmp_path / "too_few" / "checkpoints").exists() or \
+        not list((tmp_path / "too_few" / "checkpoints").iterdir())
+    assert len(client.scheduler_info()["workers"]) == 3
+
+
+def test_trains_on_an_existing_cluster_which_stays_usable(cli_cluster, tmp_path):
+    from distributed import Client
+
+    client, address = cli_cluster["client"], cli_cluster["address"]
+    config = run_config(tmp_path, address, experiment="existing", stop_at_return=150, train_for_seconds=120)
+    placements: list[dict[str, str]] = []
+
+    def on_report(row: dict) -> None:
+        if not placements:  # which worker (by name) runs which component, from the scheduler's registry
+            names = worker_names(client)
+            placements.append({c: names.get(info["address"], "?") for c, info in components(client).items()})
+
+    summary = train(config, on_report=on_report)
+
+    assert summary["episode_return_mean"] >= 150, summary
+    assert "stop-at-return" in summary["stop_reason"]
+    assert placements, "no report during the run"
+    where = placements[0]
+    assert where["learner"] == "w2", f"the worker with --resources learner=1 did not get the learner: {where}"
+    assert sorted(where[c] for c in ("rollout_0", "rollout_1")) == ["w0", "w1"], where
+    # one host: every handoff in place
+    path = summary["data_path"]
+    assert path["slots_comms"] == 0 and path["slots_shm"] > 0, path
+    assert path["params_comms_reads"] == 0 and path["params_shm_reads"] > 0 and not path["remote_params"], path
+
+    # The cluster is still there and usable by anyone; daskrl left nothing behind on it.
+    assert all(p.poll() is None for p in cli_cluster["procs"].procs.values())
+    with Client(address, timeout=10) as other:
+        assert other.submit(lambda x: x + 1, 41, pure=False).result(timeout=30) == 42
+        assert sorted(worker_names(other).values()) == ["w0", "w1", "w2"]
+        assert worker_pids(other) == cli_cluster["pids"], "a worker process was restarted"
+        assert components(other) == {}
+    assert segments_of(cli_cluster["pids"]) == []
+
+
+# ---- 2. two hosts: network namespaces joined by a bridge ----
+
+
+def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    if check and out.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
+    return out
+
+
+class TwoHosts:
+    """Namespaces ``<prefix>_h1`` (10.77.0.1, with the bridge) and ``<prefix>_h2`` (10.77.0.2); the driver
+    keeps a veth end with 10.77.0.254 in its own namespace. Only this private range, only these links."""
+
+    def __init__(self, prefix: str = "daskrl", subnet: str = "10.77.0") -> None:
+        self.prefix = prefix
+        self.ns = (f"{prefix}_h1", f"{prefix}_h2")
+        self.hosts = (f"{subnet}.1", f"{subnet}.2")
+        self.driver = f"{subnet}.254"
+
+    def up(self) -> None:
+        p, (h1, h2) = self.prefix, self.ns
+        self.down()  # leftovers of an interrupted run
+        _ip("netns", "add", h1)
+        _ip("netns", "add", h2)
+        _ip("link", "set", "lo", "up", ns=h1)
+        _ip("link", "set", "lo", "up", ns=h2)
+        _ip("link", "add", f"{p}_br", "type", "bridge", ns=h1)
+        _ip("addr", "add", f"{self.hosts[0]}/24", "dev", f"{p}_br", ns=h1)
+        _ip("link", "set", f"{p}_br", "up", ns=h1)
+        _ip("link", "add", f"{p}_a2", "netns", h1, "type", "veth", "peer", "name", f"{p}_b2", "netns", h2)
+        _ip("link", "set", f"{p}_a2", "master", f"{p}_br", "up", ns=h1)
+        _ip("addr", "add", f"{self.hosts[1]}/24", "dev", f"{p}_b2", ns=h2)
+        _ip("link", "set", f"{p}_b2", "up", ns=h2)
+        _ip("link", "add", f"{p}_r0", "type", "veth", "peer", "name", f"{p}_r1", "netns", h1)
+        _ip("link", "set", f"{p}_r1", "master", f"{p}_br", "up", ns=h1)
+        _ip("addr", "add", f"{self.driver}/24", "dev", f"{p}_r0")
+        _ip("link", "set", f"{p}_r0", "up")
+
+    def down(self) -> None:
+        for ns in self.ns:
+            _ip("netns", "del", ns, check=False)
+        _ip("link", "del", f"{self.prefix}_r0", check=False)  # goes with its peer's namespace; to be sure
+
+    def exists(self) -> bool:
+        listed = _ip("netns", "list", check=False).stdout
+        return any(line.split()[0] in self.ns for line in listed.splitlines() if line.strip())
+
+
+def netns_unavailable() -> str:
+    """Why network namespaces cannot be made here ('' when they can)."""
+    if shutil.which("ip") is None:
+        return "the `ip` command (iproute2) is not installed"
+    name = f"daskrl_probe{os.getpid()}"
+    out = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=20)
+    if out.returncode:
+        return f"`ip netns add` is not permitted here: {out.stderr.strip()}"
+    try:
+        probe = _ip("link", "add", "probe_br", "type", "bridge", ns=name, check=False)
+        if probe.returncode:
+            return f"cannot create a bridge in a network namespace here: {probe.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+    return ""
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory):
+    """Scheduler, a learner-pinned worker and a rollout worker on host 1; a rollout worker on host 2."""
+    reason = netns_unavailable()
+    if reason:
+        pytest.skip(reason)
+    net = TwoHosts()
+    tmp = tmp_path_factory.mktemp("two_hosts")
+    procs = Processes(tmp)
+    client = None
+    try:
+        net.up()
+        h1, h2 = net.hosts
+        port = 8786
+        address = f"tcp://{h1}:{port}"
+        dask = dask_command()
+
+        def on(ns: str, name: str, *args: str) -> None:
+            procs.start(name, "ip", "netns", "exec", ns, dask, *args)
+
+        on(net.ns[0], "scheduler", "scheduler", "--host", h1, "--port", str(port), "--dashboard-address", f"{h1}:8787")
+        on(net.ns[0], "a-learner", "worker", address, "--host", h1, "--nworkers", "1", "--nthreads", "1",
+           "--name", "a-learner", "--resources", "learner=1")
+        on(net.ns[0], "a-rollout", "worker", address, "--host", h1, "--nworkers", "1", "--nthreads", "1",
+           "--name", "a-rollout")
+        on(net.ns[1], "b-rollout", "worker", address, "--host", h2, "--nworkers", "1", "--nthreads", "1",
+           "--name", "b-rollout")
+        client = wait_for_cluster(address, 3, procs)
+        yield {"address": address, "client": client, "net": net}
+    finally:
+        if client is not None:
+            client.close()
+        left = procs.stop()
+        net.down()
+        assert left == [], f"processes left running: {left}"
+        assert not net.exists(), "network namespaces left behind"
+
+
+def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_path):
+    client = two_hosts["client"]
+    h1, h2 = two_hosts["net"].hosts
+    hosts_by_name = {n: a.split("://")[1].rsplit(":", 1)[0] for a, n in worker_names(client).items()}
+    assert hosts_by_name == {"a-learner": h1, "a-rollout": h1, "b-rollout": h2}
+
+    config = run_config(tmp_path, two_hosts["address"], experiment="two_hosts", stop_at_return=150,
+                        train_for_seconds=120)
+    summary = train(config)
+
+    assert summary["episode_return_mean"] >= 150, summary
+    assert "stop-at-return" in summary["stop_reason"]
+    path = summary["data_path"]
+    parts = path["components"]
+    assert parts["learner"]["host"] == h1 and path["remote_params"], path
+    by_host = {parts[c]["host"]: c for c in ("rollout_0", "rollout_1")}
+    assert set(by_host) == {h1, h2}, path
+    near, far = parts[by_host[h1]], parts[by_host[h2]]
+    # parameters: the same-host rollout worker reads them in place, the other one pulls them over comms
+    assert near["params_shm_reads"] > 0 and near["params_comms_reads"] == 0, path
+    assert far["params_comms_reads"] > 0 and far["params_shm_reads"] == 0, path
+    # trajectories: the batcher copies slots of both, in place and over comms
+    assert path["slots_shm"] > 0 and path["slots_comms"] > 0, path
+    assert path["hosts"] == sorted([h1, h2]), path
+
+
+# ---- 3. TLS ----
+
+
+def make_certificates(directory: Path, name: str, hosts: list[str]) -> dict[str, str]:
+    """A throwaway CA and a certificate/key pair it signs (``cryptography``, else the ``openssl`` command)."""
+    paths = {k: str(directory / f"{name}-{k}.pem") for k in ("ca", "cert", "key")}
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+    except ImportError:
+        return _openssl_certificates(directory, name, paths)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2))
+
+    def subject(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(subject(f"{name} test CA")).issuer_name(subject(f"{name} test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(valid[0]).not_valid_after(valid[1])
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    names = [x509.DNSName("localhost")] + [x509.IPAddress(ipaddress.ip_address(h)) for h in hosts]
+    cert = (x509.CertificateBuilder().subject_name(subject(f"{name} node")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(valid[0]).not_valid_after(valid[1])
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    Path(paths["ca"]).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    Path(paths["cert"]).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    Path(paths["key"]).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    os.chmod(paths["key"], 0o600)
+    return paths
+
+
+def _openssl_certificates(directory: Path, name: str, paths: dict[str, str]) -> dict[str, str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("making test certificates needs the `cryptography` package or the `openssl` command")
+    ca_key = str(directory / f"{name}-ca-key.pem")
+    csr = str(directory / f"{name}.csr")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", ca_key,
+        "-out", paths["ca"], "-days", "2", "-subj", f"/CN={name} test CA")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", paths["key"],
+        "-out", csr, "-subj", f"/CN={name} node")
+    run("x509", "-req", "-in", csr, "-CA", paths["ca"], "-CAkey", ca_key, "-CAcreateserial", "-out", paths["cert"],
+        "-days", "2")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory):
+    """A TLS-only cluster (scheduler + 3 workers, all with the test CA's certificate); encryption required."""
+    tmp = tmp_path_factory.mktemp("tls_cluster")
+    certs = make_certificates(tmp, "good", ["127.0.0.1"])
+    procs = Processes(tmp)
+    port = free_port()
+    address = f"tls://127.0.0.1:{port}"
+    tls = ["--tls-ca-file", certs["ca"], "--tls-cert", certs["cert"], "--tls-key", certs["key"]]
+    env = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+    dask = dask_command()
+    client = None
+    try:
+        procs.start("scheduler", dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--protocol", "tls",
+                    "--dashboard-address", "127.0.0.1:0", *tls, env=env)
+        for i in range(3):
+            procs.start(f"t{i}", dask, "worker", address, "--protocol", "tls", "--nworkers", "1", "--nthreads", "1",
+                        "--name", f"t{i}", *tls, env=env)
+        security = tls_security(certs["ca"], certs["cert"], certs["key"])
+        client = wait_for_cluster(address, 3, procs, security=security)
+        yield {"address": address, "port": port, "certs": certs, "client": client, "tmp": tmp}
+    finally:
+        if client is not None:
+            client.close()
+        left = procs.stop()
+        assert left == [], f"processes left running: {left}"
+
+
+def test_trains_on_a_tls_cluster_with_the_cli_flags(tls_cluster, tmp_path, capsys):
+    from daskrl.cli import main
+
+    certs, address = tls_cluster["certs"], tls_cluster["address"]
+    rc = main(["train", "--scheduler", address, "--tls-ca-file", certs["ca"], "--tls-cert", certs["cert"],
+               "--tls-key", certs["key"], "--train-dir", str(tmp_path), "--experiment", "tls",
+               "--train-for-env-steps", "20000", "--train-for-seconds", "90", "--dashboard-address", "",
+               "--report-interval", "1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.out[-2000:] + out.err[-2000:]
+    assert "daskrl: trained" in out.out and "reached" in out.out, out.out[-2000:]
+    rows = (tmp_path / "tls" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert int(rows[-1].split(",")[header.index("env_steps")]) >= 20_000
+    client = tls_cluster["client"]
+    addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
+    assert all(a.startswith("tls://") for a in addresses), addresses  # nothing listens in the clear
+    assert components(client) == {}
+
+
+def test_tls_cluster_refuses_clients_without_credentials(tls_cluster, tmp_path, capsys):
+    from daskrl.cli import main
+
+    address, port = tls_cluster["address"], tls_cluster["port"]
+    # train() with the tls:// address and no certificates: one clear line, at once
+    t0 = time.monotonic()
+    with pytest.raises(ClusterAccessError, match="TLS credentials are needed") as info:
+        train(run_config(tmp_path, address, experiment="no_certs", train_for_env_steps=1000))
+    assert time.monotonic() - t0 < 30
+    message = str(info.value)
+    assert "\n" not in message and "--tls-ca-file" in message and address in message, message
+
+    # the CLI says the same in one line and exits 2
+    rc = main(["train", "--scheduler", address, "--train-dir", str(tmp_path), "--experiment", "no_certs_cli",
+               "--train-for-env-steps", "1000", "--dashboard-address", ""])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "TLS credentials are needed" in err, err
+
+    # plain TCP to the TLS port: refused, with a hint at TLS
+    t0 = time.monotonic()
+    with pytest.raises(ClusterAccessError, match=r"tls:// address") as info:
+        connect_cluster(f"tcp://127.0.0.1:{port}", timeout=10)
+    assert time.monotonic() - t0 < 15 and "\n" not in str(info.value)
+
+    # a certificate from another CA: the handshake fails, within the timeout
+    other = make_certificates(tls_cluster["tmp"], "other", ["127.0.0.1"])
+    t0 = time.monotonic()
+    with pytest.raises(ClusterAccessError, match="TLS handshake failed") as info:
+        connect_cluster(address, security=tls_security(other["ca"], other["cert"], other["key"]), timeout=5)
+    assert time.monotonic() - t0 < 15 and "\n" not in str(info.value)
+
+    # missing files are named before anything starts
+    with pytest.raises(ClusterAccessError, match=r"--tls-key '/nonexistent/key.pem' is not a file"):
+        tls_security(tls_cluster["certs"]["ca"], tls_cluster["certs"]["cert"], "/nonexistent/key.pem")
+    assert components(tls_cluster["client"]) == {}
+
+
+def test_embedded_cluster_uses_tls_when_given_credentials(tls_cluster):
+    certs = tls_cluster["certs"]
+    with connect_cluster(n_workers=1, dashboard_address=None,
+                         security=tls_security(certs["ca"], certs["cert"], certs["key"])) as session:
+        client = session.client
+        addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
+        assert all(a.startswith("tls://") for a in addresses), addresses
+        assert client.submit(lambda: "over TLS", pure=False).result(timeout=30) == "over TLS"
