@@ -527,3 +527,22 @@ def test_sampling_only_run_on_an_existing_cluster_releases_its_memory(cluster, t
     assert summary["episode_return_mean"] < 0
     assert cluster.client.scheduler_info()["workers"], "the user's cluster stays open"
     assert our_segments(cluster) == [], "the run's shared memory is released when train() returns"
+
+
+def test_remote_inference_over_comms_when_buffers_are_on_another_host(tmp_path):
+    """With DASKRL_FORCE_COMMS=1 every worker treats the others as another host: the inference worker reads
+    observations and writes actions through RemoteArray RPCs instead of shared memory, and sampling still works."""
+    from .conftest import set_worker_env
+
+    with connect_cluster(n_workers=3, dashboard_address=None) as session:
+        set_worker_env(session.client, "DASKRL_FORCE_COMMS", "1")
+        config = Config.from_flat({
+            "env": "CartPole-v1", "sampling_only": True, "inference": "remote", "num_workers": 2,
+            "num_envs_per_worker": 8, "worker_num_splits": 2, "num_inference_workers": 1,
+            "train_for_env_steps": 3_000, "train_for_seconds": 90.0, "train_dir": str(tmp_path),
+            "experiment": "comms", "report_interval": 1.0})
+        summary = train(config, client=session.client)
+        run_id = session.run_id
+    assert summary["env_steps"] >= 3_000
+    assert summary["episodes"] > 0
+    assert list_segments(run_id) == []

@@ -43,8 +43,7 @@ class Batcher:
 
     def attach(self, buffers: dict[str, dict]) -> None:
         for name, descs in buffers.items():
-            self.workers[name] = {k: a.array if hasattr(a, "array") else a
-                                  for k, a in attach_slots(self.learner, descs).items()}
+            self.workers[name] = attach_slots(self.learner, descs)
             self.incarnations[name] = descs.get("_incarnation", "")
 
     def add(self, worker: str, slot: int, incarnation: str = "") -> None:

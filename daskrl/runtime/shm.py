@@ -153,16 +153,16 @@ class RemoteArray:
 
     def read(self, index: Any = slice(None)) -> np.ndarray:
         reply = self._rpc(self.address, "daskrl_shm_read", name=self.name, index=encode_index(index))
-        return np.frombuffer(reply["data"], dtype=self.dtype).reshape(reply["shape"]).copy()
+        return np.frombuffer(reply["data"], dtype=self.dtype).reshape(tuple(reply["shape"])).copy()
 
     def write(self, index: Any, value: Any) -> None:
-        value = np.ascontiguousarray(value, dtype=self.dtype)
+        value = np.asarray(value, dtype=self.dtype)  # (ascontiguousarray would turn a scalar into shape (1,))
         self._rpc(
             self.address,
             "daskrl_shm_write",
             name=self.name,
             index=encode_index(index),
-            data=value.tobytes(),
+            data=np.ascontiguousarray(value).tobytes(),
             shape=list(value.shape),
         )
 
@@ -219,7 +219,7 @@ def serve_read(name: str, index: list) -> dict:
 def serve_write(name: str, index: list, data: bytes, shape: list) -> None:
     """Owner side of :meth:`RemoteArray.write`."""
     arr = _owned_array(name)
-    arr.array[decode_index(index)] = np.frombuffer(data, dtype=arr.dtype).reshape(shape)
+    arr.array[decode_index(index)] = np.frombuffer(data, dtype=arr.dtype).reshape(tuple(shape))
 
 
 def _owned_array(name: str) -> SharedArray:

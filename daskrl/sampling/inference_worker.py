@@ -16,7 +16,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.runtime.component import Component, slot
 from daskrl.sampling.policy import SamplingPolicy
 from daskrl.sampling.rollout_worker import actions_queue
-from daskrl.sampling.trajectories import attach_slots
+from daskrl.sampling.trajectories import attach_slots, read_step, write_step
 
 
 class InferenceWorker(Component):
@@ -34,8 +34,7 @@ class InferenceWorker(Component):
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running."""
         attached = await self._run_in_thread(
-            lambda: {name: {k: a.array for k, a in attach_slots(self, descs).items()}
-                     for name, descs in buffers.items()})
+            lambda: {name: attach_slots(self, descs) for name, descs in buffers.items()})
         self.workers.update(attached)
         return sorted(self.workers)
 
@@ -68,7 +67,7 @@ class InferenceWorker(Component):
             self.policy.refresh()
         with self.timing("gather"):
             views = [self.workers[r["w"]] for r in batch]
-            obs = np.concatenate([v["obs"][r["slot"], r["t"]] for v, r in zip(views, batch, strict=True)])
+            obs = np.concatenate([read_step(v["obs"], r["slot"], r["t"]) for v, r in zip(views, batch, strict=True)])
         with self.timing("inference"):
             actions, log_probs, values = self.policy.act(obs)
         with self.timing("scatter"):
@@ -77,10 +76,10 @@ class InferenceWorker(Component):
                 slot_index, t = r["slot"], r["t"]
                 n = v["obs"].shape[2]
                 end = start + n
-                v["actions"][slot_index, t] = actions[start:end]
-                v["log_probs"][slot_index, t] = log_probs[start:end]
-                v["values"][slot_index, t] = values[start:end]
-                v["policy_version"][slot_index, t] = self.policy.version
+                write_step(v["actions"], slot_index, t, actions[start:end])
+                write_step(v["log_probs"], slot_index, t, log_probs[start:end])
+                write_step(v["values"], slot_index, t, values[start:end])
+                write_step(v["policy_version"], slot_index, t, self.policy.version)
                 start = end
                 self.put(actions_queue(r["w"]), {"s": r["s"], "slot": slot_index, "t": t})
         self.requests += len(batch)

@@ -46,7 +46,7 @@ class SlotCollector(Component):
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         attached = await self._run_in_thread(
-            lambda: {name: {k: a.array for k, a in attach_slots(self, descs).items()}
+            lambda: {name: attach_slots(self, descs)
                      for name, descs in buffers.items()})
         self.views.update(attached)
         return sorted(self.views)

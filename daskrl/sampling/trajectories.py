@@ -64,5 +64,23 @@ def create_slots(component, layout: SlotLayout) -> dict[str, np.ndarray | object
 
 def attach_slots(component, descs: dict[str, dict]) -> dict[str, object]:
     """Attach another worker's pool (in place on the same host, over comms otherwise); keys starting with "_"
-    are metadata (the pool's incarnation), not arrays."""
-    return {name: component.attach_array(desc) for name, desc in descs.items() if not name.startswith("_")}
+    are metadata (the pool's incarnation), not arrays. Same-host fields are plain numpy views; other-host ones
+    are :class:`~daskrl.runtime.shm.RemoteArray` (use :func:`read_step` / :func:`write_step` for both)."""
+    out = {}
+    for name, desc in descs.items():
+        if not name.startswith("_"):
+            array = component.attach_array(desc)
+            out[name] = array.array if hasattr(array, "array") else array
+    return out
+
+
+def read_step(array, slot: int, t: int) -> np.ndarray:
+    """``array[slot, t]`` for a numpy view (no copy) or a remote array (one RPC)."""
+    return array[slot, t] if isinstance(array, np.ndarray) else array.read((slot, t))
+
+
+def write_step(array, slot: int, t: int, value) -> None:
+    if isinstance(array, np.ndarray):
+        array[slot, t] = value
+    else:
+        array.write((slot, t), value)
