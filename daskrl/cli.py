@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("train", "sample") and not getattr(args, "scheduler", ""):
+        try:  # a bad configuration is refused before any process starts (the forkserver below included)
+            _config_from_args(args).validate()
+        except ConfigError as exc:
+            print(f"daskrl: error: {exc}", file=sys.stderr)
+            return 2
         from daskrl.runtime.cluster import prestart_worker_server
 
         prestart_worker_server()  # the embedded cluster's workers import torch while we do

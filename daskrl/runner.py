@@ -296,7 +296,10 @@ class _Run:
                 self.report()
                 next_report = now + c.run.report_interval
             if self.learner is not None and now - self.last_checkpoint >= c.run.checkpoint_interval:
-                self.checkpoint()
+                try:
+                    self.checkpoint()
+                except ComponentError as exc:  # the learner died since the poll: the next poll recovers it
+                    _say(f"daskrl: warning: checkpoint skipped ({exc}); the previous checkpoint is intact")
             if reason:
                 self.stop_reason = reason
                 _say(f"daskrl: stopping: {reason}")
@@ -514,9 +517,4 @@ def _say(line: str) -> None:
     print(line, flush=True, file=sys.stdout)
 
 
-def load_config(path: str) -> Config:
-    with open(path) as f:
-        return Config.from_json(f.read())
-
-
-__all__ = ["TrainingError", "train", "workers_needed", "load_config", "json"]
+__all__ = ["TrainingError", "train", "workers_needed"]

@@ -9,7 +9,6 @@ version with the ``params_updated`` signal.
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -39,10 +38,8 @@ class Learner(Component):
         self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=remote_params)
         self.publisher.publish(self.model.state_dict_numpy())
         self.batcher = Batcher(self, samples_per_batch, self._deliver)
-        self.batches: deque[TrajectoryBatch] = deque()
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
-        self.lag_history: deque = deque(maxlen=100)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
         self.nan_tolerance = int(learner.get("nan_tolerance", 10))
 

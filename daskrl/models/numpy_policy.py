@@ -106,8 +106,10 @@ class NumpyPolicy:
             logits -= np.log(np.exp(logits).sum(axis=1, keepdims=True))
             if deterministic:
                 actions = logits.argmax(axis=1)
-            else:  # Gumbel-max, as the torch Categorical does
-                actions = (logits - np.log(self.rng.standard_exponential(logits.shape, dtype=np.float32))).argmax(1)
+            else:  # Gumbel-max, as the torch Categorical does (an exponential draw of exactly 0 is harmless)
+                with np.errstate(divide="ignore"):
+                    noise = np.log(self.rng.standard_exponential(logits.shape, dtype=np.float32))
+                actions = (logits - noise).argmax(1)
             log_probs = np.take_along_axis(logits, actions[:, None], axis=1)[:, 0]
             return actions.astype(np.int64), log_probs.astype(np.float32), values.astype(np.float32)
         std = np.exp(self.log_std)

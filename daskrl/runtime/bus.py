@@ -230,6 +230,22 @@ def _exit_with_owner(pid: int, period_s: float = 1.0) -> None:
             pass
 
 
+def _sweep_dead_owners(period_s: float = 5.0) -> None:
+    """Remove segments whose owner process died, every ``period_s`` seconds, while this worker runs.
+
+    The sweep at worker start is not enough: when a driver is SIGKILLed, Dask's nanny pipe ends its workers
+    with ``os._exit`` at once (before ``_exit_with_owner`` can release anything), and a run started right then
+    sweeps while those owners are still alive."""
+    import time
+
+    while True:
+        time.sleep(period_s)
+        try:
+            shm.sweep(dead_only=True)
+        except Exception:  # pragma: no cover - a sweep is best effort
+            logger.debug("daskrl: periodic segment sweep failed", exc_info=True)
+
+
 def _ignore_terminal_interrupt() -> None:
     """Ctrl-C in a terminal reaches every process of the foreground group, embedded workers included; only
     the driver should act on it (checkpoint, stop the components, exit 0), so its workers ignore it."""
@@ -269,6 +285,7 @@ class BusPlugin(WorkerPlugin):
         worker.handlers["daskrl_shm_write"] = shm.serve_write
         reply = await worker.scheduler.daskrl_bus_hello(address=worker.address)
         bus.set_routes(reply["routes"], reply["version"])
+        threading.Thread(target=_sweep_dead_owners, name="daskrl-shm-sweep", daemon=True).start()
         if self.owner_pid:
             threading.Thread(target=_exit_with_owner, args=(self.owner_pid,), name="daskrl-owner-watch",
                              daemon=True).start()

@@ -19,6 +19,8 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -132,13 +134,24 @@ def prestart_worker_server(preload_torch: bool = True) -> None:
 
 @contextlib.contextmanager
 def _fast_worker_start(preload_torch: bool):
-    """Embedded workers come from the preloaded forkserver (see :func:`prestart_worker_server`)."""
-    if not preload_torch or "forkserver" not in multiprocessing.get_all_start_methods():
-        yield
-        return
-    prestart_worker_server(preload_torch)
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        yield
+    """Embedded workers come from the preloaded forkserver (see :func:`prestart_worker_server`).
+
+    The setting stays for the rest of this (driver) process: a nanny reads it again whenever it restarts a
+    killed worker, and a restart from the forkserver takes 0.05-0.4 s instead of re-importing torch."""
+    if preload_torch and "forkserver" in multiprocessing.get_all_start_methods():
+        prestart_worker_server(preload_torch)
+        dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    yield
+
+
+def _start_reaper(run_id: str) -> subprocess.Popen | None:
+    """A process that removes this run's shared memory if the driver is killed (see reaper.py)."""
+    try:
+        return subprocess.Popen([sys.executable, "-m", "daskrl.runtime.reaper", str(os.getpid()), run_id],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    except OSError:
+        return None
 
 
 def default_n_workers() -> int:
@@ -153,6 +166,7 @@ class ClusterSession:
     cluster: LocalCluster | None = None
     owns_client: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    reaper: subprocess.Popen | None = None
 
     @property
     def embedded(self) -> bool:
@@ -173,6 +187,10 @@ class ClusterSession:
             self.cluster = None
         # every process of an embedded cluster is gone now: remove anything a killed one left behind
         shm.sweep(self.run_id, dead_only=True)
+        if self.reaper is not None:
+            self.reaper.terminate()
+            self.reaper.wait(timeout=10)
+            self.reaper = None
 
     def __enter__(self) -> ClusterSession:
         return self
@@ -230,4 +248,5 @@ def connect_cluster(
         if cluster is not None:
             cluster.close()
         raise
-    return ClusterSession(client, cluster, owns, run_id or uuid.uuid4().hex[:8])
+    run_id = run_id or uuid.uuid4().hex[:8]
+    return ClusterSession(client, cluster, owns, run_id, _start_reaper(run_id) if cluster is not None else None)

@@ -120,8 +120,9 @@ class Component:
 
     #: seconds a slot-less component waits for messages before re-checking timers and the stop flag
     idle_wait_s = 0.1
-    #: a loop turn longer than this is reported with the thread's current stack in ``stats()``
-    stack_after_s = 5.0
+    #: a loop turn longer than this is reported with the thread's current stack in ``stats()``; kept below any
+    #: sensible ``--heartbeat-timeout``, or the runner's "silent" warning would come without the stack
+    stack_after_s = 1.0
 
     def __init__(self, name: str) -> None:
         from distributed import get_worker
@@ -319,6 +320,8 @@ class Component:
                 self.timing.totals["waiting"] += wait
             return
         for n in range(limit):
+            if n and self._stopping:  # fail() or stop(): nothing more runs, queued or not
+                return
             if n:
                 try:
                     item = inbox.get_nowait()

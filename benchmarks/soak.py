@@ -1,0 +1,181 @@
+"""Soak: train for a long time on the embedded cluster and watch the memory of every process of the run.
+
+Run:  python benchmarks/soak.py --minutes 30 [--env CartPole-v1] [--interval 10] [--json]
+
+The run is an ordinary ``daskrl.runner.train()`` (``--train-for-seconds`` = minutes x 60, no step limit, default
+options otherwise), in this process. Every ``--interval`` seconds the RSS and PSS (proportional set size: pages
+shared between processes, such as the forkserver's preloaded torch, are split between their users, so the PSS of
+all processes adds up to the memory the run really holds) of the driver and all its descendants (scheduler and
+nannies live in the driver; the forkserver, the resource tracker and the worker processes are its descendants)
+is sampled, each process labelled with the components it hosts. A table is printed as the samples come and again
+at the end, followed by the growth of the total PSS from the 5-minute mark (1/6 of the run for runs shorter than
+30 minutes) to the end: a run that leaks grows steadily after its warm-up, a healthy one stays flat. With
+``--json`` the last line is one JSON object: {"minutes", "env", "baseline_s", "samples": [...], "growth_pct"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+MiB = 2**20
+ROLES = ("driver", "forkserver", "learner", "rollout", "inference", "other")
+
+
+def role_of(proc: psutil.Process, me: int, components: dict[int, list[str]]) -> str:
+    names = components.get(proc.pid)
+    if names:
+        kinds = sorted({n.split("_")[0] for n in names})
+        return kinds[0] if len(kinds) == 1 and kinds[0] in ROLES else "other"
+    if proc.pid == me:
+        return "driver"
+    try:
+        if "forkserver" in " ".join(proc.cmdline()[:4]) and proc.ppid() == me:
+            return "forkserver"
+    except psutil.Error:
+        pass
+    return "other"  # resource tracker, idle or restarting workers
+
+
+def component_pids() -> dict[int, list[str]]:
+    """pid -> names of the daskrl components it hosts, from the bus registry of the running training."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+        registry = client.sync(client.scheduler.daskrl_components, callback_timeout=5)["components"]
+    except Exception:  # not started yet, or closing
+        return {}
+    out: dict[int, list[str]] = {}
+    for name, info in registry.items():
+        out.setdefault(int(info.get("pid", 0)), []).append(name)
+    return out
+
+
+def sample(t: float, env_steps: int) -> dict:
+    """Memory of this process and all its descendants now."""
+    me = os.getpid()
+    root = psutil.Process(me)
+    components = component_pids()
+    processes = []
+    for proc in [root] + root.children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            mem = proc.memory_full_info()
+            processes.append({"pid": proc.pid, "role": role_of(proc, me, components),
+                              "components": components.get(proc.pid, []),
+                              "rss_mib": round(mem.rss / MiB, 1), "pss_mib": round(mem.pss / MiB, 1)})
+        except psutil.Error:  # exited meanwhile
+            continue
+    by_role = {role: round(sum(p["pss_mib"] for p in processes if p["role"] == role), 1) for role in ROLES}
+    return {"t": round(t, 1), "env_steps": env_steps, "processes": len(processes),
+            "rss_mib": round(sum(p["rss_mib"] for p in processes), 1),
+            "pss_mib": round(sum(p["pss_mib"] for p in processes), 1), "pss_by_role_mib": by_role,
+            "detail": processes}
+
+
+def table_header() -> str:
+    return (f"{'time':>7} {'env steps':>12} {'procs':>5} {'RSS MiB':>9} {'PSS MiB':>9} | "
+            + " ".join(f"{r:>10}" for r in ROLES) + "   (PSS MiB per role)")
+
+
+def table_row(s: dict) -> str:
+    return (f"{s['t']:>6.0f}s {s['env_steps']:>12,} {s['processes']:>5} {s['rss_mib']:>9.1f} {s['pss_mib']:>9.1f} | "
+            + " ".join(f"{s['pss_by_role_mib'][r]:>10.1f}" for r in ROLES))
+
+
+def growth(samples: list[dict], baseline_s: float, key: str = "pss_mib") -> tuple[float, dict | None]:
+    """% growth of the total PSS (or ``key``) from the first sample at or after ``baseline_s`` to the last one."""
+    later = [s for s in samples if s["t"] >= baseline_s]
+    if len(later) < 2:
+        return float("nan"), None
+    base, end = later[0], samples[-1]
+    return 100.0 * (end[key] - base[key]) / base[key], base
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="how long to train")
+    parser.add_argument("--env", default="CartPole-v1", help="env spec (Acrobot-v1 keeps learning for longer)")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between memory samples")
+    parser.add_argument("--train-dir", default="", help="where the experiment goes (default: a temp dir, removed)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args()
+
+    from daskrl.runtime.cluster import prestart_worker_server
+
+    prestart_worker_server()  # as the CLI does: workers are forked from a preloaded forkserver
+    from daskrl.config import Config
+    from daskrl.runner import train
+
+    duration = args.minutes * 60.0
+    baseline_s = min(300.0, duration / 6)
+    train_dir = args.train_dir or tempfile.mkdtemp(prefix="daskrl_soak_")
+    config = Config().replace(env=args.env, train_dir=train_dir, experiment=f"soak_{time.strftime('%Y%m%d_%H%M%S')}",
+                              train_for_env_steps=0, train_for_seconds=duration, dashboard_address="",
+                              report_interval=10.0)
+    latest = {"env_steps": 0}
+    samples: list[dict] = []
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def sampler() -> None:
+        print(table_header(), flush=True)
+        while True:
+            s = sample(time.monotonic() - t0, latest["env_steps"])
+            samples.append(s)
+            print(table_row(s), flush=True)
+            if done.wait(args.interval):
+                return
+
+    thread = threading.Thread(target=sampler, name="soak-sampler", daemon=True)
+    thread.start()
+    try:
+        summary = train(config, on_report=lambda row: latest.update(env_steps=int(row["env_steps"])))
+    finally:
+        done.set()
+        thread.join(60)
+        if not args.train_dir:
+            import shutil
+
+            shutil.rmtree(train_dir, ignore_errors=True)
+    running = [s for s in samples if s["pss_by_role_mib"]["learner"] > 0]  # samples taken while the run was up
+    pct, base = growth(running, baseline_s)
+    rss_pct, _ = growth(running, baseline_s, "rss_mib")
+
+    print(f"\nsoak: {args.env}, {args.minutes:g} min, {summary['env_steps']:,} env steps "
+          f"({summary['mean_fps']:,.0f} frames/s on average), final mean return {summary['episode_return_mean']:.1f}")
+    print(table_header())
+    for s in samples:
+        print(table_row(s))
+    if base is None:
+        print("soak: too few samples to measure growth (run longer or lower --interval)")
+    else:
+        end = running[-1]
+        print(f"soak: total PSS {base['pss_mib']:.1f} MiB at {base['t']:.0f} s -> {end['pss_mib']:.1f} MiB at "
+              f"{end['t']:.0f} s: {pct:+.1f}% (baseline: the first sample at or after {baseline_s:.0f} s)")
+        print(f"soak: summed RSS (shared pages counted in every process) {base['rss_mib']:.1f} -> "
+              f"{end['rss_mib']:.1f} MiB: {rss_pct:+.1f}%. PSS can grow while RSS stays flat: forked workers "
+              "unshare the forkserver's preloaded pages as Python touches them (copy-on-write), up to their RSS")
+        for role in ROLES:
+            a, b = base["pss_by_role_mib"][role], end["pss_by_role_mib"][role]
+            if a or b:
+                print(f"  {role:>10}: {a:8.1f} -> {b:8.1f} MiB ({(100 * (b - a) / a) if a else float('nan'):+.1f}%)")
+    if args.json:
+        print(json.dumps({"minutes": args.minutes, "env": args.env, "baseline_s": baseline_s,
+                          "env_steps": summary["env_steps"], "samples": samples,
+                          "growth_pct": None if base is None else round(pct, 2),
+                          "rss_growth_pct": None if base is None else round(rss_pct, 2)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""A tiny process that outlives the driver of an embedded cluster to remove its shared memory.
+
+When a driver is SIGKILLed, Dask ends its worker processes at once with ``os._exit``: nothing in them can
+release the segments they own. This process, started in its own session by ``connect_cluster``, waits for the
+driver to die, gives the workers a moment to go, removes the run's segments whose owners are dead, and exits.
+After a normal close the driver has already swept and stops this process itself.
+
+    python -m daskrl.runtime.reaper DRIVER_PID RUN_ID
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from daskrl.runtime import shm
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(driver_pid: int, run_id: str) -> None:
+    while _alive(driver_pid):
+        time.sleep(1.0)
+    for _ in range(10):  # workers die within a second or two of their driver
+        time.sleep(1.0)
+        shm.sweep(run_id, dead_only=True)
+        if not shm.list_segments(run_id):
+            return
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2])
