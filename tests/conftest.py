@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -35,3 +36,14 @@ def set_worker_env(client, name: str, value: str | None) -> None:
             os.environ[name] = value
 
     client.run(apply)
+
+
+def wait_for(fn, timeout=30.0, interval=0.05, what="condition"):
+    """Poll ``fn`` until it returns something true (and return that), or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout} s")

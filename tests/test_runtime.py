@@ -24,7 +24,7 @@ from daskrl.runtime import (
 from daskrl.runtime.shm import list_segments
 from daskrl.runtime.testing import Emitter, ParamWatcher, ParamWriter, Recorder
 
-from .conftest import set_worker_env
+from .conftest import set_worker_env, wait_for
 
 _ids = itertools.count()
 
@@ -34,16 +34,6 @@ def start(session, cls, worker, **config):
                    config={"run_id": session.run_id, **config})
     handle.call("start")
     return handle
-
-
-def wait_for(fn, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def stop_all(*handles):

@@ -28,6 +28,8 @@ from daskrl.sampling.rollout_worker import RolloutWorker, free_queue
 from daskrl.sampling.sampler import Sampler
 from daskrl.sampling.testing import PolicySource, SlotCollector
 
+from .conftest import set_worker_env, wait_for
+
 COUNTING = "daskrl/Counting-v0"
 EPISODE = 5  # Counting episode length: not a multiple of the rollouts below, so episodes straddle slots
 CATCH_EPISODE = 19  # Catch: the ball reaches the paddle row after 19 steps
@@ -57,16 +59,6 @@ def hosts(cluster):
 def spawn_one(cluster, cls, worker, **config):
     return spawn(cluster.client, cls, f"{cls.__name__.lower()}{next(_ids)}", worker=worker,
                  config={"run_id": cluster.run_id, **config})
-
-
-def wait_for(fn, timeout=30.0, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what} not met within {timeout} s")
 
 
 def stop_quietly(*handles):
@@ -532,8 +524,6 @@ def test_sampling_only_run_on_an_existing_cluster_releases_its_memory(cluster, t
 def test_remote_inference_over_comms_when_buffers_are_on_another_host(tmp_path):
     """With DASKRL_FORCE_COMMS=1 every worker treats the others as another host: the inference worker reads
     observations and writes actions through RemoteArray RPCs instead of shared memory, and sampling still works."""
-    from .conftest import set_worker_env
-
     with connect_cluster(n_workers=3, dashboard_address=None) as session:
         set_worker_env(session.client, "DASKRL_FORCE_COMMS", "1")
         config = Config.from_flat({

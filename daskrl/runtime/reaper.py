@@ -10,25 +10,14 @@ After a normal close the driver has already swept and stops this process itself.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 from daskrl.runtime import shm
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def main(driver_pid: int, run_id: str) -> None:
-    while _alive(driver_pid):
+    while shm.pid_alive(driver_pid):
         time.sleep(1.0)
     for _ in range(10):  # workers die within a second or two of their driver
         time.sleep(1.0)

@@ -256,7 +256,8 @@ def list_segments(run_id: str | None = None) -> list[str]:
     return sorted(n for n in names if n.startswith(prefix))
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (on this host)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -283,7 +284,7 @@ def sweep(run_id: str | None = None, dead_only: bool = True) -> list[str]:
     removed = []
     for name in list_segments(run_id):
         pid = owner_pid(name)
-        if dead_only and (pid is None or _pid_alive(pid)):
+        if dead_only and (pid is None or pid_alive(pid)):
             continue
         _unlink_quietly(name)
         removed.append(name)
