@@ -101,7 +101,8 @@ def _open_client(address: str, security, timeout: float) -> Client:
 # Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (torch._dynamo:
 # the first optimizer step imports it, 1.4 s).
 _WORKER_MODULES = ["distributed", "torch._dynamo", "daskrl.runtime", "daskrl.learning.learner",
-                   "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker"]
+                   "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
+                   "daskrl.runtime.preload_done"]
 
 
 def prestart_worker_server(preload_torch: bool = True) -> None:
