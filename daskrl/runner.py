@@ -191,21 +191,12 @@ def _check_experiment_dir(config: Config) -> None:
 
 
 def _prepare_experiment(config: Config, store: CheckpointStore) -> dict | None:
-    exp_dir = config.experiment_dir
-    latest = store.latest()
+    """The checkpoint to resume from, or None for a new experiment (whose config.json is written here);
+    ``_check_experiment_dir`` has already refused the inconsistent cases."""
+    os.makedirs(config.experiment_dir, exist_ok=True)
     if config.run.resume:
-        if latest is None:
-            raise ConfigError([f"--resume: experiment {exp_dir!r} has no checkpoint to resume from"])
-        state = store.load("latest")
-        os.makedirs(exp_dir, exist_ok=True)
-        return state
-    if latest is not None:
-        raise ConfigError([
-            f"experiment {exp_dir!r} already has checkpoints: pass --resume to continue it, or choose another "
-            "--experiment name (nothing was overwritten)"
-        ])
-    os.makedirs(exp_dir, exist_ok=True)
-    with open(os.path.join(exp_dir, "config.json"), "w") as f:
+        return store.load("latest")
+    with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
         f.write(config.to_json())
     return None
 
