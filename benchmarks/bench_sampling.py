@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement time per line (after warm-up)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="(a), (b), (c) are measured in turn this many times; the table shows medians")
+    parser.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=list(ENVS), help="which envs to measure")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     # The sampler settings used here (also the documented fast settings for cheap envs):
@@ -83,7 +84,8 @@ def main() -> None:
               "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 2,
                         "num_inference_workers": 1}}
     results: dict[str, dict] = {}
-    for key, env_id in ENVS.items():
+    for key in args.envs:
+        env_id = ENVS[key]
         rounds = []
         for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits all three alike
             limit = limit_fps(env_id, args.seconds)

@@ -264,19 +264,22 @@ def test_envgroup_clips_box_actions():
     np.testing.assert_array_equal(env.last_action, [2.0, -1.0])
 
 
-def test_envgroup_passes_python_ints_for_discrete():
+def test_envgroup_passes_discrete_actions_as_numpy_scalars_like_gymnasium_vector_envs():
     seen = []
 
     class _Spy(_StepFails):
         def step(self, action):
-            seen.append(type(action))
+            seen.append(action)
             return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
 
-    group = EnvGroup([_Spy()])
+    group = EnvGroup([_Spy(), _Spy()])
     obs, rew, term, trunc = _buffers(group)
     group.reset(obs)
-    group.step(np.array([1], dtype=np.int64), obs, rew, term, trunc)
-    assert seen == [int]
+    group.step(np.array([1, 0], dtype=np.int64), obs, rew, term, trunc)
+    assert seen == [1, 0] and all(type(a) is np.int64 for a in seen)
+    # the same type SyncVectorEnv hands its envs, so an env that works there works here
+    space = gym.spaces.MultiDiscrete([2, 2])
+    assert [type(a) for a in gym.vector.utils.iterate(space, np.array([1, 0]))] == [np.int64, np.int64]
 
 
 def test_envgroup_step_error_names_env_and_is_picklable():

@@ -530,7 +530,7 @@ def test_remote_inference_over_comms_when_buffers_are_on_another_host(tmp_path):
             "env": "CartPole-v1", "sampling_only": True, "inference": "remote", "num_workers": 2,
             "num_envs_per_worker": 8, "worker_num_splits": 2, "num_inference_workers": 1,
             "train_for_env_steps": 3_000, "train_for_seconds": 90.0, "train_dir": str(tmp_path),
-            "experiment": "comms", "report_interval": 1.0})
+            "experiment": "comms", "report_interval": 1.0, "dashboard_address": ""})
         summary = train(config, client=session.client)
         run_id = session.run_id
     assert summary["env_steps"] >= 3_000

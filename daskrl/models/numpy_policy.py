@@ -1,10 +1,11 @@
 """The inline fast path: an MLP actor-critic's ``act`` in plain numpy, built from the torch model's weights.
 
-Why: with cheap envs (CartPole steps in ~7 us) the policy's forward pass is a large share of a rollout
+Why: with cheap envs (CartPole steps in ~6 us) the policy's forward pass is a large share of a rollout
 worker's time, and at these sizes torch's per-op overhead and its scalar ``tanh`` dominate: ``act`` on 256
-CartPole observations took 333 us in torch. This computes the same function (tanh as 1 - 2 / (exp(2x) + 1),
-the same Gumbel-max sampling, the same log-probabilities and values) and is checked against the torch model in
-tests. Models it cannot express (CNN encoders, multi-discrete heads, custom encoders) keep the torch path.
+CartPole observations took 333 us in torch, 142 us here. This computes the same function (numpy's vectorized
+float32 tanh), the same Gumbel-max sampling, the same log-probabilities and values, and is checked against the
+torch model in tests. Models it cannot express (CNN encoders, multi-discrete heads, custom encoders) keep the
+torch path.
 """
 
 from __future__ import annotations
@@ -16,12 +17,7 @@ from daskrl.models.encoders import MlpEncoder
 
 
 def _tanh(x: np.ndarray) -> np.ndarray:
-    np.multiply(x, 2.0, out=x)
-    np.exp(x, out=x)
-    np.add(x, 1.0, out=x)
-    np.divide(2.0, x, out=x)
-    np.subtract(1.0, x, out=x)
-    return x
+    return np.tanh(x, out=x)
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
