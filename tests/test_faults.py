@@ -1,8 +1,8 @@
 """Fault tolerance on a real LocalCluster with real processes: a SIGKILLed rollout worker or learner is recreated
 and the run reaches its budget; envs that raise are rebuilt (or stop the run when they never stop raising); NaN
 rewards stop the run with the last good checkpoint intact (a transient NaN is skipped); a SIGKILLed driver leaves
-nothing behind; a stuck component is named with its stack and a stuck control call times out; a bad
-configuration is refused before any process starts.
+nothing behind (its reaper alone removes its shared memory); a stuck component is named with its stack and a
+stuck control call times out; a bad configuration is refused before any process starts.
 
 Faults are injected from outside, as they happen in production: ``kill -9`` of a process found through the bus
 registry, and the misbehaving envs of :mod:`daskrl.testing_faults`. Nothing in daskrl is patched. Every test
@@ -11,6 +11,7 @@ checks that it leaves no process and no ``/dev/shm/daskrl_*`` segment behind (th
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -383,7 +384,10 @@ def test_transient_nan_is_skipped_and_training_goes_on(tmp_path):
 # ---- 4. driver killed ----
 
 
-def test_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
+@contextlib.contextmanager
+def sigkilled_cli_run(tmp_path: Path):
+    """A `daskrl train` driver (embedded cluster, one worker) that made progress and was then SIGKILLed.
+    Yields (run_id, pids of its descendants, monotonic time of the kill); kills and sweeps what is left after."""
     old = run_config(tmp_path, "old", num_workers=1)
     log = open(tmp_path / "old.log", "w")
     proc = subprocess.Popen(
@@ -405,14 +409,28 @@ def test_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
         assert len(run_ids) == 1, (run_ids, list_segments())
         run_id = run_ids.pop()
         old_segments = list_segments(run_id)
-        assert old_segments and len(old_pids) >= 3, (old_segments, old_pids)  # forkserver + 2 workers at least
+        # forkserver + 2 workers + the reaper at least
+        assert old_segments and len(old_pids) >= 4, (old_segments, old_pids)
 
         proc.send_signal(signal.SIGKILL)  # the driver only: its workers and forkserver are left to themselves
         proc.wait(10)
-        killed = time.monotonic()
+        yield run_id, old_pids, time.monotonic()
+    finally:
+        log.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pid in old_pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if run_id:
+            sweep(run_id, dead_only=False)
 
+
+def test_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
+    with sigkilled_cli_run(tmp_path) as (run_id, old_pids, killed):
         # The old workers exit within ~2 s (Dask's nanny pipe ends them with os._exit, so they cannot unlink their
-        # segments); the new run's workers sweep segments whose owner is dead (docs/faults.md).
+        # segments); the reaper and the new run's workers sweep segments whose owner is dead (docs/faults.md).
         checks: list[tuple[float, list[str], list[int]]] = []  # (seconds since the kill, segments, pids)
         stopping: list[bool] = []
 
@@ -435,16 +453,29 @@ def test_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
         print("timeline (s since the kill, old segments left, old processes left):",
               [(round(t, 1), len(s), len(p)) for t, s, p in checks])
         assert clean[0][0] - started <= 10
-    finally:
-        log.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in old_pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if run_id:
-            sweep(run_id, dead_only=False)
+
+
+def test_reaper_alone_removes_a_sigkilled_drivers_segments_and_exits(tmp_path):
+    """No new run starts: only the reaper (a bare interpreter that imports no dask, numpy or torch) can clean up."""
+    with sigkilled_cli_run(tmp_path) as (run_id, old_pids, killed):
+        def cmdline(pid: int) -> list[str]:
+            try:
+                return psutil.Process(pid).cmdline()
+            except psutil.Error:  # a worker that exited meanwhile
+                return []
+
+        reapers = [pid for pid in old_pids if any(arg.endswith("reaper.py") for arg in cmdline(pid))]
+        assert len(reapers) == 1, [cmdline(p) for p in old_pids]
+        reaper = psutil.Process(reapers[0])
+        assert reaper.memory_info().rss < 40 * 2**20, f"the reaper holds {reaper.memory_info().rss / 2**20:.0f} MiB"
+        deadline = killed + 30
+        while list_segments(run_id) or any(alive(p) for p in old_pids):
+            assert time.monotonic() < deadline, \
+                f"30 s after the kill: segments {list_segments(run_id)}, processes " \
+                f"{[p for p in old_pids if alive(p)]}"
+            time.sleep(0.2)
+        print(f"\nreaper: the killed run's segments removed and every process gone "
+              f"{time.monotonic() - killed:.1f} s after the kill")
 
 
 # ---- 5. hangs ----

@@ -24,6 +24,7 @@ import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dask
 from distributed import Client, LocalCluster
@@ -146,9 +147,10 @@ def _fast_worker_start(preload_torch: bool):
 
 
 def _start_reaper(run_id: str) -> subprocess.Popen | None:
-    """A process that removes this run's shared memory if the driver is killed (see reaper.py)."""
+    """A process that removes this run's shared memory if the driver is killed (see reaper.py: started by path
+    so that it imports only the standard library)."""
     try:
-        return subprocess.Popen([sys.executable, "-m", "daskrl.runtime.reaper", str(os.getpid()), run_id],
+        return subprocess.Popen([sys.executable, str(Path(__file__).with_name("reaper.py")), str(os.getpid()), run_id],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
     except OSError:

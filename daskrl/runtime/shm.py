@@ -24,9 +24,16 @@ from typing import Any
 import numpy as np
 
 from daskrl.runtime.errors import SharedMemoryError
+from daskrl.runtime.segments import (  # noqa: F401  (re-exported: the shm API)
+    SHM_DIR,
+    list_segments,
+    owner_pid,
+    pid_alive,
+    segment_name,
+    sweep,
+    unlink_quietly,
+)
 
-PREFIX = "daskrl_"
-SHM_DIR = "/dev/shm"
 _counter = itertools.count()
 _owned: dict[str, SharedArray] = {}  # segments this process created, by name
 _owned_lock = threading.Lock()
@@ -88,14 +95,14 @@ class SharedArray:
         if owner:
             with _owned_lock:
                 _owned[name] = self
-            weakref.finalize(self, _unlink_quietly, name)
+            weakref.finalize(self, unlink_quietly, name)
 
     @classmethod
     def create(
         cls, shape: tuple[int, ...], dtype: Any, run_id: str, tag: str = "arr", address: str | None = None
     ) -> SharedArray:
         """Create a new segment owned by this process; ``address`` is the Dask worker that serves remote reads."""
-        name = f"{PREFIX}{run_id}_{os.getpid()}_{tag}{next(_counter)}"
+        name = segment_name(run_id, os.getpid(), f"{tag}{next(_counter)}")
         return cls(name, shape, np.dtype(dtype).str, owner=True, address=address, host=host_of(address))
 
     @property
@@ -128,7 +135,7 @@ class SharedArray:
         if self.owner:
             with _owned_lock:
                 _owned.pop(self.name, None)
-            _unlink_quietly(self.name)
+            unlink_quietly(self.name)
 
     def __repr__(self) -> str:
         return f"SharedArray({self.name!r}, shape={self.shape}, dtype={self.dtype}, owner={self.owner})"
@@ -230,13 +237,6 @@ def _owned_array(name: str) -> SharedArray:
     return arr
 
 
-def _unlink_quietly(name: str) -> None:
-    try:
-        _posixshmem.shm_unlink("/" + name)
-    except FileNotFoundError:
-        pass
-
-
 def close_owned() -> int:
     """Close and unlink every segment this process owns (worker teardown, process exit). Returns the count."""
     with _owned_lock:
@@ -244,48 +244,3 @@ def close_owned() -> int:
     for arr in arrays:
         arr.close()
     return len(arrays)
-
-
-def list_segments(run_id: str | None = None) -> list[str]:
-    """Names of daskrl segments on this host (optionally of one run)."""
-    try:
-        names = os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return []
-    prefix = PREFIX + (f"{run_id}_" if run_id else "")
-    return sorted(n for n in names if n.startswith(prefix))
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (on this host)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def owner_pid(name: str) -> int | None:
-    """The pid encoded in a segment name ``daskrl_<run>_<pid>_<tag>``, or None if it does not parse."""
-    parts = name[len(PREFIX):].split("_")
-    if len(parts) < 3:
-        return None
-    try:
-        return int(parts[1])
-    except ValueError:
-        return None
-
-
-def sweep(run_id: str | None = None, dead_only: bool = True) -> list[str]:
-    """Unlink leftover segments: those whose owner process is dead (or, with ``dead_only=False``, all of
-    ``run_id``'s). Returns the names removed. Safe to call at any time from any process on the host."""
-    removed = []
-    for name in list_segments(run_id):
-        pid = owner_pid(name)
-        if dead_only and (pid is None or pid_alive(pid)):
-            continue
-        _unlink_quietly(name)
-        removed.append(name)
-    return removed
