@@ -305,7 +305,7 @@ class _Run:
                 self.replace(handle, "its worker left the cluster")
                 continue
             try:
-                stats.append(handle.call("stats", timeout=10))
+                stats.append(handle.call("collect", timeout=10))
             except ComponentError as exc:
                 self.replace(handle, str(exc))
         self._keep_stats(stats)

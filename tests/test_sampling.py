@@ -291,8 +291,18 @@ def test_splits_that_do_not_divide_the_envs_fail_fast(tmp_path):
 
 def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, hosts):
     rollout = 4  # episode length 5: every slot boundary cuts some episode, terminations move through the slot
+    collected: list = []
+
+    def observe(rollout_worker, collector):
+        """Observers read stats freely; only collect() (the runner's call) takes the finished episodes."""
+        wait_for(lambda: collector.call("stats")["kept"] >= 10, what="10 slots")
+        for _ in range(2):
+            assert "episodes" not in rollout_worker.call("stats")
+        collected.extend(rollout_worker.call("collect")["episodes"])
+
     slots, stats = run_inline(cluster, hosts, COUNTING, slots=40, env_kwargs={"episode_length": EPISODE},
-                              num_envs=4, num_splits=2, rollout=rollout, slots_per_split=2)
+                              num_envs=4, num_splits=2, rollout=rollout, slots_per_split=2, during=observe,
+                              max_keep=100)
     chains = split_chains(slots, num_splits=2)
     for i, chain in enumerate(chains):
         assert len(chain) >= EPISODE, f"split chain {i} has only {len(chain)} slots"
@@ -306,7 +316,10 @@ def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, ho
     assert filled >= 40
     # every env step lies in a filled slot or in one of the 2 splits' slots in progress
     assert filled * rollout * per_split <= stats["env_steps"] <= (filled + 2) * rollout * per_split
-    assert stats["episodes"] and all(length == EPISODE for _, length in stats["episodes"])
+    episodes = collected + stats["episodes"]  # what collect() took, then the rest in stop()'s last word
+    assert collected and stats["episodes"] and all(length == EPISODE for _, length in episodes)
+    # each episode reported once: every env step lies in a reported episode or in one env's unfinished one
+    assert stats["env_steps"] - 4 * (EPISODE - 1) <= len(episodes) * EPISODE <= stats["env_steps"]
 
 
 # ---- 2. every step records the policy version it was sampled with ----

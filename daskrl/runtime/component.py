@@ -159,7 +159,12 @@ class Component:
         """Last thing on the component's own thread."""
 
     def extra_stats(self) -> dict[str, Any]:
-        """Component-specific statistics merged into :meth:`stats`."""
+        """Component-specific statistics merged into :meth:`stats`; reading them must not change them."""
+        return {}
+
+    def take_news(self) -> dict[str, Any]:
+        """What happened since the last :meth:`collect` (finished episodes, first reports of errors), handed over
+        once: only the runner collects, so a dashboard or a test reading :meth:`stats` never steals it."""
         return {}
 
     # ---- control methods (async: they run on the worker's event loop) ----
@@ -190,14 +195,15 @@ class Component:
         return self.state
 
     async def stop(self, timeout: float = 10.0, unregister: bool = True) -> dict:
-        """Stop the thread (after the current slot or step), release shared memory, leave the registry."""
+        """Stop the thread (after the current slot or step), release shared memory, leave the registry; return
+        the final :meth:`collect`."""
         self._stopping = True
         self._inbox.put(_STOP)
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, timeout)
             if self._thread.is_alive():
                 self._record_error("stop", TimeoutError(f"thread still busy after {timeout} s"))
-        stats = self._stats()
+        stats = {**self._stats(), **self.take_news()}  # the last word includes what nobody collected yet
         self.close_now()
         if unregister:
             try:
@@ -208,7 +214,12 @@ class Component:
         return stats
 
     async def stats(self) -> dict:
+        """A read-only snapshot: any number of observers may ask."""
         return self._stats()
+
+    async def collect(self) -> dict:
+        """:meth:`stats` plus :meth:`take_news`; for the one runner that gathers episodes and errors."""
+        return {**self._stats(), **self.take_news()}
 
     async def ping(self) -> str:
         return self.state

@@ -241,16 +241,18 @@ class RolloutWorker(Component):
         self._serve_waiting()
 
     def extra_stats(self) -> dict:
+        return {"env_steps": self.env_steps, "slots_filled": self.slots_filled, "incarnation": self.incarnation,
+                "free_slots": len(self.free), "waiting_splits": len(self.waiting),
+                "policy_version": self.policy.version if self.policy else None}
+
+    def take_news(self) -> dict:
         episodes = []
         while self.episodes and len(episodes) < 5000:
             episodes.append(self.episodes.popleft())
         env_errors = []
         while self.env_failure_log:
             env_errors.append(self.env_failure_log.popleft())
-        return {"env_steps": self.env_steps, "slots_filled": self.slots_filled, "episodes": episodes,
-                "env_errors": env_errors, "incarnation": self.incarnation,
-                "free_slots": len(self.free), "waiting_splits": len(self.waiting),
-                "policy_version": self.policy.version if self.policy else None}
+        return {"episodes": episodes, "env_errors": env_errors}
 
     def on_stop(self) -> None:
         for group in self.groups:
