@@ -79,7 +79,9 @@ class CnnEncoder(nn.Module):
         return cls(spaces.obs_shape, **kwargs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.permute(0, 3, 1, 2).float() / 255.0
+        # .float() keeps the HWC memory order, so the in-place scale runs over dense memory (a division allocating
+        # a new tensor was 10% of an Atari policy's forward pass)
+        x = obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
         return self.fc(self.conv(x))
 
 
