@@ -20,6 +20,7 @@ from daskrl.envs import (
     make_env,
     probe_env,
     register_env,
+    registered_envs,
 )
 
 COUNTING = "daskrl/Counting-v0"
@@ -342,3 +343,30 @@ def test_catch_miss_gives_minus_one():
         _, r, terminated, _, _ = env.step(2)
         total += r
     assert total == -1.0
+
+
+# --- Atari (ale-py, installed with the test extra) ---------------------------
+
+
+def test_atari_frames_are_stacked_hwc_newest_last_and_seeded():
+    env = make_env("atari/Breakout", seed=7)
+    obs, _ = env.reset(seed=7)
+    assert obs.shape == (84, 84, 4) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
+    assert all(np.array_equal(obs[..., 0], obs[..., k]) for k in range(4)), "reset fills the stack with one frame"
+    assert obs.std() > 0, "a blank frame: the game did not render"
+    frames = [obs]
+    for _ in range(6):
+        obs, reward, terminated, truncated, _ = env.step(1)  # FIRE: the ball is served and moves
+        assert not (terminated or truncated)
+        frames.append(obs)
+    for before, after in zip(frames[:-1], frames[1:], strict=True):
+        np.testing.assert_array_equal(after[..., :3], before[..., 1:])  # the stack shifts by one frame per step
+    assert not np.array_equal(frames[-1][..., 3], frames[-1][..., 0]), "four steps apart, the frames are equal"
+    again = make_env("atari/Breakout", seed=7)
+    np.testing.assert_array_equal(again.reset(seed=7)[0], frames[0])
+
+
+def test_atari_game_names_are_registered_and_a_typo_suggests_the_game():
+    assert {"atari/Breakout", "atari/Pong", "atari/SpaceInvaders"} <= set(registered_envs())
+    with pytest.raises(EnvError, match="atari/Breakout"):
+        make_env("atari/Breakot")

@@ -504,6 +504,28 @@ def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts):
     assert stats["episodes"] and all(length == CATCH_EPISODE for _, length in stats["episodes"])
 
 
+def test_atari_slots_hold_stacked_frames_that_follow_each_other(cluster, hosts):
+    """A real image env (ALE Breakout, 84x84x4 uint8): the CNN policy samples it and every slot holds each
+    step's frame stack, shifted by one frame per step, chained across slots."""
+    rollout = 8
+    slots, stats = run_at_version_one(cluster, hosts, "atari/Breakout", slots=4, num_envs=2, num_splits=1,
+                                      rollout=rollout)
+    for k, s in enumerate(slots):
+        obs, actions = s["obs"], s["actions"]
+        assert obs.dtype == np.uint8 and obs.shape == (rollout + 1, 2, 84, 84, 4)
+        assert actions.shape == (rollout, 2) and set(np.unique(actions).tolist()) <= {0, 1, 2, 3}
+        if k:
+            np.testing.assert_array_equal(obs[0], slots[k - 1]["obs"][rollout])
+        ends = s["terminated"].astype(bool) | s["truncated"].astype(bool)
+        for t in range(rollout):
+            for i in range(2):
+                if not ends[t, i]:  # within an episode the newest frame moves one place down the stack
+                    np.testing.assert_array_equal(obs[t + 1, i, ..., :3], obs[t, i, ..., 1:],
+                                                  err_msg=f"slot {k} step {t} env {i}")
+        assert obs.std() > 0
+    assert stats["env_steps"] >= 4 * rollout * 2 and stats["error_count"] == 0
+
+
 # ---- 4. sampling-only runs through train() ----
 
 

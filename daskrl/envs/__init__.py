@@ -1,6 +1,6 @@
 """Env specs, spaces and the batched env group used by rollout workers (no Dask here)."""
 
-from daskrl.envs import testing  # noqa: F401  (registers daskrl/Counting-v0 and daskrl/Catch-v0)
+from daskrl.envs import atari, testing  # noqa: F401  (register atari/<Game>, daskrl/Counting-v0, daskrl/Catch-v0)
 from daskrl.envs.registry import (
     env_seed,
     make_env,

@@ -1,0 +1,75 @@
+"""Atari 2600 games (the Arcade Learning Environment) with the standard DQN preprocessing: real image envs.
+
+``atari/Breakout``, ``atari/Pong``, ... (the Atari-57 set): 84x84 grayscale frames, the last 4 stacked as
+channels (HWC uint8, what :class:`~daskrl.models.encoders.CnnEncoder` takes), 4 emulator frames per step with
+the max of the last two, up to 30 no-op actions after reset, sticky actions (ALE v5's default, probability
+0.25), episodes cut at 108,000 frames. Rewards and episode returns are the game score, unclipped.
+
+Needs the ``atari`` extra (``pip install 'daskrl[atari]'``): ale-py ships the ROMs, OpenCV does the resize.
+Names are registered here without importing either, so ``import daskrl`` stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from daskrl.envs.registry import register_env
+from daskrl.envs.spaces import EnvError
+
+PREFIX = "atari/"
+ATARI_57 = (
+    "Alien Amidar Assault Asterix Asteroids Atlantis BankHeist BattleZone BeamRider Berzerk Bowling Boxing Breakout "
+    "Centipede ChopperCommand CrazyClimber Defender DemonAttack DoubleDunk Enduro FishingDerby Freeway Frostbite "
+    "Gopher Gravitar Hero IceHockey Jamesbond Kangaroo Krull KungFuMaster MontezumaRevenge MsPacman NameThisGame "
+    "Phoenix Pitfall Pong PrivateEye Qbert Riverraid RoadRunner Robotank Seaquest Skiing Solaris SpaceInvaders "
+    "StarGunner Surround Tennis TimePilot Tutankham UpNDown Venture VideoPinball WizardOfWor YarsRevenge Zaxxon"
+).split()
+
+
+class StackFramesHwc(gym.Wrapper):
+    """The last ``num_frames`` 2-D frames as the channels of one HWC array, newest last.
+
+    Gymnasium's FrameStackObservation stacks on a new first axis (CHW); the CNN encoder takes HWC, and keeping
+    the stack in that layout avoids a transpose per step."""
+
+    def __init__(self, env: gym.Env, num_frames: int = 4) -> None:
+        super().__init__(env)
+        h, w = env.observation_space.shape
+        self.frames = np.zeros((h, w, num_frames), dtype=np.uint8)
+        self.observation_space = gym.spaces.Box(0, 255, (h, w, num_frames), dtype=np.uint8)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        frame, info = self.env.reset(**kwargs)
+        self.frames[:] = frame[..., None]  # the first frame fills the stack, as in the DQN setup
+        return self.frames.copy(), info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        frame, reward, terminated, truncated, info = self.env.step(action)
+        self.frames[..., :-1] = self.frames[..., 1:]
+        self.frames[..., -1] = frame
+        return self.frames.copy(), reward, terminated, truncated, info
+
+
+def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noop_max: int = 30,
+               render_mode: str | None = None, **ale_kwargs: Any) -> gym.Env:
+    """One preprocessed Atari env (see the module docstring); ``ale_kwargs`` go to ALE's ``gym.make``."""
+    try:
+        import ale_py
+        import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)
+    except ImportError as exc:
+        raise EnvError(f"Atari env {PREFIX}{game} needs ale-py and OpenCV ({exc}); install them with "
+                       "pip install 'daskrl[atari]' on every machine that runs workers.") from exc
+    gym.register_envs(ale_py)
+    env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=sticky_actions,
+                   max_num_frames_per_episode=108_000, render_mode=render_mode, **ale_kwargs)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84,
+                                          grayscale_obs=True, scale_obs=False)
+    return StackFramesHwc(env, num_frames)
+
+
+for _game in ATARI_57:
+    register_env(PREFIX + _game, functools.partial(make_atari, _game))
