@@ -1,8 +1,8 @@
-"""Sampling throughput against the hardware limit, for CartPole-v1 and an image env (daskrl/Catch-v0).
+"""Sampling throughput against the hardware limit, for CartPole-v1 and an image env (atari/Breakout: ALE, 84x84x4).
 
 Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12]
 
-(a) limit: one process per core stepping a gymnasium SyncVectorEnv of 32 envs with random actions;
+(a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris) with random actions;
 (b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
 (c) daskrl sampling-only run with one inference worker (remote inference over the work queue).
 Each line is measured alone, one after the other, on this machine.
@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from common import RateProbe  # noqa: E402
 
-ENVS = {"cartpole": "CartPole-v1", "image": "daskrl/Catch-v0"}
+ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout"}  # the image env needs the atari extra
 
 
 def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
@@ -41,7 +41,7 @@ def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
     vec.close()
 
 
-def limit_fps(env_id: str, seconds: float, num_envs: int = 32) -> float:
+def limit_fps(env_id: str, seconds: float, num_envs: int) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_limit_worker, args=(env_id, num_envs, seconds, out)) for _ in range(os.cpu_count())]
@@ -53,7 +53,9 @@ def limit_fps(env_id: str, seconds: float, num_envs: int = 32) -> float:
     return sum(rates)
 
 
-def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict) -> tuple[float, dict]:
+def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, startup_s: float) -> tuple[float, dict]:
+    """Frames/s of a sampling-only run, measured for ``seconds`` after a warm-up; ``startup_s`` is what the run
+    gets to build its envs before the warm-up can start."""
     from daskrl.config import Config
     from daskrl.runner import train
 
@@ -61,8 +63,8 @@ def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict) -> tu
     probe = RateProbe(warmup)
     with tempfile.TemporaryDirectory() as tmp:
         config = Config.from_flat({
-            "env": env_id, "sampling_only": True, "inference": inference, "train_dir": tmp,
-            "experiment": "bench", "train_for_env_steps": 0, "train_for_seconds": warmup + seconds,
+            "env": env_id, "sampling_only": True, "inference": inference, "train_dir": tmp, "experiment": "bench",
+            "train_for_env_steps": 0, "train_for_seconds": startup_s + warmup + seconds,
             "report_interval": 1.0, "dashboard_address": "", **options})
         summary = train(config, on_report=probe)
     return probe.rate(), summary["time_shares"]
@@ -78,23 +80,27 @@ def main() -> None:
     args = parser.parse_args()
     # The sampler settings used here (also the documented fast settings for cheap envs):
     inline = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 1},
-              "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1}}
+              "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1}}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
-              "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 2,
+              "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
                         "num_inference_workers": 1}}
+    # envs per limit process; seconds a run gets to build its envs (ALE loads a ROM per env: ~0.4 s each here)
+    limit_envs = {"cartpole": 32, "image": 16}
+    startup = {"cartpole": 4.0, "image": 12.0}
     results: dict[str, dict] = {}
     for key in args.envs:
         env_id = ENVS[key]
         rounds = []
         for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits all three alike
-            limit = limit_fps(env_id, args.seconds)
-            inline_fps, inline_shares = daskrl_fps(env_id, "inline", args.seconds, inline[key])
-            remote_fps, remote_shares = daskrl_fps(env_id, "remote", args.seconds, remote[key])
+            limit = limit_fps(env_id, args.seconds, limit_envs[key])
+            inline_fps, inline_shares = daskrl_fps(env_id, "inline", args.seconds, inline[key], startup[key])
+            remote_fps, remote_shares = daskrl_fps(env_id, "remote", args.seconds, remote[key], startup[key])
             rounds.append((limit, inline_fps, remote_fps))
         limit, inline_fps, remote_fps = (statistics.median(r[i] for r in rounds) for i in range(3))
         results[key] = {"limit_fps": round(limit), "inline_fps": round(inline_fps), "remote_fps": round(remote_fps),
                         "rounds": [[round(x) for x in r] for r in rounds],
+                        "inline_ratios": [r[1] / r[0] for r in rounds], "remote_ratios": [r[2] / r[0] for r in rounds],
                         "inline_settings": inline[key], "remote_settings": remote[key],
                         "inline_time_shares": inline_shares, "remote_time_shares": remote_shares}
     print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up; medians of "
@@ -106,12 +112,18 @@ def main() -> None:
               f"{r['remote_fps']:,} | {r['remote_fps'] / r['limit_fps']:.0%} |")
     for key, r in results.items():
         print(f"  {ENVS[key]} rounds (limit, inline, remote): {r['rounds']}")
+        # each round measures the three side by side, so its ratios are not skewed by the machine's slow spells
+        print(f"  {ENVS[key]} ratios per round, (b)/(a): {', '.join(f'{x:.0%}' for x in r['inline_ratios'])}; "
+              f"(c)/(a): {', '.join(f'{x:.0%}' for x in r['remote_ratios'])}")
     print("\nwhere the time goes (share of wall time per component, last round):")
     for key, r in results.items():
         for mode in ("inline", "remote"):
             print(f"  {ENVS[key]} {mode}: {json.dumps(r[f'{mode}_time_shares'])}")
     if args.json:
-        print(json.dumps({k: {m: v[m] for m in ("limit_fps", "inline_fps", "remote_fps")} for k, v in results.items()}))
+        print(json.dumps({k: {"limit_fps": v["limit_fps"], "inline_fps": v["inline_fps"], "remote_fps": v["remote_fps"],
+                              "inline_ratio_median_of_rounds": round(statistics.median(v["inline_ratios"]), 3),
+                              "remote_ratio_median_of_rounds": round(statistics.median(v["remote_ratios"]), 3)}
+                          for k, v in results.items()}))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ import psutil
 
 
 class RateProbe:
-    """Collects (time, env_steps) from ``train(on_report=...)`` and gives the rate after a warm-up."""
+    """Collects (time, env_steps) from ``train(on_report=...)`` and gives the rate after a warm-up that starts
+    with the first report showing progress (so a slow start-up, such as building many Atari envs, is not
+    counted as sampling time)."""
 
     def __init__(self, warmup_s: float) -> None:
         self.warmup_s = warmup_s
@@ -19,7 +21,10 @@ class RateProbe:
         self.points.append((time.monotonic() - self.t0, int(row["env_steps"])))
 
     def rate(self) -> float:
-        steady = [(t, s) for t, s in self.points if t >= self.warmup_s]
+        started = next((t for t, s in self.points if s > 0), None)
+        if started is None:
+            return 0.0
+        steady = [(t, s) for t, s in self.points if t >= started + self.warmup_s]
         if len(steady) < 2:
             steady = self.points[-2:]
         (t0, s0), (t1, s1) = steady[0], steady[-1]
