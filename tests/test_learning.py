@@ -77,6 +77,15 @@ def test_valid_fraction_counts_only_samples_within_max_policy_lag(spaces):
     assert metrics["updates"] == UPDATES_PER_STEP and metrics["skipped_updates"] == 0
 
 
+def test_training_step_reports_progress_after_every_minibatch(spaces):
+    """The learner beats its heartbeat from this callback: a long step on image batches is not silence."""
+    trainer = make_trainer(spaces)
+    calls: list[int] = []
+    metrics = trainer.train(make_batch(spaces, 0), 0, on_progress=lambda: calls.append(trainer.train_steps))
+    assert metrics["updates"] == UPDATES_PER_STEP and len(calls) == UPDATES_PER_STEP
+    assert calls == [0] * UPDATES_PER_STEP  # during the step, before it is counted as done
+
+
 def test_batch_of_only_stale_samples_changes_no_parameter(spaces):
     trainer = make_trainer(spaces, max_policy_lag=20)
     # Train once on fresh data first: the optimizer then has momentum, which would move the weights even on a

@@ -9,6 +9,7 @@ gradients are not finite is skipped and counted, never applied.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,9 @@ class APPOTrainer:
             lr *= max(0.05, 1.0 - env_steps / self.total_env_steps)
         return lr
 
-    def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0) -> dict[str, float]:
+    def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0,
+              on_progress: Callable[[], None] | None = None) -> dict[str, float]:
+        """One training step on ``batch``; ``on_progress`` is called after every minibatch (a heartbeat)."""
         cfg, model = self.cfg, self.model
         T, N = batch.rewards.shape
         if not _finite_inputs(batch):
@@ -113,6 +116,8 @@ class APPOTrainer:
                 if not flat["valid"][idx].any():
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
                 out = self._minibatch({k: v[idx] for k, v in flat.items()})
+                if on_progress is not None:
+                    on_progress()
                 if out is None:
                     skipped += 1
                     continue

@@ -89,7 +89,7 @@ class Learner(Component):
         version = self.publisher.version
         env_steps = self.env_steps_offset + self.trainer.samples_trained
         with self.timing("train"):
-            metrics = self.trainer.train(batch, version, env_steps)
+            metrics = self.trainer.train(batch, version, env_steps, on_progress=self.beat)
         with self.timing("publish"):
             new_version = self.publisher.publish(self.model.state_dict_numpy())
         self.params_updated({"version": new_version})

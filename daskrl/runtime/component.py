@@ -251,6 +251,11 @@ class Component:
         """Hand ``payload`` to exactly one consumer of work queue ``queue``."""
         return self._bus.publish(f"queue:{queue}", payload, f"component {self.name!r} queue {queue!r}")
 
+    def beat(self) -> None:
+        """Show the heartbeat that the component's thread is alive during one long piece of work (a learner step
+        on image batches can take longer than --heartbeat-timeout); the loop beats on every turn by itself."""
+        self._beat = time.monotonic()
+
     def add_timer(self, period_s: float, fn: Callable[[], Any]) -> None:
         """Call ``fn`` every ``period_s`` seconds on the component's thread."""
         self._timers.append([time.monotonic() + period_s, period_s, fn])
