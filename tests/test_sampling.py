@@ -475,6 +475,17 @@ def test_box_actions_drive_pendulum_with_truncation_at_the_time_limit(cluster, h
     assert stats["episodes"] and all(length == PENDULUM_EPISODE for _, length in stats["episodes"])
 
 
+def check_image_slots(slots, rollout, *, num_envs, channels, num_actions):
+    """84x84 uint8 frames with ``channels`` channels, discrete actions in range, and each slot starting with the
+    observation that ended the one before it (slots arrive in order from one split)."""
+    for k, s in enumerate(slots):
+        obs, actions = s["obs"], s["actions"]
+        assert obs.dtype == np.uint8 and obs.shape == (rollout + 1, num_envs, 84, 84, channels), f"slot {k}"
+        assert actions.shape == (rollout, num_envs) and set(np.unique(actions).tolist()) <= set(range(num_actions))
+        if k:
+            np.testing.assert_array_equal(obs[0], slots[k - 1]["obs"][rollout], err_msg=f"slot {k}: chain")
+
+
 def _paddle_x(frames):
     """Left column of the paddle (bottom rows) in a batch of Catch frames."""
     return np.argmax(frames[..., 80, :, 0] == 255, axis=-1)
@@ -484,12 +495,9 @@ def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts):
     rollout = 10
     slots, stats = run_at_version_one(cluster, hosts, "daskrl/Catch-v0", slots=6, num_envs=2, num_splits=1,
                                       rollout=rollout)
+    check_image_slots(slots, rollout, num_envs=2, channels=1, num_actions=3)
     for k, s in enumerate(slots):
         obs, actions = s["obs"], s["actions"]
-        assert obs.dtype == np.uint8 and obs.shape == (rollout + 1, 2, 84, 84, 1)
-        assert actions.shape == (rollout, 2) and set(np.unique(actions).tolist()) <= {0, 1, 2}
-        if k:
-            np.testing.assert_array_equal(obs[0], slots[k - 1]["obs"][rollout])
         assert np.all(np.isin(obs, (0, 255))), "frames are black and white"
         lit = (obs == 255).reshape(rollout + 1, 2, -1).sum(-1)
         assert np.all(lit == 4 * 4 + 4 * 12), "every frame shows the ball and the paddle"
@@ -510,18 +518,12 @@ def test_atari_slots_hold_stacked_frames_that_follow_each_other(cluster, hosts):
     rollout = 8
     slots, stats = run_at_version_one(cluster, hosts, "atari/Breakout", slots=4, num_envs=2, num_splits=1,
                                       rollout=rollout)
+    check_image_slots(slots, rollout, num_envs=2, channels=4, num_actions=4)
     for k, s in enumerate(slots):
-        obs, actions = s["obs"], s["actions"]
-        assert obs.dtype == np.uint8 and obs.shape == (rollout + 1, 2, 84, 84, 4)
-        assert actions.shape == (rollout, 2) and set(np.unique(actions).tolist()) <= {0, 1, 2, 3}
-        if k:
-            np.testing.assert_array_equal(obs[0], slots[k - 1]["obs"][rollout])
-        ends = s["terminated"].astype(bool) | s["truncated"].astype(bool)
-        for t in range(rollout):
-            for i in range(2):
-                if not ends[t, i]:  # within an episode the newest frame moves one place down the stack
-                    np.testing.assert_array_equal(obs[t + 1, i, ..., :3], obs[t, i, ..., 1:],
-                                                  err_msg=f"slot {k} step {t} env {i}")
+        obs = s["obs"]
+        within = ~(s["terminated"].astype(bool) | s["truncated"].astype(bool))  # [T, N]: step t did not end it
+        # within an episode the newest frame moves one place down the stack
+        np.testing.assert_array_equal(obs[1:, ..., :3][within], obs[:-1, ..., 1:][within], err_msg=f"slot {k}")
         assert obs.std() > 0
     assert stats["env_steps"] >= 4 * rollout * 2 and stats["error_count"] == 0
 
