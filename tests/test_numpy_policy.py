@@ -25,8 +25,12 @@ def model_for(env: str, normalize_obs: bool, **kwargs) -> ActorCritic:
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1"])
 @pytest.mark.parametrize("normalize_obs", [False, True])
-def test_log_probs_and_values_match_torch(env, normalize_obs):
-    model = model_for(env, normalize_obs)
+@pytest.mark.parametrize("layout", [{}, {"shared_encoder": True}, {"hidden": (32,), "activation": "relu"},
+                                    {"hidden": ()}], ids=["separate", "shared", "relu", "linear"])
+def test_log_probs_and_values_match_torch(env, normalize_obs, layout):
+    """The fused numpy network computes what the torch model does, whether the policy and value encoders are
+    separate (fused side by side / block-diagonal), shared, or absent (the heads read the observation)."""
+    model = model_for(env, normalize_obs, **layout)
     fast = NumpyPolicy(model, np.random.default_rng(0))
     obs = np.random.default_rng(1).normal(size=(300, *model.spaces.obs_shape)).astype(np.float32) * 3
     actions, log_probs, values = fast.act(obs)
