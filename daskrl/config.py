@@ -32,8 +32,10 @@ class EnvConfig:
 class SamplerConfig:
     num_workers: int = opt(2, "rollout workers (one Dask worker process each)")
     num_envs_per_worker: int = opt(32, "envs stepped by each rollout worker")
-    worker_num_splits: int = opt(2, "groups of envs per rollout worker (2 = double buffering); must divide "
-                                    "num_envs_per_worker")
+    worker_num_splits: int = opt(0, "groups of envs per rollout worker; must divide num_envs_per_worker. 2 = double "
+                                    "buffering: one group steps while the other waits for remote inference. 0 = "
+                                    "auto: 2 with --inference remote, 1 inline (one thread both steps and acts, so a "
+                                    "second group would only halve the policy's batch)")
     rollout: int = opt(32, "env steps per trajectory slot (the unit the learner trains on)")
     slots_per_split: int = opt(3, "trajectory slots per split: more lets sampling run further ahead of the learner")
     inference: str = opt("inline", "where the policy runs: 'inline' in the rollout worker (fast for cheap envs), "
@@ -43,6 +45,12 @@ class SamplerConfig:
                                       "about 2-4x faster than torch at these sizes); other models use torch")
     env_failure_limit: int = opt(5, "an env that raises is rebuilt and its episode dropped; this many failures in a "
                                     "row of one env stop the run")
+
+    def num_splits(self) -> int:
+        """``worker_num_splits`` with 'auto' (0) resolved for the chosen inference strategy."""
+        if self.worker_num_splits > 0:
+            return self.worker_num_splits
+        return 2 if self.inference == "remote" and self.num_envs_per_worker % 2 == 0 else 1
 
 
 @dataclass
@@ -169,9 +177,9 @@ class Config:
             if value < 0 or (value == 0 and not allow_zero):
                 problems.append(f"--{name.replace('_', '-')} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
-        for name in ("num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "slots_per_split",
-                     "num_inference_workers"):
+        for name in ("num_workers", "num_envs_per_worker", "rollout", "slots_per_split", "num_inference_workers"):
             positive(name, getattr(s, name))
+        positive("worker_num_splits", s.worker_num_splits, allow_zero=True)
         if s.num_envs_per_worker > 0 and s.worker_num_splits > 0 and s.num_envs_per_worker % s.worker_num_splits:
             problems.append(
                 f"--worker-num-splits {s.worker_num_splits} does not divide --num-envs-per-worker "

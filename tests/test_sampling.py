@@ -286,6 +286,18 @@ def test_splits_that_do_not_divide_the_envs_fail_fast(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_automatic_splits_double_buffer_remote_inference_only():
+    def splits(**values) -> int:
+        return Config.from_flat(values).validate().sampler.num_splits()
+
+    assert splits(inference="inline") == 1  # one thread steps and acts: a second group would only halve the batch
+    assert splits(inference="remote") == 2
+    assert splits(inference="remote", num_envs_per_worker=5) == 1  # 2 would not divide
+    assert splits(inference="inline", worker_num_splits=4) == 4  # a number given is used as is
+    with pytest.raises(ConfigError, match="--worker-num-splits must be >= 0"):
+        splits(worker_num_splits=-1)
+
+
 # ---- 1. trajectory bookkeeping on the deterministic env, inline inference ----
 
 

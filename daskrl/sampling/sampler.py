@@ -39,7 +39,7 @@ class Sampler:
         c = self.config
         return {
             "run_id": self.run_id, "env": c.env.env, "env_kwargs": c.env.env_kwargs, "spaces": self.spaces.to_dict(),
-            "num_envs": c.sampler.num_envs_per_worker, "num_splits": c.sampler.worker_num_splits,
+            "num_envs": c.sampler.num_envs_per_worker, "num_splits": c.sampler.num_splits(),
             "rollout": c.sampler.rollout, "slots_per_split": c.sampler.slots_per_split,
             "inference": c.sampler.inference, "worker_index": index, "seed": c.run.seed,
             "model": _model_cfg(c), "params": self.params_desc, "policy_queue": policy_queue(),
