@@ -22,7 +22,7 @@ from daskrl.runtime import (
     spawn,
 )
 from daskrl.runtime.shm import list_segments
-from daskrl.runtime.testing import Emitter, ParamWatcher, ParamWriter, Recorder
+from daskrl.runtime.testing import Emitter, ParamWatcher, ParamWriter, Recorder, SlowToConfigure
 
 from .conftest import set_worker_env, wait_for
 
@@ -105,6 +105,16 @@ def test_work_queue_hands_each_item_to_exactly_one_consumer(session, workers):
     assert sorted(taken[0] + taken[1]) == list(range(10_000))
     assert not set(taken[0]) & set(taken[1])
     stop_all(producer, *consumers)
+
+
+def test_heartbeat_counts_from_start_not_from_a_long_configure(session, workers):
+    """Building envs is not silence: the runner's "silent" warning must not fire for a component that took
+    longer than --heartbeat-timeout to configure and has just started its loop."""
+    handle = start(session, SlowToConfigure, workers[0], seconds=2.0, start_s=1.0)
+    assert handle.call("stats")["heartbeat_age_s"] < 1.0, "the heartbeat was counted from before configure"
+    time.sleep(1.3)
+    assert handle.call("stats")["heartbeat_age_s"] < 0.5, "an idle loop turns (and beats) every 0.1 s"
+    stop_all(handle)
 
 
 def test_array_written_in_one_worker_is_read_in_another(session, workers):

@@ -222,3 +222,15 @@ class Receiver(Component):
 
     async def noop(self, i: int) -> int:
         return i
+
+
+class SlowToConfigure(Component):
+    """Takes ``seconds`` to configure, as a rollout worker building 32 Atari envs does (14 s here), then
+    ``start_s`` in ``on_start`` before its loop turns (resetting them: 0.6 s)."""
+
+    def on_configure(self, *, seconds: float = 0.0, start_s: float = 0.0, **_: Any) -> None:
+        time.sleep(seconds)
+        self.start_s = start_s
+
+    def on_start(self) -> None:
+        time.sleep(self.start_s)
