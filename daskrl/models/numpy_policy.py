@@ -44,11 +44,10 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
-        encoders = [model.encoder] + ([model.value_encoder] if model.value_encoder is not None else [])
         if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image:
             return False
         patterns = []
-        for encoder in encoders:
+        for encoder in _encoders(model):
             if not isinstance(encoder, MlpEncoder):
                 return False
             pattern = [type(layer).__name__ for layer in encoder.net]
@@ -60,7 +59,7 @@ class NumpyPolicy:
     def refresh(self) -> None:
         """Copy the weights (and observation statistics) out of the torch model; call after each load."""
         m = self.model
-        encoders = [m.encoder] + ([m.value_encoder] if m.value_encoder is not None else [])
+        encoders = _encoders(m)
         per_encoder = [_layers(e) for e in encoders]  # supports() checked that they line up layer by layer
         self.layers = [_FusedLayer(parts, first=k == 0) for k, parts in enumerate(zip(*per_encoder, strict=True))]
         head = m.actor.logits if self.kind == "discrete" else m.actor.mean
@@ -123,6 +122,11 @@ class NumpyPolicy:
             log_probs *= np.float32(-0.5)
             log_probs -= self.log_prob_offset
         return actions.reshape(n, *self.model.spaces.action_shape), log_probs, values
+
+
+def _encoders(model: ActorCritic) -> list:
+    """The policy encoder, then the value encoder when the model has a separate one."""
+    return [model.encoder] + ([model.value_encoder] if model.value_encoder is not None else [])
 
 
 def _weight(linear) -> np.ndarray:

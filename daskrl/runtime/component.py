@@ -190,8 +190,7 @@ class Component:
         self._thread = threading.Thread(
             target=ctx.run, args=(self._main,), name=f"daskrl-{self.name}", daemon=True
         )
-        # the heartbeat counts from here: building envs in on_configure (14 s for 32 Ataris) is not silence
-        self._beat = time.monotonic()
+        self.beat()  # the heartbeat counts from here: building envs in on_configure (14 s for 32 Ataris) is not silence
         self.state = "running"
         self._thread.start()
         return self.state
@@ -205,7 +204,7 @@ class Component:
             await asyncio.to_thread(self._thread.join, timeout)
             if self._thread.is_alive():
                 self._record_error("stop", TimeoutError(f"thread still busy after {timeout} s"))
-        stats = {**self._stats(), **self.take_news()}  # the last word includes what nobody collected yet
+        stats = self._collect()  # the last word includes what nobody collected yet
         self.close_now()
         if unregister:
             try:
@@ -221,6 +220,9 @@ class Component:
 
     async def collect(self) -> dict:
         """:meth:`stats` plus :meth:`take_news`; for the one runner that gathers episodes and errors."""
+        return self._collect()
+
+    def _collect(self) -> dict:
         return {**self._stats(), **self.take_news()}
 
     async def ping(self) -> str:
