@@ -15,6 +15,7 @@ if __name__ == "__main__":
     config.sampler.rollout = 32
     config.learner.batch_size = 256
     config.learner.num_batches_per_epoch = 4
+    config.learner.num_epochs = 2  # a small batch: two passes over it
     config.learner.learning_rate = 5e-4
     config.run.experiment = "catch_example"
     config.run.stop_at_return = 0.8  # +1 per catch, -1 per miss
