@@ -20,6 +20,7 @@ from daskrl.runtime import (
     connect_cluster,
     disconnect,
     spawn,
+    spawn_all,
 )
 from daskrl.runtime.shm import list_segments
 from daskrl.runtime.testing import Emitter, ParamWatcher, ParamWriter, Recorder, SlowToConfigure
@@ -115,6 +116,28 @@ def test_heartbeat_counts_from_start_not_from_a_long_configure(session, workers)
     time.sleep(1.3)
     assert handle.call("stats")["heartbeat_age_s"] < 0.5, "an idle loop turns (and beats) every 0.1 s"
     stop_all(handle)
+
+
+def test_spawn_all_configures_components_at_the_same_time(session, workers):
+    """Rollout workers build their envs in configure: created together, those builds overlap in time."""
+    specs = [(SlowToConfigure, f"slow{next(_ids)}", worker, {"run_id": session.run_id, "seconds": 1.5})
+             for worker in workers[:2]]
+    handles = spawn_all(session.client, specs)
+    (began0, ended0), (began1, ended1) = (handle.call("configure_span") for handle in handles)
+    assert max(began0, began1) < min(ended0, ended1), "the components were configured one after the other"
+    stop_all(*handles)
+
+
+def test_spawn_all_names_the_component_that_failed_and_hands_back_every_actor(session, workers):
+    created: list = []
+    good, bad = f"good{next(_ids)}", f"bad{next(_ids)}"
+    with pytest.raises(ComponentError, match=rf"component '{bad}' .*configure\(\) failed: RuntimeError: this "
+                                             "component was told to fail"):
+        spawn_all(session.client, [(SlowToConfigure, good, workers[0], {"run_id": session.run_id}),
+                                   (SlowToConfigure, bad, workers[1], {"run_id": session.run_id, "fail": True})],
+                  created=created)
+    assert [handle.name for handle in created] == [good, bad], "a caller could not stop what was created"
+    stop_all(*created)
 
 
 def test_array_written_in_one_worker_is_read_in_another(session, workers):

@@ -11,6 +11,7 @@ from daskrl.runtime.component import (
     signal,
     slot,
     spawn,
+    spawn_all,
 )
 from daskrl.runtime.errors import ComponentError, ConnectError, DaskRLError, PayloadError, SharedMemoryError
 from daskrl.runtime.params import ParameterPublisher, ParameterReader
@@ -21,5 +22,5 @@ __all__ = [
     "ClusterSession", "Component", "ComponentError", "ComponentHandle", "ConnectError", "DaskRLError",
     "ParameterPublisher", "ParameterReader", "PayloadError", "RemoteArray", "SharedArray", "SharedMemoryError",
     "SignalRef", "SlotRef", "add_consumer", "connect", "connect_cluster", "disconnect", "remove_consumer",
-    "signal", "slot", "spawn",
+    "signal", "slot", "spawn", "spawn_all",
 ]

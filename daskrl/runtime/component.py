@@ -484,8 +484,18 @@ class ComponentHandle:
 
     def call(self, method: str, *args: Any, timeout: float = 60.0, **kwargs: Any) -> Any:
         """Call a control method and wait at most ``timeout`` seconds; errors name the component."""
+        return self.wait(method, self.send(method, *args, **kwargs), timeout)
+
+    def send(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Start a control call without waiting for it; pass the returned future to :meth:`wait`."""
         try:
-            future = getattr(self.actor, method)(*args, **kwargs)
+            return getattr(self.actor, method)(*args, **kwargs)
+        except Exception as exc:
+            raise self._failed(method, exc) from exc
+
+    def wait(self, method: str, future: Any, timeout: float = 60.0) -> Any:
+        """The result of a call started with :meth:`send`, within ``timeout`` seconds."""
+        try:
             return future.result(timeout=timeout)
         except (TimeoutError, asyncio.TimeoutError) as exc:
             raise ComponentError(
@@ -495,10 +505,11 @@ class ComponentHandle:
         except ComponentError:
             raise
         except Exception as exc:
-            raise ComponentError(
-                f"component {self.name!r} ({self.cls.__name__} on {self.address}): {method}() failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._failed(method, exc) from exc
+
+    def _failed(self, method: str, exc: Exception) -> ComponentError:
+        return ComponentError(f"component {self.name!r} ({self.cls.__name__} on {self.address}): {method}() failed: "
+                              f"{type(exc).__name__}: {exc}")
 
     def __repr__(self) -> str:
         return f"<ComponentHandle {self.name!r} {self.cls.__name__} on {self.address}>"
@@ -508,16 +519,37 @@ def spawn(client, cls: type, name: str, worker: str | None = None, timeout: floa
           config: dict | None = None) -> ComponentHandle:
     """Create component ``cls(name)`` as an actor on ``worker`` (an address; any worker if None) and
     configure it. Returns its :class:`ComponentHandle`."""
-    kwargs: dict[str, Any] = {"actor": True, "pure": False, "key": f"daskrl-{name}-{os.urandom(4).hex()}"}
-    if worker is not None:
-        kwargs.update(workers=[worker], allow_other_workers=False)
-    try:
-        actor = client.submit(cls, name, **kwargs).result(timeout=timeout)
-    except Exception as exc:
-        raise ComponentError(f"could not create component {name!r} ({cls.__name__}): {type(exc).__name__}: {exc}") from exc
-    handle = ComponentHandle(name, cls, actor, actor._address, client)
-    handle.call("configure", timeout=timeout, **(config or {}))
-    return handle
+    return spawn_all(client, [(cls, name, worker, config)], timeout)[0]
+
+
+def spawn_all(client, specs: list[tuple[type, str, str | None, dict | None]], timeout: float = 120.0,
+              created: list[ComponentHandle] | None = None) -> list[ComponentHandle]:
+    """Create components from ``(cls, name, worker, config)`` specs, then configure them all at once.
+
+    Why at once: configuring builds a component's envs, and each runs on its own worker. Two rollout workers
+    with 32 Ataris each configure in about 14 s; one after the other, sampling started after 28 s. Each handle
+    is appended to ``created`` as soon as its actor exists, so a caller can stop the ones made before a failure.
+    """
+    actors = []
+    for cls, name, worker, _ in specs:
+        kwargs: dict[str, Any] = {"actor": True, "pure": False, "key": f"daskrl-{name}-{os.urandom(4).hex()}"}
+        if worker is not None:
+            kwargs.update(workers=[worker], allow_other_workers=False)
+        actors.append(client.submit(cls, name, **kwargs))
+    handles = []
+    for (cls, name, _, _), future in zip(specs, actors, strict=True):
+        try:
+            actor = future.result(timeout=timeout)
+        except Exception as exc:
+            raise ComponentError(f"could not create component {name!r} ({cls.__name__}): "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        handles.append(ComponentHandle(name, cls, actor, actor._address, client))
+        if created is not None:
+            created.append(handles[-1])
+    pending = [handle.send("configure", **(config or {})) for handle, (_, _, _, config) in zip(handles, specs, strict=True)]
+    for handle, future in zip(handles, pending, strict=True):
+        handle.wait("configure", future, timeout)
+    return handles
 
 
 def _scheduler_rpc(client, op: str, **kwargs: Any) -> dict:

@@ -228,9 +228,17 @@ class SlowToConfigure(Component):
     """Takes ``seconds`` to configure, as a rollout worker building 32 Atari envs does (14 s here), then
     ``start_s`` in ``on_start`` before its loop turns (resetting them: 0.6 s)."""
 
-    def on_configure(self, *, seconds: float = 0.0, start_s: float = 0.0, **_: Any) -> None:
+    def on_configure(self, *, seconds: float = 0.0, start_s: float = 0.0, fail: bool = False, **_: Any) -> None:
+        began = time.time()
         time.sleep(seconds)
+        if fail:
+            raise RuntimeError("this component was told to fail in configure")
+        self.span = (began, time.time())
         self.start_s = start_s
+
+    async def configure_span(self) -> tuple[float, float]:
+        """(began, ended) of configure, in wall-clock seconds: comparable across processes on one host."""
+        return self.span
 
     def on_start(self) -> None:
         time.sleep(self.start_s)

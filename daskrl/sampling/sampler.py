@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from daskrl.envs import registered_factory
-from daskrl.runtime import SlotRef, add_consumer, connect, spawn
+from daskrl.runtime import SlotRef, add_consumer, connect, spawn, spawn_all
 from daskrl.runtime.component import ComponentHandle
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker, actions_queue, free_queue
@@ -52,9 +52,9 @@ class Sampler:
         """Create everything and connect full slots to ``consumer`` (and free-slot answers back); the slot
         arrays are then in ``self.buffers`` for the consumer to attach before :meth:`start`."""
         c = self.config
-        for i, host in enumerate(self.rollout_hosts):
-            handle = spawn(self.client, RolloutWorker, f"rollout_{i}", worker=host, config=self.rollout_config(i))
-            self.rollout.append(handle)
+        spawn_all(self.client, [(RolloutWorker, f"rollout_{i}", host, self.rollout_config(i))
+                                for i, host in enumerate(self.rollout_hosts)], created=self.rollout)
+        for handle in self.rollout:
             self.buffers[handle.name] = handle.call("buffers")
         if c.sampler.inference == "remote":
             for j, host in enumerate(self.inference_hosts):
