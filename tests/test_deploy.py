@@ -235,6 +235,34 @@ def test_trains_on_an_existing_cluster_which_stays_usable(cli_cluster, tmp_path)
     assert segments_of(cli_cluster["pids"]) == []
 
 
+def test_a_killed_driver_leaves_nothing_running_on_the_cluster(cli_cluster, tmp_path):
+    """SIGKILL the driver of a run on an existing cluster: Dask releases its actors, and their components stop
+    (threads, shared memory, registry names) instead of stepping envs on a cluster that outlives the run."""
+    client, pids = cli_cluster["client"], cli_cluster["pids"]
+    procs = Processes(tmp_path)
+    driver = procs.start("driver", sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1",
+                         "--scheduler", cli_cluster["address"], "--train-for-seconds", "120",
+                         "--train-dir", str(tmp_path), "--experiment", "killed", "--dashboard-address", "")
+    try:
+        deadline = time.monotonic() + 90
+        while "env steps" not in procs.log("driver"):
+            assert driver.poll() is None and time.monotonic() < deadline, f"no progress: {procs.log('driver')}"
+            time.sleep(0.3)
+        assert {"learner", "rollout_0", "rollout_1"} <= set(components(client))
+        assert segments_of(pids), "the run keeps its trajectories in shared memory"
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        deadline = time.monotonic() + 30
+        while components(client) or segments_of(pids):
+            assert time.monotonic() < deadline, \
+                f"still there 30 s after the driver died: {sorted(components(client))}, {segments_of(pids)}"
+            time.sleep(0.5)
+    finally:
+        assert procs.stop() == []
+    assert worker_pids(client) == pids, "a worker process was restarted"
+    assert client.submit(lambda x: x + 1, 41, pure=False).result(timeout=30) == 42
+
+
 # ---- 2. two hosts: network namespaces joined by a bridge ----
 
 

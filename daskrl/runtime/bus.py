@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from distributed.batched import BatchedSend
 from distributed.comm import connect
 from distributed.diagnostics.plugin import WorkerPlugin
+from tornado.ioloop import PeriodicCallback
 
 from daskrl.runtime import shm
 from daskrl.runtime.errors import PayloadError
@@ -230,6 +232,34 @@ def _exit_with_owner(pid: int, period_s: float = 1.0) -> None:
             pass
 
 
+class ReleasedComponentWatch:
+    """Stops components whose actor Dask has released, once a second.
+
+    Dask releases a driver's actors when its client goes away: SIGKILLed, or cut off from the scheduler. An
+    embedded cluster's workers exit with their driver (``_exit_with_owner``), but the workers of a cluster
+    that outlives the run (``--scheduler``) would keep the components running: stepping envs, holding shared
+    memory and registry names. A component only counts once it has been seen among the worker's actors: the
+    actor is stored there after the component's constructor returns, so a new one must not look released."""
+
+    def __init__(self, bus: Bus, worker) -> None:
+        self.bus, self.worker = bus, worker
+        self.held: weakref.WeakSet = weakref.WeakSet()
+
+    async def check(self) -> None:
+        actors = {id(actor) for actor in self.worker.state.actors.values() if actor is not None}
+        for component in list(self.bus.components.values()):
+            if id(component) in actors:
+                self.held.add(component)
+            elif component in self.held:
+                self.held.discard(component)
+                logger.warning("daskrl: component %r was released by Dask (its driver's client is gone): "
+                               "stopping it", component.name)
+                try:
+                    await component.stop()
+                except Exception:  # pragma: no cover - stopping is best effort; the next check sees it gone
+                    logger.exception("daskrl: stopping released component %r failed", component.name)
+
+
 def _sweep_dead_owners(period_s: float = 5.0) -> None:
     """Remove segments whose owner process died, every ``period_s`` seconds, while this worker runs.
 
@@ -286,6 +316,8 @@ class BusPlugin(WorkerPlugin):
         reply = await worker.scheduler.daskrl_bus_hello(address=worker.address)
         bus.set_routes(reply["routes"], reply["version"])
         threading.Thread(target=_sweep_dead_owners, name="daskrl-shm-sweep", daemon=True).start()
+        self._watch = PeriodicCallback(ReleasedComponentWatch(bus, worker).check, 1000)
+        self._watch.start()
         if self.owner_pid:
             threading.Thread(target=_exit_with_owner, args=(self.owner_pid,), name="daskrl-owner-watch",
                              daemon=True).start()
@@ -293,6 +325,8 @@ class BusPlugin(WorkerPlugin):
 
     async def teardown(self, worker) -> None:
         global _current
+        if getattr(self, "_watch", None) is not None:
+            self._watch.stop()
         bus = _current
         if bus is not None:
             for component in list(bus.components.values()):
