@@ -527,7 +527,7 @@ def spawn_all(client, specs: list[tuple[type, str, str | None, dict | None]], ti
     """Create components from ``(cls, name, worker, config)`` specs, then configure them all at once.
 
     Why at once: configuring builds a component's envs, and each runs on its own worker. Two rollout workers
-    with 32 Ataris each configure in about 14 s; one after the other, sampling started after 28 s. Each handle
+    with 32 Ataris each configure in about 14 s at the same time, and took 28 s one after the other. Each handle
     is appended to ``created`` as soon as its actor exists, so a caller can stop the ones made before a failure.
     """
     actors = []
