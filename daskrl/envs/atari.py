@@ -42,10 +42,12 @@ class StackFramesHwc(gym.Wrapper):
     def __init__(self, env: gym.Env, num_frames: int = 4) -> None:
         super().__init__(env)
         h, w = env.observation_space.shape
-        self.frames = np.zeros((h, w, num_frames), dtype=np.uint8)
         self.observation_space = gym.spaces.Box(0, 255, (h, w, num_frames), dtype=np.uint8)
-        self._packed = np.zeros((h, w), np.uint32) if num_frames == 4 and sys.byteorder == "little" else None
-        self._newest = np.zeros((h, w), np.uint32)  # scratch: the new frame widened to the top byte
+        packed = num_frames == 4 and sys.byteorder == "little"
+        # one of the two representations: packed words (4 frames), or the HWC stack itself (any other count)
+        self._packed = np.zeros((h, w), np.uint32) if packed else None
+        self._newest = np.zeros((h, w), np.uint32) if packed else None  # the new frame widened to the top byte
+        self.frames = None if packed else np.zeros((h, w, num_frames), dtype=np.uint8)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         frame, info = self.env.reset(**kwargs)
@@ -68,7 +70,7 @@ class StackFramesHwc(gym.Wrapper):
         return self.frames.copy(), reward, terminated, truncated, info
 
     def _stack(self) -> np.ndarray:
-        return self._packed.view(np.uint8).reshape(self.frames.shape).copy()
+        return self._packed.view(np.uint8).reshape(self.observation_space.shape).copy()
 
 
 def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noop_max: int = 30,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from daskrl.envs import registered_factory
-from daskrl.runtime import SlotRef, add_consumer, connect, spawn, spawn_all
+from daskrl.runtime import SlotRef, add_consumer, connect, spawn_all
 from daskrl.runtime.component import ComponentHandle
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker, actions_queue, free_queue
@@ -57,14 +57,13 @@ class Sampler:
         for handle in self.rollout:
             self.buffers[handle.name] = handle.call("buffers")
         if c.sampler.inference == "remote":
-            for j, host in enumerate(self.inference_hosts):
-                handle = spawn(self.client, InferenceWorker, f"inference_{j}", worker=host, config={
-                    "run_id": self.run_id, "spaces": self.spaces.to_dict(), "model": _model_cfg(c),
-                    "params": self.params_desc, "seed": c.run.seed,
-                    "numpy_inference": c.sampler.numpy_inference})
+            config = {"run_id": self.run_id, "spaces": self.spaces.to_dict(), "model": _model_cfg(c),
+                      "params": self.params_desc, "seed": c.run.seed, "numpy_inference": c.sampler.numpy_inference}
+            spawn_all(self.client, [(InferenceWorker, f"inference_{j}", host, config)
+                                    for j, host in enumerate(self.inference_hosts)], created=self.inference)
+            for handle in self.inference:
                 handle.call("attach_workers", self.buffers)
                 add_consumer(policy_queue(), handle.on_request, self.client)
-                self.inference.append(handle)
         for handle in self.rollout:
             connect(handle.trajectory_ready, consumer, self.client)
             add_consumer(free_queue(handle.name), handle.on_free, self.client)
