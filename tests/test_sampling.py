@@ -102,8 +102,8 @@ def rollout_config(env, spaces, *, num_envs, num_splits, rollout, slots_per_spli
 
 def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=None, during=None, max_keep=None,
                **cfg):
-    """One inline rollout worker feeding a SlotCollector until ``slots`` slots arrived (after
-    ``during(rollout, collector)``, if given, returned: then until 4 more arrived); returns (kept slots in
+    """One inline rollout worker feeding a SlotCollector until ``slots`` slots were kept (and, when
+    ``during(rollout, collector)`` is given, until 4 more arrived after it returned); returns (kept slots in
     arrival order, rollout stats at stop)."""
     spaces = probe_env(env, env_kwargs)
     params = params_source.call("desc") if params_source is not None else None
@@ -116,11 +116,11 @@ def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=Non
         collector.call("attach_workers", {rollout.name: rollout.call("buffers")})
         collector.call("start")
         rollout.call("start")
-        target = slots
         if during is not None:
             during(rollout, collector)
-            target = max(slots, collector.call("stats")["kept"] + 4)
-        wait_for(lambda: collector.call("stats")["kept"] >= target, what=f"{target} slots from {env}")
+            # counted as seen: a fast sampler may have filled the collector's max_keep before this
+            wait_for_more_slots(collector, 4)
+        wait_for(lambda: collector.call("stats")["kept"] >= slots, what=f"{slots} slots from {env}")
         rollout_stats = rollout.call("stop", timeout=30)
         kept = collector.call("collected")
         collector_stats = collector.call("stop", timeout=30)
