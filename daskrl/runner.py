@@ -485,6 +485,10 @@ class _Run:
             "reached_return_at_s": state.reached_return_at,
             "stop_reason": self.stop_reason,
             "time_shares": state.shares,
+            # what --inference-precision became on each sampler's host (rollout workers with remote inference have
+            # no policy of their own and are left out)
+            "inference_precision": {name: s["inference_precision"] for name, s in sorted(self.last_stats.items())
+                                    if s.get("inference_precision")},
             "recoveries": list(self.recovery.recoveries),
             "data_path": self.data_path(),
         }

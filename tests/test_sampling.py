@@ -16,17 +16,15 @@ import time
 import numpy as np
 import psutil
 import pytest
-import torch
 
 from daskrl.config import Config, ConfigError
 from daskrl.envs import EnvError, probe_env
 from daskrl.runner import train
 from daskrl.runtime import add_consumer, connect, connect_cluster, spawn
 from daskrl.runtime.shm import list_segments, owner_pid
-from daskrl.sampling.policy import build_model
 from daskrl.sampling.rollout_worker import RolloutWorker, free_queue
 from daskrl.sampling.sampler import Sampler
-from daskrl.sampling.testing import PolicySource, SlotCollector
+from daskrl.sampling.testing import PolicySource, SlotCollector, expected_log_probs
 
 from .conftest import set_worker_env, wait_for
 
@@ -94,10 +92,11 @@ def worker_processes():
 
 
 def rollout_config(env, spaces, *, num_envs, num_splits, rollout, slots_per_split=2, env_kwargs=None,
-                   params=None, seed=0):
+                   params=None, seed=0, inference_precision="auto"):
     return {"env": env, "env_kwargs": env_kwargs or {}, "spaces": spaces.to_dict(), "num_envs": num_envs,
             "num_splits": num_splits, "rollout": rollout, "slots_per_split": slots_per_split,
-            "inference": "inline", "seed": seed, "model": {}, "params": params}
+            "inference": "inline", "seed": seed, "model": {}, "params": params,
+            "inference_precision": inference_precision}
 
 
 def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=None, during=None, max_keep=None,
@@ -209,20 +208,23 @@ def check_versions(chain, what):
     return versions
 
 
-def check_log_probs(slots, spaces, model_cfg, what):
+def check_log_probs(slots, spaces, model_cfg, what, precision="float32", actor_scale=1.0, on=None):
     """Steps at a published version (>= 1) carry the log-prob of their action under that version's policy, for
-    their own observation (the PolicySource publishes its seed-0 network; versions differ in the value only)."""
-    net = build_model(spaces, model_cfg, seed=0)
-    net.eval()
+    their own observation (the PolicySource publishes its seed-0 network, action head times ``actor_scale``;
+    versions differ in the value only), computed in the ``precision`` the sampler reported; ``on`` = (client,
+    worker address) computes the expected values in that worker's process."""
     obs = np.concatenate([s["obs"][:-1] for s in slots])
     actions = np.concatenate([s["actions"] for s in slots])
     log_probs = np.concatenate([s["log_probs"] for s in slots])
     published = np.concatenate([s["policy_version"] for s in slots]) >= 1
     assert published.any(), f"{what}: no step was sampled with a published version"
-    with torch.no_grad():
-        expected, _, _ = net.evaluate(torch.from_numpy(obs[published].reshape(-1, *spaces.obs_shape)),
-                                      torch.from_numpy(actions[published].reshape(-1, *spaces.action_shape)))
-    np.testing.assert_allclose(log_probs[published].reshape(-1), expected.numpy(), atol=1e-5, rtol=1e-5,
+    args = (spaces.to_dict(), model_cfg, precision, actor_scale, obs, actions)
+    if on is None:
+        expected = expected_log_probs(*args)
+    else:
+        client, worker = on
+        expected = client.submit(expected_log_probs, *args, workers=[worker], pure=False).result(timeout=60)
+    np.testing.assert_allclose(log_probs[published], expected[published], atol=1e-5, rtol=1e-5,
                                err_msg=f"{what}: log-probs do not match the step's observation and action")
 
 
@@ -443,10 +445,10 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
 # ---- 4. a Box-action env and an image env ----
 
 
-def run_at_version_one(cluster, hosts, env, **kwargs):
+def run_at_version_one(cluster, hosts, env, actor_scale=1.0, **kwargs):
     """run_inline with a policy published once before sampling starts: every step is at version 1."""
     spaces = probe_env(env)
-    source = spawn_one(cluster, PolicySource, hosts[2], spaces=spaces.to_dict(), model={})
+    source = spawn_one(cluster, PolicySource, hosts[2], spaces=spaces.to_dict(), model={}, actor_scale=actor_scale)
     try:
         assert source.call("publish") == 1
         slots, stats = run_inline(cluster, hosts, env, params_source=source, **kwargs)
@@ -455,7 +457,9 @@ def run_at_version_one(cluster, hosts, env, **kwargs):
     for k, s in enumerate(slots):
         check_complete(s, f"slot {k}")
         assert np.all(s["policy_version"] == 1) and np.all(s["values"] == 1), f"slot {k}: not sampled at version 1"
-    check_log_probs(slots, spaces, {}, env)  # the slots hold the sampled actions themselves
+    # the slots hold the sampled actions themselves, with log-probs of the policy in the precision that acted
+    check_log_probs(slots, spaces, {}, env, precision=stats["inference_precision"], actor_scale=actor_scale,
+                    on=(cluster.client, hosts[0]))
     return slots, stats
 
 
@@ -503,10 +507,13 @@ def _paddle_x(frames):
     return np.argmax(frames[..., 80, :, 0] == 255, axis=-1)
 
 
-def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts):
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts, precision):
     rollout = 10
+    # a sharp action head: the log-prob check below tells a bfloat16 policy from a float32 one
     slots, stats = run_at_version_one(cluster, hosts, "daskrl/Catch-v0", slots=6, num_envs=2, num_splits=1,
-                                      rollout=rollout)
+                                      rollout=rollout, inference_precision=precision, actor_scale=100.0)
+    assert stats["inference_precision"] == precision
     check_image_slots(slots, rollout, num_envs=2, channels=1, num_actions=3)
     for k, s in enumerate(slots):
         obs, actions = s["obs"], s["actions"]

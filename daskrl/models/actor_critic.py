@@ -61,6 +61,8 @@ class ActorCritic(nn.Module):
         value_in = self.encoder.out_dim if self.value_encoder is None else self.value_encoder.out_dim
         self.critic = layer_init(nn.Linear(value_in, 1), std=1.0)
 
+        #: float32 everywhere, unless a sampler switched the encoders with :meth:`use_bfloat16_encoders`
+        self.encoder_dtype = torch.float32
         self._action_shape = tuple(spaces.action_shape)
         self._action_dtype = np.dtype(spaces.action_dtype)
         self._flat_actions = spaces.action_kind == "box"
@@ -68,8 +70,8 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
         """obs (batch, *obs_shape) -> (action distribution, value (batch,))."""
         obs = self.prepare(obs)
-        features = self.encoder(obs)
-        value_features = features if self.value_encoder is None else self.value_encoder(obs)
+        features = self._encode(self.encoder, obs)
+        value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
         return self.actor(features), self.critic(value_features).squeeze(-1)
 
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
@@ -77,6 +79,24 @@ class ActorCritic(nn.Module):
         if not self.normalize_obs:
             return obs
         return ((obs.float() - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0)
+
+    def use_bfloat16_encoders(self) -> None:
+        """Samplers only: keep the encoders' weights in bfloat16 and run them under autocast.
+
+        An image policy's conv stack is nearly all of its cost, and CPUs with native bfloat16 (AVX512-BF16, AMX)
+        run it about twice as fast. The heads stay float32, so the log-probs and values written for the learner
+        are exactly those of the policy that acted. Weights loaded afterwards are rounded to bfloat16.
+        """
+        self.encoder.to(torch.bfloat16)
+        if self.value_encoder is not None:
+            self.value_encoder.to(torch.bfloat16)
+        self.encoder_dtype = torch.bfloat16
+
+    def _encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        if self.encoder_dtype == torch.float32:
+            return encoder(obs)
+        with torch.autocast(obs.device.type, dtype=self.encoder_dtype):
+            return encoder(obs).float()
 
     def set_obs_stats(self, mean: Any, var: Any) -> None:
         if self.normalize_obs:
@@ -86,7 +106,7 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Value only (bootstrap values), skipping the action head."""
         obs = self.prepare(obs)
-        features = self.encoder(obs) if self.value_encoder is None else self.value_encoder(obs)
+        features = self._encode(self.encoder if self.value_encoder is None else self.value_encoder, obs)
         return self.critic(features).squeeze(-1)
 
     def evaluate(

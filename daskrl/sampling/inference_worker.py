@@ -23,9 +23,11 @@ class InferenceWorker(Component):
     """See module docstring."""
 
     def on_configure(self, *, spaces: dict, model: dict | None = None, params: dict | None = None,
-                     seed: int = 0, numpy_inference: bool = True, **_: Any) -> None:
+                     seed: int = 0, numpy_inference: bool = True, inference_precision: str = "auto",
+                     **_: Any) -> None:
         self.spaces = EnvSpaces.from_dict(spaces)
-        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed, numpy_inference)
+        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed, numpy_inference,
+                                     inference_precision)
         self.pending: list[dict] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.requests = 0
@@ -88,4 +90,5 @@ class InferenceWorker(Component):
 
     def extra_stats(self) -> dict:
         return {"requests": self.requests, "batches": self.batches,
-                "mean_batch": self.requests / max(self.batches, 1), "policy_version": self.policy.version}
+                "mean_batch": self.requests / max(self.batches, 1), "policy_version": self.policy.version,
+                "inference_precision": self.policy.precision}

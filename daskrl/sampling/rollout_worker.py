@@ -49,7 +49,8 @@ class RolloutWorker(Component):
                      slots_per_split: int, inference: str = "inline", worker_index: int = 0, seed: int = 0,
                      env_kwargs: dict | None = None, model: dict | None = None, params: dict | None = None,
                      policy_queue: str = "policy", env_factory=None, env_failure_limit: int = 5,
-                     request_timeout_s: float = 5.0, numpy_inference: bool = True, **_: Any) -> None:
+                     request_timeout_s: float = 5.0, numpy_inference: bool = True,
+                     inference_precision: str = "auto", **_: Any) -> None:
         if env_factory is not None:
             register_env(env, env_factory)
         self.env_spec = env
@@ -78,7 +79,7 @@ class RolloutWorker(Component):
         self.waiting: deque[int] = deque()  # splits waiting for a free slot
         self.episodes: deque = deque(maxlen=10_000)
         self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed + 1000 * worker_index,
-                                     numpy_inference) if self.inline else None
+                                     numpy_inference, inference_precision) if self.inline else None
         self.env_steps = 0
         self.slots_filled = 0
         self.requested_at = [0.0] * num_splits  # remote strategy: when each split's pending request went out
@@ -243,7 +244,8 @@ class RolloutWorker(Component):
     def extra_stats(self) -> dict:
         return {"env_steps": self.env_steps, "slots_filled": self.slots_filled, "incarnation": self.incarnation,
                 "free_slots": len(self.free), "waiting_splits": len(self.waiting),
-                "policy_version": self.policy.version if self.policy else None}
+                "policy_version": self.policy.version if self.policy else None,
+                "inference_precision": self.policy.precision if self.policy else None}
 
     def take_news(self) -> dict:
         episodes = []

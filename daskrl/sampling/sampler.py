@@ -45,7 +45,7 @@ class Sampler:
             "model": _model_cfg(c), "params": self.params_desc, "policy_queue": policy_queue(),
             # an env registered with register_env in this process travels with the config (cloudpickle)
             "env_factory": registered_factory(c.env.env), "env_failure_limit": c.sampler.env_failure_limit,
-            "numpy_inference": c.sampler.numpy_inference,
+            "numpy_inference": c.sampler.numpy_inference, "inference_precision": c.sampler.inference_precision,
         }
 
     def create(self, consumer: SlotRef) -> None:
@@ -58,7 +58,8 @@ class Sampler:
             self.buffers[handle.name] = handle.call("buffers")
         if c.sampler.inference == "remote":
             config = {"run_id": self.run_id, "spaces": self.spaces.to_dict(), "model": _model_cfg(c),
-                      "params": self.params_desc, "seed": c.run.seed, "numpy_inference": c.sampler.numpy_inference}
+                      "params": self.params_desc, "seed": c.run.seed, "numpy_inference": c.sampler.numpy_inference,
+                      "inference_precision": c.sampler.inference_precision}
             spawn_all(self.client, [(InferenceWorker, f"inference_{j}", host, config)
                                     for j, host in enumerate(self.inference_hosts)], created=self.inference)
             for handle in self.inference:

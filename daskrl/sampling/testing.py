@@ -92,20 +92,49 @@ class SlotCollector(Component):
                 "held": {w: len(s) for w, s in self.held.items()}}
 
 
+def sharpen_actor(weights: dict[str, np.ndarray], scale: float) -> dict[str, np.ndarray]:
+    """The weights with the action head's weight matrix times ``scale``: away from the near-uniform initial policy,
+    small differences in the features (a bfloat16 encoder's) show in the log-probs."""
+    return {k: v * np.float32(scale) if k.startswith("actor.") and k.endswith(".weight") else v
+            for k, v in weights.items()}
+
+
+def expected_log_probs(spaces: dict, model_cfg: dict, precision: str, actor_scale: float, obs: np.ndarray,
+                       actions: np.ndarray) -> np.ndarray:
+    """Log-probs [T, N] of the actions under the PolicySource's policy in ``precision``, one step's envs at a time
+    (the batch an inline worker acted on). Run it in a worker process to check a sampler's bfloat16 numbers
+    exactly: the same bfloat16 forward pass rounds differently in a process started with other thread settings
+    (measured: OMP_NUM_THREADS=1 at start-up, as the cluster's workers have it, moved features by one bfloat16
+    step)."""
+    import torch
+
+    from daskrl.sampling.policy import build_model
+
+    net = build_model(EnvSpaces.from_dict(spaces), model_cfg, seed=0)
+    net.load_state_dict_numpy(sharpen_actor(net.state_dict_numpy(), actor_scale))
+    net.eval()
+    if precision == "bfloat16":
+        net.use_bfloat16_encoders()
+    with torch.no_grad():
+        return np.stack([net.evaluate(torch.from_numpy(o), torch.from_numpy(a))[0].numpy()
+                         for o, a in zip(obs, actions, strict=True)])
+
+
 class PolicySource(Component):
     """Owns a :class:`~daskrl.runtime.params.ParameterPublisher` for a sampling policy, like the learner.
 
     Every version it publishes has a value head that outputs exactly the version number (zero weights, bias
-    ``v``), so the ``values`` a sampler writes name the parameters that were used at each step.
+    ``v``), so the ``values`` a sampler writes name the parameters that were used at each step. ``actor_scale``
+    sharpens the action head (:func:`sharpen_actor`).
     """
 
     def on_configure(self, *, spaces: dict, model: dict | None = None, seed: int = 0, remote: bool = False,
-                     **_: Any) -> None:
+                     actor_scale: float = 1.0, **_: Any) -> None:
         from daskrl.runtime.params import ParameterPublisher
         from daskrl.sampling.policy import build_model
 
         net = build_model(EnvSpaces.from_dict(spaces), model or {}, seed)
-        self.weights = net.state_dict_numpy()
+        self.weights = sharpen_actor(net.state_dict_numpy(), actor_scale)
         self.publisher = ParameterPublisher(self, self.weights, remote=remote)
 
     async def desc(self) -> dict:
