@@ -1,11 +1,13 @@
 """Sampling throughput against the hardware limit, for CartPole-v1 and an image env (atari/Breakout: ALE, 84x84x4).
 
-Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12]
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--inference-precision float32]
 
 (a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris) with random actions;
 (b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
 (c) daskrl sampling-only run with one inference worker (remote inference over the work queue).
-Each line is measured alone, one after the other, on this machine.
+Each line is measured alone, one after the other, on this machine. The samplers run with the default
+``--inference-precision auto`` (bfloat16 for the image policy where the CPU has it natively) unless told otherwise;
+the precision they used is printed.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ def limit_fps(env_id: str, seconds: float, num_envs: int) -> float:
 
 
 def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, startup_s: float) -> tuple[float, dict]:
-    """Frames/s of a sampling-only run, measured for ``seconds`` after a warm-up; ``startup_s`` is what the run
-    gets to build its envs before the warm-up can start."""
+    """Frames/s of a sampling-only run, measured for ``seconds`` after a warm-up, and the run's summary;
+    ``startup_s`` is what the run gets to build its envs before the warm-up can start."""
     from daskrl.config import Config
     from daskrl.runner import train
 
@@ -67,7 +69,7 @@ def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, start
             "train_for_env_steps": 0, "train_for_seconds": startup_s + warmup + seconds,
             "report_interval": 1.0, "dashboard_address": "", **options})
         summary = train(config, on_report=probe)
-    return probe.rate(), summary["time_shares"]
+    return probe.rate(), summary
 
 
 def main() -> None:
@@ -76,6 +78,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5,
                         help="(a), (b), (c) are measured in turn this many times; the table shows medians")
     parser.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=list(ENVS), help="which envs to measure")
+    parser.add_argument("--inference-precision", default="auto", choices=["auto", "float32", "bfloat16"],
+                        help="the samplers' --inference-precision (auto: what a user gets by default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     # The sampler settings used here (also the documented fast settings for cheap envs):
@@ -91,21 +95,27 @@ def main() -> None:
     limit_envs = {"cartpole": 32, "image": 16}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
     startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0}}
+    for options in (*inline.values(), *remote.values()):
+        options["inference_precision"] = args.inference_precision
     results: dict[str, dict] = {}
     for key in args.envs:
         env_id = ENVS[key]
         rounds = []
         for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits all three alike
             limit = limit_fps(env_id, args.seconds, limit_envs[key])
-            inline_fps, inline_shares = daskrl_fps(env_id, "inline", args.seconds, inline[key], startup[key]["inline"])
-            remote_fps, remote_shares = daskrl_fps(env_id, "remote", args.seconds, remote[key], startup[key]["remote"])
+            inline_fps, inline_run = daskrl_fps(env_id, "inline", args.seconds, inline[key], startup[key]["inline"])
+            remote_fps, remote_run = daskrl_fps(env_id, "remote", args.seconds, remote[key], startup[key]["remote"])
             rounds.append((limit, inline_fps, remote_fps))
         limit, inline_fps, remote_fps = (statistics.median(r[i] for r in rounds) for i in range(3))
         results[key] = {"limit_fps": round(limit), "inline_fps": round(inline_fps), "remote_fps": round(remote_fps),
                         "rounds": [[round(x) for x in r] for r in rounds],
                         "inline_ratios": [r[1] / r[0] for r in rounds], "remote_ratios": [r[2] / r[0] for r in rounds],
                         "inline_settings": inline[key], "remote_settings": remote[key],
-                        "inline_time_shares": inline_shares, "remote_time_shares": remote_shares}
+                        "inline_time_shares": inline_run["time_shares"],
+                        "remote_time_shares": remote_run["time_shares"],
+                        # what --inference-precision became on the samplers (the rollout workers inline, the
+                        # inference worker remote)
+                        "inline_precision": _one_precision(inline_run), "remote_precision": _one_precision(remote_run)}
     print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up; medians of "
           f"{args.rounds} interleaved rounds. The ratios are medians of the per-round ratios: each round measures "
           f"(a), (b) and (c) within a minute, so a slow spell of the machine moves all three of that round\n")
@@ -119,6 +129,9 @@ def main() -> None:
         # each round measures the three side by side, so its ratios are not skewed by the machine's slow spells
         print(f"  {ENVS[key]} ratios per round, (b)/(a): {', '.join(f'{x:.0%}' for x in r['inline_ratios'])}; "
               f"(c)/(a): {', '.join(f'{x:.0%}' for x in r['remote_ratios'])}")
+    for key, r in results.items():
+        print(f"  {ENVS[key]} policy precision: inline {r['inline_precision']}, remote {r['remote_precision']} "
+              f"(--inference-precision {args.inference_precision})")
     print("\nwhere the time goes (share of wall time per component, last round):")
     for key, r in results.items():
         for mode in ("inline", "remote"):
@@ -126,8 +139,14 @@ def main() -> None:
     if args.json:
         print(json.dumps({k: {"limit_fps": v["limit_fps"], "inline_fps": v["inline_fps"], "remote_fps": v["remote_fps"],
                               "inline_ratio_median_of_rounds": round(statistics.median(v["inline_ratios"]), 3),
-                              "remote_ratio_median_of_rounds": round(statistics.median(v["remote_ratios"]), 3)}
+                              "remote_ratio_median_of_rounds": round(statistics.median(v["remote_ratios"]), 3),
+                              "inline_precision": v["inline_precision"], "remote_precision": v["remote_precision"]}
                           for k, v in results.items()}))
+
+
+def _one_precision(summary: dict) -> str:
+    used = sorted(set(summary["inference_precision"].values()))
+    return used[0] if len(used) == 1 else "mixed: " + ", ".join(used) if used else "not reported"
 
 
 if __name__ == "__main__":
