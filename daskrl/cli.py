@@ -141,6 +141,10 @@ def _print_summary(summary: dict, sampling: bool) -> None:
     print(f"daskrl: {what} {summary['env_steps']:,} env steps in {summary['elapsed_s']:.1f} s "
           f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); "
           f"mean return {ret:.1f} over the last 100 episodes; results in {summary['experiment_dir']}")
+    in_bfloat16 = sorted(name for name, p in summary.get("inference_precision", {}).items() if p == "bfloat16")
+    if in_bfloat16:  # 'auto' may have chosen it on these hosts: say so, and how to keep float32
+        print(f"daskrl: {', '.join(in_bfloat16)} ran the policy's encoder in bfloat16 "
+              f"(--inference-precision float32 keeps it in float32)")
 
 
 if __name__ == "__main__":

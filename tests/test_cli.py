@@ -87,3 +87,11 @@ def test_missing_experiment_is_a_clear_error(tmp_path, missing):
     out = run([missing, "--train-dir", str(tmp_path), "--experiment", "nope"], timeout=60)
     assert out.returncode == 2
     assert "nope" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sample_says_when_samplers_ran_in_bfloat16(tmp_path):
+    out = run(["sample", "--env", "daskrl/Catch-v0", "--inference-precision", "bfloat16", "--num-envs-per-worker", "4",
+               "--train-for-seconds", "3", "--train-dir", str(tmp_path), "--dashboard-address", ""])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "daskrl: rollout_0, rollout_1 ran the policy's encoder in bfloat16 (--inference-precision float32 keeps it" \
+        in out.stdout, out.stdout[-2000:]
