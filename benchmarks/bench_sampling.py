@@ -78,7 +78,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5,
                         help="(a), (b), (c) are measured in turn this many times; the table shows medians")
     parser.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=list(ENVS), help="which envs to measure")
-    parser.add_argument("--inference-precision", default="auto", choices=["auto", "float32", "bfloat16"],
+    from daskrl.config import INFERENCE_PRECISIONS
+
+    parser.add_argument("--inference-precision", default="auto", choices=INFERENCE_PRECISIONS,
                         help="the samplers' --inference-precision (auto: what a user gets by default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
@@ -145,8 +147,11 @@ def main() -> None:
 
 
 def _one_precision(summary: dict) -> str:
+    """The precision the run's samplers reported (they all resolve the same setting on one machine)."""
     used = sorted(set(summary["inference_precision"].values()))
-    return used[0] if len(used) == 1 else "mixed: " + ", ".join(used) if used else "not reported"
+    if not used:
+        return "not reported"
+    return used[0] if len(used) == 1 else "mixed: " + ", ".join(used)
 
 
 if __name__ == "__main__":

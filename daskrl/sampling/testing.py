@@ -99,6 +99,14 @@ def sharpen_actor(weights: dict[str, np.ndarray], scale: float) -> dict[str, np.
             for k, v in weights.items()}
 
 
+def source_weights(spaces: dict, model: dict | None, seed: int = 0, actor_scale: float = 1.0) -> dict[str, np.ndarray]:
+    """The weights a :class:`PolicySource` publishes (before it sets the value head to the version number)."""
+    from daskrl.sampling.policy import build_model
+
+    net = build_model(EnvSpaces.from_dict(spaces), model or {}, seed)
+    return sharpen_actor(net.state_dict_numpy(), actor_scale)
+
+
 def expected_log_probs(spaces: dict, model_cfg: dict, precision: str, actor_scale: float, obs: np.ndarray,
                        actions: np.ndarray) -> np.ndarray:
     """Log-probs [T, N] of the actions under the PolicySource's policy in ``precision``, one step's envs at a time
@@ -110,8 +118,8 @@ def expected_log_probs(spaces: dict, model_cfg: dict, precision: str, actor_scal
 
     from daskrl.sampling.policy import build_model
 
-    net = build_model(EnvSpaces.from_dict(spaces), model_cfg, seed=0)
-    net.load_state_dict_numpy(sharpen_actor(net.state_dict_numpy(), actor_scale))
+    net = build_model(EnvSpaces.from_dict(spaces), model_cfg)
+    net.load_state_dict_numpy(source_weights(spaces, model_cfg, actor_scale=actor_scale))
     net.eval()
     if precision == "bfloat16":
         net.use_bfloat16_encoders()
@@ -131,10 +139,8 @@ class PolicySource(Component):
     def on_configure(self, *, spaces: dict, model: dict | None = None, seed: int = 0, remote: bool = False,
                      actor_scale: float = 1.0, **_: Any) -> None:
         from daskrl.runtime.params import ParameterPublisher
-        from daskrl.sampling.policy import build_model
 
-        net = build_model(EnvSpaces.from_dict(spaces), model or {}, seed)
-        self.weights = sharpen_actor(net.state_dict_numpy(), actor_scale)
+        self.weights = source_weights(spaces, model, seed, actor_scale)
         self.publisher = ParameterPublisher(self, self.weights, remote=remote)
 
     async def desc(self) -> dict:
