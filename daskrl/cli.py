@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
         prestart_worker_server()  # the embedded cluster's workers import torch while we do
     from daskrl.envs import EnvError
+    from daskrl.experiment import ExperimentInUseError
 
     try:
         if args.command in ("train", "sample"):
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
               f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
         return 0
-    except (ConfigError, EnvError) as exc:
+    except (ConfigError, EnvError, ExperimentInUseError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
         return 2
 

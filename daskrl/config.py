@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from daskrl.errors import ConfigError
+
 
 def opt(default: Any, help: str, **kwargs: Any) -> Any:
     """A config field with its help text (and optional `choices`)."""
@@ -106,6 +108,8 @@ class RunConfig:
     train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)")
     stop_at_return: float | None = opt(None, "stop once the mean return of the last 100 episodes reaches this")
     resume: bool = opt(False, "continue the experiment from its latest checkpoint")
+    overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
+                                 "removed first (without it, a new run refuses an existing experiment)")
     sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling)")
     report_interval: float = opt(2.0, "seconds between progress lines and CSV rows")
     checkpoint_interval: float = opt(30.0, "seconds between checkpoints")
@@ -231,11 +235,3 @@ class Config:
 def _divisor_hint(n: int, near: int) -> int:
     divisors = [d for d in range(1, n + 1) if n % d == 0]
     return min(divisors, key=lambda d: abs(d - near))
-
-
-class ConfigError(ValueError):
-    """Bad configuration values; ``problems`` holds one readable line each."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))

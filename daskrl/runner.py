@@ -20,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daskrl.config import Config, ConfigError
+from daskrl.config import Config
 from daskrl.envs import EnvSpaces, probe_env
+from daskrl.errors import TrainingError
+from daskrl.experiment import open_experiment
 from daskrl.monitor.console import ConsoleView
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import dashboard_page
@@ -34,10 +36,6 @@ from daskrl.runtime.component import ComponentHandle
 if TYPE_CHECKING:  # torch-heavy modules are imported while the cluster starts (see train())
     from daskrl.learning.checkpoints import CheckpointStore
     from daskrl.sampling.sampler import Sampler
-
-
-class TrainingError(RuntimeError):
-    """A run that could not go on (a component failed); the message names it and the cause."""
 
 
 @dataclass
@@ -99,7 +97,17 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
         config.run.experiment = default_experiment_name(config.env.env)
     spaces = probe_env(config.env.env, config.env.env_kwargs)  # a bad env fails here, before any process starts
     exp_dir = config.experiment_dir
-    _check_experiment_dir(config)
+    lock, note = open_experiment(exp_dir, config.run.resume, config.run.overwrite)  # before anything is written
+    try:
+        if note:
+            _say(f"daskrl: {note}")
+        return _train_locked(config, client, spaces, state, on_report)
+    finally:
+        lock.release()
+
+
+def _train_locked(config: Config, client, spaces: EnvSpaces, state: RunState, on_report) -> dict[str, Any]:
+    exp_dir = config.experiment_dir
     scheduler = client if client is not None else (config.run.scheduler or None)
     security = tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key)
     # The cluster starts in the background (its workers import torch in a forkserver) while this process
@@ -177,23 +185,9 @@ def _close_when_started(starting) -> None:
         pass
 
 
-def _check_experiment_dir(config: Config) -> None:
-    """Refuse to overwrite an experiment (cheap check, before any process starts)."""
-    checkpoints = os.path.join(config.experiment_dir, "checkpoints")
-    has_checkpoints = os.path.isdir(checkpoints) and any(n.startswith("checkpoint_") for n in os.listdir(checkpoints))
-    if config.run.resume and not has_checkpoints:
-        raise ConfigError([f"--resume: experiment {config.experiment_dir!r} has no checkpoint to resume from"])
-    if not config.run.resume and has_checkpoints:
-        raise ConfigError([
-            f"experiment {config.experiment_dir!r} already has checkpoints: pass --resume to continue it, or choose "
-            "another --experiment name (nothing was overwritten)"
-        ])
-
-
 def _prepare_experiment(config: Config, store: CheckpointStore) -> dict | None:
     """The checkpoint to resume from, or None for a new experiment (whose config.json is written here);
-    ``_check_experiment_dir`` has already refused the inconsistent cases."""
-    os.makedirs(config.experiment_dir, exist_ok=True)
+    ``open_experiment`` has already refused the inconsistent cases."""
     if config.run.resume:
         return store.load("latest")
     with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:

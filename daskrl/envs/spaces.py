@@ -13,15 +13,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from daskrl.errors import EnvError
+
 ACTION_KINDS = ("discrete", "multi_discrete", "box")
-
-
-class EnvError(ValueError):
-    """A problem with an env spec or its spaces, with a message that says how to fix it.
-
-    Defined here (the leaf module of daskrl.envs) so both the registry and the
-    space reader can raise it without a circular import.
-    """
 
 
 @dataclass(frozen=True)

@@ -16,20 +16,7 @@ import numpy as np
 
 from daskrl.envs.registry import env_seed, make_env
 from daskrl.envs.spaces import EnvSpaces
-
-
-class EnvStepError(RuntimeError):
-    """An env raised inside reset/step; says which env and where, in one line."""
-
-    def __init__(self, env_index: int, phase: str, summary: str) -> None:
-        super().__init__(f"env {env_index} raised in {phase}: {summary}")
-        self.env_index = env_index
-        self.phase = phase
-        self.summary = summary
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep it picklable across processes (Dask ships exceptions back to the client).
-        return (type(self), (self.env_index, self.phase, self.summary))
+from daskrl.errors import EnvStepError
 
 
 def _summarize(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
 """The only part of daskrl that knows Dask: cluster access, components, topic bus, queues, memory, parameters."""
 
+from daskrl.errors import ComponentError, ConnectError, DaskRLError, PayloadError, SharedMemoryError
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
 from daskrl.runtime.component import (
     Component,
@@ -13,7 +14,6 @@ from daskrl.runtime.component import (
     spawn,
     spawn_all,
 )
-from daskrl.runtime.errors import ComponentError, ConnectError, DaskRLError, PayloadError, SharedMemoryError
 from daskrl.runtime.params import ParameterPublisher, ParameterReader
 from daskrl.runtime.shm import RemoteArray, SharedArray
 from daskrl.runtime.work_queue import add_consumer, remove_consumer

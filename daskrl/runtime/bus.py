@@ -26,8 +26,8 @@ from distributed.comm import connect
 from distributed.diagnostics.plugin import WorkerPlugin
 from tornado.ioloop import PeriodicCallback
 
+from daskrl.errors import PayloadError
 from daskrl.runtime import shm
-from daskrl.runtime.errors import PayloadError
 
 if TYPE_CHECKING:
     from daskrl.runtime.component import Component

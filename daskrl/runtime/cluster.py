@@ -30,16 +30,12 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
+from daskrl.errors import ClusterAccessError
 from daskrl.runtime import shm
 from daskrl.runtime.bus import BusPlugin
-from daskrl.runtime.errors import DaskRLError
 from daskrl.runtime.registry import BusRegistry
 
 TLS_FLAGS = "--tls-ca-file, --tls-cert and --tls-key"
-
-
-class ClusterAccessError(DaskRLError):
-    """The cluster could not be reached or refused this client (TLS credentials missing or not trusted...)."""
 
 
 def tls_security(ca_file: str = "", cert: str = "", key: str = "") -> Security | None:

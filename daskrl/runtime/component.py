@@ -27,9 +27,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from daskrl.errors import ComponentError, ConnectError, UnknownMemberError
 from daskrl.runtime import shm
 from daskrl.runtime.bus import current_bus
-from daskrl.runtime.errors import ComponentError, ConnectError
 
 logger = logging.getLogger(__name__)
 
@@ -428,10 +428,6 @@ class Component:
 
 
 # ---- driver-side handles and wiring ----
-
-
-class UnknownMemberError(ConnectError, AttributeError):
-    """``handle.name`` where the component class has no such signal or slot."""
 
 
 class SignalRef:

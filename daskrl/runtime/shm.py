@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.runtime.errors import SharedMemoryError
+from daskrl.errors import SharedMemoryError
 from daskrl.runtime.segments import (  # noqa: F401  (re-exported: the shm API)
     SHM_DIR,
     list_segments,

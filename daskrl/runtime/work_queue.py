@@ -6,8 +6,8 @@ the sending process, over the same FIFO peer streams as signals. Producers call 
 
 from __future__ import annotations
 
+from daskrl.errors import ConnectError
 from daskrl.runtime.component import SlotRef, _driver_client, _scheduler_rpc
-from daskrl.runtime.errors import ConnectError
 
 
 def queue_topic(queue: str) -> str:

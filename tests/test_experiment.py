@@ -1,0 +1,161 @@
+"""An experiment is owned by one live run: a second run is refused while the first goes on untouched, a lock left
+by a killed run is taken over with a note, and a new run on an existing experiment needs --resume or --overwrite."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daskrl.config import Config, ConfigError
+from daskrl.experiment import ExperimentInUseError, ExperimentLock, open_experiment
+from daskrl.runner import train
+from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
+
+
+def cli(tmp_path: Path, experiment: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
+            "--experiment", experiment, "--dashboard-address", "", "--num-workers", "1", "--report-interval", "0.5",
+            *flags]
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def wait_for_rows(path: Path, proc: subprocess.Popen, n: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() or len(csv_rows(path)) < n:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else "the run ended early"
+        assert time.monotonic() < deadline, f"no {n} report rows in {path} within {timeout} s"
+        time.sleep(0.2)
+
+
+# ---- the lock itself ----
+
+
+def test_lock_refuses_a_second_owner_and_names_the_first(tmp_path):
+    first, second = ExperimentLock(str(tmp_path)), ExperimentLock(str(tmp_path))
+    assert first.acquire() == ""
+    with pytest.raises(ExperimentInUseError) as info:
+        second.acquire()
+    message = str(info.value)
+    assert f"pid {os.getpid()}" in message and "choose another --experiment" in message
+    assert "\n" not in message
+    first.release()
+    assert second.acquire() == "", "a cleanly released lock is no stale lock"
+    second.release()
+    assert (tmp_path / ".lock").read_text() == "", "a clean release leaves no owner record"
+
+
+def test_a_lock_whose_owner_died_is_taken_over_with_a_note(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert not pid_alive(dead.pid)
+    (tmp_path / ".lock").write_text(json.dumps({"host": "elsewhere", "pid": dead.pid, "started": time.time()}))
+    lock = ExperimentLock(str(tmp_path))
+    note = lock.acquire()
+    assert f"pid {dead.pid}" in note and "ended without releasing it" in note
+    assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+def test_refusals_leave_no_new_directory_and_resume_with_overwrite_is_a_contradiction(tmp_path):
+    with pytest.raises(ConfigError, match="no checkpoint to resume from"):
+        open_experiment(str(tmp_path / "new"), resume=True, overwrite=False)
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(ConfigError, match="contradict"):
+        open_experiment(str(tmp_path / "new"), resume=True, overwrite=True)
+    assert not (tmp_path / "new").exists()
+
+
+# ---- whole runs ----
+
+
+def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intact(tmp_path):
+    first = subprocess.Popen(cli(tmp_path, "same", "--train-for-seconds", "12", "--train-for-env-steps", "0"),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = tmp_path / "same" / "metrics.csv"
+    try:
+        wait_for_rows(metrics, first, 3)
+        for extra in ([], ["--resume"], ["--overwrite"]):
+            t0 = time.monotonic()
+            second = subprocess.run(cli(tmp_path, "same", "--train-for-seconds", "5", *extra), capture_output=True,
+                                    text=True, timeout=60)
+            took = time.monotonic() - t0
+            assert second.returncode == 2, (extra, second.stdout, second.stderr)
+            err = second.stderr.strip()
+            assert err.count("\n") == 0 and "Traceback" not in err, err
+            assert f"is in use by the run with pid {first.pid}" in err, err
+            assert took < 15, f"the refusal of {extra} took {took:.1f} s"
+        assert first.wait(60) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    raw = metrics.read_bytes()
+    assert b"\x00" not in raw
+    rows = csv_rows(metrics)
+    assert raw.count(b"time_s") == 1, "the header was written twice"
+    times, steps = [float(r["time_s"]) for r in rows], [int(r["env_steps"]) for r in rows]
+    assert times == sorted(times) and steps == sorted(steps) and len(rows) >= 10, rows
+    assert (tmp_path / "same" / ".lock").read_text() == ""
+
+
+def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
+    killed = subprocess.Popen(cli(tmp_path, "crash", "--train-for-seconds", "60", "--train-for-env-steps", "0",
+                                  "--checkpoint-interval", "1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    checkpoints = tmp_path / "crash" / "checkpoints"
+    try:
+        wait_for_rows(tmp_path / "crash" / "metrics.csv", killed, 1)
+        deadline = time.monotonic() + 60
+        while not list(checkpoints.glob("checkpoint_*.pt")):
+            assert time.monotonic() < deadline and killed.poll() is None, "no checkpoint before the kill"
+            time.sleep(0.1)
+        os.killpg(killed.pid, signal.SIGKILL)  # the driver and its workers, all at once
+        killed.wait(10)
+        resumed = subprocess.run(cli(tmp_path, "crash", "--resume", "--train-for-seconds", "3"), capture_output=True,
+                                 text=True, timeout=120)
+    finally:
+        if killed.poll() is None:
+            os.killpg(killed.pid, signal.SIGKILL)
+            killed.wait()
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"took over the lock of the run with pid {killed.pid}" in resumed.stdout, resumed.stdout
+    deadline = time.monotonic() + 30  # the killed run's reaper removes what its workers owned
+    while [n for n in list_segments() if not pid_alive(owner_pid(n) or 0)]:
+        assert time.monotonic() < deadline, list_segments()
+        time.sleep(0.2)
+
+
+def test_a_new_run_on_an_existing_experiment_needs_resume_or_overwrite(tmp_path):
+    def config(**options) -> Config:
+        return Config().replace(train_dir=str(tmp_path), experiment="again", dashboard_address="", num_workers=1,
+                                train_for_env_steps=20_000, report_interval=0.5, **options)
+
+    first = train(config())
+    exp = Path(first["experiment_dir"])
+    (exp / "notes.txt").write_text("the user's own file")
+    def snapshot() -> dict:  # the lock file aside: a refused run holds the lock while it looks
+        return {p: p.stat().st_mtime_ns for p in exp.rglob("*") if p.name != ".lock"}
+
+    before = snapshot()
+    with pytest.raises(ConfigError, match="--overwrite") as info:
+        train(config())
+    assert "already exists" in str(info.value)
+    assert snapshot() == before, "a refused run changed the experiment"
+
+    second = train(config(overwrite=True, seed=1))
+    assert not (exp / "notes.txt").exists()
+    assert json.loads((exp / "config.json").read_text())["run"]["seed"] == 1
+    rows = csv_rows(exp / "metrics.csv")
+    assert int(rows[-1]["env_steps"]) == second["env_steps"] and float(rows[0]["time_s"]) < 10
