@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from daskrl.runtime import connect, connect_cluster, spawn
-from daskrl.runtime.testing import Bencher, Receiver
+from daskrl.testing.components import Bencher, Receiver
 
 
 def wait_for(receiver, key: str, n: int, timeout: float = 120.0) -> dict:
@@ -38,9 +38,8 @@ def main() -> None:
     with connect_cluster(n_workers=2, dashboard_address=None) as session:
         client = session.client
         w0, w1 = sorted(client.scheduler_info()["workers"])
-        config = {"run_id": session.run_id}
-        sender = spawn(client, Bencher, "bench_sender", worker=w0, config=config)
-        receiver = spawn(client, Receiver, "bench_receiver", worker=w1, config=config)
+        sender = spawn(client, Bencher, "bench_sender", run_id=session.run_id, worker=w0)
+        receiver = spawn(client, Receiver, "bench_receiver", run_id=session.run_id, worker=w1)
         for h in (sender, receiver):
             h.call("start")
         connect(sender.tick, receiver.on_tick, client)

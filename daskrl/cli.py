@@ -79,13 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("train", "sample") and not getattr(args, "scheduler", ""):
         try:  # a bad configuration is refused before any process starts (the forkserver below included)
-            _config_from_args(args).validate()
+            config = _config_from_args(args).validate()
         except ConfigError as exc:
             print(f"daskrl: error: {exc}", file=sys.stderr)
             return 2
-        from daskrl.runtime.cluster import prestart_worker_server
+        if not config.run.serial:  # (with --serial the workers are threads of this process)
+            from daskrl.runtime.cluster import prestart_worker_server
 
-        prestart_worker_server()  # the embedded cluster's workers import torch while we do
+            prestart_worker_server()  # the embedded cluster's workers import torch while we do
     from daskrl.envs import EnvError
     from daskrl.experiment import ExperimentInUseError
 

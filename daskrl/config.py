@@ -1,24 +1,30 @@
 """Every option of daskrl, defined once: typed dataclasses whose help text also makes the CLI flags.
 
 `Config` groups the sections; field names are unique across sections, so the flag of `num_envs_per_worker`
-is `--num-envs-per-worker` whichever section holds it. `validate()` checks every value before any process
-starts and reports all problems at once, one readable line each.
+is `--num-envs-per-worker` whichever section holds it. Each field's metadata also holds its allowed range or
+choices, so `validate()` checks every value (type, finite, range, choices) from the fields themselves: a new
+option is one edit. It runs before any process starts and reports all problems at once, one readable line each.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import math
 import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from daskrl.errors import ConfigError
 
 
-def opt(default: Any, help: str, **kwargs: Any) -> Any:
-    """A config field with its help text (and optional `choices`)."""
-    meta = {"help": help, **kwargs}
+def opt(default: Any, help: str, *, low: float | None = None, high: float | None = None, low_open: bool = False,
+        choices: list | tuple | None = None) -> Any:
+    """A config field: its default, help text, and what values it allows: ``low``/``high`` bounds (inclusive;
+    ``low_open`` excludes ``low``; for a list they bound every item) or ``choices``."""
+    meta = {"help": help, "low": low, "high": high, "low_open": low_open, "choices": choices}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -26,6 +32,9 @@ def opt(default: Any, help: str, **kwargs: Any) -> Any:
 
 #: values of ``--inference-precision``; samplers resolve 'auto' on their own host, since a cluster's CPUs may differ
 INFERENCE_PRECISIONS = ("auto", "float32", "bfloat16")
+#: limits of the env seeding scheme (daskrl.envs.registry.env_seed packs worker and env index into one number)
+MAX_ENVS_PER_WORKER = 2**16
+MAX_ROLLOUT_WORKERS = 2**15
 
 
 @dataclass
@@ -36,17 +45,18 @@ class EnvConfig:
 
 @dataclass
 class SamplerConfig:
-    num_workers: int = opt(2, "rollout workers (one Dask worker process each)")
-    num_envs_per_worker: int = opt(32, "envs stepped by each rollout worker")
+    num_workers: int = opt(2, "rollout workers (one Dask worker process each)", low=1, high=MAX_ROLLOUT_WORKERS)
+    num_envs_per_worker: int = opt(32, "envs stepped by each rollout worker", low=1, high=MAX_ENVS_PER_WORKER)
     worker_num_splits: int = opt(0, "groups of envs per rollout worker; must divide num_envs_per_worker. 2 = double "
                                     "buffering: one group steps while the other waits for remote inference. 0 = "
                                     "auto: 2 with --inference remote, 1 inline (one thread both steps and acts, so a "
-                                    "second group would only halve the policy's batch)")
-    rollout: int = opt(32, "env steps per trajectory slot (the unit the learner trains on)")
-    slots_per_split: int = opt(3, "trajectory slots per split: more lets sampling run further ahead of the learner")
+                                    "second group would only halve the policy's batch)", low=0)
+    rollout: int = opt(32, "env steps per trajectory slot (the unit the learner trains on)", low=1)
+    slots_per_split: int = opt(3, "trajectory slots per split: more lets sampling run further ahead of the learner",
+                               low=1)
     inference: str = opt("inline", "where the policy runs: 'inline' in the rollout worker (fast for cheap envs), "
                                    "or 'remote' in batched inference workers", choices=["inline", "remote"])
-    num_inference_workers: int = opt(1, "inference workers per policy (inference='remote' only)")
+    num_inference_workers: int = opt(1, "inference workers per policy (inference='remote' only)", low=1)
     numpy_inference: bool = opt(True, "samplers run MLP policies with a numpy forward pass (the same function, "
                                       "about 2-4x faster than torch at these sizes); other models use torch")
     inference_precision: str = opt("auto", "number format of the sampling policy's encoder: 'bfloat16' runs it (an "
@@ -57,7 +67,7 @@ class SamplerConfig:
                                            "CPU has it, float32 otherwise",
                                      choices=list(INFERENCE_PRECISIONS))
     env_failure_limit: int = opt(5, "an env that raises is rebuilt and its episode dropped; this many failures in a "
-                                    "row of one env stop the run")
+                                    "row of one env stop the run", low=0)
 
     def num_splits(self) -> int:
         """``worker_num_splits`` with 'auto' (0) resolved for the chosen inference strategy."""
@@ -70,50 +80,54 @@ class SamplerConfig:
 class ModelConfig:
     encoder: str = opt("auto", "observation encoder: 'auto' (cnn for images, mlp otherwise), 'mlp', 'cnn', or a "
                                "registered name")
-    hidden_sizes: list = opt([64, 64], "hidden layer sizes of the MLP encoder")
+    hidden_sizes: list = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")
 
 
 @dataclass
 class LearnerConfig:
-    learning_rate: float = opt(1e-3, "Adam learning rate")
+    learning_rate: float = opt(1e-3, "Adam learning rate", low=0, low_open=True)
     lr_schedule: str = opt("constant", "learning-rate schedule over the step budget", choices=["constant", "linear"])
-    gamma: float = opt(0.99, "discount factor")
-    gae_lambda: float = opt(0.95, "GAE lambda (advantage='gae')")
+    gamma: float = opt(0.99, "discount factor", low=0, high=1)
+    gae_lambda: float = opt(0.95, "GAE lambda (advantage='gae')", low=0, high=1)
     advantage: str = opt("vtrace", "advantage estimator", choices=["vtrace", "gae"])
-    vtrace_rho: float = opt(1.0, "V-trace rho-bar (importance-weight clip for the TD error)")
-    vtrace_c: float = opt(1.0, "V-trace c-bar (importance-weight clip for the trace)")
-    clip_ratio: float = opt(0.2, "PPO clip e: ratios are clipped to [1/(1+e), 1+e]")
-    value_clip: float = opt(1.0, "value change clipped to +-value_clip per update (0 disables)")
-    value_coef: float = opt(0.5, "value loss coefficient")
-    entropy_coef: float = opt(0.0, "entropy bonus coefficient")
-    max_grad_norm: float = opt(0.5, "gradient-norm clipping (0 disables)")
-    batch_size: int = opt(512, "samples per SGD minibatch")
-    num_batches_per_epoch: int = opt(8, "minibatches per training step (a step trains on batch_size x this many)")
-    num_epochs: int = opt(1, "passes over each training step's data")
-    max_policy_lag: int = opt(20, "samples older than this many policy versions are masked out of the loss")
+    vtrace_rho: float = opt(1.0, "V-trace rho-bar (importance-weight clip for the TD error)", low=0, low_open=True)
+    vtrace_c: float = opt(1.0, "V-trace c-bar (importance-weight clip for the trace)", low=0, low_open=True)
+    clip_ratio: float = opt(0.2, "PPO clip e: ratios are clipped to [1/(1+e), 1+e]", low=0, low_open=True)
+    value_clip: float = opt(1.0, "value change clipped to +-value_clip per update (0 disables)", low=0)
+    value_coef: float = opt(0.5, "value loss coefficient", low=0)
+    entropy_coef: float = opt(0.0, "entropy bonus coefficient", low=0)
+    max_grad_norm: float = opt(0.5, "gradient-norm clipping (0 disables)", low=0)
+    batch_size: int = opt(512, "samples per SGD minibatch", low=1)
+    num_batches_per_epoch: int = opt(8, "minibatches per training step (a step trains on batch_size x this many)",
+                                     low=1)
+    num_epochs: int = opt(1, "passes over each training step's data", low=1)
+    max_policy_lag: int = opt(20, "samples older than this many policy versions are masked out of the loss", low=0)
     normalize_advantages: bool = opt(True, "normalize advantages per minibatch")
     normalize_returns: bool = opt(True, "normalize value targets with running statistics")
-    learner_threads: int = opt(1, "torch threads in the learner process")
-    nan_tolerance: int = opt(10, "training steps in a row with NaN/inf loss or gradients before the run stops")
+    learner_threads: int = opt(1, "torch threads in the learner process", low=1)
+    nan_tolerance: int = opt(10, "training steps in a row with NaN/inf loss or gradients before the run stops",
+                             low=1)
 
 
 @dataclass
 class RunConfig:
     experiment: str = opt("", "experiment name (default: the env id and a timestamp)")
     train_dir: str = opt("train_dir", "directory that holds experiment directories")
-    seed: int = opt(0, "base random seed (envs, model init)")
-    train_for_env_steps: int = opt(1_000_000, "stop after this many env steps (0 = no limit)")
-    train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)")
+    seed: int = opt(0, "base random seed (envs, model init)", low=0, high=2**32 - 1)
+    train_for_env_steps: int = opt(1_000_000, "stop after this many env steps (0 = no limit)", low=0)
+    train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)", low=0)
     stop_at_return: float | None = opt(None, "stop once the mean return of the last 100 episodes reaches this")
     resume: bool = opt(False, "continue the experiment from its latest checkpoint")
+    serial: bool = opt(False, "run every component in this one process (worker threads instead of worker "
+                              "processes): slower, but a debugger such as pdb can step through a slot")
     overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
                                  "removed first (without it, a new run refuses an existing experiment)")
     sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling)")
-    report_interval: float = opt(2.0, "seconds between progress lines and CSV rows")
-    checkpoint_interval: float = opt(30.0, "seconds between checkpoints")
-    keep_checkpoints: int = opt(3, "checkpoints kept besides the best one")
+    report_interval: float = opt(2.0, "seconds between progress lines and CSV rows", low=0, low_open=True)
+    checkpoint_interval: float = opt(30.0, "seconds between checkpoints", low=0, low_open=True)
+    keep_checkpoints: int = opt(3, "checkpoints kept besides the best one", low=1)
     scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster); a cluster "
                              "that uses TLS has a tls:// address and needs the three --tls-* files")
     tls_ca_file: str = opt("", "TLS: the CA certificate (PEM) that signed the cluster's certificates; with "
@@ -122,11 +136,12 @@ class RunConfig:
     tls_cert: str = opt("", "TLS: this client's certificate (PEM), signed by --tls-ca-file")
     tls_key: str = opt("", "TLS: the private key (PEM) of --tls-cert (may be left out when the certificate file "
                            "holds the key)")
-    n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)")
+    n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)", low=0)
     dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = any free port)")
-    max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times")
+    max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times",
+                                    low=0)
     heartbeat_timeout: float = opt(10.0, "a component whose loop has not turned for this many seconds is reported "
-                                         "as silent, with its current stack")
+                                         "as silent, with its current stack", low=0, low_open=True)
 
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,
@@ -156,8 +171,6 @@ class Config:
         known = {f.name: s for s, c in SECTIONS.items() for f in dataclasses.fields(c)}
         unknown = [k for k in values if k not in known]
         if unknown:
-            import difflib
-
             hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, 1)) else "")
                      for k in unknown]
             raise ConfigError([f"unknown option {h}" for h in hints])
@@ -185,51 +198,70 @@ class Config:
 
     def validate(self) -> Config:
         """Raise :class:`ConfigError` listing every problem (one line each); return self when all is well."""
-        problems = []
-        s, lr, r = self.sampler, self.learner, self.run
-
-        def positive(name: str, value: float, allow_zero: bool = False) -> None:
-            if value < 0 or (value == 0 and not allow_zero):
-                problems.append(f"--{name.replace('_', '-')} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-        for name in ("num_workers", "num_envs_per_worker", "rollout", "slots_per_split", "num_inference_workers"):
-            positive(name, getattr(s, name))
-        positive("worker_num_splits", s.worker_num_splits, allow_zero=True)
-        if s.num_envs_per_worker > 0 and s.worker_num_splits > 0 and s.num_envs_per_worker % s.worker_num_splits:
+        found = {f.name: problem for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+                 if (problem := check_field(f, typing.get_type_hints(cls)[f.name],
+                                            getattr(getattr(self, section), f.name)))}
+        problems = list(found.values())
+        s = self.sampler
+        splits_valid = "worker_num_splits" not in found and "num_envs_per_worker" not in found
+        if splits_valid and s.worker_num_splits > 0 and s.num_envs_per_worker % s.worker_num_splits:
             problems.append(
                 f"--worker-num-splits {s.worker_num_splits} does not divide --num-envs-per-worker "
                 f"{s.num_envs_per_worker}: each split needs the same number of envs (try --worker-num-splits "
                 f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
             )
-        for name in ("batch_size", "num_batches_per_epoch", "num_epochs", "learning_rate", "learner_threads",
-                     "nan_tolerance"):
-            positive(name, getattr(lr, name))
-        for name in ("max_policy_lag", "max_grad_norm", "value_clip", "entropy_coef", "value_coef"):
-            positive(name, getattr(lr, name), allow_zero=True)
-        for name in ("gamma", "gae_lambda"):
-            if not 0 <= getattr(lr, name) <= 1:
-                problems.append(f"--{name.replace('_', '-')} must be within [0, 1], got {getattr(lr, name)}")
-        if lr.clip_ratio <= 0:
-            problems.append(f"--clip-ratio must be > 0, got {lr.clip_ratio}")
-        positive("train_for_env_steps", r.train_for_env_steps, allow_zero=True)
-        positive("train_for_seconds", r.train_for_seconds, allow_zero=True)
-        positive("report_interval", r.report_interval)
-        positive("checkpoint_interval", r.checkpoint_interval)
-        positive("keep_checkpoints", r.keep_checkpoints)
-        positive("heartbeat_timeout", r.heartbeat_timeout)
-        positive("max_learner_restarts", r.max_learner_restarts, allow_zero=True)
-        positive("env_failure_limit", s.env_failure_limit, allow_zero=True)
-        for section in SECTIONS:
-            for f in dataclasses.fields(SECTIONS[section]):
-                choices = f.metadata.get("choices")
-                value = getattr(getattr(self, section), f.name)
-                if choices and value not in choices:
-                    problems.append(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, got {value!r}")
-        if not isinstance(self.env.env_kwargs, dict):
-            problems.append(f"--env-kwargs must be a JSON object, got {self.env.env_kwargs!r}")
         if problems:
             raise ConfigError(problems)
         return self
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_field(f: dataclasses.Field, hint: Any, value: Any) -> str:
+    """The problem with ``value`` for config field ``f`` (type, NaN/inf, range, choices), or '' when it is fine."""
+    meta, name = f.metadata, flag(f.name)
+    optional = type(None) in typing.get_args(hint)
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    if value is None:
+        return "" if optional else f"{name} needs a value, got None"
+    if base is bool:
+        return "" if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
+    if base is dict:
+        return "" if isinstance(value, dict) else f"{name} must be a JSON object, got {value!r}"
+    if base is str:
+        if not isinstance(value, str):
+            return f"{name} must be text, got {value!r}"
+    elif base is list:
+        if not isinstance(value, list):
+            return f"{name} must be a list of whole numbers, got {value!r}"
+        return next((p for item in value if (p := _check_number(f"{name} (each item)", int, item, meta))), "")
+    elif base in (int, float):
+        problem = _check_number(name, base, value, meta)
+        if problem:
+            return problem
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        return f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}"
+    return ""
+
+
+def _check_number(name: str, kind: type, value: Any, meta: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        return f"{name} must be {'a whole number' if kind is int else 'a number'}, got {value!r}"
+    if not math.isfinite(value):
+        return f"{name} must be a finite number, got {value!r}"
+    low, high, low_open = meta.get("low"), meta.get("high"), meta.get("low_open")
+    if low is not None and (value < low or (low_open and value == low)) or high is not None and value > high:
+        if low is not None and high is not None:
+            wanted = f"within {'(' if low_open else '['}{low:g}, {high}]"
+        elif low is not None:
+            wanted = f"> {low:g}" if low_open else f">= {low:g}"
+        else:
+            wanted = f"<= {high}"
+        return f"{name} must be {wanted}, got {value!r}"
+    return ""
 
 
 def _divisor_hint(n: int, near: int) -> int:

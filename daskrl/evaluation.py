@@ -15,7 +15,7 @@ import torch
 from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env, probe_env
 from daskrl.learning.checkpoints import CheckpointStore
-from daskrl.sampling.policy import build_model
+from daskrl.models.actor_critic import build_model
 
 
 def load_policy(experiment_dir: str, which: str = "latest"):
@@ -31,9 +31,7 @@ def load_policy(experiment_dir: str, which: str = "latest"):
         raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
     state = store.load(which)
     spaces = probe_env(config.env.env, config.env.env_kwargs)
-    import dataclasses
-
-    model = build_model(spaces, dataclasses.asdict(config.model), config.run.seed)
+    model = build_model(spaces, config.model, config.run.seed)
     model.load_state_dict(state["model"])
     model.eval()
     return config, model, state

@@ -8,11 +8,23 @@ is created.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
-from daskrl.config import Config, ConfigError
+from daskrl.config import Config
+from daskrl.errors import ConfigError
 
-ROLES = ("learner", "rollout", "inference")
+
+class Role(enum.Enum):
+    """What a component does in a run; the fleet knows its components by role, never by class name."""
+
+    LEARNER = "learner"
+    ROLLOUT = "rollout"
+    INFERENCE = "inference"
+    SINK = "sink"
+
+
+ROLES = ("learner", "rollout", "inference")  # the roles that need a worker process of their own
 
 
 @dataclass
@@ -21,10 +33,6 @@ class Placement:
     rollout: list[str]
     inference: list[str]
     names: dict[str, str] = field(default_factory=dict)  # address -> worker name (stable across restarts)
-
-    @property
-    def addresses(self) -> list[str]:
-        return ([self.learner] if self.learner else []) + self.rollout + self.inference
 
 
 def role_counts(config: Config) -> dict[str, int]:

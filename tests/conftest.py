@@ -1,4 +1,6 @@
-"""Shared fixtures: a real LocalCluster with worker processes, started once per test module."""
+"""Shared fixtures: real clusters. ``session`` has worker processes and lives for a test module; ``inproc`` is a
+fresh cluster per test whose workers are threads of the test process (as distributed's own ``gen_cluster``), for
+the tests where processes are not the point: nothing one test leaves behind can reach the next."""
 
 from __future__ import annotations
 
@@ -24,6 +26,17 @@ def session():
 @pytest.fixture(scope="module")
 def workers(session):
     return sorted(session.client.scheduler_info()["workers"])
+
+
+@pytest.fixture
+def inproc():
+    """A fresh 2-worker cluster in this process (see the module docstring); checks its segments are gone after."""
+    s = connect_cluster(n_workers=2, dashboard_address=None, processes=False, preload_torch=False)
+    try:
+        yield s
+    finally:
+        s.close()
+    assert list_segments(s.run_id) == [], "daskrl shared-memory segments left after the cluster closed"
 
 
 def set_worker_env(client, name: str, value: str | None) -> None:

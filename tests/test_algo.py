@@ -213,7 +213,7 @@ def test_appo_ratio_hard_clamp():
     with torch.no_grad():
         batch["new_log_probs"][0] = batch["old_log_probs"][0] + 10.0  # ratio e^10 -> clamped to 20
     mask = torch.tensor([True, False, False, False, False])
-    out = appo_loss(**batch, valid_mask=mask)
+    out = appo_loss(**batch, valid_mask=mask, clip_ratio=0.1, value_clip=1.0, entropy_coef=0.0, value_coef=0.5)
     assert out.ratio_mean == pytest.approx(20.0)
     # A = +2 > 0: min(20 * 2, 1.1 * 2) = 2.2
     assert out.policy_loss == pytest.approx(-2.2)
@@ -221,7 +221,7 @@ def test_appo_ratio_hard_clamp():
 
 def test_appo_masked_samples_do_not_affect_loss_or_gradient():
     mask = torch.tensor([True, False, True, True, False])
-    kwargs = dict(clip_ratio=0.2, value_clip=0.5, entropy_coef=0.01)
+    kwargs = dict(clip_ratio=0.2, value_clip=0.5, entropy_coef=0.01, value_coef=0.5)
 
     batch = _tiny_batch()
     out = appo_loss(**batch, valid_mask=mask, **kwargs)
@@ -255,7 +255,8 @@ def test_appo_masked_samples_do_not_affect_loss_or_gradient():
 
 def test_appo_fully_masked_gives_zero_not_nan():
     batch = _tiny_batch()
-    out = appo_loss(**batch, valid_mask=torch.zeros(5, dtype=torch.bool), entropy_coef=0.01)
+    out = appo_loss(**batch, valid_mask=torch.zeros(5, dtype=torch.bool), clip_ratio=0.1, value_clip=1.0,
+                    entropy_coef=0.01, value_coef=0.5)
     assert out.total.item() == 0.0
     for field in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "ratio_mean"):
         assert getattr(out, field) == 0.0

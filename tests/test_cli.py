@@ -95,3 +95,30 @@ def test_sample_says_when_samplers_ran_in_bfloat16(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "daskrl: rollout_0, rollout_1 ran the policy's encoder in bfloat16 (--inference-precision float32 keeps it" \
         in out.stdout, out.stdout[-2000:]
+
+
+def test_serial_mode_solves_cartpole_in_one_process(tmp_path):
+    """--serial: every component runs in the driver process (worker threads), so pdb can step through a slot.
+    The only other process in the tree is the reaper, a bare interpreter that removes the run's shared memory if
+    the driver is killed; no Dask worker, nanny or forkserver."""
+    import psutil
+
+    proc = subprocess.Popen(DASKRL + ["train", "--env", "CartPole-v1", "--serial", "--stop-at-return", "475",
+                                      "--train-for-seconds", "120", "--train-dir", str(tmp_path), "--experiment",
+                                      "serial", "--dashboard-address", ""],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    others: dict[int, str] = {}
+    while proc.poll() is None:
+        try:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                others[child.pid] = " ".join(child.cmdline())
+        except psutil.Error:  # exiting
+            pass
+        time.sleep(0.05)
+    out = proc.stdout.read()
+    proc.stdout.close()
+    assert proc.returncode == 0, out
+    assert "(in this process: --serial)" in out and "reached --stop-at-return 475" in out, out
+    reapers = [cmd for cmd in others.values() if f"reaper.py {proc.pid} " in cmd]
+    assert len(reapers) == 1 and len(others) == 1, f"processes besides the reaper: {others}"
+    assert float(rows(str(tmp_path / "serial" / "metrics.csv"))[-1]["episode_return_mean"]) >= 475

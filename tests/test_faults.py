@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import math
 import os
 import signal
@@ -35,8 +36,9 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.learning.learner import Learner
 from daskrl.runner import TrainingError, train
 from daskrl.runtime import ComponentError
-from daskrl.runtime.component import ComponentHandle
+from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.shm import list_segments, owner_pid, sweep
+from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
 FAULTS = "daskrl.testing_faults"
@@ -218,7 +220,7 @@ def test_sigkilled_rollout_worker_is_recreated_and_the_run_reaches_its_budget(tm
     assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
     assert summary["env_steps"] >= budget
     record = recovery_of(summary, "rollout_0")
-    assert record["role"] == "RolloutWorker"
+    assert record["role"] == "rollout"
     assert not alive(killer.pid)
 
     rows = read_rows(config)
@@ -258,7 +260,7 @@ def test_sigkilled_learner_restarts_from_the_newest_checkpoint(tmp_path, capsys)
     assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
     assert summary["env_steps"] >= budget
     record = recovery_of(summary, "learner")
-    assert record["role"] == "Learner"
+    assert record["role"] == "learner"
 
     restart_from = newest_at_kill[0]
     assert f"learner restarts from {restart_from.name}" in out, out
@@ -283,6 +285,79 @@ def test_sigkilled_learner_restarts_from_the_newest_checkpoint(tmp_path, capsys)
     assert steps[-1] > steps[0]
     assert versions[-1] > restart_version + 2 and versions[-1] > versions[0], versions
     assert all(math.isfinite(float(r["loss"])) for r in after[-3:]), after[-3:]
+
+
+def test_learner_lost_before_its_first_checkpoint_restarts_from_the_newest_published_parameters(tmp_path, capsys):
+    config = run_config(tmp_path, "kill_early", num_workers=1, train_for_env_steps=250_000, train_for_seconds=150,
+                        checkpoint_interval=10_000.0)  # no checkpoint before the end of the run
+    killer = Killer("learner", ready=lambda row: row["policy_version"] >= 15)
+    summary = train(config, on_report=killer)
+    out = capsys.readouterr().out
+    killer.check()
+    assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
+    recovery_of(summary, "learner")
+
+    version_at_kill = int(killer.rows[killer.rows_before_kill - 1]["policy_version"])
+    said = [line for line in out.splitlines() if "learner restarts from the newest published parameters" in line]
+    assert len(said) == 1, out
+    restarted_at = int(said[0].split("policy version ")[1].split(",")[0])
+    assert restarted_at >= version_at_kill - 2, (restarted_at, version_at_kill)  # what the samplers held by then
+    versions = [int(r["policy_version"]) for r in read_rows(config)[killer.rows_before_kill:]]
+    assert min(versions) >= restarted_at - 2 and versions[-1] > restarted_at, \
+        f"the policy versions started again from the beginning: {versions}"
+    # the normalizers went on from the statistics published with the weights: a fresh one would have counted
+    # exactly the samples the new learner trained on, one count per sample
+    final = CheckpointStore(Path(config.experiment_dir) / "checkpoints").load("latest")
+    assert final["policy_version"] > restarted_at
+    assert final["returns"]["count"] > final["samples_trained"], (final["returns"], final["samples_trained"])
+    assert final["obs_rms"]["count"] > final["samples_trained"], (final["obs_rms"]["count"], final["samples_trained"])
+
+
+def test_recreated_rollout_and_inference_workers_get_the_setup_the_first_ones_got(tmp_path):
+    """The setups come from one function, for the first incarnation and for every recreated one: a recreated
+    inference worker used to lose --inference-precision (and fall back to 'auto')."""
+    config = run_config(tmp_path, "setups", inference="remote", num_workers=1, num_inference_workers=1,
+                        num_envs_per_worker=8, inference_precision="float32", train_for_env_steps=0,
+                        train_for_seconds=120)
+    seen: dict[str, list] = {"rollout_0": [], "inference_0": []}
+    precision: list[str] = []
+    errors: list[BaseException] = []
+
+    def setup_of(name: str, cls: type):
+        return component_handle(name, cls).call("get_setup", timeout=30)
+
+    def drill() -> None:
+        try:
+            for name, cls in (("rollout_0", RolloutWorker), ("inference_0", InferenceWorker)):
+                seen[name].append(setup_of(name, cls))
+                pid = worker_pid(name)
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while registry().get(name, {}).get("pid") in (None, pid):
+                    assert time.monotonic() < deadline, f"{name} was not recreated"
+                    time.sleep(0.2)
+                time.sleep(1.0)  # configured and started
+                seen[name].append(setup_of(name, cls))
+            precision.append(component_handle("inference_0", InferenceWorker).call("stats")["inference_precision"])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=drill, daemon=True)
+
+    def on_report(row: dict) -> None:
+        if row["env_steps"] > 5_000 and thread.ident is None:
+            thread.start()
+
+    summary = train(config, on_report=on_report)
+    thread.join(30)
+    assert not errors, errors
+    assert {r["component"] for r in summary["recoveries"]} == {"rollout_0", "inference_0"}, summary["recoveries"]
+    for name, (first, recreated) in seen.items():
+        assert dataclasses.is_dataclass(first) and recreated == first, f"{name}: {first} != {recreated}"
+    assert seen["inference_0"][1].policy.inference_precision == "float32"
+    assert precision == ["float32"]
 
 
 # ---- 2. failing envs ----
@@ -526,7 +601,7 @@ def test_stuck_component_is_named_with_its_stack_and_stuck_calls_time_out(tmp_pa
     assert len(warnings) == 1, out  # once per silence, not at every poll
     warning = warnings[0]
     assert "in _sleep_in_env_step" in warning, f"the warning does not show where the component hangs: {warning}"
-    assert "testing_faults.py" in warning
+    assert "testing/faults.py" in warning
 
 
 # ---- 6. bad configuration ----

@@ -18,8 +18,8 @@ from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError, LearnerConfig, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.models.actor_critic import build_model
 from daskrl.runner import train
-from daskrl.sampling.policy import build_model
 
 T, N = 16, 8  # 128 samples: with batch_size 64 and 2 epochs, a training step is 4 minibatch updates
 BATCH_SIZE, EPOCHS = 64, 2
@@ -32,9 +32,9 @@ def spaces():
 
 
 def make_trainer(spaces, **learner) -> APPOTrainer:
-    model = build_model(spaces, dataclasses.asdict(ModelConfig()), seed=0)  # normalize_obs on, as by default
-    cfg = {**dataclasses.asdict(LearnerConfig()), "batch_size": BATCH_SIZE, "num_epochs": EPOCHS, **learner}
-    return APPOTrainer(model, cfg)
+    model = build_model(spaces, ModelConfig(), seed=0)  # normalize_obs on, as by default
+    cfg = dataclasses.replace(LearnerConfig(), batch_size=BATCH_SIZE, num_epochs=EPOCHS, **learner)
+    return APPOTrainer(model, cfg, 0)
 
 
 def make_batch(spaces, versions, seed: int = 0) -> TrajectoryBatch:

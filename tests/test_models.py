@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from daskrl.config import ModelConfig
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.models import (
     ActorCritic,
@@ -217,7 +218,7 @@ def test_make_encoder_auto_unknown_and_custom():
             return self.fc(obs.reshape(obs.shape[0], -1).float())
 
     register_encoder("test_linear", Linear1)
-    model = ActorCritic(_spaces("CartPole-v1"), encoder="test_linear", encoder_kwargs={"width": 5})
+    model = ActorCritic(_spaces("CartPole-v1"), ModelConfig(encoder="test_linear"), encoder_kwargs={"width": 5})
     assert model.encoder.out_dim == 5
     assert model.act(np.zeros((3, 4), dtype=np.float32))[0].shape == (3,)
 

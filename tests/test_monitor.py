@@ -36,7 +36,9 @@ import pytest
 
 from daskrl.config import Config
 from daskrl.monitor.console import ConsoleView, progress_line
-from daskrl.monitor.dashboard import FPS_COLOR, RETURN_COLOR, DashboardPlugin, MetricsStore, dashboard_page
+from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
+from daskrl.monitor.history import MetricsStore
+from daskrl.monitor.plots import FPS_COLOR, RETURN_COLOR
 from daskrl.monitor.tensorboard_log import TAGS
 from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments, owner_pid
@@ -322,7 +324,7 @@ def check_live_page(browser: Browser, page: str, run: str, training: Training, t
 def live_run(tmp_path_factory):
     """A 2-worker LocalCluster with its dashboard on a free port, and a ~25 s CartPole run on it."""
     tmp = tmp_path_factory.mktemp("live")
-    session = connect_cluster(n_workers=2, dashboard_address="127.0.0.1:0")
+    session = connect_cluster(n_workers=2, dashboard_address="127.0.0.1:0", scheduler_plugins=(DashboardPlugin(),))
     try:
         pids = worker_pids(session.client)
         page = dashboard_page(session.client)

@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 import torch
 
+from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
 from daskrl.models.actor_critic import ActorCritic
 from daskrl.models.numpy_policy import NumpyPolicy
 
 
-def model_for(env: str, normalize_obs: bool, **kwargs) -> ActorCritic:
+def model_for(env: str, normalize_obs: bool, shared_encoder: bool | None = None, **model_options) -> ActorCritic:
     torch.manual_seed(0)
     spaces = probe_env(env)
-    model = ActorCritic(spaces, normalize_obs=normalize_obs, **kwargs)
+    model = ActorCritic(spaces, ModelConfig(normalize_obs=normalize_obs, **model_options), shared_encoder=shared_encoder)
     if normalize_obs:
         model.set_obs_stats(np.linspace(-1, 1, spaces.obs_dim), np.linspace(0.5, 2.0, spaces.obs_dim))
     with torch.no_grad():  # move away from the near-uniform initial policy so differences would show
@@ -25,8 +26,8 @@ def model_for(env: str, normalize_obs: bool, **kwargs) -> ActorCritic:
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1"])
 @pytest.mark.parametrize("normalize_obs", [False, True])
-@pytest.mark.parametrize("layout", [{}, {"shared_encoder": True}, {"hidden": (32,), "activation": "relu"},
-                                    {"hidden": ()}], ids=["separate", "shared", "relu", "linear"])
+@pytest.mark.parametrize("layout", [{}, {"shared_encoder": True}, {"hidden_sizes": [32], "activation": "relu"},
+                                    {"hidden_sizes": []}], ids=["separate", "shared", "relu", "linear"])
 def test_log_probs_and_values_match_torch(env, normalize_obs, layout):
     """The fused numpy network computes what the torch model does, whether the policy and value encoders are
     separate (fused side by side / block-diagonal), shared, or absent (the heads read the observation)."""

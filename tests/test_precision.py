@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.config import Config, ConfigError
+from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.models import ActorCritic
 from daskrl.sampling import policy as sampling_policy
 from daskrl.sampling.policy import SamplingPolicy, cpu_has_native_bfloat16, resolve_precision
+from daskrl.setups import PolicySetup
 
 
 def perturbed_model(spec: str, seed: int = 0) -> ActorCritic:
@@ -113,8 +114,8 @@ def test_sampling_policy_keeps_the_numpy_path_for_float32_only():
     threads = torch.get_num_threads()  # SamplingPolicy pins torch to one thread, as a worker wants
     try:
         spaces = probe_env("CartPole-v1")
-        fast = SamplingPolicy(None, spaces, {}, None, precision="float32")
-        slow = SamplingPolicy(None, spaces, {}, None, precision="bfloat16")
+        fast = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32"))
+        slow = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "bfloat16"))
     finally:
         torch.set_num_threads(threads)
     assert fast.fast is not None and fast.model.encoder_dtype == torch.float32

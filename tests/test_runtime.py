@@ -1,8 +1,11 @@
-"""The runtime core on a real LocalCluster with worker processes: bus, queues, shared memory, parameters."""
+"""The runtime core on real clusters: bus, queues, shared memory, parameters. Each test gets a fresh cluster whose
+workers are threads of this process (the ``inproc`` fixture), except where worker processes are the point (a
+SIGKILLed worker)."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal as os_signal
 import time
@@ -15,6 +18,8 @@ from daskrl.runtime import (
     ComponentError,
     ConnectError,
     PayloadError,
+    SignalRef,
+    SlotRef,
     add_consumer,
     connect,
     connect_cluster,
@@ -22,19 +27,41 @@ from daskrl.runtime import (
     spawn,
     spawn_all,
 )
+from daskrl.runtime.bus import check_payload
+from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.shm import list_segments
-from daskrl.runtime.testing import Emitter, ParamWatcher, ParamWriter, Recorder, SlowToConfigure
+from daskrl.runtime.timing import Timing
+from daskrl.testing.components import (
+    Emitter,
+    ParamWatcher,
+    ParamWriter,
+    ParamWriterSetup,
+    Recorder,
+    RecorderSetup,
+    SlowSetup,
+    SlowToConfigure,
+)
 
 from .conftest import set_worker_env, wait_for
 
 _ids = itertools.count()
 
 
-def start(session, cls, worker, **config):
-    handle = spawn(session.client, cls, f"{cls.__name__.lower()}{next(_ids)}", worker=worker,
-                   config={"run_id": session.run_id, **config})
+def start(session, cls, worker, setup=None):
+    handle = spawn(session.client, cls, f"{cls.__name__.lower()}{next(_ids)}", run_id=session.run_id, worker=worker,
+                   setup=setup)
     handle.call("start")
     return handle
+
+
+@pytest.fixture
+def session(inproc):
+    return inproc
+
+
+@pytest.fixture
+def workers(inproc):
+    return sorted(inproc.client.scheduler_info()["workers"])
 
 
 def stop_all(*handles):
@@ -111,7 +138,7 @@ def test_work_queue_hands_each_item_to_exactly_one_consumer(session, workers):
 def test_heartbeat_counts_from_start_not_from_a_long_configure(session, workers):
     """Building envs is not silence: the runner's "silent" warning must not fire for a component that took
     longer than --heartbeat-timeout to configure and has just started its loop."""
-    handle = start(session, SlowToConfigure, workers[0], seconds=2.0, start_s=1.0)
+    handle = start(session, SlowToConfigure, workers[0], SlowSetup(seconds=2.0, start_s=1.0))
     assert handle.call("stats")["heartbeat_age_s"] < 1.0, "the heartbeat was counted from before configure"
     time.sleep(1.3)
     assert handle.call("stats")["heartbeat_age_s"] < 0.5, "an idle loop turns (and beats) every 0.1 s"
@@ -120,9 +147,8 @@ def test_heartbeat_counts_from_start_not_from_a_long_configure(session, workers)
 
 def test_spawn_all_configures_components_at_the_same_time(session, workers):
     """Rollout workers build their envs in configure: created together, those builds overlap in time."""
-    specs = [(SlowToConfigure, f"slow{next(_ids)}", worker, {"run_id": session.run_id, "seconds": 1.5})
-             for worker in workers[:2]]
-    handles = spawn_all(session.client, specs)
+    specs = [(SlowToConfigure, f"slow{next(_ids)}", worker, SlowSetup(seconds=1.5)) for worker in workers[:2]]
+    handles = spawn_all(session.client, specs, run_id=session.run_id)
     (began0, ended0), (began1, ended1) = (handle.call("configure_span") for handle in handles)
     assert max(began0, began1) < min(ended0, ended1), "the components were configured one after the other"
     stop_all(*handles)
@@ -133,9 +159,9 @@ def test_spawn_all_names_the_component_that_failed_and_hands_back_every_actor(se
     good, bad = f"good{next(_ids)}", f"bad{next(_ids)}"
     with pytest.raises(ComponentError, match=rf"component '{bad}' .*configure\(\) failed: RuntimeError: this "
                                              "component was told to fail"):
-        spawn_all(session.client, [(SlowToConfigure, good, workers[0], {"run_id": session.run_id}),
-                                   (SlowToConfigure, bad, workers[1], {"run_id": session.run_id, "fail": True})],
-                  created=created)
+        spawn_all(session.client, [(SlowToConfigure, good, workers[0], SlowSetup()),
+                                   (SlowToConfigure, bad, workers[1], SlowSetup(fail=True))],
+                  run_id=session.run_id, created=created)
     assert [handle.name for handle in created] == [good, bad], "a caller could not stop what was created"
     stop_all(*created)
 
@@ -175,9 +201,9 @@ def test_parameter_versions_arrive_in_increasing_order(session, workers, force_c
     if force_comms:
         set_worker_env(session.client, "DASKRL_FORCE_COMMS", "1")
     try:
-        writer = start(session, ParamWriter, workers[0], size=50_000)
+        writer = start(session, ParamWriter, workers[0], ParamWriterSetup(size=50_000))
         desc = writer.call("desc")
-        watcher = start(session, ParamWatcher, workers[1], desc=desc)
+        watcher = start(session, ParamWatcher, workers[1], desc)
         writer.call("publish_n", 200, interval_s=0.002 if not force_comms else 0.01)
         wait_for(lambda: writer.call("version") == 200, timeout=60)
         wait_for(lambda: (watcher.call("seen_versions") or [[0]])[-1][0] == 200, timeout=30)
@@ -197,7 +223,6 @@ def test_connecting_to_a_missing_slot_or_signal_is_a_clear_error(session, worker
     receiver = start(session, Recorder, workers[1])
     with pytest.raises(ConnectError, match=r"has no signal or slot 'on_tock'.*slots are: on_tick"):
         receiver.on_tock  # noqa: B018  (attribute access validates against the class)
-    from daskrl.runtime import SignalRef, SlotRef
 
     with pytest.raises(ConnectError, match=rf"component '{receiver.name}' \(Recorder\) has no slot 'nope'"):
         connect(emitter.tick, SlotRef(receiver.name, "nope"), session.client)
@@ -210,13 +235,11 @@ def test_connecting_to_a_missing_slot_or_signal_is_a_clear_error(session, worker
 
 def test_bad_payload_and_raising_slot_leave_the_bus_working(session, workers):
     emitter = start(session, Emitter, workers[0])
-    receiver = start(session, Recorder, workers[1], fail_on=3)
+    receiver = start(session, Recorder, workers[1], RecorderSetup(fail_on=3))
     connect(emitter.tick, receiver.on_tick, session.client)
     with pytest.raises(ComponentError, match=rf"'{emitter.name}'.*signal 'tick'.*numpy.ndarray.*not msgpack-native"):
         emitter.call("emit_now", {"x": np.zeros(3)})
     with pytest.raises(PayloadError):
-        from daskrl.runtime.bus import check_payload
-
         check_payload({"a": [1, {"b": object()}]}, "here")
     emitter.call("burst", 10)
     wait_for(lambda: len(receiver.call("received")) == 9)
@@ -267,3 +290,32 @@ def test_existing_cluster_is_left_open(session):
         assert client.submit(lambda x: x + 1, 1).result() == 2
     finally:
         client.close()
+
+
+def test_timing_books_nested_blocks_to_the_inner_activity_only():
+    """Shares of one thread never add up to more than its wall time: an outer block pauses while an inner one runs
+    (before, the outer span was booked to the inner name)."""
+    timing = Timing()
+    with timing("outer"):
+        time.sleep(0.05)
+        with timing("inner"):
+            time.sleep(0.1)
+        time.sleep(0.05)
+    seconds = timing.summary()["seconds"]
+    assert seconds["inner"] == pytest.approx(0.1, abs=0.03)
+    assert seconds["outer"] == pytest.approx(0.1, abs=0.03)
+    assert sum(seconds.values()) <= timing.summary()["wall_s"]
+
+
+def test_dropped_messages_and_incidents_are_counted_and_logged(session, workers, caplog):
+    emitter = start(session, Emitter, workers[0])
+    emitter.call("burst", 5)  # nobody is connected to its signal
+    wait_for(lambda: emitter.call("stats")["bus"]["dropped"] >= 5, what="5 drops counted in the stats")
+    incidents = Incidents(logging.getLogger("daskrl.test"), "test")
+    with caplog.at_level(logging.DEBUG, logger="daskrl.test"):
+        for _ in range(3):
+            incidents.note("event-not-sent", TimeoutError("scheduler busy"))
+    assert incidents.snapshot() == {"event-not-sent": 3}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "event-not-sent" in warnings[0].getMessage() and "scheduler busy" in \
+        warnings[0].getMessage(), "the first of a kind is a warning with its cause, later ones are debug lines"

@@ -1,13 +1,12 @@
 """The sampling engine on a real LocalCluster with worker processes: rollout workers writing trajectory slots,
 inline and remote inference, policy versions, Box and image envs, sampling-only runs, and fail-fast config.
 
-Slots are read by a real consumer (:class:`daskrl.sampling.testing.SlotCollector`) that copies each slot when
+Slots are read by a real consumer (:class:`daskrl.testing.sampling.SlotCollector`) that copies each slot when
 ``trajectory_ready`` arrives, poisons it and hands it back, exactly where the learner would stand.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import threading
@@ -17,14 +16,22 @@ import numpy as np
 import psutil
 import pytest
 
-from daskrl.config import Config, ConfigError
+from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import EnvError, probe_env
+from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runner import train
-from daskrl.runtime import add_consumer, connect, connect_cluster, spawn
+from daskrl.runtime import connect_cluster, spawn, spawn_all
 from daskrl.runtime.shm import list_segments, owner_pid
-from daskrl.sampling.rollout_worker import RolloutWorker, free_queue
-from daskrl.sampling.sampler import Sampler
-from daskrl.sampling.testing import PolicySource, SlotCollector, expected_log_probs
+from daskrl.sampling.inference_worker import InferenceWorker
+from daskrl.sampling.rollout_worker import RolloutWorker
+from daskrl.setups import RolloutSetup, role_setups
+from daskrl.testing.sampling import (
+    CollectorSetup,
+    PolicySource,
+    PolicySourceSetup,
+    SlotCollector,
+    expected_log_probs,
+)
 
 from .conftest import set_worker_env, wait_for
 
@@ -54,9 +61,9 @@ def hosts(cluster):
     return sorted(cluster.client.scheduler_info()["workers"])
 
 
-def spawn_one(cluster, cls, worker, **config):
-    return spawn(cluster.client, cls, f"{cls.__name__.lower()}{next(_ids)}", worker=worker,
-                 config={"run_id": cluster.run_id, **config})
+def spawn_one(cluster, cls, worker, setup):
+    return spawn(cluster.client, cls, f"{cls.__name__.lower()}{next(_ids)}", run_id=cluster.run_id, worker=worker,
+                 setup=setup)
 
 
 def stop_quietly(*handles):
@@ -91,12 +98,14 @@ def worker_processes():
     return out
 
 
-def rollout_config(env, spaces, *, num_envs, num_splits, rollout, slots_per_split=2, env_kwargs=None,
-                   params=None, seed=0, inference_precision="auto"):
-    return {"env": env, "env_kwargs": env_kwargs or {}, "spaces": spaces.to_dict(), "num_envs": num_envs,
-            "num_splits": num_splits, "rollout": rollout, "slots_per_split": slots_per_split,
-            "inference": "inline", "seed": seed, "model": {}, "params": params,
-            "inference_precision": inference_precision}
+def rollout_setup(env, *, num_envs, num_splits, rollout, slots_per_split=2, env_kwargs=None, params=None, seed=0,
+                  inference_precision="auto") -> RolloutSetup:
+    """An inline rollout worker's setup, made the way a run makes it (from a Config, by role_setups)."""
+    config = Config.from_flat({
+        "env": env, "env_kwargs": env_kwargs or {}, "num_workers": 1, "num_envs_per_worker": num_envs,
+        "worker_num_splits": num_splits, "rollout": rollout, "slots_per_split": slots_per_split, "seed": seed,
+        "inference_precision": inference_precision}).validate()
+    return role_setups(config, probe_env(env, env_kwargs), params, remote_params=False).rollout[0]
 
 
 def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=None, during=None, max_keep=None,
@@ -104,14 +113,12 @@ def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=Non
     """One inline rollout worker feeding a SlotCollector until ``slots`` slots were kept (and, when
     ``during(rollout, collector)`` is given, until 4 more arrived after it returned); returns (kept slots in
     arrival order, rollout stats at stop)."""
-    spaces = probe_env(env, env_kwargs)
     params = params_source.call("desc") if params_source is not None else None
-    rollout = spawn_one(cluster, RolloutWorker, hosts[0], **rollout_config(env, spaces, env_kwargs=env_kwargs,
-                                                                          params=params, **cfg))
-    collector = spawn_one(cluster, SlotCollector, hosts[1], max_keep=max_keep or slots)
+    rollout = spawn_one(cluster, RolloutWorker, hosts[0], rollout_setup(env, env_kwargs=env_kwargs, params=params,
+                                                                        **cfg))
+    collector = spawn_one(cluster, SlotCollector, hosts[1], CollectorSetup(max_keep=max_keep or slots))
     try:
-        connect(rollout.trajectory_ready, collector.on_trajectory, cluster.client)
-        add_consumer(free_queue(rollout.name), rollout.on_free, cluster.client)
+        wire_rollout(cluster.client, rollout, collector.on_trajectory)
         collector.call("attach_workers", {rollout.name: rollout.call("buffers")})
         collector.call("start")
         rollout.call("start")
@@ -208,7 +215,7 @@ def check_versions(chain, what):
     return versions
 
 
-def check_log_probs(slots, spaces, model_cfg, what, precision="float32", actor_scale=1.0, on=None):
+def check_log_probs(slots, spaces, model, what, precision="float32", actor_scale=1.0, on=None):
     """Steps at a published version (>= 1) carry the log-prob of their action under that version's policy, for
     their own observation (the PolicySource publishes its seed-0 network, action head times ``actor_scale``;
     versions differ in the value only), computed in the ``precision`` the sampler reported; ``on`` = (client,
@@ -218,7 +225,7 @@ def check_log_probs(slots, spaces, model_cfg, what, precision="float32", actor_s
     log_probs = np.concatenate([s["log_probs"] for s in slots])
     published = np.concatenate([s["policy_version"] for s in slots]) >= 1
     assert published.any(), f"{what}: no step was sampled with a published version"
-    args = (spaces.to_dict(), model_cfg, precision, actor_scale, obs, actions)
+    args = (spaces, model, precision, actor_scale, obs, actions)
     if on is None:
         expected = expected_log_probs(*args)
     else:
@@ -341,7 +348,7 @@ def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, ho
 
 def test_inline_steps_record_the_version_that_chose_them(cluster, hosts):
     spaces = probe_env(COUNTING, {"episode_length": EPISODE})
-    source = spawn_one(cluster, PolicySource, hosts[2], spaces=spaces.to_dict(), model={})
+    source = spawn_one(cluster, PolicySource, hosts[2], PolicySourceSetup(spaces))
     published = []
 
     def publish_while_sampling(rollout, collector):
@@ -366,7 +373,7 @@ def test_inline_steps_record_the_version_that_chose_them(cluster, hosts):
         versions = check_versions(chain, f"split {i}")
         assert versions[0] < versions[-1] == published[-1], f"split {i}: versions {np.unique(versions)}"
         assert len(np.unique(versions)) >= 3, f"split {i} saw only versions {np.unique(versions)}"
-        check_log_probs(chain, spaces, {}, f"split {i}")
+        check_log_probs(chain, spaces, ModelConfig(), f"split {i}")
     assert stats["policy_version"] == published[-1]
 
 
@@ -381,15 +388,27 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
         "num_inference_workers": 2,
     }).validate()
     spaces = probe_env(COUNTING, config.env.env_kwargs)
-    source = spawn_one(cluster, PolicySource, hosts[0], spaces=spaces.to_dict(), model=dataclasses.asdict(config.model))
-    collector = spawn_one(cluster, SlotCollector, hosts[2])
-    sampler = Sampler(cluster.client, config, spaces, cluster.run_id, rollout_hosts=hosts[:2],
-                      inference_hosts=[hosts[2], hosts[0]], params_desc=source.call("desc"))
+    source = spawn_one(cluster, PolicySource, hosts[0], PolicySourceSetup(spaces, config.model))
+    collector = spawn_one(cluster, SlotCollector, hosts[2], CollectorSetup())
+    # the graph a run builds (Fleet.create), with the collector where the learner would stand
+    setups = role_setups(config, spaces, source.call("desc"), remote_params=False)
+    name = f"remote{next(_ids)}"
+    rollout_handles, inference_handles = [], []
     try:
-        sampler.create(collector.on_trajectory)
-        assert sorted(collector.call("attach_workers", sampler.buffers)) == ["rollout_0", "rollout_1"]
-        collector.call("start")
-        sampler.start()
+        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout_{i}", host, setup)
+                                   for i, (host, setup) in enumerate(zip(hosts[:2], setups.rollout, strict=True))],
+                  run_id=cluster.run_id, created=rollout_handles)
+        buffers = {h.name: h.call("buffers") for h in rollout_handles}
+        spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_{j}", host, setups.inference)
+                                   for j, host in enumerate([hosts[2], hosts[0]])],
+                  run_id=cluster.run_id, created=inference_handles)
+        for handle in inference_handles:
+            handle.call("attach_workers", buffers)
+        wire_sampling_graph(cluster.client, rollout_handles, inference_handles, collector.on_trajectory,
+                            policy_queue())
+        assert sorted(collector.call("attach_workers", buffers)) == sorted(buffers)
+        for handle in [collector, *inference_handles, *rollout_handles]:
+            handle.call("start")
         published = []
         for _ in range(5):
             wait_for_more_slots(collector, 4)
@@ -399,7 +418,7 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
         collector.call("hold", True)
 
         def at_rest():
-            stats = [h.call("stats") for h in sampler.rollout]
+            stats = [h.call("stats") for h in rollout_handles]
             return all(s["waiting_splits"] == 2 and s["free_slots"] == 0 for s in stats) and stats
 
         rollout_stats = wait_for(at_rest, timeout=30, what="every split waiting for a free slot (a lost request "
@@ -407,14 +426,14 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
         steps = sum(s["env_steps"] for s in rollout_stats)
 
         def all_served():  # an inference worker counts a batch just after answering it
-            stats = [h.call("stats") for h in sampler.inference]
+            stats = [h.call("stats") for h in inference_handles]
             return stats if sum(s["requests"] for s in stats) * per_split >= steps else None
 
         inference_stats = wait_for(all_served, timeout=10, what=f"requests served for {steps} env steps")
         collector_stats = collector.call("stats")
         kept = collector.call("collected")
     finally:
-        stats_at_stop = sampler.stop()
+        stats_at_stop = [h.call("stop", timeout=30) for h in rollout_handles + inference_handles]
         stop_quietly(collector, source)
     for s in rollout_stats + inference_stats + stats_at_stop:
         assert s.get("error_count", 0) == 0 and "error" not in s, s.get("errors") or s.get("error")
@@ -438,7 +457,7 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
             check_counting_chain(chain, rollout, EPISODE)  # the env got the action inference wrote at that step
             versions = check_versions(chain, f"{name} split {i}")
             assert versions[-1] > versions[0], f"{name} split {i} never saw a new version: {np.unique(versions)}"
-            check_log_probs(chain, spaces, dataclasses.asdict(config.model), f"{name} split {i}")
+            check_log_probs(chain, spaces, config.model, f"{name} split {i}")
         assert max(s["policy_version"].max() for s in slots) == published[-1]
 
 
@@ -448,7 +467,7 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
 def run_at_version_one(cluster, hosts, env, actor_scale=1.0, **kwargs):
     """run_inline with a policy published once before sampling starts: every step is at version 1."""
     spaces = probe_env(env)
-    source = spawn_one(cluster, PolicySource, hosts[2], spaces=spaces.to_dict(), model={}, actor_scale=actor_scale)
+    source = spawn_one(cluster, PolicySource, hosts[2], PolicySourceSetup(spaces, actor_scale=actor_scale))
     try:
         assert source.call("publish") == 1
         slots, stats = run_inline(cluster, hosts, env, params_source=source, **kwargs)
@@ -458,7 +477,7 @@ def run_at_version_one(cluster, hosts, env, actor_scale=1.0, **kwargs):
         check_complete(s, f"slot {k}")
         assert np.all(s["policy_version"] == 1) and np.all(s["values"] == 1), f"slot {k}: not sampled at version 1"
     # the slots hold the sampled actions themselves, with log-probs of the policy in the precision that acted
-    check_log_probs(slots, spaces, {}, env, precision=stats["inference_precision"], actor_scale=actor_scale,
+    check_log_probs(slots, spaces, ModelConfig(), env, precision=stats["inference_precision"], actor_scale=actor_scale,
                     on=(cluster.client, hosts[0]))
     return slots, stats
 

@@ -40,10 +40,11 @@ def appo_loss(
     value_targets: Tensor,
     entropy: Tensor,
     valid_mask: Tensor | None,
-    clip_ratio: float = 0.1,
-    value_clip: float = 1.0,
-    entropy_coef: float = 0.0,
-    value_coef: float = 0.5,
+    *,
+    clip_ratio: float,
+    value_clip: float,
+    entropy_coef: float,
+    value_coef: float,
     ratio_clamp: tuple[float, float] = (0.05, 20.0),
 ) -> LossOutput:
     """Compute the APPO loss over samples of any (matching) shape.

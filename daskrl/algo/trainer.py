@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,10 @@ import torch
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+
+if TYPE_CHECKING:
+    from daskrl.config import LearnerConfig
+    from daskrl.models.actor_critic import ActorCritic
 
 
 @dataclass
@@ -40,22 +44,23 @@ class TrajectoryBatch:
 class APPOTrainer:
     """Owns the optimizer and normalizers of one policy; ``train(batch, version)`` -> metrics."""
 
-    def __init__(self, model: torch.nn.Module, cfg: dict[str, Any], total_env_steps: int = 0) -> None:
+    def __init__(self, model: ActorCritic, cfg: LearnerConfig, total_env_steps: int) -> None:
+        """``total_env_steps`` is the run's budget (0: none), the length of a linear learning-rate schedule."""
         self.model = model
         self.cfg = cfg
         self.total_env_steps = total_env_steps
         # foreach: one multi-tensor update instead of a Python loop over parameters; on CPU torch defaults to the
         # loop, and the small CartPole learner step was 10% faster this way (same arithmetic, same state dict)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg["learning_rate"], eps=1e-5, foreach=True)
-        self.obs_rms = RunningMeanStd(model.spaces.obs_shape) if getattr(model, "normalize_obs", False) else None
-        self.returns = ReturnNormalizer() if cfg.get("normalize_returns", False) else None
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, foreach=True)
+        self.obs_rms = RunningMeanStd(model.spaces.obs_shape) if model.normalize_obs else None
+        self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0
 
     def learning_rate(self, env_steps: int) -> float:
-        lr = self.cfg["learning_rate"]
-        if self.cfg.get("lr_schedule") == "linear" and self.total_env_steps > 0:
+        lr = self.cfg.learning_rate
+        if self.cfg.lr_schedule == "linear" and self.total_env_steps > 0:
             lr *= max(0.05, 1.0 - env_steps / self.total_env_steps)
         return lr
 
@@ -71,7 +76,7 @@ class APPOTrainer:
         obs_np = batch.obs
         if self.obs_rms is not None:
             self.obs_rms.update(obs_np[:-1].reshape(T * N, *obs_np.shape[2:]))
-            model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var)
+            model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
         obs = torch.from_numpy(obs_np)
         actions = torch.from_numpy(batch.actions).reshape(T * N, *batch.actions.shape[2:])
         rewards = torch.from_numpy(batch.rewards)
@@ -86,16 +91,18 @@ class APPOTrainer:
             raw_values, raw_boot = values, bootstrap
             if self.returns is not None:
                 raw_values, raw_boot = self.returns.denormalize(values), self.returns.denormalize(bootstrap)
-            if cfg.get("advantage", "vtrace") == "vtrace":
+            if cfg.advantage == "vtrace":
                 targets, advantages = vtrace(behaviour, target_lp.reshape(T, N), rewards, raw_values, raw_boot,
-                                             dones, cfg["gamma"], cfg.get("vtrace_rho", 1.0), cfg.get("vtrace_c", 1.0))
+                                             dones, cfg.gamma, cfg.vtrace_rho, cfg.vtrace_c)
             else:
-                advantages, targets = gae(rewards, raw_values, raw_boot, dones, cfg["gamma"], cfg["gae_lambda"])
+                advantages, targets = gae(rewards, raw_values, raw_boot, dones, cfg.gamma, cfg.gae_lambda)
             if self.returns is not None:
                 self.returns.update(targets)
                 targets = self.returns.normalize(targets)
+                stats = self.returns.stats
+                model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
         versions = torch.from_numpy(batch.policy_version.astype(np.int64))
-        valid = policy_lag_mask(versions, current_version, cfg["max_policy_lag"]).reshape(-1)
+        valid = policy_lag_mask(versions, current_version, cfg.max_policy_lag).reshape(-1)
         lag = (current_version - versions).float()
 
         flat = {
@@ -106,10 +113,10 @@ class APPOTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         total = T * N
-        mb = min(cfg["batch_size"], total)
+        mb = min(cfg.batch_size, total)
         sums: dict[str, float] = {}
         updates = skipped = 0
-        for _ in range(cfg["num_epochs"]):
+        for _ in range(cfg.num_epochs):
             order = torch.randperm(total)
             for start in range(0, total - mb + 1, mb):
                 idx = order[start:start + mb]
@@ -138,11 +145,11 @@ class APPOTrainer:
     def _skip_step(self, batch: TrajectoryBatch, current_version: int, env_steps: int) -> dict[str, float]:
         """Count a step whose inputs are not finite as skipped (every minibatch of it) and change nothing."""
         total = batch.num_samples
-        skipped = self.cfg["num_epochs"] * (total // min(self.cfg["batch_size"], total))
+        skipped = self.cfg.num_epochs * (total // min(self.cfg.batch_size, total))
         self.train_steps += 1
         self.skipped_steps += skipped
         versions = batch.policy_version.astype(np.int64)
-        valid = policy_lag_mask(versions, current_version, self.cfg["max_policy_lag"])
+        valid = policy_lag_mask(versions, current_version, self.cfg.max_policy_lag)
         lag = current_version - versions
         return {"lr": self.learning_rate(env_steps), "updates": 0, "skipped_updates": skipped,
                 "valid_fraction": float(valid.float().mean()), "policy_lag_mean": float(lag.mean()),
@@ -152,19 +159,19 @@ class APPOTrainer:
         cfg = self.cfg
         new_lp, entropy, new_v = self.model.evaluate(mb["obs"], mb["actions"])
         adv = mb["adv"]
-        if cfg.get("normalize_advantages", True):
+        if cfg.normalize_advantages:
             valid = mb["valid"]
             if valid.sum() > 1:
                 a = adv[valid]
                 adv = (adv - a.mean()) / (a.std() + 1e-8)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
-                        clip_ratio=cfg["clip_ratio"], value_clip=cfg.get("value_clip", 0.0) or math.inf,
-                        entropy_coef=cfg.get("entropy_coef", 0.0), value_coef=cfg.get("value_coef", 0.5))
+                        clip_ratio=cfg.clip_ratio, value_clip=cfg.value_clip or math.inf,
+                        entropy_coef=cfg.entropy_coef, value_coef=cfg.value_coef)
         if not torch.isfinite(out.total):
             return None
         self.optimizer.zero_grad(set_to_none=True)
         out.total.backward()
-        max_norm = cfg.get("max_grad_norm", 0.0)
+        max_norm = cfg.max_grad_norm
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -185,14 +192,27 @@ class APPOTrainer:
             "train_steps": self.train_steps, "samples_trained": self.samples_trained,
         }
 
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Continue from a model's weights alone (published ones: no optimizer state). The normalizers go on from
+        the statistics that travel in the weights' buffers; Adam starts afresh."""
+        self.model.load_state_dict(weights)
+        if self.obs_rms is not None:
+            self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
+                                          "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})
+        if self.returns is not None:
+            mean, var, count = self.model.return_stats.tolist()
+            self.returns.load_state_dict({"shape": [], "mean": mean, "var": var, "count": count})
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.obs_rms is not None and state.get("obs_rms"):
             self.obs_rms.load_state_dict(state["obs_rms"])
-            self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var)
+            self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
         if self.returns is not None and state.get("returns"):
             self.returns.load_state_dict(state["returns"])
+            stats = self.returns.stats
+            self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
         self.train_steps = state.get("train_steps", 0)
         self.samples_trained = state.get("samples_trained", 0)
 

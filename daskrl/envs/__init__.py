@@ -1,17 +1,14 @@
-"""Env specs, spaces and the batched env group used by rollout workers (no Dask here)."""
+"""Env specs, spaces and the batched env group used by rollout workers (no Dask here).
 
-from daskrl.envs import atari, testing  # noqa: F401  (register atari/<Game>, daskrl/Counting-v0, daskrl/Catch-v0)
-from daskrl.envs.registry import (
-    env_seed,
-    make_env,
-    probe_env,
-    register_env,
-    registered_envs,
-    registered_factory,
-)
-from daskrl.envs.spaces import EnvError, EnvSpaces
-from daskrl.envs.testing import CatchEnv, CountingEnv
-from daskrl.envs.vector import EnvGroup, EnvStepError
+``demo`` holds two small envs users can run (daskrl/Counting-v0, daskrl/Catch-v0); ``atari`` the Atari-57 games.
+"""
+
+from daskrl.envs import atari, demo  # noqa: F401  (register atari/<Game>, daskrl/Counting-v0, daskrl/Catch-v0)
+from daskrl.envs.demo import CatchEnv, CountingEnv
+from daskrl.envs.registry import env_seed, make_env, probe_env, register_env, registered_factory
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.vector import EnvGroup
+from daskrl.errors import EnvError, EnvStepError
 
 __all__ = [
     "CatchEnv",
@@ -24,6 +21,5 @@ __all__ = [
     "make_env",
     "probe_env",
     "register_env",
-    "registered_envs",
     "registered_factory",
 ]

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from daskrl.envs.registry import register_env
-from daskrl.envs.spaces import EnvError
+from daskrl.errors import EnvError
 
 PREFIX = "atari/"
 ATARI_57 = (

@@ -15,15 +15,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from daskrl.envs.spaces import EnvError, EnvSpaces
+from daskrl.config import MAX_ENVS_PER_WORKER, MAX_ROLLOUT_WORKERS
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.errors import EnvError
 
 _REGISTRY: dict[str, Callable[..., gym.Env]] = {}
 
 # Odd multiplier: a bijection modulo 2**31, so distinct (worker, env) slots never share a seed.
 _SEED_MULT = 0x9E3779B1
 _SEED_MOD = 2**31
-_MAX_ENVS_PER_WORKER = 2**16
-_MAX_WORKERS = 2**15
 
 
 def register_env(name: str, factory: Callable[..., gym.Env]) -> None:
@@ -38,11 +38,6 @@ def register_env(name: str, factory: Callable[..., gym.Env]) -> None:
 def registered_factory(name: str) -> Callable[..., gym.Env] | None:
     """The factory registered under `name` (shipped to workers, which do not share this registry)."""
     return _REGISTRY.get(name)
-
-
-def registered_envs() -> list[str]:
-    """Names registered with `register_env`, for help messages and CLIs."""
-    return sorted(_REGISTRY)
 
 
 def make_env(
@@ -93,12 +88,12 @@ def env_seed(base_seed: int, worker_index: int, env_index: int) -> int:
     Slots map injectively to seeds (odd multiplier mod 2**31), and the base seed is
     hashed so runs with nearby base seeds do not reuse each other's env seeds.
     """
-    if not 0 <= worker_index < _MAX_WORKERS:
-        raise ValueError(f"worker_index must be in [0, {_MAX_WORKERS}), got {worker_index}")
-    if not 0 <= env_index < _MAX_ENVS_PER_WORKER:
-        raise ValueError(f"env_index must be in [0, {_MAX_ENVS_PER_WORKER}), got {env_index}")
+    if not 0 <= worker_index < MAX_ROLLOUT_WORKERS:
+        raise ValueError(f"worker_index must be in [0, {MAX_ROLLOUT_WORKERS}), got {worker_index}")
+    if not 0 <= env_index < MAX_ENVS_PER_WORKER:
+        raise ValueError(f"env_index must be in [0, {MAX_ENVS_PER_WORKER}), got {env_index}")
     base = int(np.random.SeedSequence(int(base_seed)).generate_state(1, dtype=np.uint32)[0])
-    slot = worker_index * _MAX_ENVS_PER_WORKER + env_index
+    slot = worker_index * MAX_ENVS_PER_WORKER + env_index
     return (base + slot * _SEED_MULT) % _SEED_MOD
 
 

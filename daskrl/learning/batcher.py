@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.algo.trainer import TrajectoryBatch
-from daskrl.sampling.rollout_worker import free_queue
+from daskrl.protocol import FreeSlots, free_queue
 from daskrl.sampling.trajectories import attach_slots
 
 
@@ -44,9 +44,9 @@ class Batcher:
     def attach(self, buffers: dict[str, dict]) -> None:
         for name, descs in buffers.items():
             self.workers[name] = attach_slots(self.learner, descs)
-            self.incarnations[name] = descs.get("_incarnation", "")
+            self.incarnations[name] = descs["_incarnation"]
 
-    def add(self, worker: str, slot: int, incarnation: str = "") -> None:
+    def add(self, worker: str, slot: int, incarnation: str) -> None:
         self.incoming.put((worker, slot, incarnation))
 
     def taken(self) -> None:
@@ -69,11 +69,12 @@ class Batcher:
             if item is None:
                 break
             worker, slot, incarnation = item
-            if incarnation and self.incarnations.get(worker) != incarnation:
+            if self.incarnations.get(worker) != incarnation:
                 self.dropped_slots += 1  # from a rollout worker that was replaced: its memory is gone
                 continue
             part = self._copy_slot(worker, slot)
-            self.learner.put(free_queue(worker), {"slots": [slot], "inc": incarnation})
+            freed: FreeSlots = {"slots": [slot], "inc": incarnation}
+            self.learner.put(free_queue(worker), freed)
             parts.append(part)
             samples += part["rewards"].size
             self.slots += 1

@@ -3,52 +3,58 @@
 Full slots arrive on ``on_trajectory`` (only indices travel); the batcher thread copies and frees them and
 delivers batches to this component's own thread, which trains (``APPOTrainer``) and publishes the new weights
 through the parameter store (shared memory on this host, scattered futures for other hosts), announcing each
-version with the ``params_updated`` signal.
+version with the ``params_updated`` signal. A learner restarted after a fault continues from a checkpoint
+(:meth:`Learner.load_state`) or, before the first one, from the weights the samplers act with
+(:meth:`Learner.load_weights`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import torch
 
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.learning.batcher import Batcher
-from daskrl.runtime.component import Component, signal, slot
+from daskrl.models.actor_critic import build_model
+from daskrl.protocol import ParamsUpdated, TrajectoryReady
+from daskrl.runtime.component import Component
 from daskrl.runtime.params import ParameterPublisher
-from daskrl.sampling.policy import build_model
+from daskrl.runtime.signals import signal, slot
+from daskrl.setups import LearnerSetup
 
 
 class Learner(Component):
     """See module docstring."""
 
     @signal
-    def params_updated(self, payload: dict) -> None:
-        """{"version": new policy version}"""
+    def params_updated(self, payload: ParamsUpdated) -> None:
+        """A new policy version is published (see :class:`~daskrl.protocol.ParamsUpdated`)."""
 
-    def on_configure(self, *, spaces: dict, model: dict, learner: dict, samples_per_batch: int,
-                     total_env_steps: int = 0, seed: int = 0, remote_params: bool = False, **_: Any) -> None:
-        torch.set_num_threads(int(learner.get("learner_threads", 1)))
-        self.spaces = EnvSpaces.from_dict(spaces)
-        self.model = build_model(self.spaces, model, seed)
-        self.trainer = APPOTrainer(self.model, learner, total_env_steps)
-        self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=remote_params)
+    def on_configure(self, setup: LearnerSetup) -> None:
+        torch.set_num_threads(setup.learner.learner_threads)
+        self.model = build_model(setup.spaces, setup.model, setup.seed)
+        self.trainer = APPOTrainer(self.model, setup.learner, setup.total_env_steps)
+        self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=setup.remote_params)
         self.publisher.publish(self.model.state_dict_numpy())
-        self.batcher = Batcher(self, samples_per_batch, self._deliver)
+        self.batcher = Batcher(self, setup.samples_per_batch, self._deliver)
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
-        self.nan_tolerance = int(learner.get("nan_tolerance", 10))
+        self.nan_tolerance = setup.learner.nan_tolerance
 
     async def params_desc(self) -> dict:
         return self.publisher.desc
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
-        await self._run_in_thread(self.batcher.attach, buffers)
-        return sorted(self.batcher.workers)
+        """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running."""
+
+        def attach() -> list[str]:
+            self.batcher.attach(buffers)
+            return sorted(self.batcher.workers)
+
+        return await self.on_own_thread(attach)
 
     async def load_state(self, state: dict, env_steps: int) -> int:
         """Continue from a checkpoint: weights, optimizer, normalizers, counters; republishes the weights."""
@@ -57,6 +63,18 @@ class Learner(Component):
             self.trainer.load_state_dict(state)
             self.env_steps_offset = env_steps
             self.publisher.version = int(state.get("policy_version", 0))
+            return self.publisher.publish(self.model.state_dict_numpy())
+
+        return await self.on_own_thread(load)
+
+    async def load_weights(self, version: int, weights: dict, env_steps: int) -> int:
+        """Continue from published weights alone (a restart before the first checkpoint): the model and its
+        normalizer statistics, a fresh optimizer; republishes them as the version after ``version``."""
+
+        def load() -> int:
+            self.trainer.load_weights({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+            self.env_steps_offset = env_steps
+            self.publisher.version = max(version, 0)
             return self.publisher.publish(self.model.state_dict_numpy())
 
         return await self.on_own_thread(load)
@@ -77,12 +95,12 @@ class Learner(Component):
         self.batcher.start()
 
     @slot
-    def on_trajectory(self, payload: dict) -> None:
-        self.batcher.add(payload["worker"], payload["slot"], payload.get("inc", ""))
+    def on_trajectory(self, payload: TrajectoryReady) -> None:
+        self.batcher.add(payload["worker"], payload["slot"], payload["inc"])
 
     def _deliver(self, batch: TrajectoryBatch) -> None:
         """Called by the batcher thread: queue the batch for this component's thread and wake it."""
-        self.enqueue("_on_batch", batch)
+        self.deliver("_on_batch", batch)
 
     def _on_batch(self, batch: TrajectoryBatch) -> None:
         self.batcher.taken()
@@ -92,7 +110,8 @@ class Learner(Component):
             metrics = self.trainer.train(batch, version, env_steps, on_progress=self.beat)
         with self.timing("publish"):
             new_version = self.publisher.publish(self.model.state_dict_numpy())
-        self.params_updated({"version": new_version})
+        updated: ParamsUpdated = {"version": new_version}
+        self.params_updated(updated)
         metrics["version_diff"] = float(version - batch.policy_version.mean())
         metrics["train_step_ms"] = self.timing.totals["train"] / max(self.trainer.train_steps, 1) * 1e3
         self.metrics = metrics

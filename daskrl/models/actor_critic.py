@@ -7,13 +7,13 @@ plain numpy weights. One module serves all three so they cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.encoders import layer_init, make_encoder, resolve_encoder_name
 from daskrl.models.heads import Distribution, make_action_head
@@ -30,26 +30,32 @@ class ActorCritic(nn.Module):
     def __init__(
         self,
         spaces: EnvSpaces,
-        encoder: str = "auto",
-        hidden: Sequence[int] = (64, 64),
-        activation: str = "tanh",
+        model: ModelConfig | None = None,
+        *,
         shared_encoder: bool | None = None,
         encoder_kwargs: dict[str, Any] | None = None,
         init_log_std: float = 0.0,
-        normalize_obs: bool = False,
     ) -> None:
+        """``model`` holds the encoder name, MLP sizes and activation, and observation normalization (the
+        defaults of :class:`~daskrl.config.ModelConfig` when None: one source of defaults)."""
         super().__init__()
+        model = model if model is not None else ModelConfig()
         self.spaces = spaces
         # Observation statistics live in the model (as buffers) so they travel with the weights to every
         # rollout and inference worker: the learner updates them, the parameter store publishes them.
-        self.normalize_obs = bool(normalize_obs) and not spaces.is_image
+        self.normalize_obs = bool(model.normalize_obs) and not spaces.is_image
         if self.normalize_obs:
             self.register_buffer("obs_mean", torch.zeros(spaces.obs_shape))
             self.register_buffer("obs_var", torch.ones(spaces.obs_shape))
-        self.encoder_name = resolve_encoder_name(encoder, spaces)
+            self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
+        # The learner's value-target statistics (mean, variance, count) travel with the weights as well: a learner
+        # restarted from published weights, before any checkpoint exists, goes on with the scale its value head
+        # was trained at (samplers never read them).
+        self.register_buffer("return_stats", torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
+        self.encoder_name = resolve_encoder_name(model.encoder, spaces)
         kwargs = dict(encoder_kwargs or {})
         if self.encoder_name == "mlp":
-            kwargs = {"hidden": tuple(hidden), "activation": activation, **kwargs}
+            kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
         self.shared_encoder = self.encoder_name == "cnn" if shared_encoder is None else bool(shared_encoder)
 
         self.encoder = make_encoder(self.encoder_name, spaces, **kwargs)
@@ -98,10 +104,14 @@ class ActorCritic(nn.Module):
         with torch.autocast(obs.device.type, dtype=self.encoder_dtype):
             return encoder(obs).float()
 
-    def set_obs_stats(self, mean: Any, var: Any) -> None:
+    def set_obs_stats(self, mean: Any, var: Any, count: float = 0.0) -> None:
         if self.normalize_obs:
             self.obs_mean.copy_(torch.as_tensor(mean, dtype=torch.float32).reshape(self.obs_mean.shape))
             self.obs_var.copy_(torch.as_tensor(var, dtype=torch.float32).reshape(self.obs_var.shape))
+            self.obs_count.fill_(float(count))
+
+    def set_return_stats(self, mean: float, var: float, count: float) -> None:
+        self.return_stats.copy_(torch.tensor([mean, var, count], dtype=torch.float64))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Value only (bootstrap values), skipping the action head."""
@@ -150,3 +160,10 @@ class ActorCritic(nn.Module):
             v = np.asarray(v)
             tensors[k] = torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)
         self.load_state_dict(tensors, strict=True)
+
+
+def build_model(spaces: EnvSpaces, model: ModelConfig, seed: int) -> ActorCritic:
+    """The one place where the config turns into a network: the learner, the samplers and ``enjoy`` build the same
+    one (seeded, so every process starts from the same initial weights)."""
+    torch.manual_seed(seed)
+    return ActorCritic(spaces, model)

@@ -14,6 +14,11 @@ from typing import Any, TextIO
 from daskrl.monitor.stats import as_number
 
 
+def say(line: str) -> None:
+    """One line of the run's own output (``daskrl: ...``) on stdout, flushed at once."""
+    print(line, flush=True, file=sys.stdout)
+
+
 def progress_line(row: dict[str, Any]) -> str:
     """The plain progress line of one report (``[  12.0s] env steps  123,456 | fps ... | return ...``)."""
     ret, lag = as_number(row.get("episode_return_mean")), as_number(row.get("policy_lag"))

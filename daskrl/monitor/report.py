@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from daskrl.config import ConfigError
-from daskrl.monitor.dashboard import RETURN_COLOR, series, share_bars, shares_figure, time_figures
+from daskrl.monitor.plots import RETURN_COLOR, series, share_bars, shares_figure, time_figures
 
 
 def read_metrics(experiment_dir: str) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """TensorBoard event files for a run, through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package).
 
 Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, ``episode/``, ``learner/``,
-``time/``); docs/metrics.md says what each one means and when to worry.
+``health/``, ``time/``); docs/metrics.md says what each one means and when to worry.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ TAGS = {
     "grad_norm": "learner/grad_norm",
     "learning_rate": "learner/learning_rate",
     "valid_fraction": "learner/valid_fraction",
+    "incidents": "health/incidents",
+    "messages_dropped": "health/messages_dropped",
 }
 
 

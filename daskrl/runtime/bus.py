@@ -1,8 +1,9 @@
 """The topic bus: signals to slots between components, peer to peer over Dask's own comms.
 
-Each worker runs a :class:`BusPlugin`. It keeps a :class:`Bus`: the components living in this process, the
-routing table pushed by the scheduler's :class:`~daskrl.runtime.registry.BusRegistry`, and one batched stream
-per peer worker (a comm opened with ``{"op": "connection_stream"}``, read by the peer's ``stream_handlers``).
+Each worker's :class:`~daskrl.runtime.worker_plugin.WorkerPlugin` keeps one :class:`Bus`: the components living
+on that worker, the routing table pushed by the scheduler's :class:`~daskrl.runtime.registry.BusRegistry`, and
+one batched stream per peer worker (a comm opened with ``{"op": "connection_stream"}``, read by the peer's
+``stream_handlers``). Several workers in one process (``--serial``) each have their own.
 
 - A publish from any thread only appends to a per-peer buffer; one callback on the worker's event loop
   flushes all buffers (so a burst of signals costs one loop wake-up, and order per sender/receiver is kept).
@@ -17,38 +18,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import weakref
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
-
-from distributed.batched import BatchedSend
-from distributed.comm import connect
-from distributed.diagnostics.plugin import WorkerPlugin
-from tornado.ioloop import PeriodicCallback
+from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.errors import PayloadError
-from daskrl.runtime import shm
+from daskrl.runtime import dask_internals
+from daskrl.runtime.incidents import Incidents
 
 if TYPE_CHECKING:
-    from daskrl.runtime.component import Component
+    from distributed.batched import BatchedSend
 
 logger = logging.getLogger(__name__)
 
 STREAM_OP = "daskrl-bus"
-PLUGIN_NAME = "daskrl-bus"
 _NATIVE_SCALARS = (str, int, float, bool, type(None), bytes)
-
-_current: Bus | None = None
-
-
-def current_bus() -> Bus:
-    """The bus of this worker process (raises if the plugin is not installed here)."""
-    if _current is None:
-        raise RuntimeError(
-            "the daskrl topic bus is not running in this process: components must run on Dask workers of a "
-            "cluster opened with daskrl.runtime.connect_cluster (which installs the bus plugin)"
-        )
-    return _current
 
 
 def check_payload(payload: Any, where: str, _depth: int = 0) -> None:
@@ -76,6 +59,22 @@ def check_payload(payload: Any, where: str, _depth: int = 0) -> None:
     )
 
 
+class Resident(Protocol):
+    """What the bus and the worker's housekeeping need of a component living on the worker (a
+    :class:`~daskrl.runtime.component.Component`)."""
+
+    name: str
+
+    def deliver(self, slot_name: str, payload: Any, topic: str = "") -> None:
+        """Queue a slot call for the component's own thread (thread-safe)."""
+
+    def close_now(self) -> None:
+        """Release what the component owns at once (the worker is closing)."""
+
+    async def stop(self) -> dict:
+        """Stop the component's thread and release what it owns."""
+
+
 class _Peer:
     """The outgoing batched stream to one peer worker, plus what waits while it connects."""
 
@@ -86,13 +85,13 @@ class _Peer:
 
 
 class Bus:
-    """Per-process endpoint of the topic bus (see module docstring)."""
+    """One worker's endpoint of the topic bus (see module docstring)."""
 
     def __init__(self, worker) -> None:
         self.worker = worker
         self.address: str = worker.address
         self.loop = worker.loop
-        self.components: dict[str, Component] = {}
+        self.components: dict[str, Resident] = {}
         self.routes: dict[str, dict] = {}
         self.routes_version = -1
         self._rr: dict[str, int] = defaultdict(int)  # round-robin position per work queue
@@ -100,7 +99,12 @@ class Bus:
         self._pending: dict[str, list] = defaultdict(list)
         self._flush_scheduled = False
         self._peers: dict[str, _Peer] = {}
+        #: messages sent to peers, received from them, delivered within this worker, and dropped (no subscriber,
+        #: a receiver that is gone, a peer that cannot be reached); components report these with their stats
         self.counters = {"sent": 0, "received": 0, "local": 0, "dropped": 0, "handler_errors": 0}
+        # drops happen in normal operation too (a message to a component that just stopped), so they are
+        # logged at info level: the counts in every component's stats are what the runner and dashboard show
+        self.incidents = Incidents(logger, f"bus of {self.address}", level=logging.INFO)
 
     # ---- routing table (from the scheduler) ----
 
@@ -117,7 +121,7 @@ class Bus:
         check_payload(payload, where or topic)
         route = self.routes.get(topic)
         if not route or not route["subs"]:
-            self.counters["dropped"] += 1
+            self._drop("dropped-no-subscriber", f"nobody takes topic {topic!r}")
             return 0
         subs = route["subs"]
         if route["mode"] == "one":
@@ -129,10 +133,10 @@ class Bus:
             if address == self.address:
                 component = self.components.get(receiver)
                 if component is not None:
-                    component.enqueue(slot, payload, topic)
+                    component.deliver(slot, payload, topic)
                     self.counters["local"] += 1
                 else:
-                    self.counters["dropped"] += 1
+                    self._drop("dropped-receiver-gone", f"{receiver!r} is no longer on this worker ({topic!r})")
             else:
                 with self._lock:
                     self._pending[address].append([receiver, slot, topic, payload])
@@ -163,7 +167,7 @@ class Bus:
                     self.counters["sent"] += len(messages)
                     continue
                 except Exception as exc:  # peer gone: the registry will drop its routes
-                    logger.info("bus stream to %s closed (%s); reconnecting", address, exc)
+                    self.incidents.note("stream-closed", f"to {address}: {exc}")
                     peer.stream = None
             peer.backlog.extend(messages)
             if not peer.connecting:
@@ -172,19 +176,14 @@ class Bus:
 
     async def _connect(self, address: str, peer: _Peer) -> None:
         try:
-            comm = await connect(address, **self.worker.connection_args)
-            comm.name = "daskrl-bus"
-            await comm.write({"op": "connection_stream"})
-            stream = BatchedSend(interval="1ms", loop=self.loop)
-            stream.start(comm)
+            stream = await dask_internals.open_batched_stream(address, self.worker, "daskrl-bus")
             backlog, peer.backlog = peer.backlog, []
             if backlog:
                 stream.send({"op": STREAM_OP, "m": backlog})
                 self.counters["sent"] += len(backlog)
             peer.stream = stream
         except Exception as exc:
-            self.counters["dropped"] += len(peer.backlog)
-            logger.warning("daskrl bus: cannot reach %s (%s); %d messages dropped", address, exc, len(peer.backlog))
+            self._drop("dropped-peer-unreachable", f"{address}: {exc}", len(peer.backlog))
             peer.backlog = []
         finally:
             peer.connecting = False
@@ -192,145 +191,29 @@ class Bus:
     # ---- receiving ----
 
     def on_stream(self, m: list, **_: Any) -> None:
-        """Stream handler: enqueue each message into its component. Never raises (that would kill the comm)."""
+        """Stream handler (Dask passes the message's other fields as keywords): hand each message to its
+        component. Never raises: that would kill the connection for every component on it."""
         try:
             for receiver, slot, topic, payload in m:
                 component = self.components.get(receiver)
                 if component is None:
-                    self.counters["dropped"] += 1
+                    self._drop("dropped-receiver-gone", f"{receiver!r} is no longer on this worker ({topic!r})")
                     continue
-                component.enqueue(slot, payload, topic)
+                component.deliver(slot, payload, topic)
             self.counters["received"] += len(m)
-        except Exception:  # pragma: no cover - defensive: a malformed message must not kill the stream
+        except Exception as exc:  # pragma: no cover - defensive: a malformed message must not kill the stream
             self.counters["handler_errors"] += 1
-            logger.exception("daskrl bus: malformed message dropped")
+            self.incidents.note("malformed-message", exc)
+
+    def _drop(self, kind: str, cause: str, count: int = 1) -> None:
+        self.counters["dropped"] += count
+        self.incidents.note(kind, cause)
 
     async def close(self) -> None:
-        for peer in self._peers.values():
+        for address, peer in self._peers.items():
             if peer.stream is not None:
                 try:
                     peer.stream.abort()
-                except Exception:
-                    pass
+                except Exception as exc:  # already closed from the other side: nothing left to release
+                    self.incidents.note("stream-abort-failed", f"to {address}: {exc}")
         self._peers.clear()
-
-
-def _exit_with_owner(pid: int, period_s: float = 1.0) -> None:
-    """An embedded cluster's worker outliving its driver (SIGKILLed) would keep its shared memory and CPU:
-    when the driver is gone, release the segments and exit."""
-    import os
-    import time
-
-    while True:
-        time.sleep(period_s)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shm.close_owned()
-            os._exit(0)
-        except PermissionError:
-            pass
-
-
-class ReleasedComponentWatch:
-    """Stops components whose actor Dask has released, once a second.
-
-    Dask releases a driver's actors when its client goes away: SIGKILLed, or cut off from the scheduler. An
-    embedded cluster's workers exit with their driver (``_exit_with_owner``), but the workers of a cluster
-    that outlives the run (``--scheduler``) would keep the components running: stepping envs, holding shared
-    memory and registry names. A component only counts once it has been seen among the worker's actors: the
-    actor is stored there after the component's constructor returns, so a new one must not look released."""
-
-    def __init__(self, bus: Bus, worker) -> None:
-        self.bus, self.worker = bus, worker
-        self.held: weakref.WeakSet = weakref.WeakSet()
-
-    async def check(self) -> None:
-        actors = {id(actor) for actor in self.worker.state.actors.values() if actor is not None}
-        for component in list(self.bus.components.values()):
-            if id(component) in actors:
-                self.held.add(component)
-            elif component in self.held:
-                self.held.discard(component)
-                logger.warning("daskrl: component %r was released by Dask (its driver's client is gone): "
-                               "stopping it", component.name)
-                try:
-                    await component.stop()
-                except Exception:  # pragma: no cover - stopping is best effort; the next check sees it gone
-                    logger.exception("daskrl: stopping released component %r failed", component.name)
-
-
-def _sweep_dead_owners(period_s: float = 5.0) -> None:
-    """Remove segments whose owner process died, every ``period_s`` seconds, while this worker runs.
-
-    The sweep at worker start is not enough: when a driver is SIGKILLed, Dask's nanny pipe ends its workers
-    with ``os._exit`` at once (before ``_exit_with_owner`` can release anything), and a run started right then
-    sweeps while those owners are still alive."""
-    import time
-
-    while True:
-        time.sleep(period_s)
-        try:
-            shm.sweep(dead_only=True)
-        except Exception:  # pragma: no cover - a sweep is best effort
-            logger.debug("daskrl: periodic segment sweep failed", exc_info=True)
-
-
-def _ignore_terminal_interrupt() -> None:
-    """Ctrl-C in a terminal reaches every process of the foreground group, embedded workers included; only
-    the driver should act on it (checkpoint, stop the components, exit 0), so its workers ignore it."""
-    import signal
-
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: this worker was not started by a local nanny
-        pass
-
-
-class BusPlugin(WorkerPlugin):
-    """Installs the topic bus, shared-memory RPC handlers and the leftover-segment sweep on each worker."""
-
-    name = PLUGIN_NAME
-    idempotent = True  # a second run on the same cluster shares the one bus
-
-    def __init__(self, preload_torch: bool = True, owner_pid: int | None = None) -> None:
-        self.preload_torch = preload_torch
-        self.owner_pid = owner_pid  # embedded clusters: the driver; when it dies (even SIGKILL), so do we
-
-    async def setup(self, worker) -> None:
-        global _current
-        if self.preload_torch:
-            try:  # the first torch payload would otherwise pay the import (0.1-1.4 s)
-                import torch  # noqa: F401
-            except ImportError:
-                pass
-        import daskrl  # noqa: F401  (so user classes unpickle with daskrl importable)
-
-        shm.sweep(dead_only=True)  # leftovers of processes that died (SIGKILL, crashed runs)
-        bus = Bus(worker)
-        _current = bus
-        worker.stream_handlers[STREAM_OP] = bus.on_stream
-        worker.handlers["daskrl_bus_routes"] = bus.set_routes
-        worker.handlers["daskrl_shm_read"] = shm.serve_read
-        worker.handlers["daskrl_shm_write"] = shm.serve_write
-        reply = await worker.scheduler.daskrl_bus_hello(address=worker.address)
-        bus.set_routes(reply["routes"], reply["version"])
-        threading.Thread(target=_sweep_dead_owners, name="daskrl-shm-sweep", daemon=True).start()
-        self._watch = PeriodicCallback(ReleasedComponentWatch(bus, worker).check, 1000)
-        self._watch.start()
-        if self.owner_pid:
-            threading.Thread(target=_exit_with_owner, args=(self.owner_pid,), name="daskrl-owner-watch",
-                             daemon=True).start()
-            _ignore_terminal_interrupt()
-
-    async def teardown(self, worker) -> None:
-        global _current
-        if getattr(self, "_watch", None) is not None:
-            self._watch.stop()
-        bus = _current
-        if bus is not None:
-            for component in list(bus.components.values()):
-                component.close_now()
-            await bus.close()
-        shm.close_owned()
-        _current = None

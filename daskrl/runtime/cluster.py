@@ -1,7 +1,9 @@
 """Cluster access: one function that returns a ready ``Client``, embedded or existing.
 
 ``connect_cluster()`` starts an embedded ``LocalCluster`` sized to the machine (worker processes with one
-thread each); ``connect_cluster("tcp://host:8786")`` or ``connect_cluster(client)`` uses an existing cluster.
+thread each; with ``processes=False`` the workers run as threads of this process, for debugging with pdb and for
+tests where processes are not the point); ``connect_cluster("tcp://host:8786")`` or ``connect_cluster(client)``
+uses an existing cluster.
 Either way the daskrl plugins are installed (bus registry and dashboard page on the scheduler, bus + shared
 memory on every worker, which also imports daskrl and torch at start), and :meth:`ClusterSession.close` closes
 only what this call opened: never a cluster or client the user brought.
@@ -31,9 +33,9 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from daskrl.errors import ClusterAccessError
-from daskrl.runtime import shm
-from daskrl.runtime.bus import BusPlugin
+from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.registry import BusRegistry
+from daskrl.runtime.worker_plugin import WorkerPlugin
 
 TLS_FLAGS = "--tls-ca-file, --tls-cert and --tls-key"
 
@@ -122,10 +124,7 @@ def prestart_worker_server(preload_torch: bool = True) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 
-    from distributed.utils import get_mp_context
-
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        ctx = get_mp_context()
+    ctx = dask_internals.forkserver_context()
     ctx.set_forkserver_preload(_WORKER_MODULES)
     threading.Thread(target=forkserver.ensure_running, name="daskrl-forkserver", daemon=True).start()
 
@@ -207,11 +206,14 @@ def connect_cluster(
     run_id: str | None = None,
     preload_torch: bool = True,
     timeout: float = 60.0,
+    processes: bool = True,
+    scheduler_plugins: tuple = (),
 ) -> ClusterSession:
     """Return a ready :class:`ClusterSession` (see module docstring).
 
     ``security``: a ``distributed.security.Security`` (see :func:`tls_security`) for a TLS cluster, or for an
-    embedded cluster whose every connection should use TLS.
+    embedded cluster whose every connection should use TLS. ``scheduler_plugins`` are installed after daskrl's
+    own (the runner adds the dashboard page this way).
     """
     cluster = None
     if isinstance(scheduler, Client):
@@ -220,11 +222,11 @@ def connect_cluster(
         client = _open_client(scheduler, security, timeout)
         owns = True
     elif scheduler is None:
-        with _fast_worker_start(preload_torch):
+        with _fast_worker_start(preload_torch and processes):
             cluster = LocalCluster(
                 n_workers=n_workers or default_n_workers(),
                 threads_per_worker=1,
-                processes=True,
+                processes=processes,
                 dashboard_address=dashboard_address,
                 memory_limit=memory_limit,
                 silence_logs=logging.WARNING,
@@ -235,12 +237,10 @@ def connect_cluster(
     else:
         raise TypeError(f"scheduler must be an address, a distributed.Client or None, not {type(scheduler).__name__}")
     try:
-        from daskrl.monitor.dashboard import DashboardPlugin
-
-        client.register_plugin(BusRegistry())
-        client.register_plugin(DashboardPlugin())
-        client.register_plugin(BusPlugin(preload_torch=preload_torch,
-                                         owner_pid=os.getpid() if cluster is not None else None))
+        for plugin in (BusRegistry(), *scheduler_plugins):
+            client.register_plugin(plugin)
+        client.register_plugin(WorkerPlugin(preload_torch=preload_torch,
+                                            owner_pid=os.getpid() if cluster is not None else None))
     except Exception:
         if owns:
             client.close()

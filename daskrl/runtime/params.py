@@ -41,7 +41,7 @@ class ParameterPublisher:
         self.data = component.create_array((nbytes,), np.uint8, "params")
         self.version = 0
         self.remote = remote or shm.force_comms()
-        self.variable_name = f"daskrl-params-{component.config.get('run_id', 'norun')}-{component.name}"
+        self.variable_name = f"daskrl-params-{component.run_id}-{component.name}"
         self._futures: deque = deque(maxlen=3)
 
     @property
@@ -109,9 +109,6 @@ class ParameterReader:
             self.component.counters["params_shm_reads" if self.local else "params_comms_reads"] += 1
         return got
 
-    def latest_version(self) -> int:
-        return int(self.header.array[1]) if self.local else -1
-
     def _read_local(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None:
         header = self.header.array
         for _ in range(1000):
@@ -142,11 +139,18 @@ class ParameterReader:
         self._next_poll = now + self.remote_poll_s
         try:
             future = self._variable.get(timeout=5)
-        except Exception:  # nothing published yet
+        except TimeoutError:  # nothing published yet: the Variable has no value to hand out
+            return None
+        except Exception as exc:  # the scheduler did not answer: tried again at the next poll, but told
+            self.component.incidents.note("params-read-failed", exc)
             return None
         if future.key == self._last_key:
             return None
-        payload = future.result(timeout=30)
+        try:
+            payload = future.result(timeout=30)
+        except Exception as exc:  # the publisher's worker is gone (a restarting learner): tried again later
+            self.component.incidents.note("params-read-failed", exc)
+            return None
         self._last_key = future.key
         if payload["version"] <= version:
             return None

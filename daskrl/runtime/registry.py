@@ -19,9 +19,12 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from daskrl.runtime import dask_internals
+
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "daskrl-bus-registry"
+#: the scheduler event topic on which the registry reports components lost with their worker
 FAULT_TOPIC = "daskrl-faults"
 
 
@@ -50,7 +53,7 @@ class BusRegistry(SchedulerPlugin):
             "daskrl_unsubscribe": self.unsubscribe,
             "daskrl_components": self.list_components,
         }
-        scheduler.handlers.update(handlers)
+        dask_internals.add_scheduler_handlers(scheduler, handlers)
 
     # ---- handlers (called by workers and clients over RPC) ----
 

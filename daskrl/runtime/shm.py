@@ -45,10 +45,13 @@ def force_comms() -> bool:
 
 
 def host_of(address: str | None) -> str:
-    """The host part of a Dask address (``tcp://10.0.0.2:4567`` -> ``10.0.0.2``); segments never cross hosts."""
+    """The host part of a Dask address (``tcp://10.0.0.2:4567`` -> ``10.0.0.2``; an in-process worker's
+    ``inproc://10.0.0.2/<pid>/<n>`` -> ``10.0.0.2``); segments never cross hosts."""
     if not address:
         return socket.gethostname()
-    rest = address.split("://", 1)[-1]
+    scheme, _, rest = address.rpartition("://")
+    if scheme == "inproc":
+        return rest.split("/", 1)[0]
     return rest.rsplit(":", 1)[0].strip("[]")
 
 

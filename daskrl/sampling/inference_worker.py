@@ -1,9 +1,9 @@
 """The inference worker: one batched forward pass for whatever requests are waiting.
 
-It consumes the policy's work queue (each request goes to exactly one inference worker), reads the
-observations from the requesters' shared-memory slots, writes actions, log-probs, values and its policy
-version back into those slots, and answers each requester on its ``actions:<worker>`` queue. New parameter
-versions are picked up between batches.
+It consumes the policy's work queue (each :class:`~daskrl.protocol.InferenceRequest` goes to exactly one
+inference worker), reads the observations from the requesters' shared-memory slots, writes actions, log-probs,
+values and its policy version back into those slots, and answers each requester on its ``actions:<worker>``
+queue. New parameter versions are picked up between batches.
 """
 
 from __future__ import annotations
@@ -12,47 +12,43 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.envs.spaces import EnvSpaces
-from daskrl.runtime.component import Component, slot
+from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
+from daskrl.runtime.component import Component
+from daskrl.runtime.signals import slot
 from daskrl.sampling.policy import SamplingPolicy
-from daskrl.sampling.rollout_worker import actions_queue
 from daskrl.sampling.trajectories import attach_slots, read_step, write_step
+from daskrl.setups import InferenceSetup
 
 
 class InferenceWorker(Component):
     """See module docstring."""
 
-    def on_configure(self, *, spaces: dict, model: dict | None = None, params: dict | None = None,
-                     seed: int = 0, numpy_inference: bool = True, inference_precision: str = "auto",
-                     **_: Any) -> None:
-        self.spaces = EnvSpaces.from_dict(spaces)
-        self.policy = SamplingPolicy(self, self.spaces, model or {}, params, seed, numpy_inference,
-                                     inference_precision)
-        self.pending: list[dict] = []
+    def on_configure(self, setup: InferenceSetup) -> None:
+        self.policy = SamplingPolicy(self, setup.policy)
+        self.pending: list[InferenceRequest] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.requests = 0
         self.batches = 0
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running."""
-        attached = await self._run_in_thread(
-            lambda: {name: attach_slots(self, descs) for name, descs in buffers.items()})
-        self.workers.update(attached)
-        return sorted(self.workers)
+
+        def attach() -> list[str]:
+            self.workers.update({name: attach_slots(self, descs) for name, descs in buffers.items()})
+            return sorted(self.workers)
+
+        return await self.on_own_thread(attach)
 
     async def set_params(self, desc: dict) -> None:
         """Read parameters from a new publisher (a restarted learner)."""
+        await self.on_own_thread(self.policy.follow, self, desc)
 
-        def switch() -> None:
-            from daskrl.runtime.params import ParameterReader
-
-            self.policy.reader = ParameterReader(self, desc)
-            self.policy.version = -1
-
-        await self.on_own_thread(switch)
+    async def policy_weights(self) -> dict:
+        """The version and weights this worker's policy acts with."""
+        return await self.on_own_thread(self.policy.weights)
 
     @slot
-    def on_request(self, payload: dict) -> None:
+    def on_request(self, payload: InferenceRequest) -> None:
         self.pending.append(payload)
 
     def run_once(self) -> bool:
@@ -83,7 +79,8 @@ class InferenceWorker(Component):
                 write_step(v["values"], slot_index, t, values[start:end])
                 write_step(v["policy_version"], slot_index, t, self.policy.version)
                 start = end
-                self.put(actions_queue(r["w"]), {"s": r["s"], "slot": slot_index, "t": t})
+                answer: ActionsReady = {"s": r["s"], "slot": slot_index, "t": t}
+                self.put(actions_queue(r["w"]), answer)
         self.requests += len(batch)
         self.batches += 1
         return True

@@ -12,20 +12,10 @@ import torch
 
 from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.models.actor_critic import ActorCritic
+from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
-
-
-def build_model(spaces: EnvSpaces, model_cfg: dict[str, Any], seed: int = 0) -> ActorCritic:
-    """The one place where config turns into a network (learner and samplers build the same one)."""
-    torch.manual_seed(seed)
-    return ActorCritic(
-        spaces,
-        encoder=model_cfg.get("encoder", "auto"),
-        hidden=tuple(model_cfg.get("hidden_sizes", (64, 64))),
-        activation=model_cfg.get("activation", "tanh"),
-        normalize_obs=model_cfg.get("normalize_obs", False),
-    )
+from daskrl.runtime.params import ParameterReader
+from daskrl.setups import PolicySetup
 
 
 def cpu_has_native_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -55,24 +45,36 @@ def resolve_precision(setting: str, spaces: EnvSpaces) -> str:
 class SamplingPolicy:
     """``act(obs)`` with the newest parameters; ``refresh()`` pulls a newer version if there is one."""
 
-    def __init__(self, component, spaces: EnvSpaces, model_cfg: dict[str, Any], params_desc: dict | None,
-                 seed: int = 0, numpy_inference: bool = True, precision: str = "auto") -> None:
+    def __init__(self, component: Any, setup: PolicySetup) -> None:
+        """``component`` owns the parameter reader (its counters record each version taken); None in tests that
+        act without parameters."""
         torch.set_num_threads(1)  # one busy component per core: intra-op threads would only fight
-        self.model = build_model(spaces, model_cfg, seed)
+        self.model = build_model(setup.spaces, setup.model, setup.seed)
         self.model.eval()
-        self.precision = resolve_precision(precision, spaces)
+        self.precision = resolve_precision(setup.inference_precision, setup.spaces)
         if self.precision == "bfloat16":
             self.model.use_bfloat16_encoders()
         # float32 MLP policies act through the numpy fast path (same function, a fraction of torch's per-op
         # overhead)
-        self.fast = NumpyPolicy(self.model, np.random.default_rng(seed)) \
-            if numpy_inference and self.precision == "float32" and NumpyPolicy.supports(self.model) else None
+        self.fast = NumpyPolicy(self.model, np.random.default_rng(setup.seed)) \
+            if setup.numpy_inference and self.precision == "float32" and NumpyPolicy.supports(self.model) else None
         self.version = 0
-        self.reader = None
-        if params_desc is not None:
-            from daskrl.runtime.params import ParameterReader
+        self.reader = ParameterReader(component, setup.params) if setup.params is not None else None
+        self.published: dict[str, np.ndarray] | None = None  # the weights of ``version`` as published (float32)
 
-            self.reader = ParameterReader(component, params_desc)
+    def follow(self, component: Any, params: dict) -> None:
+        """Read parameters from a new publisher (a restarted learner) and take whatever version it has next."""
+        self.reader = ParameterReader(component, params)
+        self.version = -1
+
+    def weights(self) -> dict[str, Any]:
+        """The version and weights this policy acts with (float32 numpy), e.g. for a learner restarted before its
+        first checkpoint."""
+        if self.published is None:  # the initial weights (no version taken yet); numpy has no bfloat16
+            return {"version": self.version, "weights": {
+                k: (v.float() if v.dtype == torch.bfloat16 else v).detach().numpy().copy()
+                for k, v in self.model.state_dict().items()}}
+        return {"version": self.version, "weights": self.published}
 
     def refresh(self) -> bool:
         """Load newer parameters if published; True if the model changed."""
@@ -83,6 +85,7 @@ class SamplingPolicy:
             return False
         self.version, state = got
         self.model.load_state_dict_numpy(state)
+        self.published = state
         if self.fast is not None:
             self.fast.refresh()
         return True

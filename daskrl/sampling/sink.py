@@ -6,22 +6,22 @@ sampler's real ceiling on a machine.
 
 from __future__ import annotations
 
-from typing import Any
-
-from daskrl.runtime.component import Component, slot
-from daskrl.sampling.rollout_worker import free_queue
+from daskrl.protocol import FreeSlots, TrajectoryReady, free_queue
+from daskrl.runtime.component import Component
+from daskrl.runtime.signals import slot
 
 
 class SamplingSink(Component):
-    def on_configure(self, **_: Any) -> None:
+    def on_configure(self, setup: None) -> None:
         self.frames = 0
         self.slots = 0
 
     @slot
-    def on_trajectory(self, payload: dict) -> None:
+    def on_trajectory(self, payload: TrajectoryReady) -> None:
         self.frames += payload["frames"]
         self.slots += 1
-        self.put(free_queue(payload["worker"]), {"slots": [payload["slot"]]})
+        freed: FreeSlots = {"slots": [payload["slot"]], "inc": payload["inc"]}
+        self.put(free_queue(payload["worker"]), freed)
 
     def extra_stats(self) -> dict:
         return {"frames": self.frames, "slots": self.slots}

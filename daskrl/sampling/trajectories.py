@@ -20,8 +20,6 @@ import numpy as np
 
 from daskrl.envs.spaces import EnvSpaces
 
-FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "values", "policy_version")
-
 
 @dataclass(frozen=True)
 class SlotLayout:

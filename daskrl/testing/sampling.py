@@ -5,13 +5,19 @@ copies of what it receives, and a parameter source whose versions are recognizab
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
+from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.runtime.component import Component, slot
-from daskrl.sampling.rollout_worker import free_queue
+from daskrl.models.actor_critic import build_model
+from daskrl.protocol import FreeSlots, TrajectoryReady, free_queue
+from daskrl.runtime.component import Component
+from daskrl.runtime.params import ParameterPublisher
+from daskrl.runtime.signals import slot
 from daskrl.sampling.trajectories import attach_slots
 
 
@@ -25,6 +31,12 @@ def poison_value(dtype: np.dtype) -> Any:
     return -1
 
 
+@dataclass(frozen=True)
+class CollectorSetup:
+    max_keep: int = 100_000  # slots copied at most (later ones are counted, not kept)
+    poison: bool = True  # overwrite each slot before handing it back
+
+
 class SlotCollector(Component):
     """Consumes full slots like the learner does: copies each slot when ``trajectory_ready`` arrives (up to
     ``max_keep``), then poisons it and hands it back on ``free:<worker>``.
@@ -34,26 +46,28 @@ class SlotCollector(Component):
     slots and comes to rest.
     """
 
-    def on_configure(self, max_keep: int = 100_000, poison: bool = True, **_: Any) -> None:
-        self.max_keep = max_keep
-        self.poison = poison
+    def on_configure(self, setup: CollectorSetup) -> None:
+        self.max_keep = setup.max_keep
+        self.poison = setup.poison
         self.views: dict[str, dict[str, np.ndarray]] = {}
         self.kept: list[dict[str, Any]] = []
         self.seen: dict[str, int] = defaultdict(int)
         self.frames = 0
         self.holding = False
         self.held: dict[str, list[int]] = defaultdict(list)
+        self.incarnations: dict[str, str] = {}
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
-        attached = await self._run_in_thread(
-            lambda: {name: attach_slots(self, descs)
-                     for name, descs in buffers.items()})
-        self.views.update(attached)
-        return sorted(self.views)
+        def attach() -> list[str]:
+            self.views.update({name: attach_slots(self, descs) for name, descs in buffers.items()})
+            return sorted(self.views)
+
+        return await self.on_own_thread(attach)
 
     @slot
-    def on_trajectory(self, payload: dict) -> None:
+    def on_trajectory(self, payload: TrajectoryReady) -> None:
         worker, index = payload["worker"], payload["slot"]
+        self.incarnations[worker] = payload["inc"]
         view = self.views[worker]
         if len(self.kept) < self.max_keep:
             self.kept.append({"worker": worker, "slot": index, "frames": payload["frames"],
@@ -69,7 +83,8 @@ class SlotCollector(Component):
         if self.poison:
             for array in self.views[worker].values():
                 array[index] = poison_value(array.dtype)
-        self.put(free_queue(worker), {"slots": [index]})
+        freed: FreeSlots = {"slots": [index], "inc": self.incarnations[worker]}
+        self.put(free_queue(worker), freed)
 
     def _set_hold(self, on: bool) -> None:
         self.holding = on
@@ -99,33 +114,36 @@ def sharpen_actor(weights: dict[str, np.ndarray], scale: float) -> dict[str, np.
             for k, v in weights.items()}
 
 
-def source_weights(spaces: dict, model: dict | None, seed: int = 0, actor_scale: float = 1.0) -> dict[str, np.ndarray]:
+def source_weights(spaces: EnvSpaces, model: ModelConfig, seed: int, actor_scale: float) -> dict[str, np.ndarray]:
     """The weights a :class:`PolicySource` publishes (before it sets the value head to the version number)."""
-    from daskrl.sampling.policy import build_model
-
-    net = build_model(EnvSpaces.from_dict(spaces), model or {}, seed)
+    net = build_model(spaces, model, seed)
     return sharpen_actor(net.state_dict_numpy(), actor_scale)
 
 
-def expected_log_probs(spaces: dict, model_cfg: dict, precision: str, actor_scale: float, obs: np.ndarray,
+def expected_log_probs(spaces: EnvSpaces, model: ModelConfig, precision: str, actor_scale: float, obs: np.ndarray,
                        actions: np.ndarray) -> np.ndarray:
     """Log-probs [T, N] of the actions under the PolicySource's policy in ``precision``, one step's envs at a time
     (the batch an inline worker acted on). Run it in a worker process to check a sampler's bfloat16 numbers
     exactly: the same bfloat16 forward pass rounds differently in a process started with other thread settings
     (measured: OMP_NUM_THREADS=1 at start-up, as the cluster's workers have it, moved features by one bfloat16
     step)."""
-    import torch
-
-    from daskrl.sampling.policy import build_model
-
-    net = build_model(EnvSpaces.from_dict(spaces), model_cfg)
-    net.load_state_dict_numpy(source_weights(spaces, model_cfg, actor_scale=actor_scale))
+    net = build_model(spaces, model, 0)
+    net.load_state_dict_numpy(source_weights(spaces, model, 0, actor_scale))
     net.eval()
     if precision == "bfloat16":
         net.use_bfloat16_encoders()
     with torch.no_grad():
         return np.stack([net.evaluate(torch.from_numpy(o), torch.from_numpy(a))[0].numpy()
                          for o, a in zip(obs, actions, strict=True)])
+
+
+@dataclass(frozen=True)
+class PolicySourceSetup:
+    spaces: EnvSpaces
+    model: ModelConfig = field(default_factory=ModelConfig)
+    seed: int = 0  # the initial weights are build_model's with this seed (like the learner's)
+    remote: bool = False  # also publish over Dask comms
+    actor_scale: float = 1.0  # see sharpen_actor
 
 
 class PolicySource(Component):
@@ -136,12 +154,9 @@ class PolicySource(Component):
     sharpens the action head (:func:`sharpen_actor`).
     """
 
-    def on_configure(self, *, spaces: dict, model: dict | None = None, seed: int = 0, remote: bool = False,
-                     actor_scale: float = 1.0, **_: Any) -> None:
-        from daskrl.runtime.params import ParameterPublisher
-
-        self.weights = source_weights(spaces, model, seed, actor_scale)
-        self.publisher = ParameterPublisher(self, self.weights, remote=remote)
+    def on_configure(self, setup: PolicySourceSetup) -> None:
+        self.weights = source_weights(setup.spaces, setup.model, setup.seed, setup.actor_scale)
+        self.publisher = ParameterPublisher(self, self.weights, remote=setup.remote)
 
     async def desc(self) -> dict:
         return self.publisher.desc

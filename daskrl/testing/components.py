@@ -1,13 +1,19 @@
-"""Small real components for the runtime's tests and the bus benchmark (importable on every worker)."""
+"""Small real components for the runtime's tests and the bus benchmark (importable on every worker).
+
+Each is configured like a production component, with a frozen setup (``None`` where it needs none).
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from daskrl.runtime.component import Component, signal, slot
+from daskrl.runtime.component import Component
+from daskrl.runtime.params import ParameterPublisher, ParameterReader
+from daskrl.runtime.signals import signal, slot
 
 
 class Emitter(Component):
@@ -19,7 +25,7 @@ class Emitter(Component):
 
     async def burst(self, n: int, queue: str | None = None, start: int = 0) -> None:
         """Emit ``n`` ticks (or queue items) on the component thread, after anything already queued."""
-        self.enqueue("_do_burst", {"n": n, "queue": queue, "start": start})
+        self.deliver("_do_burst", {"n": n, "queue": queue, "start": start})
 
     def _do_burst(self, args: dict) -> None:
         for i in range(args["start"], args["start"] + args["n"]):
@@ -43,10 +49,16 @@ class Emitter(Component):
         return array.desc
 
 
+@dataclass(frozen=True)
+class RecorderSetup:
+    fail_on: int | None = None  # the item number whose delivery raises (a failing slot)
+
+
 class Recorder(Component):
     """Records what arrives at its slots, with arrival times."""
 
-    def on_configure(self, fail_on: int | None = None, **_: Any) -> None:
+    def on_configure(self, setup: RecorderSetup | None) -> None:
+        fail_on = setup.fail_on if setup is not None else None
         self.items: list = []
         self.latencies: list[float] = []
         self.fail_on = fail_on
@@ -69,26 +81,30 @@ class Recorder(Component):
 
     async def read_array(self, desc: dict) -> list:
         """Read a segment by its descriptor on the component thread (shared memory or comms)."""
-        return (await self._run_in_thread(lambda: self.attach_array(desc).read())).tolist()
+        return (await self.on_own_thread(lambda: self.attach_array(desc).read())).tolist()
 
     async def attached_kind(self, desc: dict) -> str:
-        return type(await self._run_in_thread(self.attach_array, desc)).__name__
+        return type(await self.on_own_thread(self.attach_array, desc)).__name__
+
+
+@dataclass(frozen=True)
+class ParamWriterSetup:
+    size: int = 1000  # float32 weights per version
+    remote: bool = False  # also publish over Dask comms
 
 
 class ParamWriter(Component):
     """Publishes parameter versions (a learner stand-in for the parameter-store tests and benchmark)."""
 
-    def on_configure(self, size: int = 1000, remote: bool = False, **_: Any) -> None:
-        from daskrl.runtime.params import ParameterPublisher
-
-        self.example = {"w": np.zeros(size, np.float32), "step": np.zeros((), np.int64)}
-        self.publisher = ParameterPublisher(self, self.example, remote=remote)
+    def on_configure(self, setup: ParamWriterSetup) -> None:
+        self.example = {"w": np.zeros(setup.size, np.float32), "step": np.zeros((), np.int64)}
+        self.publisher = ParameterPublisher(self, self.example, remote=setup.remote)
 
     async def desc(self) -> dict:
         return self.publisher.desc
 
     async def publish_n(self, n: int, interval_s: float = 0.002) -> None:
-        self.enqueue("_do_publish", {"n": n, "interval": interval_s})
+        self.deliver("_do_publish", {"n": n, "interval": interval_s})
 
     def _do_publish(self, args: dict) -> None:
         for _ in range(args["n"]):
@@ -102,18 +118,17 @@ class ParamWriter(Component):
 
 
 class ParamWatcher(Component):
-    """Polls for newer parameter versions in its hot loop and records what it saw."""
+    """Polls for newer parameter versions in its hot loop and records what it saw; its setup is the parameter
+    block's description."""
 
-    def on_configure(self, desc: dict | None = None, **_: Any) -> None:
-        self.desc = desc
+    def on_configure(self, setup: dict) -> None:
+        self.desc = setup
         self.seen: list[list] = []
         self.version = 0
         self.reader = None
 
     def run_once(self) -> bool:
         if self.reader is None:
-            from daskrl.runtime.params import ParameterReader
-
             self.reader = ParameterReader(self, self.desc)
         got = self.reader.newer_than(self.version)
         if got is None:
@@ -137,10 +152,10 @@ class Bencher(Component):
         """{"desc": segment description, "t0": time the write started}"""
 
     async def paced(self, n: int, interval_s: float) -> None:
-        self.enqueue("_do_paced", {"n": n, "interval": interval_s})
+        self.deliver("_do_paced", {"n": n, "interval": interval_s})
 
     def _do_paced(self, args: dict) -> None:
-        bus, interval = self._bus, args["interval"]
+        bus, interval = self.bus, args["interval"]
         for i in range(args["n"]):
             bus.publish(f"{self.name}.tick", {"i": i, "src": self.name, "t": time.time()})
             if interval:
@@ -151,7 +166,7 @@ class Bencher(Component):
         """paced ticks for latency"""
 
     async def shm_handoff(self, nbytes: int, reps: int) -> None:
-        self.enqueue("_do_shm_handoff", {"nbytes": nbytes, "reps": reps})
+        self.deliver("_do_shm_handoff", {"nbytes": nbytes, "reps": reps})
 
     def _do_shm_handoff(self, args: dict) -> None:
         source = np.random.default_rng(0).integers(0, 255, args["nbytes"], dtype=np.uint8)
@@ -180,7 +195,7 @@ class Bencher(Component):
 class Receiver(Component):
     """The receiving side of :class:`Bencher`: records one-way times."""
 
-    def on_configure(self, **_: Any) -> None:
+    def on_configure(self, setup: None) -> None:
         self.delays: list[float] = []
         self.count = 0
         self.first_sent = None
@@ -218,23 +233,30 @@ class Receiver(Component):
         return out
 
     async def reset(self) -> None:
-        self.on_configure()
+        self.on_configure(None)
 
     async def noop(self, i: int) -> int:
         return i
+
+
+@dataclass(frozen=True)
+class SlowSetup:
+    seconds: float = 0.0  # spent in configure
+    start_s: float = 0.0  # spent in on_start
+    fail: bool = False  # raise in configure instead
 
 
 class SlowToConfigure(Component):
     """Takes ``seconds`` to configure, as a rollout worker building 32 Atari envs does (14 s here), then
     ``start_s`` in ``on_start`` before its loop turns (resetting them: 0.6 s)."""
 
-    def on_configure(self, *, seconds: float = 0.0, start_s: float = 0.0, fail: bool = False, **_: Any) -> None:
+    def on_configure(self, setup: SlowSetup) -> None:
         began = time.time()
-        time.sleep(seconds)
-        if fail:
+        time.sleep(setup.seconds)
+        if setup.fail:
             raise RuntimeError("this component was told to fail in configure")
         self.span = (began, time.time())
-        self.start_s = start_s
+        self.start_s = setup.start_s
 
     async def configure_span(self) -> tuple[float, float]:
         """(began, ended) of configure, in wall-clock seconds: comparable across processes on one host."""

@@ -1,0 +1,197 @@
+"""The live components of one run, by role: the one place that creates, wires, recreates and stops them.
+
+Creating a run's components and recreating one after a fault are the same steps (spawn with the role's setup from
+:func:`~daskrl.setups.role_setups`, attach slot buffers, hand over parameters, start), so both live here, and the
+runner and the recovery both call them. Components are known by role (:class:`Role`), never by class name, so a
+subclass of a component class is recreated like the class it replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from daskrl.config import Config
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.errors import ComponentError
+from daskrl.learning.learner import Learner
+from daskrl.placement import Placement, Role
+from daskrl.protocol import policy_queue, wire_sampling_graph
+from daskrl.runtime.cluster import ClusterSession
+from daskrl.runtime.handles import ComponentHandle, spawn, spawn_all
+from daskrl.runtime.shm import force_comms, host_of
+from daskrl.runtime.signals import SlotRef
+from daskrl.sampling.inference_worker import InferenceWorker
+from daskrl.sampling.rollout_worker import RolloutWorker
+from daskrl.sampling.sink import SamplingSink
+from daskrl.setups import RoleSetups, role_setups
+
+
+class Fleet:
+    """The components of one run (see the module docstring). ``create`` starts them all; ``recreate`` one."""
+
+    def __init__(self, session: ClusterSession, config: Config, spaces: EnvSpaces, placement: Placement,
+                 warn: Callable[[str], None]) -> None:
+        """``warn`` tells the user about a problem that does not stop the run (a sampler that missed an update)."""
+        self.client, self.run_id, self.warn = session.client, session.run_id, warn
+        self.config, self.spaces, self.placement = config, spaces, placement
+        self.learner: ComponentHandle | None = None
+        self.sink: ComponentHandle | None = None
+        self.rollout: list[ComponentHandle] = []
+        self.inference: list[ComponentHandle] = []
+        self.params: dict | None = None  # the learner's parameter block, as readers attach it
+        self.buffers: dict[str, dict] = {}  # rollout worker name -> its slot arrays
+        # readers on another host than the learner need the parameters over Dask comms too
+        self.remote_params = force_comms() or any(
+            host_of(a) != host_of(placement.learner) for a in placement.rollout + placement.inference)
+
+    def setups(self) -> RoleSetups:
+        """Every role's setup as of now (the parameter block changes when the learner restarts)."""
+        return role_setups(self.config, self.spaces, self.params, self.remote_params)
+
+    # ---- who is who ----
+
+    def components(self) -> list[ComponentHandle]:
+        return [h for h in (self.learner, self.sink) if h is not None] + self.rollout + self.inference
+
+    def samplers(self) -> list[ComponentHandle]:
+        return self.rollout + self.inference
+
+    def role_of(self, name: str) -> Role | None:
+        if self.learner is not None and name == self.learner.name:
+            return Role.LEARNER
+        if self.sink is not None and name == self.sink.name:
+            return Role.SINK
+        if any(h.name == name for h in self.rollout):
+            return Role.ROLLOUT
+        if any(h.name == name for h in self.inference):
+            return Role.INFERENCE
+        return None
+
+    @property
+    def consumer(self) -> ComponentHandle:
+        """Where full trajectory slots go: the learner, or the sampling-only sink."""
+        consumer = self.learner if self.learner is not None else self.sink
+        assert consumer is not None, "create() makes the consumer first"
+        return consumer
+
+    # ---- creating ----
+
+    def create(self, resume_state: dict | None) -> None:
+        """Create, wire and start every component; the learner continues from ``resume_state`` when given."""
+        p = self.placement
+        if self.config.run.sampling_only:
+            self.sink = self._spawn(SamplingSink, "sink", p.rollout[0], None)
+        else:
+            self.learner = self._spawn(Learner, "learner", p.learner, self.setups().learner)
+            if resume_state is not None:
+                self.learner.call("load_state", resume_state, int(resume_state.get("env_steps", 0)), timeout=120)
+            self.params = self.learner.call("params_desc")
+        setups = self.setups()
+        spawn_all(self.client, [(RolloutWorker, f"rollout_{i}", host, setup)
+                                for i, (host, setup) in enumerate(zip(p.rollout, setups.rollout, strict=True))],
+                  run_id=self.run_id, created=self.rollout)
+        for handle in self.rollout:
+            self.buffers[handle.name] = handle.call("buffers")
+        if setups.inference is not None:
+            spawn_all(self.client, [(InferenceWorker, f"inference_{j}", host, setups.inference)
+                                    for j, host in enumerate(p.inference)], run_id=self.run_id, created=self.inference)
+            for handle in self.inference:
+                handle.call("attach_workers", self.buffers)
+        wire_sampling_graph(self.client, self.rollout, self.inference, self._consumer_slot(), policy_queue())
+        if self.learner is not None:
+            self.learner.call("attach_workers", self.buffers)
+        for handle in [self.consumer, *self.inference, *self.rollout]:
+            handle.call("start")
+
+    # ---- recreating after a fault ----
+
+    def recreate(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
+        """Recreate a lost rollout worker, inference worker or sink on ``worker`` under the same name (the bus
+        registry keeps its subscriptions by name, so its traffic finds it again) with exactly the setup the
+        first one got. A lost learner is :meth:`recreate_learner`'s, which needs to know where to start from."""
+        role = self.role_of(handle.name)
+        if role is Role.ROLLOUT:
+            index = self.rollout.index(handle)
+            new = self._spawn(handle.cls, handle.name, worker, self.setups().rollout[index])
+            buffers = self.buffers[handle.name] = new.call("buffers")
+            if self.learner is not None:
+                self.learner.call("attach_workers", {handle.name: buffers})
+            self._each(self.inference, "attach_workers", {handle.name: buffers})
+            self.rollout[index] = new
+        elif role is Role.INFERENCE:
+            new = self._spawn(handle.cls, handle.name, worker, self.setups().inference)
+            new.call("attach_workers", self.buffers)
+            self.inference[self.inference.index(handle)] = new
+        elif role is Role.SINK:
+            new = self.sink = self._spawn(handle.cls, handle.name, worker, None)
+        else:
+            raise ValueError(f"{handle.name!r} is a {role}: recreate_learner() restarts a learner")
+        new.call("start")
+        if role is Role.SINK:
+            self._reclaim_slots()  # the slots the dead sink held are never coming back
+        return new
+
+    def recreate_learner(self, worker: str, state: dict | None = None, weights: dict | None = None,
+                         env_steps: int = 0) -> ComponentHandle:
+        """Restart the learner on ``worker`` from a checkpoint ``state``, or from published ``weights``
+        (``{"version", "weights"}``), or from its initial weights; then every sampler follows its parameters."""
+        assert self.learner is not None
+        new = self._spawn(self.learner.cls, self.learner.name, worker, self.setups().learner)
+        if state is not None:
+            new.call("load_state", state, env_steps, timeout=120)
+        elif weights is not None:
+            new.call("load_weights", weights["version"], weights["weights"], env_steps, timeout=120)
+        self.params = new.call("params_desc")
+        new.call("attach_workers", self.buffers)
+        new.call("start")
+        self.learner = new
+        self._each(self.samplers(), "set_params", self.params)
+        self._reclaim_slots()  # the slots the dead learner held are never coming back
+        return new
+
+    def newest_policy_weights(self) -> dict[str, Any] | None:
+        """The newest ``{"version", "weights"}`` any sampler acts with (None when none answers): what a learner
+        lost before its first checkpoint published last, as far as it reached the samplers."""
+        newest = None
+        for component in self.samplers():
+            try:
+                got = component.call("policy_weights", timeout=30)
+            except ComponentError:  # a sampler lost at the same time: the others may have it
+                continue
+            if got is not None and (newest is None or got["version"] > newest["version"]):
+                newest = got
+        return newest
+
+    # ---- stopping ----
+
+    def stop(self, handles: Sequence[ComponentHandle]) -> list[dict]:
+        """Stop these components; returns each one's final stats, or ``{"name", "error"}`` for one that could not
+        be stopped (already gone), so the rest are still stopped."""
+        out = []
+        for handle in handles:
+            try:
+                out.append(handle.call("stop", timeout=30))
+            except ComponentError as exc:
+                out.append({"name": handle.name, "error": str(exc)})
+        return out
+
+    # ---- internals ----
+
+    def _spawn(self, cls: type, name: str, worker: str | None, setup: Any) -> ComponentHandle:
+        return spawn(self.client, cls, name, run_id=self.run_id, worker=worker, setup=setup)
+
+    def _consumer_slot(self) -> SlotRef:
+        return self.consumer.on_trajectory
+
+    def _reclaim_slots(self) -> None:
+        self._each(self.rollout, "reclaim_slots")
+
+    def _each(self, handles: Sequence[ComponentHandle], method: str, *args: Any) -> None:
+        """Call ``method`` on each component; one that fails (lost at the same time: it is recreated with what it
+        needs) is told about, and the others still get the call."""
+        for handle in handles:
+            try:
+                handle.call(method, *args)
+            except ComponentError as exc:
+                self.warn(f"{handle.name} did not take {method}(): {exc}")

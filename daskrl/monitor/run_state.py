@@ -1,0 +1,121 @@
+"""What the runner knows about a run at each report, and the row it logs (CSV, TensorBoard, dashboard).
+
+Everything here is derived from the statistics the components report; nothing talks to the cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from daskrl.monitor.stats import EpisodeWindow, FrameRate
+from daskrl.runtime.shm import host_of
+
+
+class EnvStepTally:
+    """Env steps of the whole run from each rollout worker's own counter. A lost worker's counter dies with it:
+    its last reported count is kept (:meth:`lose`), and its replacement counts from zero."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, int] = {}
+        self.lost = 0
+
+    def update(self, worker: str, env_steps: int) -> None:
+        self.current[worker] = int(env_steps)
+
+    def lose(self, worker: str) -> None:
+        self.lost += self.current.pop(worker, 0)
+
+    @property
+    def total(self) -> int:
+        return sum(self.current.values()) + self.lost
+
+
+@dataclass
+class RunState:
+    """What the runner knows about the run at each report."""
+
+    started: float = field(default_factory=time.monotonic)
+    env_steps: int = 0
+    env_steps_offset: int = 0  # steps of the runs this one resumed
+    elapsed_offset: float = 0.0
+    episodes: EpisodeWindow = field(default_factory=EpisodeWindow)
+    fps: FrameRate = field(default_factory=FrameRate)
+    tally: EnvStepTally = field(default_factory=EnvStepTally)
+    learner: dict = field(default_factory=dict)
+    shares: dict = field(default_factory=dict)
+    incidents: dict = field(default_factory=dict)  # kind -> count, over the driver and every component
+    messages_dropped: int = 0  # bus messages that found no receiver, over all workers
+    best_return: float = -math.inf
+    reached_return_at: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def row(self) -> dict[str, Any]:
+        m = self.learner.get("metrics", {})
+        return {
+            "time_s": round(self.elapsed + self.elapsed_offset, 3),
+            "env_steps": self.env_steps,
+            "fps": round(self.fps.rate, 1),
+            "episode_return_mean": self.episodes.mean_return,
+            "episode_return_std": self.episodes.std_return,
+            "episode_length_mean": self.episodes.mean_length,
+            "episodes": self.episodes.total,
+            "policy_version": self.learner.get("policy_version", 0),
+            "policy_lag": m.get("version_diff", math.nan),
+            "loss": m.get("loss", math.nan),
+            "policy_loss": m.get("policy_loss", math.nan),
+            "value_loss": m.get("value_loss", math.nan),
+            "entropy": m.get("entropy", math.nan),
+            "approx_kl": m.get("approx_kl", math.nan),
+            "clip_fraction": m.get("clip_fraction", math.nan),
+            "grad_norm": m.get("grad_norm", math.nan),
+            "learning_rate": m.get("lr", math.nan),
+            "valid_fraction": m.get("valid_fraction", math.nan),
+            "incidents": sum(self.incidents.values()),
+            "messages_dropped": self.messages_dropped,
+        }
+
+
+def merge_incidents(driver: dict[str, int], stats: list[dict]) -> dict[str, int]:
+    """Incident counts of the driver and of every component (by kind)."""
+    out = dict(driver)
+    for s in stats:
+        for kind, count in s.get("incidents", {}).items():
+            out[kind] = out.get(kind, 0) + int(count)
+    return out
+
+
+def messages_dropped(stats: list[dict]) -> int:
+    """Bus messages dropped over all workers (components on one worker share its bus: counted once)."""
+    per_worker = {s.get("address"): int(s.get("bus", {}).get("dropped", 0)) for s in stats}
+    return sum(per_worker.values())
+
+
+def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any]:
+    """How the data moved: trajectory slots the batcher copied from shared memory (same host) or fetched over Dask
+    comms (other hosts), parameter versions readers took either way, per component and in total."""
+    out: dict[str, Any] = {"slots_shm": 0, "slots_comms": 0, "params_shm_reads": 0, "params_comms_reads": 0,
+                           "remote_params": False, "hosts": [], "components": {}}
+    hosts = set()
+    for name, s in sorted(last_stats.items()):
+        counters, batcher = s.get("counters", {}), s.get("batcher", {})
+        entry = {"cls": s.get("cls"), "address": s.get("address"), "host": host_of(s.get("address")),
+                 "params_shm_reads": int(counters.get("params_shm_reads", 0)),
+                 "params_comms_reads": int(counters.get("params_comms_reads", 0))}
+        hosts.add(entry["host"])
+        if batcher:
+            entry.update(slots_shm=int(batcher.get("slots_shm", 0)), slots_comms=int(batcher.get("slots_comms", 0)))
+            out["slots_shm"] += entry["slots_shm"]
+            out["slots_comms"] += entry["slots_comms"]
+        if name == learner:
+            out["remote_params"] = bool(s.get("remote_params", False))
+        out["params_shm_reads"] += entry["params_shm_reads"]
+        out["params_comms_reads"] += entry["params_comms_reads"]
+        out["components"][name] = entry
+    out["hosts"] = sorted(hosts)
+    return out

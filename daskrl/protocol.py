@@ -1,0 +1,128 @@
+"""The messages of a run, in one place: queue and topic names, what each payload holds, and the wiring.
+
+The data path, with the message on each arrow (payloads are msgpack-native dicts: indices, never arrays)::
+
+    RolloutWorker --InferenceRequest on policy:<p>--> InferenceWorker     (remote inference only)
+    InferenceWorker --ActionsReady on actions:<w>--> RolloutWorker
+    RolloutWorker --TrajectoryReady (signal)--> Learner (its batcher) or SamplingSink
+    Learner/SamplingSink --FreeSlots on free:<w>--> RolloutWorker
+    Learner --ParamsUpdated (signal)--> anyone who listens (samplers poll the parameter block instead)
+
+``policy:``, ``actions:`` and ``free:`` are work queues (each message to exactly one taker); signals go to every
+connected slot. :func:`wire_sampling_graph` makes all these connections for a set of components, and
+:func:`wire_rollout` / :func:`wire_inference` for one newcomer. The scheduler event topics (low-rate control,
+metrics and fault events, never data) are listed at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from daskrl.runtime.component import ERROR_TOPIC
+from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.registry import FAULT_TOPIC
+from daskrl.runtime.signals import SlotRef
+from daskrl.runtime.wiring import add_consumer, connect
+
+# ---- queue names ----
+
+
+def policy_queue(policy: str = "default") -> str:
+    """Inference requests for one policy; its inference workers take them."""
+    return f"policy:{policy}"
+
+
+def actions_queue(worker: str) -> str:
+    """Answers of inference to one rollout worker."""
+    return f"actions:{worker}"
+
+
+def free_queue(worker: str) -> str:
+    """Slots handed back to one rollout worker by whoever consumed them."""
+    return f"free:{worker}"
+
+
+# ---- payloads ----
+
+
+class InferenceRequest(TypedDict):
+    """Rollout worker ``w`` needs actions for split ``s``, whose observations are at step ``t`` of slot ``slot``
+    (short keys: one of these travels per split and env step)."""
+
+    w: str
+    s: int
+    slot: int
+    t: int
+
+
+class ActionsReady(TypedDict):
+    """Actions, log-probs and values for split ``s`` at step ``t`` of ``slot`` are written into the slot."""
+
+    s: int
+    slot: int
+    t: int
+
+
+class TrajectoryReady(TypedDict):
+    """Slot ``slot`` of rollout worker ``worker`` is full: ``frames`` env steps, written by incarnation ``inc``
+    of that worker (a recreated worker has new memory, so older announcements are ignored)."""
+
+    worker: str
+    slot: int
+    frames: int
+    inc: str
+
+
+class FreeSlots(TypedDict):
+    """The consumer is done with these slots of incarnation ``inc``; the rollout worker may fill them again."""
+
+    slots: list[int]
+    inc: str
+
+
+class ParamsUpdated(TypedDict):
+    """The learner published policy version ``version``."""
+
+    version: int
+
+
+# ---- wiring ----
+
+
+def wire_rollout(client: Any, rollout: ComponentHandle, consumer: SlotRef) -> None:
+    """Full slots of ``rollout`` go to ``consumer``; freed slots and inference answers come back to it."""
+    connect(rollout.trajectory_ready, consumer, client)
+    add_consumer(free_queue(rollout.name), rollout.on_free, client)
+    add_consumer(actions_queue(rollout.name), rollout.on_actions, client)
+
+
+def wire_inference(client: Any, inference: ComponentHandle, queue: str) -> None:
+    """``inference`` takes its share of the requests on ``queue``."""
+    add_consumer(queue, inference.on_request, client)
+
+
+def wire_sampling_graph(client: Any, rollout: list[ComponentHandle], inference: list[ComponentHandle],
+                        consumer: SlotRef, queue: str) -> None:
+    """Every connection of the data path (see the module docstring), in force everywhere on return."""
+    for handle in inference:
+        wire_inference(client, handle, queue)
+    for handle in rollout:
+        wire_rollout(client, handle, consumer)
+
+
+# ---- scheduler event topics ----
+
+#: one row of metrics per report, from the runner to the dashboard page
+METRICS_TOPIC = "daskrl-metrics"
+#: a lost component that was recreated (or a learner restarted), with the time it took
+RECOVERIES_TOPIC = "daskrl-recoveries"
+#: a component whose loop has not turned for --heartbeat-timeout seconds, with its stack
+HEARTBEATS_TOPIC = "daskrl-heartbeats"
+#: an env that raised and was rebuilt (first report of each distinct error)
+ENV_ERRORS_TOPIC = "daskrl-env-errors"
+
+__all__ = [
+    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "RECOVERIES_TOPIC",
+    "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "TrajectoryReady", "actions_queue",
+    "free_queue", "policy_queue", "wire_inference", "wire_rollout", "wire_sampling_graph",
+]

@@ -1,0 +1,127 @@
+"""The parts of Dask that daskrl uses beyond its public API, each behind one small function.
+
+Dask keeps these stable in practice but promises nothing about them, so they live here and nowhere else, and
+``tests/test_dask_internals.py`` exercises every one against the installed Dask: after an upgrade that changes
+one, that test fails with the name of the function, instead of a run hanging somewhere far away.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from distributed.batched import BatchedSend
+from distributed.comm import connect
+from distributed.diagnostics.plugin import SchedulerPlugin  # noqa: F401  (the base of daskrl's scheduler plugins)
+from distributed.utils import sync
+
+
+def actor_address(actor: Any) -> str:
+    """The address of the worker that holds an actor (``Actor._address``)."""
+    return actor._address
+
+
+def worker_actors(worker: Any) -> list[Any]:
+    """The actor instances a worker holds now (``worker.state.actors``)."""
+    return [actor for actor in worker.state.actors.values() if actor is not None]
+
+
+def add_worker_handlers(worker: Any, rpc: dict[str, Callable], streams: dict[str, Callable]) -> None:
+    """Serve ``rpc`` handlers (``worker.handlers``) and batched-stream handlers (``worker.stream_handlers``)."""
+    worker.handlers.update(rpc)
+    worker.stream_handlers.update(streams)
+
+
+def add_scheduler_handlers(scheduler: Any, rpc: dict[str, Callable]) -> None:
+    """Serve RPC handlers on the scheduler (``scheduler.handlers``), as the scheduler's own extensions do."""
+    scheduler.handlers.update(rpc)
+
+
+async def open_batched_stream(address: str, worker: Any, name: str) -> BatchedSend:
+    """A batched stream from ``worker`` to the worker at ``address``: messages ``{"op": NAME, ...}`` sent on it
+    reach ``stream_handlers[NAME]`` there, in order (the connection's first message opens the peer's stream)."""
+    comm = await connect(address, **worker.connection_args)
+    comm.name = name
+    await comm.write({"op": "connection_stream"})
+    stream = BatchedSend(interval="1ms", loop=worker.loop)
+    stream.start(comm)
+    return stream
+
+
+def run_sync(loop: Any, fn: Callable[..., Coroutine], *args: Any, **kwargs: Any) -> Any:
+    """Run coroutine function ``fn`` on the event loop ``loop`` from another thread, and wait for its result."""
+    return sync(loop, fn, *args, **kwargs)
+
+
+def call_stack(frame: types.FrameType) -> list[str]:
+    """A thread's stack, formatted the way Dask's profiler prints it."""
+    from distributed.profile import call_stack as format_stack
+
+    return format_stack(frame)
+
+
+def forkserver_context() -> Any:
+    """The multiprocessing context Dask's nannies start workers with when told to use the forkserver."""
+    import dask
+    from distributed.utils import get_mp_context
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        return get_mp_context()
+
+
+# ---- the scheduler's dashboard ----
+
+
+def dashboard_bokeh_app(scheduler: Any) -> Any | None:
+    """Dask's own Bokeh application on the scheduler's HTTP server, or None when the dashboard is off."""
+    app = getattr(scheduler, "http_application", None)
+    if app is None:
+        return None
+    try:
+        from bokeh.server.tornado import BokehTornado
+    except ImportError:
+        return None
+    return next((a for a in getattr(app, "applications", []) if isinstance(a, BokehTornado)), None)
+
+
+def add_dashboard_page(scheduler: Any, route: str, make_document: Callable, prefix: str) -> bool:
+    """Serve a Bokeh page at ``<prefix><route>`` on the scheduler's dashboard, with Dask's navigation bar when it
+    can be had (``make_document(scheduler, template_variables, doc)`` builds one session's document; its second
+    argument is None without the bar). The page is added to Dask's navigation bar too."""
+    from distributed.dashboard.core import BokehApplication
+    from tornado.ioloop import IOLoop
+
+    variables: dict[str, Any] = {}
+    try:
+        from distributed.dashboard.scheduler import template_variables
+
+        variables = template_variables(scheduler)
+        page = route.strip("/")
+        if page not in variables["pages"]:
+            variables["pages"].append(page)
+    except Exception:  # an older or newer Dask without the bar: the page still works
+        variables = {}
+
+    def document(_scheduler: Any, extra: dict, doc: Any) -> None:  # Bokeh's per-session call, through Dask
+        make_document(scheduler, extra if variables else None, doc)
+
+    app = BokehApplication({route: document}, scheduler, prefix=prefix, template_variables=variables)
+    scheduler.http_application.add_application(app)
+    app.initialize(IOLoop.current())
+    app.start()
+    return bool(variables)
+
+
+def apply_dask_template(doc: Any, template_variables: dict) -> None:
+    """Give a Bokeh document Dask's page template and theme (the navigation bar of every dashboard page)."""
+    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+
+    doc.template = env.get_template("simple.html")
+    doc.template_variables.update(template_variables)
+    doc.theme = BOKEH_THEME
+
+
+def add_http_routes(scheduler: Any, routes: list[tuple]) -> None:
+    """Add tornado routes ``(pattern, handler, kwargs)`` to the scheduler's HTTP server."""
+    scheduler.http_application.add_handlers(r".*", routes)

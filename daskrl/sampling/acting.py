@@ -1,0 +1,162 @@
+"""Where a rollout worker's actions come from: its own policy copy (inline) or inference workers (remote).
+
+Both strategies fill the same trajectory slots through the same rollout-worker code; the worker only tells its
+strategy when to begin, turns its hot loop through it, and says when a split has moved on to a new slot:
+
+- :class:`InlineActing`: the worker runs the policy itself, in its hot loop, one batched forward pass per split
+  and step, with no message at all (the fast path for cheap envs on CPUs);
+- :class:`RemoteActing`: for each split and step the worker puts an :class:`~daskrl.protocol.InferenceRequest` on
+  the policy's work queue; an inference worker writes actions, log-probs and values into the slot and answers
+  with :class:`~daskrl.protocol.ActionsReady`, which steps that split. With two splits one steps while the other
+  waits. A request whose inference worker died is sent again after :data:`REQUEST_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from daskrl.errors import EnvStepError
+from daskrl.protocol import ActionsReady, InferenceRequest
+from daskrl.runtime.timing import Timing
+from daskrl.sampling.policy import SamplingPolicy
+from daskrl.setups import PolicySetup
+
+#: seconds after which an unanswered inference request is sent again (its inference worker may have died)
+REQUEST_TIMEOUT_S = 5.0
+
+
+class RolloutWorker(Protocol):
+    """What a strategy uses of its :class:`~daskrl.sampling.rollout_worker.RolloutWorker`: the splits, where each
+    one stands (slot and step), the slot arrays it writes, and the worker's own services."""
+
+    name: str
+    groups: list  # one EnvGroup per split
+    split_slot: list[int | None]  # the slot each split fills (None: waiting for a free one)
+    split_t: list[int]  # the step of that slot it is at
+    obs: np.ndarray
+    actions: np.ndarray
+    log_probs: np.ndarray
+    values: np.ndarray
+    policy_version: np.ndarray
+    timing: Timing
+    counters: dict[str, float]
+
+    def step_split(self, s: int) -> bool:
+        """Step split ``s`` with the actions written at its current step; True when that filled its slot."""
+
+    def put(self, queue_name: str, payload: Any) -> int:
+        """Hand ``payload`` to one consumer of a work queue."""
+
+    def add_timer(self, period_s: float, fn: Callable[[], Any]) -> None:
+        """Call ``fn`` every ``period_s`` seconds on the worker's thread."""
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        """Stop the worker for good, recording why."""
+
+
+class InlineActing:
+    """The rollout worker runs its own copy of the policy (see the module docstring)."""
+
+    def __init__(self, worker: RolloutWorker, setup: PolicySetup) -> None:
+        self.worker = worker
+        self.policy = SamplingPolicy(worker, setup)
+
+    def begin(self) -> None:
+        """Nothing to ask for: the hot loop acts."""
+
+    def run_once(self) -> bool:
+        w = self.worker
+        with w.timing("params"):
+            self.policy.refresh()
+        worked = False
+        for s in range(len(w.groups)):
+            slot_index = w.split_slot[s]
+            if slot_index is None:  # waiting for a free slot
+                continue
+            t = w.split_t[s]
+            with w.timing("inference"):
+                actions, log_probs, values = self.policy.act(w.obs[slot_index, t])
+            w.actions[slot_index, t] = actions
+            w.log_probs[slot_index, t] = log_probs
+            w.values[slot_index, t] = values
+            w.policy_version[slot_index, t] = self.policy.version
+            w.step_split(s)
+            worked = True
+        return worked
+
+    def slot_started(self, s: int) -> None:
+        """The next turn of the hot loop acts for it."""
+
+    def on_actions(self, payload: ActionsReady) -> None:
+        self.worker.counters["unexpected_answers"] += 1  # nobody is asked for actions: an answer is a wiring bug
+
+    def follow(self, params: dict) -> None:
+        self.policy.follow(self.worker, params)
+
+    def weights(self) -> dict[str, Any] | None:
+        return self.policy.weights()
+
+    def stats(self) -> dict[str, Any]:
+        return {"policy_version": self.policy.version, "inference_precision": self.policy.precision}
+
+
+class RemoteActing:
+    """Inference workers act for the rollout worker (see the module docstring)."""
+
+    def __init__(self, worker: RolloutWorker, queue: str) -> None:
+        self.worker, self.queue = worker, queue
+        self.requested_at = [0.0] * len(worker.groups)  # when each split's pending request went out
+        worker.add_timer(1.0, self.resend_lost_requests)
+
+    def begin(self) -> None:
+        for s in range(len(self.worker.groups)):
+            self.request(s)
+
+    def run_once(self) -> bool:
+        return False  # driven by the answers (on_actions)
+
+    def slot_started(self, s: int) -> None:
+        self.request(s)
+
+    def request(self, s: int) -> None:
+        w = self.worker
+        self.requested_at[s] = time.monotonic()
+        request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}
+        w.put(self.queue, request)
+
+    def on_actions(self, payload: ActionsReady) -> None:
+        """Inference wrote actions for split ``s`` at its current step: step it and ask again."""
+        w, s = self.worker, payload["s"]
+        if payload["slot"] != w.split_slot[s] or payload["t"] != w.split_t[s]:
+            w.counters["stale_answers"] += 1  # an answer to a request that was sent again
+            return
+        self.requested_at[s] = 0.0
+        try:
+            finished = w.step_split(s)
+        except EnvStepError as exc:
+            w.fail(f"split {s}", exc)
+            return
+        if not finished:
+            self.request(s)  # a finished slot's next request comes with slot_started
+
+    def resend_lost_requests(self) -> None:
+        """A request whose inference worker died is never answered: ask again (answers are checked against the
+        split's current step, so a late duplicate is ignored)."""
+        now, w = time.monotonic(), self.worker
+        for s, slot_index in enumerate(w.split_slot):
+            if slot_index is not None and self.requested_at[s] and now - self.requested_at[s] > REQUEST_TIMEOUT_S:
+                w.counters["requests_resent"] += 1
+                self.request(s)
+
+    def follow(self, params: dict) -> None:
+        """No policy here: the inference workers follow the new parameters."""
+
+    def weights(self) -> dict[str, Any] | None:
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        return {"policy_version": None, "inference_precision": None}

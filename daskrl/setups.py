@@ -1,0 +1,102 @@
+"""What each component is configured with: one frozen dataclass per role, built from a :class:`Config` in one place.
+
+Components never read options with fallback defaults of their own: :func:`role_setups` turns the run's config into
+these setups, and the fleet hands the same function's output to the first incarnation of a component and to every
+one recreated after a fault, so a recreated component cannot quietly run with other settings. The config sections
+inside are copies, so a setup does not change when the caller's config does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from daskrl.config import Config, EnvConfig, LearnerConfig, ModelConfig
+from daskrl.envs.registry import registered_factory
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.protocol import policy_queue
+
+
+@dataclass(frozen=True)
+class PolicySetup:
+    """How a sampler builds and runs the policy: the network, where its parameters are published, the fast paths."""
+
+    spaces: EnvSpaces
+    model: ModelConfig
+    params: dict | None  # the learner's parameter block; None: the initial weights stay (sampling only)
+    seed: int
+    numpy_inference: bool
+    inference_precision: str
+
+
+@dataclass(frozen=True)
+class RolloutSetup:
+    """One rollout worker: its envs, its trajectory slots, and the policy it runs inline (None: remote inference
+    answers its requests on ``policy_queue``)."""
+
+    env: EnvConfig
+    env_factory: Callable | None  # a factory registered with register_env in the driver, shipped to the worker
+    spaces: EnvSpaces
+    worker_index: int
+    num_envs: int
+    num_splits: int
+    rollout: int
+    slots_per_split: int
+    seed: int
+    env_failure_limit: int
+    policy_queue: str
+    policy: PolicySetup | None
+
+
+@dataclass(frozen=True)
+class InferenceSetup:
+    """One inference worker: the queue it takes requests from and the policy it runs."""
+
+    policy_queue: str
+    policy: PolicySetup
+
+
+@dataclass(frozen=True)
+class LearnerSetup:
+    """The learner: the network, the training options, and how many samples make one training step."""
+
+    spaces: EnvSpaces
+    model: ModelConfig
+    learner: LearnerConfig
+    samples_per_batch: int
+    total_env_steps: int
+    seed: int
+    remote_params: bool  # readers on other hosts: parameters are also published over Dask comms
+
+
+@dataclass(frozen=True)
+class RoleSetups:
+    learner: LearnerSetup | None
+    rollout: tuple[RolloutSetup, ...]
+    inference: InferenceSetup | None
+
+
+def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_params: bool) -> RoleSetups:
+    """Every component's setup for this run; ``params`` describes the learner's parameter block (None before the
+    learner exists, and in sampling-only runs)."""
+    c, s = config, config.sampler
+    model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
+
+    def policy(seed: int) -> PolicySetup:
+        return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision)
+
+    rollout = tuple(
+        RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
+                     env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
+                     num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
+                     slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
+                     policy_queue=policy_queue(),
+                     policy=policy(c.run.seed + 1000 * index) if s.inference == "inline" else None)
+        for index in range(s.num_workers))
+    inference = InferenceSetup(policy_queue(), policy(c.run.seed)) if s.inference == "remote" else None
+    learner = None if c.run.sampling_only else LearnerSetup(
+        spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
+        samples_per_batch=c.learner.batch_size * c.learner.num_batches_per_epoch,
+        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params)
+    return RoleSetups(learner, rollout, inference)

@@ -1,0 +1,131 @@
+"""Every piece of Dask that daskrl uses beyond its public API (daskrl.runtime.dask_internals), exercised against the
+installed Dask. When a Dask upgrade changes one of them, this test names it, instead of a run hanging elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from distributed import Client, LocalCluster, get_worker
+
+from daskrl.runtime import dask_internals
+
+RECEIVED: list = []  # what the probe stream handler got (workers run in this process)
+
+
+def _on_probe_stream(m, **_):
+    RECEIVED.append(m)
+
+
+class Holder:
+    """A plain actor."""
+
+    def where(self) -> str:
+        return get_worker().address
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address="127.0.0.1:0") as c, \
+            Client(c) as client:
+        yield c, client
+
+
+def test_actor_address_and_worker_actors(cluster):
+    _, client = cluster
+    worker = sorted(client.scheduler_info()["workers"])[1]
+    actor = client.submit(Holder, actor=True, workers=[worker]).result()
+    assert dask_internals.actor_address(actor) == worker == actor.where().result()
+    held = client.run(lambda dask_worker: len(dask_internals.worker_actors(dask_worker)), workers=[worker])
+    assert held[worker] == 1
+
+
+def test_worker_rpc_and_stream_handlers_and_batched_streams(cluster):
+    _, client = cluster
+    a, b = sorted(client.scheduler_info()["workers"])
+
+    def install(dask_worker):
+        dask_internals.add_worker_handlers(dask_worker, rpc={"probe_echo": lambda x: x * 2},
+                                           streams={"probe-stream": _on_probe_stream})
+
+    client.run(install, workers=[b])
+
+    async def send(dask_worker):
+        stream = await dask_internals.open_batched_stream(b, dask_worker, "probe")
+        for i in range(3):
+            stream.send({"op": "probe-stream", "m": i})
+        await asyncio.sleep(0.2)
+        stream.abort()
+        return await dask_worker.rpc(b).probe_echo(x=21)
+
+    assert client.run(send, workers=[a])[a] == 42
+    deadline = time.monotonic() + 5
+    while RECEIVED != [0, 1, 2] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert RECEIVED == [0, 1, 2], "the stream handler did not get the messages in order"
+
+
+def test_scheduler_handlers(cluster):
+    _, client = cluster
+    client.run_on_scheduler(lambda dask_scheduler: dask_internals.add_scheduler_handlers(
+        dask_scheduler, {"probe_sched": lambda: "here"}))
+    assert client.sync(client.scheduler.probe_sched) == "here"
+
+
+def test_run_sync_from_another_thread(cluster):
+    c, _ = cluster
+
+    async def double(x: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * x
+
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(dask_internals.run_sync(c.loop, double, 4)))
+    thread.start()
+    thread.join(10)
+    assert out == [8]
+
+
+def test_call_stack_formats_a_frame():
+    stack = dask_internals.call_stack(sys._getframe())
+    assert stack and any("test_call_stack_formats_a_frame" in line for line in stack)
+
+
+def test_forkserver_context():
+    assert dask_internals.forkserver_context().get_start_method() == "forkserver"
+
+
+def test_dashboard_page_routes_and_template(cluster):
+    c, client = cluster
+
+    def install(dask_scheduler):
+        app = dask_internals.dashboard_bokeh_app(dask_scheduler)
+        assert app is not None, "no Bokeh application on the scheduler's HTTP server"
+        prefix = app.prefix.rstrip("/") + "/"
+
+        def document(scheduler, template_variables, doc):
+            from bokeh.models import Div
+
+            doc.add_root(Div(text="probe page"))
+            if template_variables is not None:
+                dask_internals.apply_dask_template(doc, template_variables)
+
+        with_bar = dask_internals.add_dashboard_page(dask_scheduler, "/probe-page", document, prefix)
+        from tornado import web
+
+        class Hello(web.RequestHandler):
+            def get(self) -> None:
+                self.write("hello")
+
+        dask_internals.add_http_routes(dask_scheduler, [(f"{prefix}probe-api", Hello, {})])
+        return with_bar
+
+    assert client.run_on_scheduler(install) is True, "Dask's navigation bar (template variables) is gone"
+    base = f"http://127.0.0.1:{c.scheduler.http_server.port}"
+    assert urllib.request.urlopen(f"{base}/probe-api", timeout=10).read() == b"hello"
+    page = urllib.request.urlopen(f"{base}/probe-page", timeout=10).read().decode()
+    assert "bokeh" in page.lower() and "probe-page" in page

@@ -1,0 +1,181 @@
+"""The shape of the code, checked: no import cycle between daskrl's modules (imports inside functions and under
+TYPE_CHECKING included: they only hide a loop), no module over 450 lines, no behaviour chosen by comparing class
+names, and one source of defaults (config.py) for everything a component is configured with."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import daskrl
+from daskrl import setups
+from daskrl.config import SECTIONS
+from daskrl.runtime.component import Component
+
+PACKAGE = Path(daskrl.__file__).parent
+MAX_LINES = 450
+
+
+def modules() -> dict[str, Path]:
+    """Every module of daskrl by dotted name (a package by its own name, for its __init__.py)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The daskrl modules that ``name`` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle_between_modules():
+    mods = modules()
+    graph = {name: imports(name, path, set(mods)) for name, path in mods.items()}
+    assert sum(len(v) for v in graph.values()) > 50, "the import graph looks empty: the scan is broken"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_is_longer_than_450_lines():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (each probably does more than one job): {long}"
+
+
+def test_nothing_dispatches_on_a_class_name():
+    """Behaviour picked by comparing class names (``s["cls"] == "RolloutWorker"``) breaks for a subclass."""
+    trees = {name: ast.parse(path.read_text()) for name, path in modules().items()}
+    class_names = {node.name for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    offending = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in [node.left, *node.comparators]:
+                text = ast.unparse(operand)
+                if (isinstance(operand, ast.Constant) and operand.value in class_names) or \
+                        text.endswith((".__name__", ".__qualname__")) or '"cls"' in text or "'cls'" in text:
+                    offending.append(f"{name}: {ast.unparse(node)}")
+    assert not offending, offending
+
+
+# ---- one source of defaults ----
+
+CONFIG_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                   for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+CONFIGURED = ["daskrl.setups", "daskrl.fleet", "daskrl.sampling", "daskrl.learning", "daskrl.algo", "daskrl.models",
+              "daskrl.envs"]
+
+
+def configured_modules():
+    for name in CONFIGURED:
+        module = importlib.import_module(name)
+        yield module
+        for info in pkgutil.walk_packages(getattr(module, "__path__", []), prefix=name + "."):
+            yield importlib.import_module(info.name)
+
+
+def callables_of(module):
+    for _, obj in inspect.getmembers(module):
+        if getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if inspect.isfunction(obj):
+            yield obj.__qualname__, obj
+        elif inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if inspect.isfunction(member):
+                    yield f"{obj.__qualname__}.{attr}", member
+
+
+def test_no_component_default_differs_from_the_config():
+    """A parameter named like an option (``normalize_obs``, ``clip_ratio``...) on the path from a setup to a
+    component either has no default or config.py's: a fallback of its own would silently win whenever a caller
+    forgets to pass the option (it did: normalize_returns, value_clip, max_grad_norm, normalize_obs)."""
+    checked, differing = 0, []
+    for module in configured_modules():
+        for qualname, fn in callables_of(module):
+            for param in inspect.signature(fn).parameters.values():
+                if param.name in CONFIG_DEFAULTS and param.default is not inspect.Parameter.empty:
+                    checked += 1
+                    if param.default is not None and param.default != CONFIG_DEFAULTS[param.name]:
+                        differing.append(f"{module.__name__}.{qualname}({param.name}={param.default!r}): "
+                                         f"config.py says {CONFIG_DEFAULTS[param.name]!r}")
+    assert not differing, differing
+    assert checked >= 1, "no parameter was compared: the scan is broken"
+
+
+def test_the_default_check_would_catch_a_differing_default():
+    def with_other_default(normalize_obs: bool = not CONFIG_DEFAULTS["normalize_obs"]) -> None: ...
+
+    param = inspect.signature(with_other_default).parameters["normalize_obs"]
+    assert param.default != CONFIG_DEFAULTS[param.name]
+
+
+@pytest.mark.parametrize("setup", [setups.PolicySetup, setups.RolloutSetup, setups.InferenceSetup,
+                                   setups.LearnerSetup])
+def test_setups_are_frozen_and_have_no_defaults_of_their_own(setup):
+    assert setup.__dataclass_params__.frozen
+    with_defaults = [f.name for f in dataclasses.fields(setup)
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
+    assert not with_defaults, f"{setup.__name__} invents defaults: {with_defaults} (role_setups fills every field)"
+
+
+def test_components_are_configured_with_one_setup_and_nothing_else():
+    from daskrl.learning.learner import Learner
+    from daskrl.sampling.inference_worker import InferenceWorker
+    from daskrl.sampling.rollout_worker import RolloutWorker
+    from daskrl.sampling.sink import SamplingSink
+
+    for cls in (Learner, RolloutWorker, InferenceWorker, SamplingSink):
+        assert issubclass(cls, Component)
+        params = list(inspect.signature(cls.on_configure).parameters.values())
+        assert [p.name for p in params] == ["self", "setup"], f"{cls.__name__}.on_configure{params}"
+        assert all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
