@@ -8,11 +8,46 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
+import os
 import sys
+import tempfile
+import traceback
 import typing
+from typing import NoReturn
 
-from daskrl.config import SECTIONS, Config, ConfigError
+from daskrl.config import SECTIONS, Config
+from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, TrainingError
+from daskrl.experiment import ExperimentInUseError, run_log_path
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (the full usage is one ``--help`` away), and unknown options reported by
+    the command they were given to, with the nearest known one."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = self.commands.get(getattr(parsed, "command", None), self) if hasattr(self, "commands") else self
+            known = [o for action in command._actions for o in action.option_strings]
+            hint = difflib.get_close_matches(extra[0], known, n=1)
+            command.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {hint[0]}?)" if hint else ""))
+        return parsed
+
+
+def json_object(text: str) -> dict:
+    """A JSON object from the command line (``--env-kwargs '{"a": 1}'``)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"{text!r} is JSON but not an object")
+    return value
+
+
+json_object.__name__ = "JSON object"  # argparse names the type in its message: "invalid JSON object value"
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +68,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             if hint is list or typing.get_origin(hint) is list:
                 group.add_argument(flag, type=int, nargs="+", **kwargs)
             elif hint is dict:
-                group.add_argument(flag, type=json.loads, metavar="JSON", **kwargs)
+                group.add_argument(flag, type=json_object, metavar="JSON", **kwargs)
             elif hint in (int, float, str):
                 group.add_argument(flag, type=hint, **kwargs)
             else:  # Optional[float] and friends: the first concrete type
@@ -45,14 +80,20 @@ def _config_from_args(args: argparse.Namespace) -> Config:
     values = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
     base = Config()
     if getattr(args, "config", None):
-        with open(args.config) as f:
-            base = Config.from_json(f.read())
+        try:
+            with open(args.config) as f:
+                base = Config.from_json(f.read())
+        except (OSError, ValueError) as exc:  # a missing file, bad JSON (a ConfigError names unknown options)
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError([f"--config {args.config!r}: {exc}"]) from exc
     return base.replace(**values)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="daskrl", description="Asynchronous distributed RL (APPO) on Dask.")
+    parser = Parser(prog="daskrl", description="Asynchronous distributed RL (APPO) on Dask.")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices  # name -> its parser, for errors about its options
     for name, help_text in (("train", "train a policy"),
                             ("sample", "sampling only (no learner): measure the sampler's frames/s")):
         p = sub.add_parser(name, help=help_text, description=help_text,
@@ -76,53 +117,78 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; every failure ends in one readable block on stderr and an exit status: 2 for what the user
+    can fix before a run (options, env, cluster access, a busy experiment), 1 for a run that stopped."""
     args = build_parser().parse_args(argv)
-    if args.command in ("train", "sample") and not getattr(args, "scheduler", ""):
-        try:  # a bad configuration is refused before any process starts (the forkserver below included)
-            config = _config_from_args(args).validate()
-        except ConfigError as exc:
-            print(f"daskrl: error: {exc}", file=sys.stderr)
-            return 2
-        if not config.run.serial:  # (with --serial the workers are threads of this process)
-            from daskrl.runtime.cluster import prestart_worker_server
-
-            prestart_worker_server()  # the embedded cluster's workers import torch while we do
-    from daskrl.envs import EnvError
-    from daskrl.experiment import ExperimentInUseError
-
+    config: Config | None = None
     try:
         if args.command in ("train", "sample"):
-            from daskrl.runner import TrainingError, train
-            from daskrl.runtime.cluster import ClusterAccessError
-
             config = _config_from_args(args)
             if args.command == "sample":
                 config.run.sampling_only = True
-            try:
-                summary = train(config)
-            except TrainingError as exc:
-                print(f"daskrl: training stopped: {exc}", file=sys.stderr)
-                return 1
-            except ClusterAccessError as exc:  # unreachable cluster, missing or untrusted TLS credentials
-                print(f"daskrl: error: {exc}", file=sys.stderr)
-                return 2
-            _print_summary(summary, sampling=config.run.sampling_only)
-            return 0
-        import os
-
+            return _train(config.validate())
         if args.command == "report":
             return _report(os.path.join(args.train_dir, args.experiment), args.output)
-        from daskrl.evaluation import enjoy
-
-        result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
-                       render=args.render, deterministic=args.deterministic, seed=args.seed)
-        print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
-              f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
-              f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
-        return 0
-    except (ConfigError, EnvError, ExperimentInUseError) as exc:
+        return _enjoy(args)
+    except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
         return 2
+    except TrainingError as exc:
+        print(f"daskrl: training stopped: {exc}", file=sys.stderr)
+        _point_to_log(config)
+        return 1
+    except DaskRLError as exc:  # a component could not be created or answered no more
+        print(f"daskrl: error: {exc}", file=sys.stderr)
+        _point_to_log(config)
+        return 1
+    except Exception as exc:  # a bug: one line here, the traceback in the run's log (or a file of its own)
+        where = _log_traceback(config, exc)
+        print(f"daskrl: error: unexpected {type(exc).__name__}: {exc} (a bug in daskrl, please report it; "
+              f"the traceback is in {where})", file=sys.stderr)
+        return 1
+
+
+def _train(config: Config) -> int:
+    from daskrl.preflight import preflight
+
+    preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
+    if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
+        from daskrl.runtime.cluster import prestart_worker_server
+
+        prestart_worker_server()  # the embedded cluster's workers import torch while we do
+    from daskrl.runner import train
+
+    summary = train(config)
+    _print_summary(summary, sampling=config.run.sampling_only)
+    return 0
+
+
+def _enjoy(args: argparse.Namespace) -> int:
+    from daskrl.evaluation import enjoy
+
+    result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
+                   render=args.render, deterministic=args.deterministic, seed=args.seed)
+    print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
+          f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
+          f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
+    return 0
+
+
+def _point_to_log(config: Config | None) -> None:
+    path = run_log_path(config.experiment_dir) if config is not None and config.run.experiment else ""
+    if path and os.path.exists(path):
+        print(f"daskrl: the full log, with tracebacks, is in {path}", file=sys.stderr)
+
+
+def _log_traceback(config: Config | None, exc: BaseException) -> str:
+    """Append the traceback to the run's log when it has one, else to a file of its own; returns where."""
+    path = run_log_path(config.experiment_dir) if config is not None and config.run.experiment else ""
+    if not path or not os.path.isdir(os.path.dirname(path)):
+        fd, path = tempfile.mkstemp(prefix="daskrl-error-", suffix=".log")
+        os.close(fd)
+    with open(path, "a") as f:
+        f.write("".join(traceback.format_exception(exc)))
+    return path
 
 
 def _report(experiment_dir: str, output: str | None) -> int:

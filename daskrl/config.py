@@ -13,6 +13,7 @@ import difflib
 import json
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +22,13 @@ from daskrl.errors import ConfigError
 
 
 def opt(default: Any, help: str, *, low: float | None = None, high: float | None = None, low_open: bool = False,
-        choices: list | tuple | None = None) -> Any:
+        choices: list | tuple | None = None, pattern: str = "", pattern_help: str = "", file: bool = False) -> Any:
     """A config field: its default, help text, and what values it allows: ``low``/``high`` bounds (inclusive;
-    ``low_open`` excludes ``low``; for a list they bound every item) or ``choices``."""
-    meta = {"help": help, "low": low, "high": high, "low_open": low_open, "choices": choices}
+    ``low_open`` excludes ``low``; for a list they bound every item; for text ``low=1`` means not empty),
+    ``choices``, or for text a regular expression ``pattern`` (described to the user by ``pattern_help``) or,
+    with ``file``, the path of an existing file."""
+    meta = {"help": help, "low": low, "high": high, "low_open": low_open, "choices": choices, "pattern": pattern,
+            "pattern_help": pattern_help, "file": file}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -39,7 +43,8 @@ MAX_ROLLOUT_WORKERS = 2**15
 
 @dataclass
 class EnvConfig:
-    env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env")
+    env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env",
+                   low=1)
     env_kwargs: dict = opt({}, "keyword arguments for the env constructor (JSON on the command line)")
 
 
@@ -79,7 +84,7 @@ class SamplerConfig:
 @dataclass
 class ModelConfig:
     encoder: str = opt("auto", "observation encoder: 'auto' (cnn for images, mlp otherwise), 'mlp', 'cnn', or a "
-                               "registered name")
+                               "registered name", low=1)
     hidden_sizes: list = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")
@@ -114,7 +119,7 @@ class LearnerConfig:
 @dataclass
 class RunConfig:
     experiment: str = opt("", "experiment name (default: the env id and a timestamp)")
-    train_dir: str = opt("train_dir", "directory that holds experiment directories")
+    train_dir: str = opt("train_dir", "directory that holds experiment directories", low=1)
     seed: int = opt(0, "base random seed (envs, model init)", low=0, high=2**32 - 1)
     train_for_env_steps: int = opt(1_000_000, "stop after this many env steps (0 = no limit)", low=0)
     train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)", low=0)
@@ -129,15 +134,20 @@ class RunConfig:
     checkpoint_interval: float = opt(30.0, "seconds between checkpoints", low=0, low_open=True)
     keep_checkpoints: int = opt(3, "checkpoints kept besides the best one", low=1)
     scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster); a cluster "
-                             "that uses TLS has a tls:// address and needs the three --tls-* files")
+                             "that uses TLS has a tls:// address and needs the three --tls-* files",
+                         pattern=r"((tcp|tls|ws|wss|ucx|inproc)://)?(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+)(:\d{1,5})?(/\S*)?",
+                         pattern_help="an address such as tcp://host:8786 (protocols: tcp, tls, ws, wss, ucx)")
     tls_ca_file: str = opt("", "TLS: the CA certificate (PEM) that signed the cluster's certificates; with "
                                "--tls-cert/--tls-key every connection is encrypted and authenticated (an embedded "
-                               "cluster then uses TLS too)")
-    tls_cert: str = opt("", "TLS: this client's certificate (PEM), signed by --tls-ca-file")
+                               "cluster then uses TLS too)", file=True)
+    tls_cert: str = opt("", "TLS: this client's certificate (PEM), signed by --tls-ca-file", file=True)
     tls_key: str = opt("", "TLS: the private key (PEM) of --tls-cert (may be left out when the certificate file "
-                           "holds the key)")
+                           "holds the key)", file=True)
+    connect_timeout: float = opt(10.0, "seconds an existing cluster's scheduler (--scheduler) gets to answer before "
+                                       "the run gives up", low=0, low_open=True)
     n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)", low=0)
-    dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = any free port)")
+    dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = any free port)",
+                                 pattern=r"([\w.\-]*:\d{1,5})?", pattern_help="'', :port or host:port")
     max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times",
                                     low=0)
     heartbeat_timeout: float = opt(10.0, "a component whose loop has not turned for this many seconds is reported "
@@ -233,6 +243,12 @@ def check_field(f: dataclasses.Field, hint: Any, value: Any) -> str:
     if base is str:
         if not isinstance(value, str):
             return f"{name} must be text, got {value!r}"
+        if meta.get("low") and len(value) < meta["low"]:
+            return f"{name} needs a value, got {value!r}"
+        if value and meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
+            return f"{name} must be {meta['pattern_help']}, got {value!r}"
+        if value and meta.get("file") and not os.path.isfile(value):
+            return f"{name} {value!r} is not a file"
     elif base is list:
         if not isinstance(value, list):
             return f"{name} must be a list of whole numbers, got {value!r}"

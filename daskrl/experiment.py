@@ -7,7 +7,8 @@ and start time, for the refusal message, and for a note when a run takes over fr
 
 The rule, checked under the lock before anything else is written:
 
-- a new run (no ``--resume``) on a directory that holds any file refuses, unless ``--overwrite`` empties it first;
+- a new run (no ``--resume``) on a directory that holds any file of a run (more than the lock and the log a run
+  that never started leaves) refuses, unless ``--overwrite`` empties it first;
 - ``--resume`` needs a checkpoint to continue from.
 """
 
@@ -24,6 +25,12 @@ from dataclasses import dataclass
 from daskrl.errors import ConfigError, DaskRLError
 
 LOCK_NAME = ".lock"
+#: the run's log file in its experiment directory: Dask's and daskrl's log lines, with full tracebacks
+LOG_NAME = "daskrl.log"
+
+
+def run_log_path(directory: str) -> str:
+    return os.path.join(directory, LOG_NAME)
 
 
 class ExperimentInUseError(DaskRLError):
@@ -96,9 +103,10 @@ def has_checkpoint(directory: str) -> bool:
 
 
 def _holds_files(directory: str) -> bool:
-    """Whether anything but the lock file lies below ``directory`` (empty folders hold nothing to lose)."""
+    """Whether anything of a run lies below ``directory``: empty folders hold nothing to lose, and a lock file and a
+    log alone are what a run that never started (an unreachable cluster, say) leaves."""
     for root, _, files in os.walk(directory):
-        if any(root != directory or name != LOCK_NAME for name in files):
+        if any(root != directory or name not in (LOCK_NAME, LOG_NAME) for name in files):
             return True
     return False
 

@@ -41,6 +41,11 @@ def role_counts(config: Config) -> dict[str, int]:
             "inference": s.num_inference_workers if s.inference == "remote" else 0}
 
 
+def workers_needed(config: Config) -> int:
+    """Worker processes a run needs: one per busy component."""
+    return sum(role_counts(config).values())
+
+
 def place(workers: dict[str, dict], config: Config) -> Placement:
     """``workers`` is ``client.scheduler_info()["workers"]`` (address -> info with "name", "resources")."""
     counts = role_counts(config)

@@ -20,19 +20,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
-from daskrl.envs import EnvSpaces, probe_env
+from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
-from daskrl.experiment import open_experiment
+from daskrl.experiment import open_experiment, run_log_path
 from daskrl.monitor.console import ConsoleView, say
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
 from daskrl.monitor.stats import time_shares
-from daskrl.placement import place, role_counts
+from daskrl.placement import Role, place, workers_needed
+from daskrl.preflight import preflight
 from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
-from daskrl.runtime.cluster import ClusterSession, connect_cluster, tls_security
+from daskrl.runtime.cluster import ClusterSession, connect_cluster
+from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.logs import route_logs
+from daskrl.sizing import check_fits_cluster
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_locked)
     from daskrl.fleet import Fleet
@@ -43,25 +47,22 @@ if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_
 logger = logging.getLogger(__name__)
 
 
-def default_experiment_name(env: str) -> str:
-    return f"{env.replace('/', '_').replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
-
-
-def workers_needed(config: Config) -> int:
-    return sum(role_counts(config).values())
-
-
 def train(config: Config, client=None, on_report: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train (or, with ``sampling_only``, just sample) as configured; returns a summary of the run."""
-    config.validate()
-    if not config.run.experiment:
-        config.run.experiment = default_experiment_name(config.env.env)
-    spaces = probe_env(config.env.env, config.env.env_kwargs)  # a bad env fails here, before any process starts
+    """Train (or, with ``sampling_only``, just sample) as configured; returns a summary of the run.
+
+    While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
+    stopped the run), not to the terminal."""
+    spaces = preflight(config, client)
     lock, note = open_experiment(config.experiment_dir, config.run.resume, config.run.overwrite)  # before any write
     try:
-        if note:
-            say(f"daskrl: {note}")
-        return _train_locked(config, client, spaces, on_report)
+        with route_logs(run_log_path(config.experiment_dir), say):
+            if note:
+                say(f"daskrl: {note}")
+            try:
+                return _train_locked(config, client, spaces, on_report)
+            except BaseException as exc:
+                logger.error("the run stopped: %s", exc, exc_info=exc)
+                raise
     finally:
         lock.release()
 
@@ -70,24 +71,32 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
     exp_dir = config.experiment_dir
     scheduler = client if client is not None else (config.run.scheduler or None)
     security = tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key)
+    if isinstance(scheduler, str):
+        say(f"daskrl: connecting to the Dask scheduler at {scheduler} (--connect-timeout {config.run.connect_timeout:g} s)")
     # The cluster starts in the background (its workers import torch in a forkserver) while this process
     # imports torch too: on 2 cores the two overlap instead of adding up.
     with ThreadPoolExecutor(1) as pool:
         starting = pool.submit(connect_cluster, scheduler,
                                n_workers=config.run.n_dask_workers or workers_needed(config),
                                dashboard_address=config.run.dashboard_address or ":0", security=security,
-                               processes=not config.run.serial, scheduler_plugins=(DashboardPlugin(),))
+                               processes=not config.run.serial, scheduler_plugins=(DashboardPlugin(),),
+                               timeout=config.run.connect_timeout, log_path=run_log_path(exp_dir))
         try:
             from daskrl.fleet import Fleet  # noqa: F401  (torch and the components, imported now: used in start)
             from daskrl.learning.checkpoints import CheckpointStore
+            from daskrl.models.actor_critic import check_model
             from daskrl.monitor.tensorboard_log import TensorBoardLog
 
+            check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
             store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
-            resume_state = _prepare_experiment(config, store)
+            resume_state = store.load("latest") if config.run.resume else None  # open_experiment checked it is there
         except BaseException:
             _close_when_started(starting)
             raise
         session = starting.result()
+    if resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
+        with open(os.path.join(exp_dir, "config.json"), "w") as f:
+            f.write(config.to_json())
     state = RunState()
     if resume_state is not None:
         state.env_steps_offset = int(resume_state.get("env_steps", 0))
@@ -140,16 +149,6 @@ def _close_when_started(starting) -> None:
         logger.info("the cluster started for a refused run did not close cleanly: %s", exc)
 
 
-def _prepare_experiment(config: Config, store: CheckpointStore) -> dict | None:
-    """The checkpoint to resume from, or None for a new experiment (whose config.json is written here);
-    ``open_experiment`` has already refused the inconsistent cases."""
-    if config.run.resume:
-        return store.load("latest")
-    with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
-        f.write(config.to_json())
-    return None
-
-
 class _Run:
     def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, store: CheckpointStore,
                  csv_log: CsvLog, tb_log: TensorBoardLog, state: RunState, on_report) -> None:
@@ -177,6 +176,8 @@ class _Run:
         c = self.config
         workers = self.client.scheduler_info()["workers"]
         placement = place(workers, c)
+        if not self.session.embedded:
+            check_fits_cluster(c, self.spaces, workers)
         link = dashboard_page(self.client)
         say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(workers)} Dask workers"
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
@@ -247,8 +248,6 @@ class _Run:
     def replace(self, handle: ComponentHandle, cause: str) -> None:
         """Recreate a lost component (see recovery.py); the run goes on. A lost rollout worker's step counter
         died with it: the steps it reported stay counted."""
-        from daskrl.fleet import Role
-
         if self.fleet.role_of(handle.name) is Role.ROLLOUT:
             self.state.tally.lose(handle.name)
         self.last_stats.pop(handle.name, None)
@@ -380,4 +379,4 @@ def _finite(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
 
 
-__all__ = ["TrainingError", "train", "workers_needed"]
+__all__ = ["TrainingError", "train"]

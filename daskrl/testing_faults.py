@@ -6,12 +6,14 @@ from daskrl.testing.faults import (
     FaultInjected,
     FlakyEnv,
     HangingEnv,
+    MissingResourceError,
     NanRewardEnv,
     always_failing,
+    broken_on_workers,
     flaky,
     hanging,
     nan_reward,
 )
 
-__all__ = ["AlwaysFailingEnv", "FaultInjected", "FlakyEnv", "HangingEnv", "NanRewardEnv", "always_failing", "flaky",
-           "hanging", "nan_reward"]
+__all__ = ["AlwaysFailingEnv", "FaultInjected", "FlakyEnv", "HangingEnv", "MissingResourceError", "NanRewardEnv",
+           "always_failing", "broken_on_workers", "flaky", "hanging", "nan_reward"]

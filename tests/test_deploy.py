@@ -29,8 +29,10 @@ import psutil
 import pytest
 
 from daskrl.config import Config, ConfigError
+from daskrl.errors import ClusterAccessError
 from daskrl.runner import train
-from daskrl.runtime.cluster import ClusterAccessError, connect_cluster, tls_security
+from daskrl.runtime.cluster import connect_cluster
+from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.shm import list_segments, owner_pid
 
 # ---- helpers: processes, clusters ----

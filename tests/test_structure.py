@@ -85,6 +85,20 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_only_runtime_imports_dask():
+    """Everything above daskrl/runtime sees components, signals and shared arrays, never Dask itself (the test
+    components and fault envs of daskrl/testing may, to behave like a deployment's)."""
+    offenders = []
+    for name, path in modules().items():
+        if name.startswith(("daskrl.runtime", "daskrl.testing")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            offenders += [f"{name}: {n}" for n in names if n.split(".")[0] in ("dask", "distributed")]
+    assert not offenders, offenders
+
+
 def test_no_module_is_longer_than_450_lines():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (each probably does more than one job): {long}"

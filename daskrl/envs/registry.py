@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvError
 
 _REGISTRY: dict[str, Callable[..., gym.Env]] = {}
+_PROBED: dict[tuple[str, str], EnvSpaces] = {}  # (spec, kwargs as JSON) -> its spaces
 
 # Odd multiplier: a bijection modulo 2**31, so distinct (worker, env) slots never share a seed.
 _SEED_MULT = 0x9E3779B1
@@ -33,6 +35,7 @@ def register_env(name: str, factory: Callable[..., gym.Env]) -> None:
     if not callable(factory):
         raise EnvError(f"register_env({name!r}, ...): factory must be callable, got {type(factory).__name__}")
     _REGISTRY[name] = factory
+    _PROBED.clear()
 
 
 def registered_factory(name: str) -> Callable[..., gym.Env] | None:
@@ -98,12 +101,16 @@ def env_seed(base_seed: int, worker_index: int, env_index: int) -> int:
 
 
 def probe_env(spec: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpaces:
-    """Build one env just to read its spaces, so spec errors surface before any worker starts."""
-    env = make_env(spec, env_kwargs=env_kwargs)
-    try:
-        return EnvSpaces.from_env(env)
-    finally:
-        env.close()
+    """Build one env just to read its spaces, so spec errors surface before any worker starts. Remembered per spec
+    and kwargs (an Atari env takes a noticeable fraction of a second to build), until the spec is registered anew."""
+    key = (spec, json.dumps(env_kwargs or {}, sort_keys=True, default=repr))
+    if key not in _PROBED:
+        env = make_env(spec, env_kwargs=env_kwargs)
+        try:
+            _PROBED[key] = EnvSpaces.from_env(env)
+        finally:
+            env.close()
+    return _PROBED[key]
 
 
 def _describe(exc: BaseException) -> str:

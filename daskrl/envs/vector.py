@@ -129,7 +129,7 @@ class EnvGroup:
         """Step every env with its action; ended envs are reset and their stats recorded."""
         if self._discrete:
             # numpy integer scalars, as gymnasium's own vector envs pass them: Discrete.contains (which most
-            # envs assert) checks them in 1.4 us against 1.9 us for a Python int, 7% of a CartPole step
+            # envs assert) checks them faster than a Python int, which shows in a step as cheap as CartPole's
             acts: Any = list(actions)
         elif self._box:
             acts = np.clip(actions, self._low, self._high, out=self._clipped)

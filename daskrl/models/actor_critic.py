@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from daskrl.config import ModelConfig
+from daskrl.config import Config, ModelConfig
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.errors import ConfigError
 from daskrl.models.encoders import layer_init, make_encoder, resolve_encoder_name
 from daskrl.models.heads import Distribution, make_action_head
 
@@ -160,6 +161,16 @@ class ActorCritic(nn.Module):
             v = np.asarray(v)
             tensors[k] = torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)
         self.load_state_dict(tensors, strict=True)
+
+
+def check_model(config: Config, spaces: EnvSpaces) -> None:
+    """Build the run's network once in the driver, so a model option that cannot work (an unknown or unsuitable
+    encoder) is a :class:`ConfigError` before any component is created, not a failure in every worker."""
+    try:
+        build_model(spaces, config.model, config.run.seed)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError([f"--encoder {config.model.encoder!r} cannot encode this env's observations "
+                           f"{tuple(spaces.obs_shape)}: {exc}"]) from exc
 
 
 def build_model(spaces: EnvSpaces, model: ModelConfig, seed: int) -> ActorCritic:

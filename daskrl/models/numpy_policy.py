@@ -1,8 +1,8 @@
 """The inline fast path: an MLP actor-critic's ``act`` in plain numpy, built from the torch model's weights.
 
-Why: with cheap envs (CartPole steps in ~6 us) the policy's forward pass is a large share of a rollout
-worker's time, and at these sizes torch's per-op overhead dominates: ``act`` on 16 CartPole observations
-took 352 us in torch and 78 us here (2-core machine, 2026-11-23). This computes the same function, the same
+Why: with cheap envs (a CartPole step costs a few microseconds) the policy's forward pass is a large share of a
+rollout worker's time, and at these sizes torch's per-op overhead dominates: ``act`` on a few dozen CartPole
+observations takes several times longer in torch than here (docs/performance.md). This computes the same function, the same
 Gumbel-max sampling, the same log-probabilities and values, and is checked against the torch model in tests.
 Models it cannot express (CNN encoders, multi-discrete heads, custom encoders) keep the torch path.
 """

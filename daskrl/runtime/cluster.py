@@ -9,10 +9,9 @@ memory on every worker, which also imports daskrl and torch at start), and :meth
 only what this call opened: never a cluster or client the user brought.
 
 Security: a cluster that uses TLS (``tls://`` addresses) needs a ``distributed.security.Security`` with the CA
-and a certificate/key pair it trusts (:func:`tls_security` builds one from PEM files, as ``dask scheduler
---tls-ca-file/--tls-cert/--tls-key`` does). An embedded cluster given one uses TLS on every connection. A
-cluster that cannot be reached, or that refuses this client, raises :class:`ClusterAccessError` with one
-readable line (within ``timeout`` seconds) instead of Dask's raw comm errors.
+and a certificate/key pair it trusts (``existing_cluster.tls_security`` builds one from PEM files, as ``dask
+scheduler --tls-ca-file/--tls-cert/--tls-key`` does). An embedded cluster given one uses TLS on every connection.
+Reaching an existing cluster, and what goes wrong there in one line each, is :mod:`daskrl.runtime.existing_cluster`.
 """
 
 from __future__ import annotations
@@ -30,72 +29,11 @@ from pathlib import Path
 
 import dask
 from distributed import Client, LocalCluster
-from distributed.security import Security
 
-from daskrl.errors import ClusterAccessError
 from daskrl.runtime import dask_internals, shm
+from daskrl.runtime.existing_cluster import open_client
 from daskrl.runtime.registry import BusRegistry
 from daskrl.runtime.worker_plugin import WorkerPlugin
-
-TLS_FLAGS = "--tls-ca-file, --tls-cert and --tls-key"
-
-
-def tls_security(ca_file: str = "", cert: str = "", key: str = "") -> Security | None:
-    """A ``Security`` for a TLS cluster from PEM files, or None when no file is given.
-
-    ``cert`` (with ``key``, unless the certificate file holds the key too) serves every role this process may
-    play: client, and scheduler and workers of an embedded cluster, as ``dask scheduler/worker --tls-cert``
-    does. Encryption is then required on every connection.
-    """
-    if not (ca_file or cert or key):
-        return None
-    problems = []
-    if not ca_file:
-        problems.append("--tls-ca-file (the CA that signed the cluster's certificates) is missing")
-    if not cert:
-        problems.append("--tls-cert (this client's certificate) is missing")
-    for flag, path in (("--tls-ca-file", ca_file), ("--tls-cert", cert), ("--tls-key", key)):
-        if path and not os.path.isfile(path):
-            problems.append(f"{flag} {path!r} is not a file")
-    if problems:
-        raise ClusterAccessError("TLS: " + "; ".join(problems))
-    key = key or None
-    return Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key, tls_scheduler_cert=cert,
-                    tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
-
-
-def _has_tls_credentials(security) -> bool:
-    return bool(security is not None and getattr(security, "tls_ca_file", None)
-                and getattr(security, "tls_client_cert", None))
-
-
-def _open_client(address: str, security, timeout: float) -> Client:
-    """``Client(address)`` with the failures a deployment meets turned into one readable line."""
-    import ssl
-
-    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
-    if scheme == "tls" and not _has_tls_credentials(security):
-        raise ClusterAccessError(
-            f"the scheduler {address} uses TLS, so TLS credentials are needed: pass {TLS_FLAGS} (the CA and a "
-            "certificate/key pair it signed), or connect_cluster(security=distributed.security.Security(...))")
-    try:
-        return Client(address, security=security, direct_to_workers=True, timeout=timeout)
-    except Exception as exc:
-        cause = " ".join(f"{type(exc).__name__}: {exc}".split())
-        if len(cause) > 300:
-            cause = cause[:300] + " ..."
-        chain, e = [], exc
-        while e is not None and len(chain) < 10:
-            chain.append(e)
-            e = e.__cause__ or e.__context__
-        if any(isinstance(e, ssl.SSLError) for e in chain):
-            hint = (f"the TLS handshake failed: check that {TLS_FLAGS} are the CA that signed the cluster's "
-                    "certificates and a certificate/key pair it trusts")
-        elif scheme == "tcp":
-            hint = (f"is a scheduler running there? If the cluster uses TLS, give its tls:// address and {TLS_FLAGS}")
-        else:
-            hint = "is a scheduler running there, reachable from this machine?"
-        raise ClusterAccessError(f"cannot use the Dask scheduler at {address}: {hint} ({cause})") from exc
 
 # Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (torch._dynamo:
 # the first optimizer step imports it, 1.4 s).
@@ -108,9 +46,9 @@ def prestart_worker_server(preload_torch: bool = True) -> None:
     """Start the forkserver that embedded workers are forked from, preloading torch and daskrl there.
 
     Call it as early as possible (the CLI does, before its own imports): the server's imports then run on the
-    other core while this process is still importing. Measured on 2 cores, 3 workers: ready in 3.6 s instead
-    of 5.7 s with 'spawn' (where each worker imports torch itself), closing in 0.05 s instead of 1.2 s, and
-    forked workers share those pages, which lowers the run's summed PSS. ``torch._dynamo`` is preloaded
+    other core while this process is still importing, workers start and close much faster than with 'spawn'
+    (where each worker imports torch itself: see docs/performance.md), and forked workers share those pages,
+    which lowers the run's summed PSS. ``torch._dynamo`` is preloaded
     because the first optimizer step imports it (1.4 s in the learner otherwise).
     """
     if not preload_torch or "forkserver" not in multiprocessing.get_all_start_methods():
@@ -118,8 +56,8 @@ def prestart_worker_server(preload_torch: bool = True) -> None:
     from multiprocessing import forkserver
 
     # Workers inherit the forkserver's OpenMP state: if torch there starts a thread pool, a forked worker's
-    # torch.set_num_threads(1) no longer helps and every op spins on contended cores (measured: inference
-    # took 96% of a rollout worker's time, 500 frames/s instead of 30,000). One busy component per core
+    # torch.set_num_threads(1) no longer helps and every op spins on contended cores (inference then took nearly
+    # all of a rollout worker's time, and sampling ran about 60 times slower). One busy component per core
     # wants one intra-op thread anyway; the learner raises its own count with torch.set_num_threads.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
@@ -134,7 +72,7 @@ def _fast_worker_start(preload_torch: bool):
     """Embedded workers come from the preloaded forkserver (see :func:`prestart_worker_server`).
 
     The setting stays for the rest of this (driver) process: a nanny reads it again whenever it restarts a
-    killed worker, and a restart from the forkserver takes 0.05-0.4 s instead of re-importing torch."""
+    killed worker, and a restart from the forkserver does not import torch again."""
     if preload_torch and "forkserver" in multiprocessing.get_all_start_methods():
         prestart_worker_server(preload_torch)
         dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
@@ -208,18 +146,20 @@ def connect_cluster(
     timeout: float = 60.0,
     processes: bool = True,
     scheduler_plugins: tuple = (),
+    log_path: str | None = None,
 ) -> ClusterSession:
     """Return a ready :class:`ClusterSession` (see module docstring).
 
     ``security``: a ``distributed.security.Security`` (see :func:`tls_security`) for a TLS cluster, or for an
     embedded cluster whose every connection should use TLS. ``scheduler_plugins`` are installed after daskrl's
-    own (the runner adds the dashboard page this way).
+    own (the runner adds the dashboard page this way). ``log_path``: the worker processes of an embedded cluster
+    write their log lines there (see :mod:`daskrl.runtime.logs`) instead of to the terminal.
     """
     cluster = None
     if isinstance(scheduler, Client):
         client, owns = scheduler, False
     elif isinstance(scheduler, str):
-        client = _open_client(scheduler, security, timeout)
+        client = open_client(scheduler, security, timeout)
         owns = True
     elif scheduler is None:
         with _fast_worker_start(preload_torch and processes):
@@ -240,7 +180,8 @@ def connect_cluster(
         for plugin in (BusRegistry(), *scheduler_plugins):
             client.register_plugin(plugin)
         client.register_plugin(WorkerPlugin(preload_torch=preload_torch,
-                                            owner_pid=os.getpid() if cluster is not None else None))
+                                            owner_pid=os.getpid() if cluster is not None else None,
+                                            log_path=log_path if cluster is not None else None))
     except Exception:
         if owns:
             client.close()

@@ -107,7 +107,11 @@ class Component:
     async def configure(self, run_id: str, setup: Any) -> dict:
         """Build the component from ``setup`` and register it by name with the bus registry."""
         self.run_id, self.setup = run_id, setup
-        await self.on_own_thread(self.on_configure, setup)
+        try:
+            await self.on_own_thread(self.on_configure, setup)
+        except Exception:  # the caller gets the error in one line; the worker's log keeps where it happened
+            logger.exception("component %r (%s) could not be configured", self.name, type(self).__name__)
+            raise
         reply = await registry_request(
             self.worker, "daskrl_register_component", name=self.name, address=self.worker.address,
             cls=type(self).__qualname__, signals=signals_of(type(self)), slots=slots_of(type(self)), pid=os.getpid())
@@ -122,7 +126,7 @@ class Component:
         self._stopping = False
         ctx = contextvars.copy_context()  # so get_worker()/get_client() work on the component thread
         self._thread = threading.Thread(target=ctx.run, args=(self._main,), name=f"daskrl-{self.name}", daemon=True)
-        self.beat()  # the heartbeat counts from here: building envs in on_configure (14 s for 32 Ataris) is not silence
+        self.beat()  # the heartbeat counts from here: building envs in on_configure (many Ataris: seconds) is not silence
         self.state = "running"
         self._thread.start()
         return self.state
@@ -303,7 +307,7 @@ class Component:
             self.incidents.note("error-event-not-sent", event_exc)
 
     def _collect(self) -> dict:
-        return {**self._stats(), **self.take_news()}
+        return {**self._stats(), **(self.take_news() if self.state != "created" else {})}
 
     def _stats(self) -> dict:
         out = {
@@ -322,7 +326,8 @@ class Component:
         }
         if out["heartbeat_age_s"] > self.stack_after_s:
             out["stack"] = self.current_stack()
-        out.update(self.extra_stats())
+        if self.state != "created":  # a component whose configure failed has none of its own yet
+            out.update(self.extra_stats())
         return out
 
     def current_stack(self) -> list[str]:

@@ -25,6 +25,7 @@ from tornado.ioloop import PeriodicCallback
 
 from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.bus import STREAM_OP, Bus
+from daskrl.runtime.logs import route_logs_for_good
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +49,10 @@ class WorkerPlugin(DaskWorkerPlugin):
     name = PLUGIN_NAME
     idempotent = True  # a second run on the same cluster shares the one bus
 
-    def __init__(self, preload_torch: bool = True, owner_pid: int | None = None) -> None:
+    def __init__(self, preload_torch: bool = True, owner_pid: int | None = None, log_path: str | None = None) -> None:
         self.preload_torch = preload_torch
         self.owner_pid = owner_pid  # embedded clusters: the driver; when it dies (even SIGKILL), so do we
+        self.log_path = log_path  # embedded clusters: the run's log file
         self.bus: Bus | None = None
         self._watch: PeriodicCallback | None = None
 
@@ -76,6 +78,8 @@ class WorkerPlugin(DaskWorkerPlugin):
         if self.owner_pid and self.owner_pid != os.getpid():  # a worker process of its own
             _start_daemon(_exit_with_owner, "daskrl-owner-watch", self.owner_pid)
             _ignore_terminal_interrupt()
+            if self.log_path:
+                route_logs_for_good(self.log_path)
 
     async def teardown(self, worker: Any) -> None:
         if self._watch is not None:

@@ -10,7 +10,9 @@ travels to the workers as plain config, e.g. ``--env daskrl.testing_faults:flaky
 - ``nan_reward``: rewards turn NaN, persistently once the file ``flag`` exists (so a test decides when, e.g.
   after a checkpoint), or once at each of the process-wide step counts in ``at_steps`` (a transient NaN);
 - ``hanging``: the first env of the process to take its ``after``-th step sleeps ``seconds`` in it, once (a
-  stuck loop, as a deadlocked simulator would look).
+  stuck loop, as a deadlocked simulator would look);
+- ``broken_on_workers``: builds in the driver (so the run starts) and raises in a Dask worker, as an env that needs
+  a file, a licence or a display only the user's machine has.
 
 Counters are per process (a rollout worker's envs share one), never per run: a recreated worker starts anew.
 """
@@ -141,3 +143,17 @@ def nan_reward(flag: str = "", at_steps: list | None = None, render_mode: str | 
 
 def hanging(after: int = 1000, seconds: float = 15.0, render_mode: str | None = None) -> gym.Env:
     return HangingEnv(after, seconds, render_mode)
+
+
+class MissingResourceError(RuntimeError):
+    """What ``broken_on_workers`` raises in a worker."""
+
+
+def broken_on_workers(render_mode: str | None = None) -> gym.Env:
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:  # not in a Dask worker: the driver probing the env's spaces
+        return _Base(render_mode)
+    raise MissingResourceError(f"the simulator's data files are not installed on the worker at {worker.address}")

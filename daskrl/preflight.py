@@ -1,0 +1,31 @@
+"""Everything about a run that can be checked before any process starts, in one call.
+
+The CLI calls it before it starts the worker forkserver, and ``train()`` calls it first: every option (type, range,
+NaN), the env (built once, for its spaces), and, for an embedded cluster, whether the run's memory fits this
+machine. It imports nothing heavy (no Dask, no torch), so checking costs the user no start-up time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from daskrl.config import Config
+from daskrl.envs import EnvSpaces, probe_env
+from daskrl.placement import workers_needed
+from daskrl.sizing import check_fits_this_machine
+
+
+def default_experiment_name(env: str) -> str:
+    return f"{env.replace('/', '_').replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
+
+
+def preflight(config: Config, client: object = None) -> EnvSpaces:
+    """Check ``config`` (see the module docstring) and return the env's spaces; raises one readable
+    :class:`~daskrl.errors.DaskRLError`. Gives the run its default experiment name when it has none."""
+    config.validate()
+    if not config.run.experiment:
+        config.run.experiment = default_experiment_name(config.env.env)
+    spaces = probe_env(config.env.env, config.env.env_kwargs)
+    if client is None and not config.run.scheduler:  # the embedded cluster's share of this machine
+        check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config))
+    return spaces
