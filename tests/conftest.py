@@ -51,6 +51,26 @@ def set_worker_env(client, name: str, value: str | None) -> None:
     client.run(apply)
 
 
+def run_watching_children(cmd: list[str]) -> tuple[int, str, set[int]]:
+    """Run ``cmd`` to its end, watching its process tree: (exit status, stderr, pids of every descendant seen)."""
+    import subprocess
+
+    import psutil
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started: set[int] = set()
+    while proc.poll() is None:
+        try:
+            started |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.Error:  # exiting
+            pass
+        time.sleep(0.005)
+    err = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    return proc.returncode, err, started
+
+
 def wait_for(fn, timeout=30.0, interval=0.05, what="condition"):
     """Poll ``fn`` until it returns something true (and return that), or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -22,6 +22,7 @@ from daskrl.errors import ClusterAccessError
 from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.shm import list_segments
 
+from .conftest import run_watching_children
 from .test_deploy import Processes, dask_command, free_port, wait_for_cluster
 
 DASKRL = [sys.executable, "-m", "daskrl.cli"]
@@ -136,19 +137,9 @@ def test_nan_and_oversized_configurations_are_refused_before_any_process_starts(
                            (["--num-envs-per-worker", "100000000"], "--num-envs-per-worker must be within"),
                            # Catch's 84x84 frames: 60,000 envs x 33 steps x 3 slots are about 41 GiB of slots
                            (["--env", "daskrl/Catch-v0", "--num-envs-per-worker", "60000"], "MiB")):
-        proc = subprocess.Popen(DASKRL + ["train", "--train-dir", str(tmp_path), "--dashboard-address", "", *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        started = set()
-        while proc.poll() is None:
-            try:
-                started |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-            except psutil.Error:
-                pass
-            time.sleep(0.005)
-        err = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert proc.returncode == 2 and expected in err and "Traceback" not in err, err
+        code, err, started = run_watching_children(DASKRL + ["train", "--train-dir", str(tmp_path),
+                                                             "--dashboard-address", "", *args])
+        assert code == 2 and expected in err and "Traceback" not in err, err
         assert not started, f"{args} started processes before it was refused: {started}"
         assert len(err.strip().splitlines()) <= 4, err
     assert not any(tmp_path.iterdir()), "a refused run wrote something"

@@ -41,6 +41,8 @@ from daskrl.runtime.shm import list_segments, owner_pid, sweep
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
+from .conftest import run_watching_children
+
 FAULTS = "daskrl.testing_faults"
 
 
@@ -625,19 +627,9 @@ def test_bad_configuration_is_refused_before_any_process_starts(tmp_path):
     assert not (tmp_path / "bad").exists(), "the experiment directory was created for a refused configuration"
 
     # the command line too: exit status 2, the three lines, and not even the forkserver is started
-    proc = subprocess.Popen([sys.executable, "-m", "daskrl.cli", "train", "--train-dir", str(tmp_path), "--experiment",
-                             "bad", "--num-workers", "0", "--gamma", "1.5", "--heartbeat-timeout", "-1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    started = set()
-    while proc.poll() is None:
-        try:
-            started |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-        except psutil.Error:
-            pass
-        time.sleep(0.005)
-    err = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    assert proc.returncode == 2, err
+    code, err, started = run_watching_children([sys.executable, "-m", "daskrl.cli", "train", "--train-dir",
+                                                str(tmp_path), "--experiment", "bad", "--num-workers", "0", "--gamma",
+                                                "1.5", "--heartbeat-timeout", "-1"])
+    assert code == 2, err
     assert err.count("\n  --") == 3 and "Traceback" not in err, err
     assert not started, f"the CLI started processes for a refused configuration: {started}"
