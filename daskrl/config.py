@@ -111,6 +111,8 @@ class LearnerConfig:
     max_policy_lag: int = opt(20, "samples older than this many policy versions are masked out of the loss", low=0)
     normalize_advantages: bool = opt(True, "normalize advantages per minibatch")
     normalize_returns: bool = opt(True, "normalize value targets with running statistics")
+    bootstrap_time_limits: bool = opt(True, "an episode cut by a time limit (truncated) bootstraps its last value "
+                                            "from its real final observation instead of ending there as a death")
     learner_threads: int = opt(1, "torch threads in the learner process", low=1)
     nan_tolerance: int = opt(10, "training steps in a row with NaN/inf loss or gradients before the run stops",
                              low=1)

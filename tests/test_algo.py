@@ -273,3 +273,87 @@ def test_policy_lag_mask():
     mask_np = policy_lag_mask(np.array([5, 4, 0]), current_version=5, max_policy_lag=0)
     assert mask_np.dtype == torch.bool
     assert mask_np.tolist() == [True, False, False]
+
+
+# ---- time limits: a truncated step bootstraps from its real final observation, and the trace stops there ----
+
+
+def _truncated_rollout(seed: int = 3) -> dict[str, torch.Tensor]:
+    ro = _rollout(seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    truncated[4, 1] = True  # a time limit: dones[4, 1] is set too
+    truncated[7, 2] = True
+    truncated[8, 1] = True  # at the rollout's last step (its final obs is not the next slot's first)
+    ro["dones"] = ro["dones"] | truncated
+    ro["truncated"] = truncated
+    next_values = torch.cat([ro["values"][1:], ro["bootstrap"][None]])
+    ro["final_values"] = torch.randn(T, B, generator=g, dtype=torch.float64)  # V(final obs) where truncated
+    ro["next_values"] = torch.where(truncated, ro["final_values"], next_values)
+    return ro
+
+
+def _reference_with_truncation(mu, pi, r, v, v_next, dones, truncated, gamma, rho_bar, c_bar, lam):
+    """Plain loops: V-trace (vs, pg) and GAE with a value discount kept at time limits and a trace cut at every end."""
+    n_t, n_b = len(r), len(r[0])
+    vs = [[0.0] * n_b for _ in range(n_t)]
+    pg = [[0.0] * n_b for _ in range(n_t)]
+    adv = [[0.0] * n_b for _ in range(n_t)]
+    for b in range(n_b):
+        rho = [math.exp(pi[t][b] - mu[t][b]) for t in range(n_t)]
+        crho, c = [min(rho_bar, x) for x in rho], [min(c_bar, x) for x in rho]
+        g = [gamma * (1.0 if (not dones[t][b] or truncated[t][b]) else 0.0) for t in range(n_t)]
+        d = [gamma * (0.0 if dones[t][b] else 1.0) for t in range(n_t)]
+        delta = [crho[t] * (r[t][b] + g[t] * v_next[t][b] - v[t][b]) for t in range(n_t)]
+        for s in range(n_t):
+            total, trace = 0.0, 1.0
+            for t in range(s, n_t):
+                total += trace * delta[t]
+                trace *= d[t] * c[t]
+            vs[s][b] = v[s][b] + total
+        for s in range(n_t):
+            goes_on = not dones[s][b] and s + 1 < n_t
+            nxt = vs[s + 1][b] if goes_on else v_next[s][b]
+            pg[s][b] = crho[s] * (r[s][b] + g[s] * nxt - v[s][b])
+        last = 0.0
+        for t in reversed(range(n_t)):
+            td = r[t][b] + g[t] * v_next[t][b] - v[t][b]
+            last = td + lam * d[t] * last
+            adv[t][b] = last
+    return vs, pg, adv
+
+
+@pytest.mark.parametrize("rho_bar,c_bar", [(1.5, 0.9), (1.0, 1.0)])
+def test_vtrace_and_gae_bootstrap_time_limits_from_the_final_value(rho_bar, c_bar):
+    ro = _truncated_rollout()
+    ratios = torch.exp(ro["target"] - ro["behaviour"])
+    assert (ratios < 1.0).any() and (ratios > 1.0).any()
+    vs, pg = vtrace(ro["behaviour"], ro["target"], ro["rewards"], ro["values"], ro["next_values"], ro["dones"], 0.97,
+                    rho_bar, c_bar, truncated=ro["truncated"])
+    adv, _ = gae(ro["rewards"], ro["values"], ro["next_values"], ro["dones"], 0.97, 0.9, truncated=ro["truncated"])
+    ref_vs, ref_pg, ref_adv = _reference_with_truncation(
+        *(ro[k].tolist() for k in ("behaviour", "target", "rewards", "values", "next_values", "dones", "truncated")),
+        0.97, rho_bar, c_bar, 0.9)
+    torch.testing.assert_close(vs, torch.tensor(ref_vs, dtype=torch.float64))
+    torch.testing.assert_close(pg, torch.tensor(ref_pg, dtype=torch.float64))
+    torch.testing.assert_close(adv, torch.tensor(ref_adv, dtype=torch.float64))
+
+
+def test_a_time_limit_keeps_the_final_value_and_cuts_the_trace():
+    ro = _truncated_rollout()
+    args = lambda r: (r["behaviour"], r["target"], r["rewards"], r["values"], r["next_values"], r["dones"], 0.97)  # noqa: E731
+    vs, _ = vtrace(*args(ro), truncated=ro["truncated"])
+    # the value of the final observation at (4, 1) reaches the steps before it, with one discount
+    bumped = {k: v.clone() for k, v in ro.items()}
+    bumped["next_values"][4, 1] += 10.0
+    vs_bumped, _ = vtrace(*args(bumped), truncated=bumped["truncated"])
+    assert (vs_bumped[:5, 1] > vs[:5, 1]).all()
+    # ...while the next episode (steps 5.. of column 1) does not
+    later = {k: v.clone() for k, v in ro.items()}
+    later["rewards"][5:, 1] += 100.0
+    vs_later, _ = vtrace(*args(later), truncated=later["truncated"])
+    torch.testing.assert_close(vs_later[:5, 1], vs[:5, 1])
+    # treated as a termination instead, the final value is ignored
+    vs_term, _ = vtrace(*args(bumped))
+    vs_term_plain, _ = vtrace(*args(ro))
+    torch.testing.assert_close(vs_term[:5, 1], vs_term_plain[:5, 1])

@@ -270,3 +270,37 @@ def test_resume_continues_the_run_and_refuses_to_overwrite_it(tmp_path):
     with pytest.raises(ConfigError, match="--resume"):
         train(run_config(tmp_path, experiment="resume", train_for_env_steps=90_000))
     assert _snapshot(exp_dir) == before
+
+
+# ---- time limits are not deaths ----
+
+
+def learned_values(experiment_dir: Path, limit: int) -> np.ndarray:
+    """V(t / limit) for t = 0 .. limit - 1, in reward units, from the run's final checkpoint."""
+    from daskrl.evaluation import load_policy
+
+    _, model, _ = load_policy(str(experiment_dir))
+    obs = torch.arange(limit, dtype=torch.float32).reshape(-1, 1) / limit
+    with torch.no_grad():
+        normalized = model.value(obs).double()
+    mean, var, _ = model.return_stats.tolist()  # the value head predicts normalized returns
+    return (normalized * math.sqrt(var + 1e-8) + mean).numpy()
+
+
+@pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrapped", "as-deaths"])
+def test_a_value_learned_under_a_time_limit_is_the_infinite_horizon_one(tmp_path, bootstrap):
+    """Reward 1 forever, cut every 20 steps: the right value is 1 / (1 - gamma) = 10 everywhere. Treating the cut as
+    a death (what `dones = terminated | truncated` alone did) learns a value that falls to 1 at the last step."""
+    limit, gamma = 20, 0.9
+    summary = train(run_config(tmp_path, experiment=f"limit_{bootstrap}", env="daskrl.testing.envs:constant_reward",
+                               env_kwargs={"limit": limit}, gamma=gamma, num_workers=1, num_envs_per_worker=16,
+                               rollout=16, batch_size=256, num_batches_per_epoch=4, learning_rate=3e-3,
+                               train_for_env_steps=120_000, bootstrap_time_limits=bootstrap))
+    assert summary["episodes"] > 1000 and summary["episode_return_mean"] == limit
+    values = learned_values(Path(summary["experiment_dir"]), limit)
+    print(f"\nbootstrap={bootstrap}: V at t = 0, 10, 19: {values[0]:.2f}, {values[10]:.2f}, {values[-1]:.2f}")
+    expected = 1 / (1 - gamma)
+    if bootstrap:
+        np.testing.assert_allclose(values, expected, rtol=0.15)
+    else:  # the finite-horizon value: 1 at the last step
+        assert values[-1] < 2.0 and values[0] > 8.0, values

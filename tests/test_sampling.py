@@ -507,6 +507,14 @@ def test_box_actions_drive_pendulum_with_truncation_at_the_time_limit(cluster, h
         new_thdot = np.clip(thdot + (15.0 * np.sin(th) + 3.0 * u) * 0.05, -8.0, 8.0)
         cont = ~ends
         np.testing.assert_allclose(obs[1:, :, 2][cont], new_thdot[cont], atol=2e-4, err_msg=f"slot {k}: dynamics")
+        # where the time limit cut an episode, obs[t + 1] is the next episode's first: the real final observation,
+        # which the learner bootstraps from, is in final_obs at t * B + b, and follows from obs[t] and the action
+        used = s["final_at"][s["final_at"] >= 0]
+        assert sorted(used.tolist()) == sorted((t * 2 + b) for t, b in zip(*np.nonzero(ends), strict=True))
+        for kk, at in enumerate(s["final_at"][: len(used)]):
+            t, b = divmod(int(at), 2)
+            np.testing.assert_allclose(s["final_obs"][kk, 2], new_thdot[t, b], atol=2e-4, err_msg=f"slot {k}: final")
+            assert not np.allclose(s["final_obs"][kk], s["obs"][t + 1, b]), "the final observation is the reset one"
     assert stats["episodes"] and all(length == PENDULUM_EPISODE for _, length in stats["episodes"])
 
 

@@ -35,6 +35,10 @@ class TrajectoryBatch:
     dones: np.ndarray  # [T, N] episode ended after step t
     log_probs: np.ndarray  # [T, N] behaviour policy
     policy_version: np.ndarray  # [T, N]
+    # episodes cut by a time limit: their real final observations [M, *obs_shape], and where each one's step is in
+    # the flattened [T * N] batch (its `dones` entry is set; its `obs` at t + 1 is the next episode's first)
+    final_obs: np.ndarray | None = None
+    final_index: np.ndarray | None = None
 
     @property
     def num_samples(self) -> int:
@@ -86,16 +90,17 @@ class APPOTrainer:
 
         with torch.no_grad():
             target_lp, _, values = model.evaluate(obs_flat, actions)
-            bootstrap = model.value(obs[-1])
             values = values.reshape(T, N)
-            raw_values, raw_boot = values, bootstrap
+            next_values, truncated = self._next_values(batch, obs, values)
+            raw_values, raw_next = values, next_values
             if self.returns is not None:
-                raw_values, raw_boot = self.returns.denormalize(values), self.returns.denormalize(bootstrap)
+                raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
             if cfg.advantage == "vtrace":
-                targets, advantages = vtrace(behaviour, target_lp.reshape(T, N), rewards, raw_values, raw_boot,
-                                             dones, cfg.gamma, cfg.vtrace_rho, cfg.vtrace_c)
+                targets, advantages = vtrace(behaviour, target_lp.reshape(T, N), rewards, raw_values, raw_next,
+                                             dones, cfg.gamma, cfg.vtrace_rho, cfg.vtrace_c, truncated=truncated)
             else:
-                advantages, targets = gae(rewards, raw_values, raw_boot, dones, cfg.gamma, cfg.gae_lambda)
+                advantages, targets = gae(rewards, raw_values, raw_next, dones, cfg.gamma, cfg.gae_lambda,
+                                          truncated=truncated)
             if self.returns is not None:
                 self.returns.update(targets)
                 targets = self.returns.normalize(targets)
@@ -141,6 +146,21 @@ class APPOTrainer:
             "value_target_mean": float(targets.mean()),
         })
         return metrics
+
+    def _next_values(self, batch: TrajectoryBatch, obs: torch.Tensor, values: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """V(x_{t+1}) per step [T, N], and where a time limit ended the episode (None when nowhere): there
+        V(x_{t+1}) is the value of the episode's real final observation, which the learner bootstraps from
+        (``--bootstrap-time-limits``); elsewhere values[t + 1], and for the last step the value of obs[T]."""
+        T, N = values.shape
+        next_values = torch.cat([values[1:], self.model.value(obs[-1]).unsqueeze(0)], dim=0)
+        if not self.cfg.bootstrap_time_limits or batch.final_index is None or not batch.final_index.size:
+            return next_values, None
+        index = torch.from_numpy(batch.final_index)
+        finals = self.model.value(torch.from_numpy(batch.final_obs)).to(next_values.dtype)
+        next_values = next_values.reshape(-1).index_copy(0, index, finals).reshape(T, N)
+        truncated = torch.zeros(T * N, dtype=torch.bool).index_fill_(0, index, True).reshape(T, N)
+        return next_values, truncated
 
     def _skip_step(self, batch: TrajectoryBatch, current_version: int, env_steps: int) -> dict[str, float]:
         """Count a step whose inputs are not finite as skipped (every minibatch of it) and change nothing."""
@@ -218,4 +238,5 @@ class APPOTrainer:
 
 
 def _finite_inputs(batch: TrajectoryBatch) -> bool:
-    return all(np.isfinite(a).all() for a in (batch.obs, batch.rewards, batch.log_probs))
+    arrays = [batch.obs, batch.rewards, batch.log_probs] + ([batch.final_obs] if batch.final_obs is not None else [])
+    return all(np.isfinite(a).all() for a in arrays)

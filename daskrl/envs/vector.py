@@ -41,7 +41,9 @@ class EnvGroup:
     """Envs of one rollout-worker split; `step` writes obs/reward/terminated/truncated in place.
 
     After an episode ends, `obs_out[i]` holds the first observation of the next
-    episode and the finished (return, length) is appended to `finished_episodes`.
+    episode and the finished (return, length) is appended to `finished_episodes`; when it ended at a time limit
+    (truncated, not terminated), its real final observation is appended to `truncations` as `(i, obs)`, for the
+    learner to bootstrap from (a time limit is no death).
     """
 
     def __init__(self, envs: Sequence[gym.Env], spaces: EnvSpaces | None = None,
@@ -58,6 +60,7 @@ class EnvGroup:
         self.num_envs = len(self.envs)
         self.spaces = spaces if spaces is not None else EnvSpaces.from_env(self.envs[0])
         self.finished_episodes: list[tuple[float, int]] = []
+        self.truncations: list[tuple[int, np.ndarray]] = []  # drained by the owner (pop_truncations)
         self._ep_return = [0.0] * self.num_envs
         self._ep_length = [0] * self.num_envs
         kind = self.spaces.action_kind
@@ -145,6 +148,8 @@ class EnvGroup:
                 ep_length[i] += 1
                 if terminated or truncated:
                     self.finished_episodes.append((float(ep_return[i]), ep_length[i]))
+                    if truncated and not terminated:
+                        self.truncations.append((i, np.array(obs)))  # a copy: the env may reuse its buffer
                     ep_return[i] = 0.0
                     ep_length[i] = 0
                     phase = "reset"
@@ -189,6 +194,11 @@ class EnvGroup:
     def pop_failures(self) -> list[EnvFailure]:
         failures, self.failures = self.failures, []
         return failures
+
+    def pop_truncations(self) -> list[tuple[int, np.ndarray]]:
+        """Return and clear the (env index, final observation) of episodes cut by a time limit since the last call."""
+        truncations, self.truncations = self.truncations, []
+        return truncations
 
     def pop_episode_stats(self) -> list[tuple[float, int]]:
         """Return and clear the (return, length) of episodes finished since the last call."""

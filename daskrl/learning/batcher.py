@@ -97,16 +97,29 @@ class Batcher:
         else:
             self.slots_shm += 1
         out = {}
-        for name in ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version"):
+        for name in ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version", "final_at"):
             array = arrays[name]
             out[name] = array.read(slot) if hasattr(array, "read") else np.array(array[slot])
+        used = int((out["final_at"] >= 0).sum())  # time-limit final observations fill the buffer from its start
+        final_obs = arrays["final_obs"]
+        out["final_obs"] = final_obs.read((slot, slice(0, used))) if hasattr(final_obs, "read") \
+            else np.array(final_obs[slot, :used])
+        out["final_at"] = out["final_at"][:used]
         return out
 
 
 def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
-    """Concatenate slots along the env axis (time-major [T, N])."""
+    """Concatenate slots along the env axis (time-major [T, N]); a final observation at ``t * B + b`` of a slot
+    whose envs start at column ``offset`` is at ``t * N + offset + b`` of the batch."""
     T = parts[0]["rewards"].shape[0]
+    N = sum(p["rewards"].shape[1] for p in parts)
     versions = [np.broadcast_to(p["policy_version"][:, None], p["rewards"].shape) for p in parts]
+    final_index, offset = [], 0
+    for p in parts:
+        width = p["rewards"].shape[1]
+        t, b = np.divmod(p["final_at"].astype(np.int64), width)
+        final_index.append(t * N + offset + b)
+        offset += width
     return TrajectoryBatch(
         obs=np.concatenate([p["obs"] for p in parts], axis=1),
         actions=np.concatenate([p["actions"] for p in parts], axis=1),
@@ -114,4 +127,6 @@ def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
         dones=np.concatenate([p["terminated"] | p["truncated"] for p in parts], axis=1),
         log_probs=np.concatenate([p["log_probs"] for p in parts], axis=1),
         policy_version=np.concatenate(versions, axis=1).reshape(T, -1),
+        final_obs=np.concatenate([p["final_obs"] for p in parts], axis=0),
+        final_index=np.concatenate(final_index),
     )

@@ -53,6 +53,8 @@ class RolloutWorker(Component):
         self.obs, self.actions, self.rewards = a["obs"], a["actions"], a["rewards"]
         self.terminated, self.truncated = a["terminated"], a["truncated"]
         self.log_probs, self.values, self.policy_version = a["log_probs"], a["values"], a["policy_version"]
+        self.final_obs, self.final_at = a["final_obs"], a["final_at"]
+        self.finals_in_slot = [0] * self.layout.num_slots  # final observations written into each slot
         self.free: deque[int] = deque(range(self.layout.num_slots))
         self.split_slot: list[int | None] = [None] * setup.num_splits
         self.split_t = [0] * setup.num_splits
@@ -98,8 +100,13 @@ class RolloutWorker(Component):
             slot_index = self.free.popleft()
             with self.timing("env"):
                 group.reset(self.obs[slot_index, 0])
-            self.split_slot[s] = slot_index
+            self._begin_slot(s, slot_index)
         self.acting.begin()
+
+    def _begin_slot(self, s: int, slot_index: int) -> None:
+        self.split_slot[s] = slot_index
+        self.final_at[slot_index] = -1
+        self.finals_in_slot[slot_index] = 0
 
     def run_once(self) -> bool:
         return self.acting.run_once()
@@ -118,6 +125,8 @@ class RolloutWorker(Component):
                                f"{exc.env_index} of split {s} on rollout worker {self.name!r}]") from exc
         if group.failures:
             self._note_env_failures(s, group.pop_failures())
+        if group.truncations:
+            self._keep_final_observations(slot_index, t, group.pop_truncations())
         self.env_steps += group.num_envs
         if group.finished_episodes:
             self.episodes.extend(group.pop_episode_stats())
@@ -136,12 +145,26 @@ class RolloutWorker(Component):
         self._serve_waiting()
         return True
 
+    def _keep_final_observations(self, slot_index: int, t: int, truncations: list) -> None:
+        """Write the real final observation of each episode a time limit cut at step ``t`` into the slot, for the
+        learner's bootstrap. There is room for one per env and slot (time limits shorter than a slot are rare); an
+        episode beyond that is counted and ends as if terminated."""
+        width = self.final_at.shape[1]
+        for env_index, obs in truncations:
+            k = self.finals_in_slot[slot_index]
+            if k == width:
+                self.counters["time_limits_not_bootstrapped"] += 1
+                continue
+            self.final_obs[slot_index, k] = obs
+            self.final_at[slot_index, k] = t * width + env_index
+            self.finals_in_slot[slot_index] = k + 1
+
     def _serve_waiting(self) -> None:
         while self.waiting and self.free:
             s = self.waiting.popleft()
             slot_index = self.free.popleft()
             self.obs[slot_index, 0] = self.carry[s]
-            self.split_slot[s] = slot_index
+            self._begin_slot(s, slot_index)
             self.acting.slot_started(s)
 
     def _note_env_failures(self, s: int, failures: list) -> None:

@@ -8,6 +8,9 @@ A rollout worker owns ``num_splits * slots_per_split`` slots. A slot holds ``rol
     rewards, log_probs, values                   [slots, T, B] float32
     terminated, truncated                        [slots, T, B] uint8 (episode ended after step t)
     policy_version                               [slots, T] int32 (the version that chose the actions at t)
+    final_obs   [slots, B, *obs_shape]           the real final observations of episodes a time limit cut in the
+    final_at    [slots, B] int32                 slot (``obs[t + 1]`` is already the next episode's first): at
+                                                 ``t * B + b``, -1 where unused; room for one per env and slot
 
 Messages carry only ``(worker, slot index)``; consumers attach the arrays once by their descriptions.
 """
@@ -51,6 +54,8 @@ class SlotLayout:
             "log_probs": ((n, t, b), "float32"),
             "values": ((n, t, b), "float32"),
             "policy_version": ((n, t), "int32"),
+            "final_obs": ((n, b, *self.obs_shape), obs_dtype),
+            "final_at": ((n, b), "int32"),
         }
 
 

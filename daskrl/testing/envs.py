@@ -1,0 +1,42 @@
+"""Small real envs whose right answer is known in closed form, for checking what the learner learns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class ConstantRewardEnv(gym.Env):
+    """Reward 1 at every step, forever, but cut by a time limit every ``limit`` steps (truncated, never terminated).
+
+    The observation is the fraction of the limit used, ``[t / limit]``, so a value function *can* tell the end is
+    near. The time limit is no part of the task: the true value of every state is ``1 / (1 - gamma)``. A learner that
+    treats the cut as a death learns ``(1 - gamma ** (limit - t)) / (1 - gamma)`` instead, which falls to 1 at the end.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, limit: int = 20, render_mode: str | None = None) -> None:
+        self.limit = int(limit)
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._t / self.limit], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._t += 1
+        return self._obs(), 1.0, False, self._t >= self.limit, {}
+
+
+def constant_reward(limit: int = 20, render_mode: str | None = None) -> gym.Env:
+    return ConstantRewardEnv(limit, render_mode)
