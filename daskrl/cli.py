@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"daskrl: error: {exc}", file=sys.stderr)
         _point_to_log(config)
         return 1
+    except BrokenPipeError:  # the reader of our output went away (`daskrl train | head`): stop as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # the exit status of a process ended by SIGPIPE
     except Exception as exc:  # a bug: one line here, the traceback in the run's log (or a file of its own)
         where = _log_traceback(config, exc)
         print(f"daskrl: error: unexpected {type(exc).__name__}: {exc} (a bug in daskrl, please report it; "
