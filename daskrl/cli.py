@@ -65,8 +65,9 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
                 continue
             if f.metadata.get("choices"):
                 kwargs["choices"] = f.metadata["choices"]
-            if hint is list or typing.get_origin(hint) is list:
-                group.add_argument(flag, type=int, nargs="+", **kwargs)
+            if typing.get_origin(hint) is list:  # whole numbers: one or more; text: any number of items
+                item_type = typing.get_args(hint)[0]
+                group.add_argument(flag, type=item_type, nargs="+" if item_type is int else "*", **kwargs)
             elif hint is dict:
                 group.add_argument(flag, type=json_object, metavar="JSON", **kwargs)
             elif hint in (int, float, str):

@@ -8,6 +8,7 @@ option is one edit. It runs before any process starts and reports all problems a
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -41,15 +42,32 @@ MAX_ENVS_PER_WORKER = 2**16
 MAX_ROLLOUT_WORKERS = 2**15
 
 
+class Section:
+    """A config section that remembers which options were set after it was made (``from_flat``, the command line,
+    ``config.learner.gamma = ...``): those win over the defaults of the env's family (daskrl/env_defaults.py)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_explicit", set())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        explicit = self.__dict__.get("_explicit")
+        if explicit is not None:
+            explicit.add(name)
+
+    def explicit(self) -> set[str]:
+        return set(self.__dict__.get("_explicit", ()))
+
+
 @dataclass
-class EnvConfig:
+class EnvConfig(Section):
     env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env",
                    low=1)
     env_kwargs: dict = opt({}, "keyword arguments for the env constructor (JSON on the command line)")
 
 
 @dataclass
-class SamplerConfig:
+class SamplerConfig(Section):
     num_workers: int = opt(2, "rollout workers (one Dask worker process each)", low=1, high=MAX_ROLLOUT_WORKERS)
     num_envs_per_worker: int = opt(32, "envs stepped by each rollout worker", low=1, high=MAX_ENVS_PER_WORKER)
     worker_num_splits: int = opt(0, "groups of envs per rollout worker; must divide num_envs_per_worker. 2 = double "
@@ -71,6 +89,9 @@ class SamplerConfig:
                                            "float32. 'auto': bfloat16 for image observations where the sampler's "
                                            "CPU has it, float32 otherwise",
                                      choices=list(INFERENCE_PRECISIONS))
+    info_keys: list[str] = opt([], "keys of the env's info dict to average per report when an episode ends (as "
+                                   "'info/<key>' in the CSV, TensorBoard and the dashboard), besides what an env puts "
+                                   "in info['episode_extra_stats']")
     env_failure_limit: int = opt(5, "an env that raises is rebuilt and its episode dropped; this many failures in a "
                                     "row of one env stop the run", low=0)
 
@@ -82,16 +103,21 @@ class SamplerConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
     encoder: str = opt("auto", "observation encoder: 'auto' (cnn for images, mlp otherwise), 'mlp', 'cnn', or a "
                                "registered name", low=1)
-    hidden_sizes: list = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
+    hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")
+    action_bounds: str = opt("clip", "continuous actions in a bounded Box: 'clip' sends the Gaussian sample clipped to "
+                                     "the Box and trains on the probability of what was sent (the tails beyond a bound "
+                                     "count as the bound); 'squash' maps it into the Box with tanh",
+                             choices=["clip", "squash"])
+    init_log_std: float = opt(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)")
 
 
 @dataclass
-class LearnerConfig:
+class LearnerConfig(Section):
     learning_rate: float = opt(1e-3, "Adam learning rate", low=0, low_open=True)
     lr_schedule: str = opt("constant", "learning-rate schedule over the step budget", choices=["constant", "linear"])
     gamma: float = opt(0.99, "discount factor", low=0, high=1)
@@ -111,6 +137,13 @@ class LearnerConfig:
     max_policy_lag: int = opt(20, "samples older than this many policy versions are masked out of the loss", low=0)
     normalize_advantages: bool = opt(True, "normalize advantages per minibatch")
     normalize_returns: bool = opt(True, "normalize value targets with running statistics")
+    reward_scale: float = opt(1.0, "rewards are multiplied by this before training (episode returns stay raw)",
+                              low=0, low_open=True)
+    reward_clip: float = opt(0.0, "rewards (after --reward-scale) are clipped to +-this before training (0: no "
+                                  "clipping)", low=0)
+    sync: bool = opt(False, "synchronous training (exact on-policy PPO, for comparisons): a training step takes every "
+                            "slot of every rollout worker, and sampling waits for its new version, so no sample is "
+                            "ever older than the policy that trains on it")
     bootstrap_time_limits: bool = opt(True, "an episode cut by a time limit (truncated) bootstraps its last value "
                                             "from its real final observation instead of ending there as a death")
     learner_threads: int = opt(1, "torch threads in the learner process", low=1)
@@ -119,7 +152,7 @@ class LearnerConfig:
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Section):
     experiment: str = opt("", "experiment name (default: the env id and a timestamp)")
     train_dir: str = opt("train_dir", "directory that holds experiment directories", low=1)
     seed: int = opt(0, "base random seed (envs, model init)", low=0, high=2**32 - 1)
@@ -127,6 +160,8 @@ class RunConfig:
     train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)", low=0)
     stop_at_return: float | None = opt(None, "stop once the mean return of the last 100 episodes reaches this")
     resume: bool = opt(False, "continue the experiment from its latest checkpoint")
+    env_defaults: bool = opt(True, "use the defaults of the env's family (MuJoCo, Box2D, Pendulum: printed at start) "
+                                   "for the options you did not give")
     serial: bool = opt(False, "run every component in this one process (worker threads instead of worker "
                               "processes): slower, but a debugger such as pdb can step through a slot")
     overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
@@ -135,6 +170,12 @@ class RunConfig:
     report_interval: float = opt(2.0, "seconds between progress lines and CSV rows", low=0, low_open=True)
     checkpoint_interval: float = opt(30.0, "seconds between checkpoints", low=0, low_open=True)
     keep_checkpoints: int = opt(3, "checkpoints kept besides the best one", low=1)
+    keep_checkpoint_every_env_steps: int = opt(0, "also keep, for good, the first checkpoint written after each "
+                                                  "multiple of this many env steps (milestone_<steps>.pt; 0: none)",
+                                               low=0)
+    init_checkpoint: str = opt("", "start a new experiment from the weights and observation/return statistics of "
+                                   "this checkpoint file (or the latest checkpoint of this experiment directory); "
+                                   "the optimizer starts afresh", pattern=r"\S.*", pattern_help="a path")
     scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster); a cluster "
                              "that uses TLS has a tls:// address and needs the three --tls-* files",
                          pattern=r"((tcp|tls|ws|wss|ucx|inproc)://)?(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+)(:\d{1,5})?(/\S*)?",
@@ -170,6 +211,10 @@ class Config:
 
     # ---- flat access: cfg.get("rollout"), Config.from_flat({...}) ----
 
+    def explicit(self) -> set[str]:
+        """Names of the options that were set, rather than left at their defaults."""
+        return set().union(*(getattr(self, section).explicit() for section in SECTIONS))
+
     def flat(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for section in SECTIONS:
@@ -179,21 +224,20 @@ class Config:
     @classmethod
     def from_flat(cls, values: dict[str, Any]) -> Config:
         """Build from a flat dict of option names; unknown names raise with a suggestion."""
-        cfg = cls()
+        return cls().replace(**values)
+
+    def replace(self, **values: Any) -> Config:
+        """A copy with these options set (and counted as set: see :class:`Section`)."""
         known = {f.name: s for s, c in SECTIONS.items() for f in dataclasses.fields(c)}
         unknown = [k for k in values if k not in known]
         if unknown:
             hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, 1)) else "")
                      for k in unknown]
             raise ConfigError([f"unknown option {h}" for h in hints])
+        cfg = copy.deepcopy(self)
         for key, value in values.items():
             setattr(getattr(cfg, known[key]), key, value)
         return cfg
-
-    def replace(self, **values: Any) -> Config:
-        flat = self.flat()
-        flat.update(values)
-        return Config.from_flat(flat)
 
     def to_json(self) -> str:
         return json.dumps({s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}, indent=2)
@@ -251,9 +295,13 @@ def check_field(f: dataclasses.Field, hint: Any, value: Any) -> str:
             return f"{name} must be {meta['pattern_help']}, got {value!r}"
         if value and meta.get("file") and not os.path.isfile(value):
             return f"{name} {value!r} is not a file"
-    elif base is list:
+    elif typing.get_origin(base) is list:
+        item_type = typing.get_args(base)[0]
         if not isinstance(value, list):
-            return f"{name} must be a list of whole numbers, got {value!r}"
+            return f"{name} must be a list, got {value!r}"
+        if item_type is str:
+            return next((f"{name} items must be non-empty text, got {item!r}" for item in value
+                         if not isinstance(item, str) or not item), "")
         return next((p for item in value if (p := _check_number(f"{name} (each item)", int, item, meta))), "")
     elif base in (int, float):
         problem = _check_number(name, base, value, meta)

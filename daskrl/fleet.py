@@ -77,8 +77,9 @@ class Fleet:
 
     # ---- creating ----
 
-    def create(self, resume_state: dict | None) -> None:
-        """Create, wire and start every component; the learner continues from ``resume_state`` when given."""
+    def create(self, resume_state: dict | None, init_weights: dict | None = None) -> None:
+        """Create, wire and start every component; the learner continues from ``resume_state`` when given, or
+        starts from ``init_weights`` (``{"version", "weights"}``: --init-checkpoint)."""
         p = self.placement
         if self.config.run.sampling_only:
             self.sink = self._spawn(SamplingSink, "sink", p.rollout[0], None)
@@ -86,6 +87,8 @@ class Fleet:
             self.learner = self._spawn(Learner, "learner", p.learner, self.setups().learner)
             if resume_state is not None:
                 self.learner.call("load_state", resume_state, int(resume_state.get("env_steps", 0)), timeout=120)
+            elif init_weights is not None:
+                self.learner.call("load_weights", init_weights["version"], init_weights["weights"], 0, timeout=120)
             self.params = self.learner.call("params_desc")
         setups = self.setups()
         spawn_all(self.client, [(RolloutWorker, f"rollout_{i}", host, setup)

@@ -2,7 +2,8 @@
 
 The CLI calls it before it starts the worker forkserver, and ``train()`` calls it first: every option (type, range,
 NaN), the env (built once, for its spaces), and, for an embedded cluster, whether the run's memory fits this
-machine. It imports nothing heavy (no Dask, no torch), so checking costs the user no start-up time.
+machine. It also puts the defaults of the env's family (daskrl/env_defaults.py) in place of options left unset.
+It imports nothing heavy (no Dask, no torch), so checking costs the user no start-up time.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import time
 
 from daskrl.config import Config
+from daskrl.env_defaults import apply_env_defaults
 from daskrl.envs import EnvSpaces, probe_env
+from daskrl.experiment import checkpoint_file
 from daskrl.placement import workers_needed
 from daskrl.sizing import check_fits_this_machine
 
@@ -23,8 +26,11 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     """Check ``config`` (see the module docstring) and return the env's spaces; raises one readable
     :class:`~daskrl.errors.DaskRLError`. Gives the run its default experiment name when it has none."""
     config.validate()
+    apply_env_defaults(config)
     if not config.run.experiment:
         config.run.experiment = default_experiment_name(config.env.env)
+    if config.run.init_checkpoint:
+        checkpoint_file(config.run.init_checkpoint)  # there to start from
     spaces = probe_env(config.env.env, config.env.env_kwargs)
     if client is None and not config.run.scheduler:  # the embedded cluster's share of this machine
         check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config))

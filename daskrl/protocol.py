@@ -16,7 +16,7 @@ metrics and fault events, never data) are listed at the end.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from daskrl.runtime.component import ERROR_TOPIC
 from daskrl.runtime.handles import ComponentHandle
@@ -53,6 +53,7 @@ class InferenceRequest(TypedDict):
     s: int
     slot: int
     t: int
+    v: NotRequired[int]  # --sync: act only with this policy version or a newer one
 
 
 class ActionsReady(TypedDict):
@@ -74,10 +75,12 @@ class TrajectoryReady(TypedDict):
 
 
 class FreeSlots(TypedDict):
-    """The consumer is done with these slots of incarnation ``inc``; the rollout worker may fill them again."""
+    """The consumer is done with these slots of incarnation ``inc``; the rollout worker may fill them again (with
+    ``--sync``: only with policy version ``version`` or newer, published before these slots were freed)."""
 
     slots: list[int]
     inc: str
+    version: NotRequired[int]
 
 
 class ParamsUpdated(TypedDict):

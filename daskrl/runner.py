@@ -20,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
+from daskrl.env_defaults import describe as describe_env_defaults
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
-from daskrl.experiment import open_experiment, run_log_path
+from daskrl.experiment import checkpoint_file, open_experiment, run_log_path
 from daskrl.monitor.console import ConsoleView, say
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
@@ -56,8 +57,9 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
     lock, note = open_experiment(config.experiment_dir, config.run.resume, config.run.overwrite)  # before any write
     try:
         with route_logs(run_log_path(config.experiment_dir), say):
-            if note:
-                say(f"daskrl: {note}")
+            for line in (note, describe_env_defaults(config)):
+                if line:
+                    say(f"daskrl: {line}")
             try:
                 return _train_locked(config, client, spaces, on_report)
             except BaseException as exc:
@@ -90,6 +92,7 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
             check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
             store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
             resume_state = store.load("latest") if config.run.resume else None  # open_experiment checked it is there
+            init_weights = _init_weights(config) if resume_state is None else None
         except BaseException:
             _close_when_started(starting)
             raise
@@ -107,7 +110,7 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
     run = _Run(config, session, spaces, store, csv_log, tb_log, state, on_report)
     stop_signals = _StopOnSignals()
     try:
-        run.start(resume_state)
+        run.start(resume_state, init_weights)
         run.loop(stop_signals)
     finally:
         run.console.close()
@@ -141,6 +144,19 @@ class _StopOnSignals:
             signal.signal(sig, handler)
 
 
+def _init_weights(config: Config) -> dict | None:
+    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from."""
+    if not config.run.init_checkpoint:
+        return None
+    import torch
+
+    path = checkpoint_file(config.run.init_checkpoint)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    say(f"daskrl: starting from the weights of {path} ({int(state.get('env_steps', 0)):,} env steps, policy version "
+        f"{state.get('policy_version', 0)} there); the optimizer starts afresh")
+    return {"version": 0, "weights": {k: v.numpy() for k, v in state["model"].items()}}
+
+
 def _close_when_started(starting) -> None:
     """Close a cluster whose start went on in the background while the run was refused."""
     try:
@@ -161,6 +177,7 @@ class _Run:
         self.incidents = Incidents(logger, "runner")
         self.stop_reason = ""
         self.last_checkpoint = time.monotonic()
+        self.last_milestone = 0  # multiples of --keep-checkpoint-every-env-steps passed so far
         self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
@@ -169,7 +186,7 @@ class _Run:
 
     # ---- start ----
 
-    def start(self, resume_state: dict | None) -> None:
+    def start(self, resume_state: dict | None, init_weights: dict | None) -> None:
         from daskrl.fleet import Fleet  # imported (with torch) while the cluster started: see _train_locked
         from daskrl.recovery import Recovery
 
@@ -183,8 +200,10 @@ class _Run:
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=lambda m: say(f"daskrl: warning: {m}"))
         self.recovery = Recovery(self.fleet, self.store, c.run.max_learner_restarts, self.incidents)
-        self.fleet.create(resume_state)
+        self.fleet.create(resume_state, init_weights)
         self.state.fps.add(self.state.env_steps_offset)
+        every = c.run.keep_checkpoint_every_env_steps
+        self.last_milestone = self.state.env_steps_offset // every if every else 0
 
     # ---- the loop ----
 
@@ -235,6 +254,7 @@ class _Run:
             if fleet.role_of(s["name"]) is not None and "env_steps" in s:
                 state.tally.update(s["name"], s["env_steps"])
             state.episodes.extend(s.get("episodes", []))
+            state.add_extras(s.get("episode_extras", []))
         state.env_steps = state.env_steps_offset + state.tally.total
         state.fps.add(state.env_steps)
         state.shares = time_shares(stats)
@@ -310,7 +330,11 @@ class _Run:
         snapshot.update({"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
                          "best_return": state.best_return, "episode_return_mean": mean,
                          "config": self.config.to_json()})
-        self.store.save(snapshot, state.env_steps, tag_best=best, score=mean if best else None)
+        every = self.config.run.keep_checkpoint_every_env_steps
+        milestone = bool(every) and state.env_steps // every > self.last_milestone
+        self.store.save(snapshot, state.env_steps, tag_best=best, score=mean if best else None, milestone=milestone)
+        if milestone:
+            self.last_milestone = state.env_steps // every
         self.last_checkpoint = time.monotonic()
 
     # ---- stop ----
@@ -361,6 +385,7 @@ class _Run:
             "episode_return_mean": state.episodes.mean_return,
             "episodes": state.episodes.total,
             "policy_version": state.learner.get("policy_version", 0),
+            "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
             "reached_return_at_s": state.reached_return_at,
             "stop_reason": self.stop_reason,
             "time_shares": state.shares,

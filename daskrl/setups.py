@@ -45,6 +45,7 @@ class RolloutSetup:
     slots_per_split: int
     seed: int
     env_failure_limit: int
+    info_keys: tuple[str, ...]
     policy_queue: str
     policy: PolicySetup | None
 
@@ -91,12 +92,19 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
                      env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
                      num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
                      slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
+                     info_keys=tuple(s.info_keys),
                      policy_queue=policy_queue(),
                      policy=policy(c.run.seed + 1000 * index) if s.inference == "inline" else None)
         for index in range(s.num_workers))
     inference = InferenceSetup(policy_queue(), policy(c.run.seed)) if s.inference == "remote" else None
     learner = None if c.run.sampling_only else LearnerSetup(
         spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
-        samples_per_batch=c.learner.batch_size * c.learner.num_batches_per_epoch,
+        samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params)
     return RoleSetups(learner, rollout, inference)
+
+
+def _round_size(config: Config) -> int:
+    """Samples in every slot of every rollout worker: one training step of --sync."""
+    s = config.sampler
+    return s.num_workers * s.num_envs_per_worker * s.rollout * s.slots_per_split

@@ -63,7 +63,9 @@ def invalid_values(f: dataclasses.Field, hint: typing.Any) -> list[str]:
         return ["not-a-choice"]
     if base is dict:
         return ["{bad", "[1, 2]"]
-    if base is list:
+    if typing.get_origin(base) is list:
+        if typing.get_args(base)[0] is str:
+            return ["''"]  # an empty name
         return ["x", "0"] if meta.get("low") == 1 else ["x"]
     if base in (int, float):
         values = ["x", "nan", "inf"] if base is float else ["x", "1.5", "nan"]

@@ -408,3 +408,35 @@ def test_atari_game_names_are_registered_and_a_typo_suggests_the_game():
     assert all(registered_factory(f"atari/{game}") is not None for game in ("Breakout", "Pong", "SpaceInvaders"))
     with pytest.raises(EnvError, match="atari/Breakout"):
         make_env("atari/Breakot")
+
+
+# ---- defaults per env family ----
+
+
+def test_a_family_fills_only_the_options_the_user_did_not_set():
+    from daskrl.config import Config
+    from daskrl.env_defaults import apply_env_defaults, describe, family_of
+
+    assert family_of("HalfCheetah-v5").name == "MuJoCo" and family_of("gymnasium:Hopper-v5").name == "MuJoCo"
+    assert family_of("CartPole-v1") is None and family_of("Pendulum-v1").name == "Pendulum"
+    config = Config().replace(env="HalfCheetah-v5", learning_rate=1e-3)  # given: it wins
+    family = family_of("HalfCheetah-v5")
+    applied = apply_env_defaults(config)
+    assert "learning_rate" not in applied and config.learner.learning_rate == 1e-3
+    assert applied and all(config.flat()[k] == v for k, v in applied.items())
+    assert config.learner.num_epochs == family.options["num_epochs"]
+    config.validate()  # a family's values are valid options
+    assert "defaults for MuJoCo envs" in describe(config) and "--num-epochs" in describe(config)
+    plain = Config().replace(env="HalfCheetah-v5", env_defaults=False)
+    assert apply_env_defaults(plain) == {} and plain.learner.num_epochs == Config().learner.num_epochs
+    # a config file names every option: nothing of a family overrides a saved run's settings
+    saved = Config.from_json(Config().replace(env="Hopper-v5").to_json())
+    assert apply_env_defaults(saved) == {}
+
+
+def test_every_family_sets_valid_options():
+    from daskrl.config import Config
+    from daskrl.env_defaults import FAMILIES
+
+    for family in FAMILIES:
+        Config().replace(**family.options).validate()

@@ -304,3 +304,72 @@ def test_a_value_learned_under_a_time_limit_is_the_infinite_horizon_one(tmp_path
         np.testing.assert_allclose(values, expected, rtol=0.15)
     else:  # the finite-horizon value: 1 at the last step
         assert values[-1] < 2.0 and values[0] > 8.0, values
+
+
+def test_rewards_are_scaled_then_clipped_for_training_only(spaces):
+    trainer = make_trainer(spaces, reward_scale=0.5, reward_clip=1.0)
+    shaped = trainer.shape_rewards(torch.tensor([[-6.0, -1.0, 0.5, 3.0]]))
+    torch.testing.assert_close(shaped, torch.tensor([[-1.0, -0.5, 0.25, 1.0]]))
+    assert make_trainer(spaces).shape_rewards(torch.tensor([7.0])).item() == 7.0  # the defaults change nothing
+
+
+def test_an_envs_info_metrics_reach_the_csv(tmp_path):
+    """info['episode_extra_stats'] at an episode's end, and --info-keys, averaged per report into info/<key>."""
+    summary = train(run_config(tmp_path, experiment="info", env="daskrl.testing.envs:info_reporting",
+                               env_kwargs={"limit": 10}, info_keys=["distance", "absent"], num_workers=1,
+                               num_envs_per_worker=4, rollout=10, batch_size=40, num_batches_per_epoch=1,
+                               train_for_env_steps=20_000, report_interval=0.5))
+    header, rows = read_csv(Path(summary["experiment_dir"]) / "metrics.csv")
+    assert "info/distance" in header and "info/episode" in header and "info/absent" not in header, header
+    distances = {float(r["info/distance"]) for r in rows if r["info/distance"]}
+    assert distances == {1.0}, distances  # an episode of 10 steps ends at t = 10: distance 10 / 10
+    episodes = [float(r["info/episode"]) for r in rows if r["info/episode"]]
+    assert episodes == sorted(episodes) and 1.0 < episodes[-1] <= 20_000 / 40 + 1, episodes  # per env: 1, 2, ...
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(Path(summary["experiment_dir"]) / "tensorboard"))
+    events.Reload()
+    assert {"info/distance", "info/episode"} <= set(events.Tags()["scalars"])
+
+
+@pytest.mark.parametrize("inference", ["inline", "remote"])
+def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, inference):
+    summary = train(run_config(tmp_path, experiment=f"sync_{inference}", sync=True, inference=inference,
+                               num_workers=2, num_envs_per_worker=8, rollout=32, slots_per_split=2,
+                               batch_size=256, train_for_env_steps=40_000, report_interval=0.5))
+    header, rows = read_csv(Path(summary["experiment_dir"]) / "metrics.csv")
+    lags = [float(r["policy_lag"]) for r in rows if r["policy_lag"]]
+    assert summary["policy_version"] >= 10 and lags, (summary["policy_version"], lags)
+    assert summary["max_policy_lag"] == 0 and set(lags) == {0.0}, (summary["max_policy_lag"], lags)
+    # asynchronous, the same settings train on older samples: the check above can fail
+    asynchronous = train(run_config(tmp_path, experiment=f"async_{inference}", inference=inference, num_workers=2,
+                                    num_envs_per_worker=8, rollout=32, slots_per_split=2, batch_size=256,
+                                    train_for_env_steps=40_000))
+    assert asynchronous["max_policy_lag"] > 0
+
+
+def test_init_checkpoint_starts_a_new_experiment_from_the_given_weights(tmp_path):
+    teacher = train(run_config(tmp_path, experiment="teacher", train_for_env_steps=30_000))
+    taught = CheckpointStore(Path(teacher["experiment_dir"]) / "checkpoints").load("latest")
+    # a training step of 65,536 samples does not come within the student's budget: it ends with the weights it got
+    student = train(run_config(tmp_path, experiment="student", init_checkpoint=teacher["experiment_dir"],
+                               batch_size=8192, num_batches_per_epoch=8, train_for_env_steps=2_000))
+    state = CheckpointStore(Path(student["experiment_dir"]) / "checkpoints").load("latest")
+    assert state["train_steps"] == 0 and state["policy_version"] == 1
+    assert set(state["model"]) == set(taught["model"])
+    for key, value in taught["model"].items():
+        torch.testing.assert_close(state["model"][key], value, msg=key)
+    assert state["obs_rms"]["count"] == taught["obs_rms"]["count"] > 0  # the statistics came along
+    assert not state["optimizer"]["state"], "the optimizer starts afresh"
+
+
+def test_milestone_checkpoints_outlive_pruning(tmp_path):
+    summary = train(run_config(tmp_path, experiment="milestones", keep_checkpoint_every_env_steps=50_000,
+                               checkpoint_interval=0.3, keep_checkpoints=1, train_for_env_steps=400_000,
+                               report_interval=0.3))
+    store = CheckpointStore(Path(summary["experiment_dir"]) / "checkpoints")
+    steps = [int(p.stem.split("_")[1]) for p in store.milestones()]
+    assert len(list(store.directory.glob("checkpoint_*.pt"))) <= 2  # the newest (and the best) only
+    buckets = [s // 50_000 for s in steps]
+    assert len(steps) >= 3 and buckets == sorted(set(buckets)) and buckets[0] >= 1, steps  # one per multiple passed
+    assert all(store.load(p)["env_steps"] == s for p, s in zip(store.milestones(), steps, strict=True))

@@ -232,3 +232,44 @@ def test_cnn_encoder_scales_uint8_frames():
     # Scaling happens inside: a uint8 255 frame equals a float 1.0 frame fed through the convs directly.
     direct = enc.fc(enc.conv(torch.ones(2, 1, 84, 84)))
     assert torch.allclose(out, direct, atol=1e-5)
+
+
+# ---- continuous actions: the log-probability of the action actually sent ----
+
+
+@pytest.mark.parametrize("bounds", ["clip", "squash"])
+def test_bounded_gaussian_is_a_distribution_over_the_box(bounds):
+    """exp(log_prob) over the Box (a density inside, plus the clipped tails' masses at the bounds) sums to 1."""
+    from daskrl.models.heads import ACTION_BOUNDS
+
+    low, high = torch.tensor([-2.0]), torch.tensor([1.0])
+    dist = ACTION_BOUNDS[bounds](torch.tensor([[0.7]]), torch.tensor([0.3]), low, high)
+    grid = torch.linspace(-2.0, 1.0, 200_001)[1:-1].reshape(-1, 1)  # the open interval
+    density = torch.exp(dist.log_prob(grid.unsqueeze(1)).reshape(-1))
+    total = torch.trapezoid(density, grid.reshape(-1))
+    if bounds == "clip":
+        masses = [torch.exp(dist.log_prob(bound.reshape(1, 1, 1))).squeeze() for bound in (low, high)]
+        total += sum(masses)
+    assert total.item() == pytest.approx(1.0, abs=2e-3)
+
+
+@pytest.mark.parametrize("bounds", ["clip", "squash"])
+def test_continuous_actions_are_sent_inside_the_box_with_their_own_log_prob(bounds):
+    """What act() returns is what the env gets (inside the Box), and its log-prob is the learner's for it."""
+    spaces = _spaces("Pendulum-v1")  # Box [-2, 2]
+    torch.manual_seed(0)
+    model = ActorCritic(spaces, ModelConfig(action_bounds=bounds, init_log_std=0.7))
+    obs = np.random.default_rng(0).normal(size=(4096, *spaces.obs_shape)).astype(np.float32)
+    actions, log_probs, _ = model.act(obs)
+    assert np.all(actions >= -2.0) and np.all(actions <= 2.0)
+    if bounds == "clip":
+        at_bound = np.abs(actions) == 2.0
+        assert at_bound.mean() > 0.05, "too few clipped samples to check the tails"
+        # a clipped sample's probability is the whole tail beyond its bound: its empirical share matches
+        mean = model.actor.mean(model.encoder(model.prepare(torch.from_numpy(obs)))).detach()
+        std = float(model.actor.log_std.detach().exp())
+        tail = torch.special.ndtr((mean - 2.0) / std).mean().item()
+        assert (actions == 2.0).mean() == pytest.approx(tail, abs=0.02)
+    with torch.no_grad():
+        again, _, _ = model.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
+    np.testing.assert_allclose(log_probs, again.numpy(), rtol=1e-5, atol=1e-5)

@@ -159,7 +159,8 @@ def test_no_component_default_differs_from_the_config():
             for param in inspect.signature(fn).parameters.values():
                 if param.name in CONFIG_DEFAULTS and param.default is not inspect.Parameter.empty:
                     checked += 1
-                    if param.default is not None and param.default != CONFIG_DEFAULTS[param.name]:
+                    default = list(param.default) if isinstance(param.default, tuple) else param.default
+                    if default is not None and default != CONFIG_DEFAULTS[param.name]:
                         differing.append(f"{module.__name__}.{qualname}({param.name}={param.default!r}): "
                                          f"config.py says {CONFIG_DEFAULTS[param.name]!r}")
     assert not differing, differing

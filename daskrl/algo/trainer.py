@@ -83,7 +83,7 @@ class APPOTrainer:
             model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
         obs = torch.from_numpy(obs_np)
         actions = torch.from_numpy(batch.actions).reshape(T * N, *batch.actions.shape[2:])
-        rewards = torch.from_numpy(batch.rewards)
+        rewards = self.shape_rewards(torch.from_numpy(batch.rewards))
         dones = torch.from_numpy(batch.dones).float()
         behaviour = torch.from_numpy(batch.log_probs)
         obs_flat = obs[:-1].reshape(T * N, *obs.shape[2:])
@@ -146,6 +146,14 @@ class APPOTrainer:
             "value_target_mean": float(targets.mean()),
         })
         return metrics
+
+    def shape_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """``--reward-scale`` then ``--reward-clip`` (the learner trains on these; episode returns stay raw)."""
+        if self.cfg.reward_scale != 1.0:
+            rewards = rewards * self.cfg.reward_scale
+        if self.cfg.reward_clip > 0:
+            rewards = rewards.clamp(-self.cfg.reward_clip, self.cfg.reward_clip)
+        return rewards
 
     def _next_values(self, batch: TrajectoryBatch, obs: torch.Tensor, values: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -215,7 +223,14 @@ class APPOTrainer:
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from a model's weights alone (published ones: no optimizer state). The normalizers go on from
         the statistics that travel in the weights' buffers; Adam starts afresh."""
-        self.model.load_state_dict(weights)
+        try:
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        except RuntimeError as exc:  # shapes that do not fit: one line, not torch's list of every tensor
+            raise ValueError(f"these weights do not fit this run's network ({str(exc).splitlines()[-1].strip()})") \
+                from exc
+        if unexpected or set(missing) - {"obs_count", "return_stats"}:  # statistics older checkpoints lack are fine
+            raise ValueError(f"these weights do not fit this run's network (missing {sorted(missing)}, unexpected "
+                             f"{sorted(unexpected)})")
         if self.obs_rms is not None:
             self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
                                           "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})

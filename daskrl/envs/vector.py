@@ -47,7 +47,7 @@ class EnvGroup:
     """
 
     def __init__(self, envs: Sequence[gym.Env], spaces: EnvSpaces | None = None,
-                 rebuild: Any = None, max_consecutive_failures: int = 0) -> None:
+                 rebuild: Any = None, max_consecutive_failures: int = 0, info_keys: Sequence[str] = ()) -> None:
         """``rebuild(i) -> gym.Env`` makes a fresh env i; with it, an env that raises is rebuilt and its episode
         cut short (``truncated``), and only ``max_consecutive_failures`` failures in a row of one env raise."""
         if not envs:
@@ -60,6 +60,10 @@ class EnvGroup:
         self.num_envs = len(self.envs)
         self.spaces = spaces if spaces is not None else EnvSpaces.from_env(self.envs[0])
         self.finished_episodes: list[tuple[float, int]] = []
+        # numbers the env reports at an episode's end: info["episode_extra_stats"] (Sample Factory's convention) and
+        # the info keys asked for; one dict per finished episode that had any, drained with pop_episode_extras
+        self.info_keys = tuple(info_keys)
+        self.episode_extras: list[dict[str, float]] = []
         self.truncations: list[tuple[int, np.ndarray]] = []  # drained by the owner (pop_truncations)
         self._ep_return = [0.0] * self.num_envs
         self._ep_length = [0] * self.num_envs
@@ -84,6 +88,7 @@ class EnvGroup:
         env_kwargs: dict[str, Any] | None = None,
         spaces: EnvSpaces | None = None,
         max_consecutive_failures: int = 0,
+        info_keys: Sequence[str] = (),
     ) -> EnvGroup:
         """Build `num_envs` envs with seeds `env_seed(seed, worker_index, first_env_index + i)`; with
         `max_consecutive_failures` > 0 an env that raises is rebuilt (with a new seed) instead of failing."""
@@ -105,7 +110,8 @@ class EnvGroup:
             for env in envs:
                 env.close()
             raise
-        return cls(envs, spaces, rebuild if max_consecutive_failures > 0 else None, max_consecutive_failures)
+        return cls(envs, spaces, rebuild if max_consecutive_failures > 0 else None, max_consecutive_failures,
+                   info_keys)
 
     def __len__(self) -> int:
         return self.num_envs
@@ -143,11 +149,13 @@ class EnvGroup:
         while i < self.num_envs:
             env, phase = self.envs[i], "step"
             try:
-                obs, reward, terminated, truncated, _ = env.step(acts[i])
+                obs, reward, terminated, truncated, info = env.step(acts[i])
                 ep_return[i] += reward
                 ep_length[i] += 1
                 if terminated or truncated:
                     self.finished_episodes.append((float(ep_return[i]), ep_length[i]))
+                    if info:
+                        self._keep_extras(info)
                     if truncated and not terminated:
                         self.truncations.append((i, np.array(obs)))  # a copy: the env may reuse its buffer
                     ep_return[i] = 0.0
@@ -194,6 +202,19 @@ class EnvGroup:
     def pop_failures(self) -> list[EnvFailure]:
         failures, self.failures = self.failures, []
         return failures
+
+    def _keep_extras(self, info: dict) -> None:
+        extras = dict(info.get("episode_extra_stats") or {})
+        extras.update({k: info[k] for k in self.info_keys if k in info})
+        numbers = {k: float(v) for k, v in extras.items() if isinstance(v, (int, float, np.number, np.ndarray))
+                   and np.size(v) == 1}
+        if numbers:
+            self.episode_extras.append(numbers)
+
+    def pop_episode_extras(self) -> list[dict[str, float]]:
+        """Return and clear the info numbers of episodes finished since the last call (see ``episode_extras``)."""
+        extras, self.episode_extras = self.episode_extras, []
+        return extras
 
     def pop_truncations(self) -> list[tuple[int, np.ndarray]]:
         """Return and clear the (env index, final observation) of episodes cut by a time limit since the last call."""

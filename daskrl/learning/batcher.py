@@ -23,11 +23,15 @@ from daskrl.sampling.trajectories import attach_slots
 
 
 class Batcher:
-    def __init__(self, learner, samples_per_batch: int, deliver: Callable[[TrajectoryBatch], None],
-                 max_ready: int = 1) -> None:
+    def __init__(self, learner, samples_per_batch: int, deliver: Callable[[TrajectoryBatch, list], None],
+                 hold_slots: bool, max_ready: int = 1) -> None:
+        """``deliver(batch, held)`` hands a batch to the learner; with ``hold_slots`` (``--sync``) the slots are not
+        handed back when copied but listed in ``held`` as ``(worker, slot, incarnation)``, for the learner to free
+        once it has trained on them and published the new version."""
         self.learner = learner
         self.samples_per_batch = samples_per_batch
         self.deliver = deliver
+        self.hold_slots = hold_slots
         self.workers: dict[str, dict[str, Any]] = {}
         self.incarnations: dict[str, str] = {}  # worker -> incarnation whose arrays are attached
         self.incoming: queue.SimpleQueue = queue.SimpleQueue()
@@ -63,6 +67,7 @@ class Batcher:
 
     def _run(self) -> None:
         parts: list[dict[str, np.ndarray]] = []
+        held: list[tuple[str, int, str]] = []
         samples = 0
         while not self.stopping:
             item = self.incoming.get()
@@ -73,22 +78,25 @@ class Batcher:
                 self.dropped_slots += 1  # from a rollout worker that was replaced: its memory is gone
                 continue
             part = self._copy_slot(worker, slot)
-            freed: FreeSlots = {"slots": [slot], "inc": incarnation}
-            self.learner.put(free_queue(worker), freed)
+            if self.hold_slots:
+                held.append((worker, slot, incarnation))
+            else:
+                freed: FreeSlots = {"slots": [slot], "inc": incarnation}
+                self.learner.put(free_queue(worker), freed)
             parts.append(part)
             samples += part["rewards"].size
             self.slots += 1
             if samples < self.samples_per_batch:
                 continue
-            batch = _join(parts)
-            parts, samples = [], 0
+            batch, taken = _join(parts), held
+            parts, held, samples = [], [], 0
             t0 = time.perf_counter()
             self.capacity.acquire()
             self.wait_s += time.perf_counter() - t0
             if self.stopping:
                 break
             self.batches += 1
-            self.deliver(batch)
+            self.deliver(batch, taken)
 
     def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
         arrays = self.workers[worker]

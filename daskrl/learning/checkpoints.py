@@ -82,9 +82,11 @@ class CheckpointStore:
         return json.loads(meta.read_text())
 
     def save(
-        self, state: dict[str, Any], env_steps: int, tag_best: bool = False, score: float | None = None
+        self, state: dict[str, Any], env_steps: int, tag_best: bool = False, score: float | None = None,
+        milestone: bool = False,
     ) -> Path:
-        """Atomically write ``checkpoint_<env_steps:012d>.pt``; with ``tag_best`` also ``best.pt``.
+        """Atomically write ``checkpoint_<env_steps:012d>.pt``; with ``tag_best`` also ``best.pt``; with
+        ``milestone`` also ``milestone_<env_steps:012d>.pt``, which pruning never removes.
 
         ``score`` is only recorded in ``best.json`` (see ``best_info``); the caller decides what is best.
         """
@@ -94,6 +96,8 @@ class CheckpointStore:
         # Looked up at call time (not bound at import) so tests can simulate a crash inside torch.save.
         _atomic_write(path, lambda f: torch.save(state, f))
 
+        if milestone:
+            _atomic_write(self.directory / f"milestone_{env_steps:012d}.pt", lambda f: _copy_into(path, f))
         if tag_best:
             _atomic_write(self.directory / BEST_NAME, lambda f: _copy_into(path, f))
             info = {"checkpoint": path.name, "env_steps": env_steps, "score": score}
@@ -112,6 +116,10 @@ class CheckpointStore:
     def latest(self) -> Path | None:
         checkpoints = self._checkpoints()
         return checkpoints[-1][1] if checkpoints else None
+
+    def milestones(self) -> list[Path]:
+        """The milestone checkpoints, oldest first."""
+        return sorted(self.directory.glob("milestone_*.pt"))
 
     def best(self) -> Path | None:
         path = self.directory / BEST_NAME

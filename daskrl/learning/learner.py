@@ -18,7 +18,7 @@ import torch
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.learning.batcher import Batcher
 from daskrl.models.actor_critic import build_model
-from daskrl.protocol import ParamsUpdated, TrajectoryReady
+from daskrl.protocol import FreeSlots, ParamsUpdated, TrajectoryReady, free_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.params import ParameterPublisher
 from daskrl.runtime.signals import signal, slot
@@ -38,11 +38,12 @@ class Learner(Component):
         self.trainer = APPOTrainer(self.model, setup.learner, setup.total_env_steps)
         self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=setup.remote_params)
         self.publisher.publish(self.model.state_dict_numpy())
-        self.batcher = Batcher(self, setup.samples_per_batch, self._deliver)
+        self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync)
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
         self.nan_tolerance = setup.learner.nan_tolerance
+        self.max_lag_seen = 0.0  # the oldest sample trained on, in policy versions (0 throughout with --sync)
 
     async def params_desc(self) -> dict:
         return self.publisher.desc
@@ -98,11 +99,12 @@ class Learner(Component):
     def on_trajectory(self, payload: TrajectoryReady) -> None:
         self.batcher.add(payload["worker"], payload["slot"], payload["inc"])
 
-    def _deliver(self, batch: TrajectoryBatch) -> None:
+    def _deliver(self, batch: TrajectoryBatch, held: list[tuple[str, int, str]]) -> None:
         """Called by the batcher thread: queue the batch for this component's thread and wake it."""
-        self.deliver("_on_batch", batch)
+        self.deliver("_on_batch", (batch, held))
 
-    def _on_batch(self, batch: TrajectoryBatch) -> None:
+    def _on_batch(self, delivered: tuple[TrajectoryBatch, list[tuple[str, int, str]]]) -> None:
+        batch, held = delivered
         self.batcher.taken()
         version = self.publisher.version
         env_steps = self.env_steps_offset + self.trainer.samples_trained
@@ -112,7 +114,10 @@ class Learner(Component):
             new_version = self.publisher.publish(self.model.state_dict_numpy())
         updated: ParamsUpdated = {"version": new_version}
         self.params_updated(updated)
+        if held:  # --sync: the slots go back only now, and nobody fills them before taking this version
+            self._free(held, new_version)
         metrics["version_diff"] = float(version - batch.policy_version.mean())
+        self.max_lag_seen = max(self.max_lag_seen, metrics["policy_lag_max"])
         metrics["train_step_ms"] = self.timing.totals["train"] / max(self.trainer.train_steps, 1) * 1e3
         self.metrics = metrics
         self.counters["samples_trained"] = self.trainer.samples_trained
@@ -127,8 +132,17 @@ class Learner(Component):
         else:
             self.bad_steps = 0
 
+    def _free(self, held: list[tuple[str, int, str]], version: int) -> None:
+        by_owner: dict[tuple[str, str], list[int]] = {}
+        for worker, slot_index, incarnation in held:
+            by_owner.setdefault((worker, incarnation), []).append(slot_index)
+        for (worker, incarnation), slots in by_owner.items():
+            freed: FreeSlots = {"slots": slots, "inc": incarnation, "version": version}
+            self.put(free_queue(worker), freed)
+
     def extra_stats(self) -> dict:
         return {
+            "max_policy_lag_seen": self.max_lag_seen,
             "policy_version": self.publisher.version, "train_steps": self.trainer.train_steps,
             "remote_params": self.publisher.remote,  # also scattered for readers on other hosts
             "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),

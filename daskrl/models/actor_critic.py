@@ -35,7 +35,7 @@ class ActorCritic(nn.Module):
         *,
         shared_encoder: bool | None = None,
         encoder_kwargs: dict[str, Any] | None = None,
-        init_log_std: float = 0.0,
+        init_log_std: float | None = None,
     ) -> None:
         """``model`` holds the encoder name, MLP sizes and activation, and observation normalization (the
         defaults of :class:`~daskrl.config.ModelConfig` when None: one source of defaults)."""
@@ -64,7 +64,8 @@ class ActorCritic(nn.Module):
         self.value_encoder = (
             None if self.shared_encoder else make_encoder(self.encoder_name, spaces, **kwargs)
         )
-        self.actor = make_action_head(self.encoder.out_dim, spaces, init_log_std)
+        self.actor = make_action_head(self.encoder.out_dim, spaces, model.init_log_std if init_log_std is None
+                                      else init_log_std, model.action_bounds)
         value_in = self.encoder.out_dim if self.value_encoder is None else self.value_encoder.out_dim
         self.critic = layer_init(nn.Linear(value_in, 1), std=1.0)
 

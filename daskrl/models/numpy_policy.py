@@ -9,12 +9,14 @@ Models it cannot express (CNN encoders, multi-discrete heads, custom encoders) k
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from daskrl.models.actor_critic import ActorCritic
 from daskrl.models.encoders import MlpEncoder
+from daskrl.models.heads import ClippedGaussian
 
 
 def _tanh(x: np.ndarray) -> np.ndarray:
@@ -46,6 +48,8 @@ class NumpyPolicy:
     def supports(model: ActorCritic) -> bool:
         if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image:
             return False
+        if model.spaces.action_kind == "box" and model.actor.distribution not in (None, ClippedGaussian):
+            return False  # tanh squashing stays with torch
         patterns = []
         for encoder in _encoders(model):
             if not isinstance(encoder, MlpEncoder):
@@ -72,8 +76,11 @@ class NumpyPolicy:
         self.head_b = np.concatenate([_bias(head), _bias(m.critic)])
         if self.kind == "box":
             log_std = m.actor.log_std.detach().numpy().astype(np.float32)
-            self.std = np.exp(log_std)
+            self.log_std, self.std = log_std, np.exp(log_std)
             self.log_prob_offset = np.float32(log_std.sum() + 0.5 * log_std.size * np.log(2 * np.pi))
+            clipped = m.actor.distribution is ClippedGaussian
+            self.low = m.actor.low.numpy() if clipped else None
+            self.high = m.actor.high.numpy() if clipped else None
         if m.normalize_obs:
             self.obs_mean = m.obs_mean.numpy().reshape(-1).astype(np.float32)
             self.obs_inv_std = (1.0 / np.sqrt(m.obs_var.numpy().reshape(-1) + 1e-8)).astype(np.float32)
@@ -114,6 +121,7 @@ class NumpyPolicy:
         mean = out[:, :k]
         if deterministic:
             actions, log_probs = mean.copy(), np.full(n, -self.log_prob_offset, np.float32)
+            noise = np.zeros_like(mean)
         else:
             noise = self.rng.standard_normal((n, k), dtype=np.float32)
             actions = noise * self.std
@@ -121,7 +129,38 @@ class NumpyPolicy:
             log_probs = np.einsum("ij,ij->i", noise, noise)
             log_probs *= np.float32(-0.5)
             log_probs -= self.log_prob_offset
+        if self.low is not None:
+            self._clip(actions, mean, noise, log_probs)
         return actions.reshape(n, *self.model.spaces.action_shape), log_probs, values
+
+    def _clip(self, actions: np.ndarray, mean: np.ndarray, noise: np.ndarray, log_probs: np.ndarray) -> None:
+        """Clip to the Box in place and give clipped components the probability of the tail beyond their bound, as
+        :class:`~daskrl.models.heads.ClippedGaussian` does (only the rare clipped entries are recomputed)."""
+        below, above = actions <= self.low, actions >= self.high
+        if below.any() or above.any():
+            for side, bound, sign in ((below, self.low, 1.0), (above, self.high, -1.0)):
+                rows, cols = np.nonzero(side)
+                if rows.size:
+                    inside = -0.5 * noise[rows, cols] ** 2 - self.log_std[cols] - _HALF_LOG_2PI
+                    tail = _log_ndtr(sign * (bound[cols] - mean[rows, cols]) / self.std[cols])
+                    np.add.at(log_probs, rows, (tail - inside).astype(np.float32))
+            np.clip(actions, self.low, self.high, out=actions)
+
+
+_HALF_LOG_2PI = np.float32(0.5 * math.log(2 * math.pi))
+
+
+def _log_ndtr(x: np.ndarray) -> np.ndarray:
+    """log Phi(x) elementwise (numpy has no erfc): erfc where it is accurate, the asymptotic series in the far left
+    tail, as torch.special.log_ndtr does."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    near = x > -20.0
+    out[near] = np.log([0.5 * math.erfc(-v / math.sqrt(2.0)) for v in x[near]] or np.empty(0))
+    far = x[~near]
+    r = 1.0 / far**2
+    out[~near] = -0.5 * far**2 - np.log(-far) - 0.5 * math.log(2 * math.pi) + np.log1p(-r + 3 * r**2 - 15 * r**3)
+    return out
 
 
 def _encoders(model: ActorCritic) -> list:

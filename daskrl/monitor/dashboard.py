@@ -233,6 +233,7 @@ def summary_html(hist: RunHistory) -> str:
              "return n/a" if math.isnan(ret) else f"return {ret:.1f} ± {std:.1f}",
              f"version {row.get('policy_version', 0)}", "" if math.isnan(lag) else f"lag {lag:.1f}",
              f"{as_number(row.get('time_s'), 0):,.0f} s"]
+    parts += [f"{html.escape(k)} {as_number(v):.3g}" for k, v in sorted(row.items()) if k.startswith("info/")]
     incidents = int(as_number(row.get("incidents"), 0))
     if incidents:
         parts.append(f"<span title='failures survived on purpose; see the run log'>{incidents} incidents</span>")

@@ -50,6 +50,14 @@ class RunState:
     messages_dropped: int = 0  # bus messages that found no receiver, over all workers
     best_return: float = -math.inf
     reached_return_at: float | None = None
+    # episode info numbers (EnvGroup.episode_extras): collected since the last row, and the last mean of each key
+    pending_extras: dict = field(default_factory=dict)
+    extra_means: dict = field(default_factory=dict)
+
+    def add_extras(self, extras: list[dict[str, float]]) -> None:
+        for numbers in extras:
+            for key, value in numbers.items():
+                self.pending_extras.setdefault(key, []).append(value)
 
     @property
     def elapsed(self) -> float:
@@ -78,7 +86,15 @@ class RunState:
             "valid_fraction": m.get("valid_fraction", math.nan),
             "incidents": sum(self.incidents.values()),
             "messages_dropped": self.messages_dropped,
+            **self._info_columns(),
         }
+
+    def _info_columns(self) -> dict[str, float]:
+        """``info/<key>``: the mean over the episodes that ended since the last row (the last mean when none did)."""
+        for key, values in self.pending_extras.items():
+            self.extra_means[key] = float(sum(values) / len(values))
+        self.pending_extras = {}
+        return {f"info/{key}": value for key, value in sorted(self.extra_means.items())}
 
 
 def merge_incidents(driver: dict[str, int], stats: list[dict]) -> dict[str, int]:

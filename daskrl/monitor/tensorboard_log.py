@@ -43,6 +43,9 @@ class TensorBoardLog:
             value = row.get(column)
             if isinstance(value, (int, float)) and not math.isnan(value):
                 self.writer.add_scalar(tag, value, step)
+        for column, value in row.items():  # an env's own episode metrics (--info-keys, episode_extra_stats)
+            if column.startswith("info/") and isinstance(value, (int, float)) and not math.isnan(value):
+                self.writer.add_scalar(column, value, step)
         for component, parts in (shares or {}).items():
             for activity, share in parts.items():
                 self.writer.add_scalar(f"time/{component}/{activity}", share, step)

@@ -64,6 +64,7 @@ class InlineActing:
     def __init__(self, worker: RolloutWorker, setup: PolicySetup) -> None:
         self.worker = worker
         self.policy = SamplingPolicy(worker, setup)
+        self.min_version = 0  # --sync: act only once the policy has this version
 
     def begin(self) -> None:
         """Nothing to ask for: the hot loop acts."""
@@ -72,6 +73,8 @@ class InlineActing:
         w = self.worker
         with w.timing("params"):
             self.policy.refresh()
+        if self.policy.version < self.min_version:  # --sync: the learner published it; it shows up at once
+            return False
         worked = False
         for s in range(len(w.groups)):
             slot_index = w.split_slot[s]
@@ -109,6 +112,7 @@ class RemoteActing:
 
     def __init__(self, worker: RolloutWorker, queue: str) -> None:
         self.worker, self.queue = worker, queue
+        self.min_version = 0  # --sync: inference must act with this policy version or a newer one
         self.requested_at = [0.0] * len(worker.groups)  # when each split's pending request went out
         worker.add_timer(1.0, self.resend_lost_requests)
 
@@ -126,6 +130,8 @@ class RemoteActing:
         w = self.worker
         self.requested_at[s] = time.monotonic()
         request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}
+        if self.min_version:
+            request["v"] = self.min_version
         w.put(self.queue, request)
 
     def on_actions(self, payload: ActionsReady) -> None:

@@ -63,6 +63,10 @@ class InferenceWorker(Component):
                 return True
         with self.timing("params"):
             self.policy.refresh()
+        needed = max(r.get("v", 0) for r in batch)
+        if self.policy.version < needed:  # --sync: the version these requests wait for is on its way
+            self.pending = batch + self.pending
+            return False
         with self.timing("gather"):
             views = [self.workers[r["w"]] for r in batch]
             obs = np.concatenate([read_step(v["obs"], r["slot"], r["t"]) for v, r in zip(views, batch, strict=True)])

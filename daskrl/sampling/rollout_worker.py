@@ -43,7 +43,7 @@ class RolloutWorker(Component):
         self.groups = [
             EnvGroup.from_spec(setup.env.env, per_split, seed=setup.seed, worker_index=setup.worker_index,
                                first_env_index=s * per_split, env_kwargs=setup.env.env_kwargs, spaces=setup.spaces,
-                               max_consecutive_failures=setup.env_failure_limit)
+                               max_consecutive_failures=setup.env_failure_limit, info_keys=setup.info_keys)
             for s in range(setup.num_splits)
         ]
         self.layout = SlotLayout.for_worker(setup.spaces, setup.num_envs, setup.num_splits, setup.rollout,
@@ -61,6 +61,7 @@ class RolloutWorker(Component):
         self.carry = [np.empty_like(self.obs[0, 0]) for _ in range(setup.num_splits)]  # obs that starts the next slot
         self.waiting: deque[int] = deque()  # splits waiting for a free slot
         self.episodes: deque = deque(maxlen=10_000)
+        self.episode_extras: deque = deque(maxlen=10_000)  # info numbers of finished episodes (see EnvGroup)
         self.env_steps = 0
         self.slots_filled = 0
         self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
@@ -130,6 +131,8 @@ class RolloutWorker(Component):
         self.env_steps += group.num_envs
         if group.finished_episodes:
             self.episodes.extend(group.pop_episode_stats())
+            if group.episode_extras:
+                self.episode_extras.extend(group.pop_episode_extras())
         t += 1
         if t < self.rollout:
             self.split_t[s] = t
@@ -190,6 +193,8 @@ class RolloutWorker(Component):
         """A consumer is done with these slots (slots of a predecessor incarnation are not ours)."""
         if payload["inc"] != self.incarnation:
             return
+        if "version" in payload:  # --sync: these slots are to be filled by this policy version or a newer one
+            self.acting.min_version = max(self.acting.min_version, payload["version"])
         self.free.extend(payload["slots"])
         self._serve_waiting()
 
@@ -201,10 +206,13 @@ class RolloutWorker(Component):
         episodes = []
         while self.episodes and len(episodes) < 5000:
             episodes.append(self.episodes.popleft())
+        extras = []
+        while self.episode_extras and len(extras) < 5000:
+            extras.append(self.episode_extras.popleft())
         env_errors = []
         while self.env_failure_log:
             env_errors.append(self.env_failure_log.popleft())
-        return {"episodes": episodes, "env_errors": env_errors}
+        return {"episodes": episodes, "episode_extras": extras, "env_errors": env_errors}
 
     def on_stop(self) -> None:
         for group in self.groups:

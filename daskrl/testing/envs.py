@@ -40,3 +40,25 @@ class ConstantRewardEnv(gym.Env):
 
 def constant_reward(limit: int = 20, render_mode: str | None = None) -> gym.Env:
     return ConstantRewardEnv(limit, render_mode)
+
+
+class InfoReportingEnv(ConstantRewardEnv):
+    """:class:`ConstantRewardEnv` that reports numbers in its info dict: ``episode_extra_stats`` (Sample Factory's
+    convention) at an episode's end with ``{"episode": n}`` (the count of episodes this env finished, 1, 2, ...),
+    and ``distance`` (``t / 10``) at every step."""
+
+    def __init__(self, limit: int = 20, render_mode: str | None = None) -> None:
+        super().__init__(limit, render_mode)
+        self.episodes = 0
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        info: dict[str, Any] = {"distance": self._t / 10}
+        if truncated:
+            self.episodes += 1
+            info["episode_extra_stats"] = {"episode": self.episodes}
+        return obs, reward, terminated, truncated, info
+
+
+def info_reporting(limit: int = 20, render_mode: str | None = None) -> gym.Env:
+    return InfoReportingEnv(limit, render_mode)
