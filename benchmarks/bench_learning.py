@@ -3,11 +3,12 @@
 Run:  python benchmarks/bench_learning.py [--json] [--seeds 0 1 2] [--envs Acrobot-v1 Pendulum-v1 ...]
 
 Each env trains as a user runs it, ``daskrl train --env ENV --train-for-env-steps BUDGET --seed S`` with the
-defaults (the env family's included), one run after the other; then ``daskrl enjoy`` evaluates the final policy on 20
-episodes with the most likely action, as rl-zoo's benchmark evaluates deterministically. The table shows the median
-over seeds of the evaluation return and of the training return (the mean of the last 100 training episodes), the
-wall time from launch, and the peak summed PSS of the run's processes. MuJoCo needs ``pip install 'daskrl[mujoco]'``
-and LunarLander ``'daskrl[box2d]'``; an env whose package is missing is listed as skipped.
+defaults (the env family's included), one run after the other; then ``daskrl enjoy`` evaluates the final policy on
+100 episodes (``--eval-episodes``) with the most likely action, as rl-zoo's benchmark evaluates deterministically.
+The table shows the median over seeds of the evaluation return and of the training return (the mean of the last 100
+training episodes), the wall time from launch, and the peak summed PSS of the run's processes. MuJoCo
+needs ``pip install 'daskrl[mujoco]'`` and LunarLander ``'daskrl[box2d]'``; an env whose package is missing is listed
+as skipped.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def available(env: str) -> bool:
         return False
 
 
-def one_run(env: str, budget: int, seed: int, extra: list[str]) -> dict:
+def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int = 100) -> dict:
     tmp = tempfile.mkdtemp(prefix="daskrl_learning_")
     try:
         run = run_measured([sys.executable, "-m", "daskrl.cli", "train", "--env", env, "--train-for-env-steps",
@@ -57,7 +58,7 @@ def one_run(env: str, budget: int, seed: int, extra: list[str]) -> dict:
         with open(os.path.join(tmp, "bench", "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
         enjoy = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--experiment", "bench", "--train-dir",
-                                tmp, "--episodes", "20", "--deterministic", "--seed", str(1000 + seed)],
+                                tmp, "--episodes", str(episodes), "--deterministic", "--seed", str(1000 + seed)],
                                capture_output=True, text=True, timeout=1800)
         evaluation = float(enjoy.stdout.split("return ")[1].split(" ")[0]) if enjoy.returncode == 0 else float("nan")
     finally:
@@ -71,11 +72,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(RL_ZOO_PPO), choices=list(RL_ZOO_PPO))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes per run (20 episodes "
+                        "of Acrobot moved the mean by +-4)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     parser.add_argument("extra", nargs="*", help="more options for every run (after --)")
     args = parser.parse_args()
     results = {}
-    print(f"{os.cpu_count()} cores; seeds {args.seeds}; evaluation: 20 episodes, most likely action\n")
+    print(f"{os.cpu_count()} cores; seeds {args.seeds}; evaluation: {args.eval_episodes} episodes, most likely action\n")
     print("| env | budget | rl-zoo PPO | daskrl eval (median) | per seed | daskrl training return | vs rl-zoo | "
           "wall s | peak PSS MB |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -84,7 +87,7 @@ def main() -> None:
         if not available(env):
             print(f"| {env} | skipped: its package is not installed |")
             continue
-        runs = [one_run(env, budget, seed, args.extra) for seed in args.seeds]
+        runs = [one_run(env, budget, seed, args.extra, args.eval_episodes) for seed in args.seeds]
         evals = [r["eval_return"] for r in runs]
         median = statistics.median(evals)
         share = TARGET_SHARE.get(env, 1.0)

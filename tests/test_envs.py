@@ -417,7 +417,8 @@ def test_a_family_fills_only_the_options_the_user_did_not_set():
     from daskrl.config import Config
     from daskrl.env_defaults import apply_env_defaults, describe, family_of
 
-    assert family_of("HalfCheetah-v5").name == "MuJoCo" and family_of("gymnasium:Hopper-v5").name == "MuJoCo"
+    assert family_of("HalfCheetah-v5").name == "MuJoCo" and family_of("gymnasium:Walker2d-v5").name == "MuJoCo"
+    assert family_of("Hopper-v5").name == "Hopper"  # a family of its own, ahead of MuJoCo's pattern
     assert family_of("CartPole-v1") is None and family_of("Pendulum-v1").name == "Pendulum"
     config = Config().replace(env="HalfCheetah-v5", learning_rate=1e-3)  # given: it wins
     family = family_of("HalfCheetah-v5")
@@ -440,3 +441,24 @@ def test_every_family_sets_valid_options():
 
     for family in FAMILIES:
         Config().replace(**family.options).validate()
+
+
+# ---- optional env suites (extras): CI installs them, a machine without them skips ----
+
+
+@pytest.mark.parametrize("env, module, extra", [("HalfCheetah-v5", "mujoco", "mujoco"),
+                                                ("Hopper-v5", "mujoco", "mujoco"),
+                                                ("LunarLander-v3", "Box2D", "box2d")])
+def test_an_extras_env_trains_end_to_end_with_its_familys_defaults(tmp_path, capsys, env, module, extra):
+    """The family's settings (synchronous, long rollouts, continuous actions) make a run that ends and checkpoints."""
+    pytest.importorskip(module, reason=f"{module} is not installed (pip install 'daskrl[{extra}]')")
+    from daskrl.config import Config
+    from daskrl.env_defaults import family_of
+    from daskrl.runner import train
+
+    summary = train(Config().replace(env=env, train_dir=str(tmp_path), dashboard_address="", experiment="extra",
+                                     train_for_env_steps=10_000, report_interval=1.0))
+    assert summary["stop_reason"].startswith("reached") and summary["env_steps"] >= 10_000, summary
+    assert summary["policy_version"] >= 1 and not any(summary["incidents"].values()), summary["incidents"]
+    assert f"defaults for {family_of(env).name} envs" in capsys.readouterr().out
+    assert list((tmp_path / "extra" / "checkpoints").glob("*.pt"))
