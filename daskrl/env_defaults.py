@@ -96,12 +96,19 @@ def apply_env_defaults(config: Config) -> dict[str, Any]:
     return applied
 
 
+def _as_option(name: str, value: Any) -> str:
+    """How a user would write the option on the command line (booleans are --x / --no-x)."""
+    if isinstance(value, bool):
+        return flag(name) if value else "--no-" + flag(name)[2:]
+    return f"{flag(name)} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
 def describe(config: Config) -> str:
     """One line naming the family's settings in force for this run ('' when none)."""
     applied = apply_env_defaults(config)
     if not applied:
         return ""
     family = family_of(config.env.env)
-    shown = " ".join(f"{flag(k)} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in applied.items())
+    shown = " ".join(_as_option(k, v) for k, v in applied.items())
     return (f"defaults for {family.name} envs: {shown} (options you give win; --no-env-defaults keeps the global "
             "defaults)")

@@ -4,6 +4,7 @@ by a killed run is taken over with a note, and a new run on an existing experime
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 from daskrl.config import Config, ConfigError
 from daskrl.experiment import ExperimentInUseError, ExperimentLock, open_experiment
 from daskrl.runner import train
+from daskrl.runtime.semaphores import mapped_semaphores
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
 
@@ -111,6 +113,7 @@ def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intac
 
 
 def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
+    semaphores_before = set(glob.glob("/dev/shm/sem.mp-*"))
     killed = subprocess.Popen(cli(tmp_path, "crash", "--train-for-seconds", "60", "--train-for-env-steps", "0",
                                   "--checkpoint-interval", "1"),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -134,6 +137,14 @@ def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
     deadline = time.monotonic() + 30  # the killed run's reaper removes what its workers owned
     while [n for n in list_segments() if not pid_alive(owner_pid(n) or 0)]:
         assert time.monotonic() < deadline, list_segments()
+        time.sleep(0.2)
+    # the kill took Python's resource tracker with it: the reaper removes the semaphores of Dask's worker processes
+    def leaked() -> set[str]:
+        new = {os.path.basename(p) for p in set(glob.glob("/dev/shm/sem.mp-*")) - semaphores_before}
+        return new - mapped_semaphores()
+
+    while leaked():
+        assert time.monotonic() < deadline, leaked()
         time.sleep(0.2)
 
 

@@ -3,6 +3,8 @@
 When a driver is SIGKILLed, Dask ends its worker processes at once with ``os._exit``: nothing in them can
 release the segments they own. This process, started in its own session by ``connect_cluster``, waits for the
 driver to die, gives the workers a moment to go, removes the run's segments whose owners are dead, and exits.
+While the driver lives it also notes the multiprocessing semaphores its process tree maps, and removes them
+afterwards if nothing maps them any more (see ``semaphores``: a kill of the whole process group leaks them).
 After a normal close the driver has already swept and stops this process itself.
 
     python daskrl/runtime/reaper.py DRIVER_PID RUN_ID
@@ -18,18 +20,31 @@ import sys
 import time
 
 if __package__:
-    from daskrl.runtime import segments
+    from daskrl.runtime import segments, semaphores
 else:  # started by path (see above)
     import segments  # type: ignore[no-redef]
+    import semaphores  # type: ignore[no-redef]
+
+SEMAPHORE_SCAN_EVERY = 5  # seconds, after the first 15 (when Dask's workers start and create theirs) scanned each second
+
+
+def _scan_now(waited: int) -> bool:
+    return waited < 15 or waited % SEMAPHORE_SCAN_EVERY == 0
 
 
 def main(driver_pid: int, run_id: str) -> None:
+    held: set[str] = set()
+    waited = 0
     while segments.pid_alive(driver_pid):
+        if _scan_now(waited):
+            held |= semaphores.mapped_semaphores(semaphores.process_tree(driver_pid))
         time.sleep(1.0)
+        waited += 1
     for _ in range(10):  # workers die within a second or two of their driver
         time.sleep(1.0)
         segments.sweep(run_id, dead_only=True)
-        if not segments.list_segments(run_id):
+        held = semaphores.remove_orphans(held)
+        if not segments.list_segments(run_id) and not held:
             return
 
 

@@ -1,0 +1,69 @@
+"""The POSIX semaphores a run's processes hold, so that the reaper can remove them if the whole run is killed.
+
+Dask starts worker processes through multiprocessing (spawn or forkserver), whose locks are named semaphores in
+/dev/shm (``sem.mp-*``). Python's resource tracker, a child of the driver, unlinks them when the driver ends, even
+by SIGKILL; but a signal to the whole process group (``kill -9 -PGID``, a terminal's session ending) kills the
+tracker too, and the semaphores stay until reboot. The reaper, in its own session, records which semaphores the
+driver's process tree maps while it lives and removes those that no live process maps once the tree is gone.
+
+Standard library only, for the same reason as ``segments``.
+"""
+
+from __future__ import annotations
+
+import os
+
+SHM_DIR = "/dev/shm"
+MULTIPROCESSING_PREFIX = "sem.mp-"
+
+
+def _parent_of(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[1]  # the command may hold spaces and parentheses
+    except (OSError, IndexError):
+        return None
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and all its live descendants."""
+    children: dict[str, list[str]] = {}
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        parent = _parent_of(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    tree, todo = [], [str(root)]
+    while todo:
+        pid = todo.pop()
+        tree.append(int(pid))
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def mapped_semaphores(pids: list[int] | None = None) -> set[str]:
+    """Names of the multiprocessing semaphores mapped by these processes (all processes when None)."""
+    if pids is None:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    marker = f"{SHM_DIR}/{MULTIPROCESSING_PREFIX}"
+    names = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    at = line.find(marker)
+                    if at >= 0:
+                        names.add(line[at + len(SHM_DIR) + 1:].split()[0])
+        except OSError:  # gone, or not ours to read
+            continue
+    return names
+
+
+def remove_orphans(names: set[str]) -> set[str]:
+    """Unlink those of ``names`` that no live process maps any more; returns the names still there (in use)."""
+    in_use = mapped_semaphores()
+    for name in names - in_use:
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except FileNotFoundError:  # the resource tracker was faster
+            pass
+    return {name for name in names if os.path.exists(os.path.join(SHM_DIR, name))}
