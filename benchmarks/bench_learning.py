@@ -49,7 +49,7 @@ def available(env: str) -> bool:
         return False
 
 
-def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int = 100) -> dict:
+def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int) -> dict:
     tmp = tempfile.mkdtemp(prefix="daskrl_learning_")
     try:
         run = run_measured([sys.executable, "-m", "daskrl.cli", "train", "--env", env, "--train-for-env-steps",

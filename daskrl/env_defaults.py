@@ -30,6 +30,11 @@ _RL_ZOO_CLASSIC = {"num_workers": 1, "num_envs_per_worker": 16, "rollout": 256, 
                    "num_batches_per_epoch": 64, "num_epochs": 4, "advantage": "gae", "learning_rate": 3e-4,
                    "sync": True}
 
+#: what both MuJoCo families share: one rollout worker (the learner is the bottleneck), GAE, a linearly decaying
+#: learning rate of 3e-4, no value clipping
+_MUJOCO_COMMON = {"num_workers": 1, "slots_per_split": 2, "advantage": "gae", "learning_rate": 3e-4,
+                  "lr_schedule": "linear", "value_clip": 0.0}
+
 FAMILIES: tuple[EnvFamily, ...] = (
     # measured with bench_learning.py (1M steps, seeds 0-1, 100 deterministic episodes): Acrobot-v1 evaluated at
     # -76.3 and -74.9 (rl-zoo: -73.5), MountainCar-v0 at -98.8 and -99.9 (rl-zoo: -110.4); with the global defaults
@@ -40,30 +45,24 @@ FAMILIES: tuple[EnvFamily, ...] = (
     # Hopper first, so the MuJoCo family below does not take it. Measured with bench_learning.py (1M steps, seed 0):
     # with the MuJoCo family's settings Hopper-v5 learns to stand still (return ~1,000, also with gamma 0.999 / GAE
     # 0.99, small minibatches, entropy or --sync); CleanRL's recipe (2,048 samples per update in 32 minibatches,
-    # 10 epochs, a small tanh policy, synchronous) evaluated at 3,120 (rl-zoo: 2,410 on v3)
-    EnvFamily("Hopper", r"Hopper-v\d+", {
-        "num_workers": 1, "num_envs_per_worker": 8, "rollout": 256, "slots_per_split": 2,
-        "hidden_sizes": [64, 64], "activation": "tanh", "init_log_std": 0.0, "learning_rate": 3e-4,
-        "lr_schedule": "linear", "batch_size": 64, "num_batches_per_epoch": 32, "num_epochs": 10, "gamma": 0.99,
-        "advantage": "gae", "gae_lambda": 0.95, "clip_ratio": 0.2, "max_grad_norm": 0.5, "value_clip": 0.0,
-        "sync": True}),
+    # 10 epochs, the global [64, 64] tanh policy, synchronous) evaluated at 3,120 (rl-zoo: 2,410 on v3)
+    EnvFamily("Hopper", r"Hopper-v\d+", {  # the global network: [64, 64] tanh, log std 0
+        **_MUJOCO_COMMON, "num_envs_per_worker": 8, "rollout": 256, "batch_size": 64, "num_batches_per_epoch": 32,
+        "num_epochs": 10, "sync": True}),
     # measured with bench_learning.py (1M steps): with a narrow initial policy (log std -2), ReLU and gamma 0.98 /
     # GAE 0.92 (rl-zoo's choices for HalfCheetah) HalfCheetah-v5 evaluated at 6,451 (rl-zoo: 5,819 on v3); the first
     # guess (log std 0, tanh, 0.99 / 0.95) reached 3,338
     EnvFamily("MuJoCo", r"(HalfCheetah|Walker2d|Ant|Humanoid|HumanoidStandup|Swimmer|Reacher|Pusher|"
                         r"InvertedPendulum|InvertedDoublePendulum)-v\d+", {
-                            "num_workers": 1, "num_envs_per_worker": 16, "rollout": 64, "slots_per_split": 2,
-                            "hidden_sizes": [256, 256], "activation": "relu", "init_log_std": -2.0,
-                            "learning_rate": 3e-4, "lr_schedule": "linear", "batch_size": 256,
-                            "num_batches_per_epoch": 4, "num_epochs": 10, "gamma": 0.98, "advantage": "gae",
-                            "gae_lambda": 0.92, "clip_ratio": 0.2, "max_grad_norm": 0.5, "value_clip": 0.0,
+                            **_MUJOCO_COMMON, "num_envs_per_worker": 16, "rollout": 64, "hidden_sizes": [256, 256],
+                            "activation": "relu", "init_log_std": -2.0, "batch_size": 256,
+                            "num_batches_per_epoch": 4, "num_epochs": 10, "gamma": 0.98, "gae_lambda": 0.92,
                             "max_policy_lag": 100}),
     # measured with bench_learning.py (100k steps, seeds 0-5): --sync and gamma 0.95 made Pendulum reproducible and
     # reach rl-zoo's -172 (evaluation median -165); asynchronous with gamma 0.9, the medians were -250 to -400
     EnvFamily("Pendulum", r"Pendulum-v\d+", {
         "num_workers": 1, "num_envs_per_worker": 16, "rollout": 64, "slots_per_split": 2, "gamma": 0.95,
-        "learning_rate": 1e-3, "batch_size": 256, "num_batches_per_epoch": 4, "num_epochs": 10, "advantage": "gae",
-        "sync": True}),
+        "batch_size": 256, "num_batches_per_epoch": 4, "num_epochs": 10, "advantage": "gae", "sync": True}),
     # measured with bench_learning.py (1M steps, seed 0): LunarLander-v3 evaluated at 283 (rl-zoo: 242 on v2) with
     # rl-zoo's recipe (4,096 samples per update in minibatches of 64, 4 passes) run synchronously; at 195 with two
     # asynchronous workers and minibatches of 512

@@ -4,7 +4,6 @@ by a killed run is taken over with a note, and a new run on an existing experime
 from __future__ import annotations
 
 import csv
-import glob
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ import pytest
 from daskrl.config import Config, ConfigError
 from daskrl.experiment import ExperimentInUseError, ExperimentLock, open_experiment
 from daskrl.runner import train
-from daskrl.runtime.semaphores import mapped_semaphores
+from daskrl.runtime.semaphores import mapped_semaphores, on_disk
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
 
@@ -113,7 +112,7 @@ def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intac
 
 
 def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
-    semaphores_before = set(glob.glob("/dev/shm/sem.mp-*"))
+    semaphores_before = on_disk()
     killed = subprocess.Popen(cli(tmp_path, "crash", "--train-for-seconds", "60", "--train-for-env-steps", "0",
                                   "--checkpoint-interval", "1"),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -140,8 +139,7 @@ def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
         time.sleep(0.2)
     # the kill took Python's resource tracker with it: the reaper removes the semaphores of Dask's worker processes
     def leaked() -> set[str]:
-        new = {os.path.basename(p) for p in set(glob.glob("/dev/shm/sem.mp-*")) - semaphores_before}
-        return new - mapped_semaphores()
+        return on_disk() - semaphores_before - mapped_semaphores()
 
     while leaked():
         assert time.monotonic() < deadline, leaked()

@@ -13,8 +13,20 @@ from __future__ import annotations
 
 import os
 
-SHM_DIR = "/dev/shm"
+if __package__:
+    from daskrl.runtime.segments import SHM_DIR
+else:  # imported by the reaper, started by path
+    from segments import SHM_DIR  # type: ignore[no-redef]
+
 MULTIPROCESSING_PREFIX = "sem.mp-"
+
+
+def on_disk() -> set[str]:
+    """Names of all multiprocessing semaphores in /dev/shm, whoever made them."""
+    try:
+        return {n for n in os.listdir(SHM_DIR) if n.startswith(MULTIPROCESSING_PREFIX)}
+    except FileNotFoundError:
+        return set()
 
 
 def _parent_of(pid: str) -> str | None:
@@ -66,4 +78,4 @@ def remove_orphans(names: set[str]) -> set[str]:
             os.unlink(os.path.join(SHM_DIR, name))
         except FileNotFoundError:  # the resource tracker was faster
             pass
-    return {name for name in names if os.path.exists(os.path.join(SHM_DIR, name))}
+    return names & on_disk()
