@@ -37,6 +37,8 @@ def opt(default: Any, help: str, *, low: float | None = None, high: float | None
 
 #: values of ``--inference-precision``; samplers resolve 'auto' on their own host, since a cluster's CPUs may differ
 INFERENCE_PRECISIONS = ("auto", "float32", "bfloat16")
+#: what --learner-device and --inference-device accept (daskrl.devices resolves them on the component's worker)
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 #: limits of the env seeding scheme (daskrl.envs.registry.env_seed packs worker and env index into one number)
 MAX_ENVS_PER_WORKER = 2**16
 MAX_ROLLOUT_WORKERS = 2**15
@@ -89,6 +91,10 @@ class SamplerConfig(Section):
                                            "float32. 'auto': bfloat16 for image observations where the sampler's "
                                            "CPU has it, float32 otherwise",
                                      choices=list(INFERENCE_PRECISIONS))
+    inference_device: str = opt("auto", "where remote inference workers run the policy: 'cpu', 'cuda', 'cuda:N', or "
+                                        "'auto' (cuda where the inference worker's machine has one, else cpu); "
+                                        "inline samplers always act on the CPU", pattern=DEVICE_PATTERN,
+                                pattern_help="auto, cpu, cuda or cuda:N")
     info_keys: list[str] = opt([], "keys of the env's info dict to average per report when an episode ends (as "
                                    "'info/<key>' in the CSV, TensorBoard and the dashboard), besides what an env puts "
                                    "in info['episode_extra_stats']")
@@ -147,6 +153,13 @@ class LearnerConfig(Section):
     bootstrap_time_limits: bool = opt(True, "an episode cut by a time limit (truncated) bootstraps its last value "
                                             "from its real final observation instead of ending there as a death")
     learner_threads: int = opt(1, "torch threads in the learner process", low=1)
+    learner_device: str = opt("auto", "where the learner trains: 'cpu', 'cuda', 'cuda:N', or 'auto' (cuda where the "
+                                      "learner's worker has one, else cpu). A worker started with --resources GPU=1 "
+                                      "gets the learner", pattern=DEVICE_PATTERN,
+                              pattern_help="auto, cpu, cuda or cuda:N")
+    num_learners: int = opt(1, "learners of the policy, one Dask worker each: data-parallel, each trains on its "
+                               "share of every batch and the gradients are averaged (torch.distributed: gloo on CPU, "
+                               "nccl on GPU)", low=1, high=64)
     nan_tolerance: int = opt(10, "training steps in a row with NaN/inf loss or gradients before the run stops",
                              low=1)
 
@@ -266,9 +279,29 @@ class Config:
                 f"{s.num_envs_per_worker}: each split needs the same number of envs (try --worker-num-splits "
                 f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
             )
+        problems += _group_problems(self, found)
         if problems:
             raise ConfigError(problems)
         return self
+
+
+def _group_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Options that do not fit together with --num-learners or the devices."""
+    s, lrn, out = config.sampler, config.learner, []
+    k = lrn.num_learners
+    if found or k == 1 and s.inference_device in ("auto", "cpu"):
+        return out
+    if k > 1 and lrn.batch_size % k:
+        out.append(f"--batch-size {lrn.batch_size} does not split over --num-learners {k}: each learner trains on "
+                   f"an equal share of every minibatch (try --batch-size {lrn.batch_size // k * k or k})")
+    slots = s.num_workers * s.num_splits() * s.slots_per_split
+    if k > 1 and lrn.sync and slots % k:
+        out.append(f"--sync trains on all {slots} trajectory slots at once, which do not split evenly over "
+                   f"--num-learners {k}; change --num-workers, --slots-per-split or --num-learners")
+    if s.inference == "inline" and s.inference_device.startswith("cuda"):
+        out.append(f"--inference-device {s.inference_device} is for remote inference workers, and inline samplers act "
+                   "on the CPU: add --inference remote, or leave --inference-device at auto")
+    return out
 
 
 def flag(name: str) -> str:

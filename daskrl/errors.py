@@ -13,11 +13,14 @@ class DaskRLError(RuntimeError):
 
 
 class ConfigError(DaskRLError, ValueError):
-    """Bad configuration values; ``problems`` holds one readable line each."""
+    """Bad configuration values; ``problems`` holds one readable line each (one problem: one line in all)."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
-        super().__init__("invalid configuration:\n  " + "\n  ".join(self.problems))
+        if len(self.problems) == 1:
+            super().__init__(f"invalid configuration: {self.problems[0]}")
+        else:
+            super().__init__("invalid configuration:\n  " + "\n  ".join(self.problems))
 
     def __reduce__(self):
         return type(self), (self.problems,)

@@ -16,7 +16,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
 from daskrl.placement import Placement, Role
-from daskrl.protocol import policy_queue, wire_sampling_graph
+from daskrl.protocol import policy_queue, wire_learner_group, wire_sampling_graph
 from daskrl.runtime.cluster import ClusterSession
 from daskrl.runtime.handles import ComponentHandle, spawn, spawn_all
 from daskrl.runtime.shm import force_comms, host_of
@@ -35,7 +35,9 @@ class Fleet:
         """``warn`` tells the user about a problem that does not stop the run (a sampler that missed an update)."""
         self.client, self.run_id, self.warn = session.client, session.run_id, warn
         self.config, self.spaces, self.placement = config, spaces, placement
-        self.learner: ComponentHandle | None = None
+        self.learner: ComponentHandle | None = None  # the only learner, or the leader of the learner group
+        self.learner_members: list[ComponentHandle] = []  # ranks 1.. of the group (--num-learners)
+        self.group_generation = 0  # bumped each time the learner group is formed
         self.sink: ComponentHandle | None = None
         self.rollout: list[ComponentHandle] = []
         self.inference: list[ComponentHandle] = []
@@ -52,7 +54,8 @@ class Fleet:
     # ---- who is who ----
 
     def components(self) -> list[ComponentHandle]:
-        return [h for h in (self.learner, self.sink) if h is not None] + self.rollout + self.inference
+        return [h for h in (self.learner, self.sink) if h is not None] + self.learner_members + self.rollout \
+            + self.inference
 
     def samplers(self) -> list[ComponentHandle]:
         return self.rollout + self.inference
@@ -62,6 +65,8 @@ class Fleet:
             return Role.LEARNER
         if self.sink is not None and name == self.sink.name:
             return Role.SINK
+        if any(h.name == name for h in self.learner_members):
+            return Role.LEARNER_MEMBER
         if any(h.name == name for h in self.rollout):
             return Role.ROLLOUT
         if any(h.name == name for h in self.inference):
@@ -84,7 +89,13 @@ class Fleet:
         if self.config.run.sampling_only:
             self.sink = self._spawn(SamplingSink, "sink", p.rollout[0], None)
         else:
-            self.learner = self._spawn(Learner, "learner", p.learner, self.setups().learner)
+            created: list[ComponentHandle] = []
+            try:
+                spawn_all(self.client, [(Learner, _learner_name(rank), host, setup) for rank, (host, setup)
+                                        in enumerate(zip(p.learners, self.setups().learners, strict=True))],
+                          run_id=self.run_id, created=created)
+            finally:  # what was created is stopped with the rest, even when a later one failed
+                self.learner, self.learner_members = (created[0] if created else None), created[1:]
             if resume_state is not None:
                 self.learner.call("load_state", resume_state, int(resume_state.get("env_steps", 0)), timeout=120)
             elif init_weights is not None:
@@ -102,10 +113,24 @@ class Fleet:
             for handle in self.inference:
                 handle.call("attach_workers", self.buffers)
         wire_sampling_graph(self.client, self.rollout, self.inference, self._consumer_slot(), policy_queue())
-        if self.learner is not None:
-            self.learner.call("attach_workers", self.buffers)
-        for handle in [self.consumer, *self.inference, *self.rollout]:
+        for handle in [h for h in (self.learner,) if h is not None] + self.learner_members:
+            handle.call("attach_workers", self.buffers)
+        if self.learner_members:
+            wire_learner_group(self.client, self.learner, self.learner_members)
+            self.form_learner_group()
+        for handle in [self.consumer, *self.learner_members, *self.inference, *self.rollout]:
             handle.call("start")
+
+    def form_learner_group(self) -> None:
+        """(Re)form the data-parallel learner group: a new generation, whose members all start from the leader's
+        whole training state (see :meth:`Learner.join_group`)."""
+        assert self.learner is not None
+        self.group_generation += 1
+        where = self.learner.call("open_group", len(self.learner_members) + 1)
+        joining = [(h, h.send("join_group", where["host"], where["port"], self.group_generation))
+                   for h in [self.learner, *self.learner_members]]
+        for handle, future in joining:
+            handle.wait("join_group", future, timeout=120)
 
     # ---- recreating after a fault ----
 
@@ -128,6 +153,12 @@ class Fleet:
             self.inference[self.inference.index(handle)] = new
         elif role is Role.SINK:
             new = self.sink = self._spawn(handle.cls, handle.name, worker, None)
+        elif role is Role.LEARNER_MEMBER:
+            index = self.learner_members.index(handle)
+            new = self._spawn(handle.cls, handle.name, worker, self.setups().learners[index + 1])
+            new.call("attach_workers", self.buffers)
+            self.learner_members[index] = new
+            self.form_learner_group()
         else:
             raise ValueError(f"{handle.name!r} is a {role}: recreate_learner() restarts a learner")
         new.call("start")
@@ -147,8 +178,10 @@ class Fleet:
             new.call("load_weights", weights["version"], weights["weights"], env_steps, timeout=120)
         self.params = new.call("params_desc")
         new.call("attach_workers", self.buffers)
-        new.call("start")
         self.learner = new
+        if self.learner_members:
+            self.form_learner_group()  # the members go on from the new leader's weights
+        new.call("start")
         self._each(self.samplers(), "set_params", self.params)
         self._reclaim_slots()  # the slots the dead learner held are never coming back
         return new
@@ -198,3 +231,8 @@ class Fleet:
                 handle.call(method, *args)
             except ComponentError as exc:
                 self.warn(f"{handle.name} did not take {method}(): {exc}")
+
+
+def _learner_name(rank: int) -> str:
+    """The leader keeps the name a single learner has; members are learner_1, learner_2, ..."""
+    return "learner" if rank == 0 else f"learner_{rank}"

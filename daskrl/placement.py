@@ -1,9 +1,10 @@
 """Which Dask worker runs which busy component: one busy component per worker process.
 
 Roles are pinned through Dask worker resources where the user set them (a worker started with
-``--resources learner=1`` gets the learner; ``rollout=1`` and ``inference=1`` likewise); the remaining roles
-take the remaining workers in name order. Too few workers is a configuration error, found before anything
-is created.
+``--resources learner=1`` gets a learner; ``rollout=1`` and ``inference=1`` likewise). Workers that declare a
+``GPU`` resource (``dask worker --resources GPU=1``) go to the learners first, then to remote inference (unless
+their device option says cpu), and to rollout workers last. The remaining roles take the remaining workers in name
+order. Too few workers is a configuration error, found before anything is created.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from daskrl.errors import ConfigError
 class Role(enum.Enum):
     """What a component does in a run; the fleet knows its components by role, never by class name."""
 
-    LEARNER = "learner"
+    LEARNER = "learner"  # the only learner, or the leader (rank 0) of a data-parallel group
+    LEARNER_MEMBER = "learner group member"  # ranks 1.. of a group: train on their shares, publish nothing
     ROLLOUT = "rollout"
     INFERENCE = "inference"
     SINK = "sink"
@@ -29,15 +31,20 @@ ROLES = ("learner", "rollout", "inference")  # the roles that need a worker proc
 
 @dataclass
 class Placement:
-    learner: str | None
+    learners: list[str]  # by rank: the first is the group's leader
     rollout: list[str]
     inference: list[str]
     names: dict[str, str] = field(default_factory=dict)  # address -> worker name (stable across restarts)
 
+    @property
+    def learner(self) -> str | None:
+        """Where the (leading) learner runs; None when sampling only."""
+        return self.learners[0] if self.learners else None
+
 
 def role_counts(config: Config) -> dict[str, int]:
     s = config.sampler
-    return {"learner": 0 if config.run.sampling_only else 1, "rollout": s.num_workers,
+    return {"learner": 0 if config.run.sampling_only else config.learner.num_learners, "rollout": s.num_workers,
             "inference": s.num_inference_workers if s.inference == "remote" else 0}
 
 
@@ -54,22 +61,31 @@ def place(workers: dict[str, dict], config: Config) -> Placement:
         raise ConfigError([
             f"the cluster has {len(workers)} worker processes but this run needs {need} (one per busy component: "
             f"{counts['rollout']} rollout, {counts['inference']} inference, {counts['learner']} learner); add "
-            "workers or lower --num-workers / --num-inference-workers"
+            "workers or lower --num-workers / --num-inference-workers / --num-learners"
         ])
     order = sorted(workers, key=lambda a: (str(workers[a].get("name", a)), a))
     free = list(order)
     chosen: dict[str, list[str]] = {role: [] for role in ROLES}
+
+    def has(address: str, resource: str) -> bool:
+        return bool(workers[address].get("resources", {}).get(resource))
+
     for role in ROLES:  # pinned first
         for address in order:
-            if len(chosen[role]) < counts[role] and address in free and workers[address].get("resources", {}).get(role):
+            if len(chosen[role]) < counts[role] and address in free and has(address, role):
                 chosen[role].append(address)
                 free.remove(address)
+    wants_gpu = {"learner": config.learner.learner_device != "cpu",
+                 "inference": config.sampler.inference_device != "cpu", "rollout": False}
     for role in ROLES:
-        pinned = [a for a in free if any(workers[a].get("resources", {}).get(r) for r in ROLES if r != role)]
-        for address in [a for a in free if a not in pinned] + pinned:
+        def preference(address: str, role: str = role) -> tuple[bool, bool]:
+            pinned_elsewhere = any(has(address, r) for r in ROLES if r != role)
+            return pinned_elsewhere, has(address, "GPU") != wants_gpu[role]
+
+        for address in sorted(free, key=preference):  # stable: name order within a preference
             if len(chosen[role]) >= counts[role]:
                 break
             chosen[role].append(address)
             free.remove(address)
-    return Placement(chosen["learner"][0] if chosen["learner"] else None, chosen["rollout"], chosen["inference"],
+    return Placement(chosen["learner"], chosen["rollout"], chosen["inference"],
                      {a: str(workers[a].get("name", a)) for a in workers})

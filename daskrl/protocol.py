@@ -7,6 +7,7 @@ The data path, with the message on each arrow (payloads are msgpack-native dicts
     RolloutWorker --TrajectoryReady (signal)--> Learner (its batcher) or SamplingSink
     Learner/SamplingSink --FreeSlots on free:<w>--> RolloutWorker
     Learner --ParamsUpdated (signal)--> anyone who listens (samplers poll the parameter block instead)
+    Learner (group leader) --SharesAssigned (signal)--> the other learners of its group (--num-learners K)
 
 ``policy:``, ``actions:`` and ``free:`` are work queues (each message to exactly one taker); signals go to every
 connected slot. :func:`wire_sampling_graph` makes all these connections for a set of components, and
@@ -83,6 +84,14 @@ class FreeSlots(TypedDict):
     version: NotRequired[int]
 
 
+class SharesAssigned(TypedDict):
+    """A learner group's leader split a batch: ``shares[k - 1]`` lists the ``[worker, slot, incarnation]`` that
+    member ``k`` trains on, for group ``generation`` (a member drops shares of a generation it is not in)."""
+
+    generation: int
+    shares: list[list[list]]
+
+
 class ParamsUpdated(TypedDict):
     """The learner published policy version ``version``."""
 
@@ -113,6 +122,12 @@ def wire_sampling_graph(client: Any, rollout: list[ComponentHandle], inference: 
         wire_rollout(client, handle, consumer)
 
 
+def wire_learner_group(client: Any, leader: ComponentHandle, members: list[ComponentHandle]) -> None:
+    """The leader's batch splits reach every member of its group."""
+    for member in members:
+        connect(leader.shares_assigned, member.on_shares, client)
+
+
 # ---- scheduler event topics ----
 
 #: one row of metrics per report, from the runner to the dashboard page
@@ -126,6 +141,7 @@ ENV_ERRORS_TOPIC = "daskrl-env-errors"
 
 __all__ = [
     "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "RECOVERIES_TOPIC",
-    "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "TrajectoryReady", "actions_queue",
-    "free_queue", "policy_queue", "wire_inference", "wire_rollout", "wire_sampling_graph",
+    "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "SharesAssigned", "TrajectoryReady",
+    "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",
+    "wire_sampling_graph",
 ]

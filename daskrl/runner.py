@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
+from daskrl.devices import check_cluster as check_devices
 from daskrl.env_defaults import describe as describe_env_defaults
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
@@ -193,6 +194,9 @@ class _Run:
         c = self.config
         workers = self.client.scheduler_info()["workers"]
         placement = place(workers, c)
+        check_devices(self.client, [(a, "--learner-device", c.learner.learner_device) for a in placement.learners]
+                      + [(a, "--inference-device", c.sampler.inference_device) for a in placement.inference],
+                      placement.names)
         if not self.session.embedded:
             check_fits_cluster(c, self.spaces, workers)
         link = dashboard_page(self.client)
@@ -355,7 +359,7 @@ class _Run:
                 self.checkpoint()
             except Exception as exc:
                 problems.append(f"final checkpoint skipped ({exc}); the previous checkpoint is intact")
-        consumers = fleet.stop([h for h in (fleet.learner, fleet.sink) if h is not None])
+        consumers = fleet.stop([h for h in (fleet.learner, fleet.sink) if h is not None] + fleet.learner_members)
         problems += [s["error"] for s in consumers if "error" in s]
         for p in problems:
             say(f"daskrl: warning: {p}")
@@ -393,6 +397,9 @@ class _Run:
             # no policy of their own and are left out)
             "inference_precision": {name: s["inference_precision"] for name, s in sorted(self.last_stats.items())
                                     if s.get("inference_precision")},
+            # each learner's worker, device and group (rank, generation, digests of its weights after recent steps)
+            "learners": {name: {"address": s.get("address"), "device": s.get("device"), **s["group"]}
+                         for name, s in sorted(self.last_stats.items()) if "group" in s},
             "recoveries": list(self.recovery.recoveries) if self.recovery is not None else [],
             "incidents": dict(state.incidents),
             "data_path": self.data_path(),

@@ -28,6 +28,7 @@ class PolicySetup:
     seed: int
     numpy_inference: bool
     inference_precision: str
+    device: str  # --inference-device for remote inference workers; inline samplers act on the CPU
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class InferenceSetup:
 
 @dataclass(frozen=True)
 class LearnerSetup:
-    """The learner: the network, the training options, and how many samples make one training step."""
+    """A learner: the network, the training options, how many samples make one training step (of the whole group:
+    each member trains on ``1 / num_learners`` of them) and the learner's rank in its group (0: the leader)."""
 
     spaces: EnvSpaces
     model: ModelConfig
@@ -69,13 +71,20 @@ class LearnerSetup:
     total_env_steps: int
     seed: int
     remote_params: bool  # readers on other hosts: parameters are also published over Dask comms
+    rank: int  # in the learner group: 0 is the leader (the only learner with one)
+    num_learners: int
 
 
 @dataclass(frozen=True)
 class RoleSetups:
-    learner: LearnerSetup | None
+    learners: tuple[LearnerSetup, ...]  # by rank; empty when sampling only
     rollout: tuple[RolloutSetup, ...]
     inference: InferenceSetup | None
+
+    @property
+    def learner(self) -> LearnerSetup | None:
+        """The leader's (the only learner's, with one)."""
+        return self.learners[0] if self.learners else None
 
 
 def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_params: bool) -> RoleSetups:
@@ -84,8 +93,8 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
     c, s = config, config.sampler
     model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
 
-    def policy(seed: int) -> PolicySetup:
-        return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision)
+    def policy(seed: int, device: str = "cpu") -> PolicySetup:
+        return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision, device)
 
     rollout = tuple(
         RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
@@ -96,12 +105,14 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
                      policy_queue=policy_queue(),
                      policy=policy(c.run.seed + 1000 * index) if s.inference == "inline" else None)
         for index in range(s.num_workers))
-    inference = InferenceSetup(policy_queue(), policy(c.run.seed)) if s.inference == "remote" else None
-    learner = None if c.run.sampling_only else LearnerSetup(
+    inference = InferenceSetup(policy_queue(), policy(c.run.seed, s.inference_device)) \
+        if s.inference == "remote" else None
+    learners = () if c.run.sampling_only else tuple(LearnerSetup(
         spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
-        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params)
-    return RoleSetups(learner, rollout, inference)
+        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params, rank=rank,
+        num_learners=c.learner.num_learners) for rank in range(c.learner.num_learners))
+    return RoleSetups(learners, rollout, inference)
 
 
 def _round_size(config: Config) -> int:

@@ -315,6 +315,30 @@ def test_learner_lost_before_its_first_checkpoint_restarts_from_the_newest_publi
     assert final["obs_rms"]["count"] > final["samples_trained"], (final["obs_rms"]["count"], final["samples_trained"])
 
 
+@pytest.mark.parametrize("lost", ["learner_1", "learner"])
+def test_a_killed_learner_of_a_group_reforms_the_group_and_training_goes_on(tmp_path, lost):
+    """Two data-parallel learners; one is SIGKILLed (a member, or the leader that publishes): it is recreated, the
+    group is formed again (generation 2) from the leader's weights, the members hold the same weights after every
+    step of the new generation, and the policy goes on from where it was, to the end of the budget."""
+    config = run_config(tmp_path, f"group_{lost}", num_learners=2, train_for_env_steps=400_000,
+                        train_for_seconds=150, checkpoint_interval=2.0)
+    killer = Killer(lost, ready=lambda row: row["policy_version"] >= 15)
+    summary = train(config, on_report=killer)
+    killer.check()
+    assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
+    record = recovery_of(summary, lost)
+    assert record["role"] == ("learner group member" if lost == "learner_1" else "learner")
+    learners = summary["learners"]
+    assert [learners[n]["generation"] for n in ("learner", "learner_1")] == [2, 2]
+    leader, member = (dict(map(tuple, learners[n]["digests"])) for n in ("learner", "learner_1"))
+    common = sorted(set(leader) & set(member))
+    assert len(common) >= 5 and all(leader[s] == member[s] for s in common), (leader, member)
+    version_at_kill = int(killer.rows[killer.rows_before_kill - 1]["policy_version"])
+    versions = [int(r["policy_version"]) for r in read_rows(config)[killer.rows_before_kill:]]
+    assert versions[-1] > version_at_kill + 10, versions
+    assert min(versions) >= version_at_kill - 20, f"the policy started again from the beginning: {versions}"
+
+
 def test_recreated_rollout_and_inference_workers_get_the_setup_the_first_ones_got(tmp_path):
     """The setups come from one function, for the first incarnation and for every recreated one: a recreated
     inference worker used to lose --inference-precision (and fall back to 'auto')."""

@@ -4,6 +4,12 @@ Per step: update observation statistics, evaluate the current policy on the batc
 targets with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``,
 then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping. A step whose loss or
 gradients are not finite is skipped and counted, never applied.
+
+With a data-parallel learner group (:mod:`daskrl.learning.learner_group`) each member trains on its share of the
+batch and every decision and statistic that spans the batch (finite inputs, normalizer moments, each minibatch's
+valid count and advantage moments, the gradients) is summed over the group first, so the members apply the update
+one learner would apply on the whole batch. Tensors live on ``device``; a batch reaches it in one pinned copy per
+array.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+from daskrl.learning.learner_group import Group, SoloGroup
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
@@ -48,9 +55,14 @@ class TrajectoryBatch:
 class APPOTrainer:
     """Owns the optimizer and normalizers of one policy; ``train(batch, version)`` -> metrics."""
 
-    def __init__(self, model: ActorCritic, cfg: LearnerConfig, total_env_steps: int) -> None:
-        """``total_env_steps`` is the run's budget (0: none), the length of a linear learning-rate schedule."""
-        self.model = model
+    def __init__(self, model: ActorCritic, cfg: LearnerConfig, total_env_steps: int,
+                 device: torch.device | None = None) -> None:
+        """``total_env_steps`` is the run's budget (0: none), the length of a linear learning-rate schedule.
+        ``model`` is moved to ``device`` (default: the CPU)."""
+        self.device = device if device is not None else torch.device("cpu")
+        self.model = model.to(self.device)
+        #: the learner group this trainer belongs to (the learner swaps it when the group is formed again)
+        self.group: Group = SoloGroup()
         self.cfg = cfg
         self.total_env_steps = total_env_steps
         # foreach: one multi-tensor update instead of a Python loop over parameters; on CPU torch defaults to the
@@ -73,19 +85,19 @@ class APPOTrainer:
         """One training step on ``batch``; ``on_progress`` is called after every minibatch (a heartbeat)."""
         cfg, model = self.cfg, self.model
         T, N = batch.rewards.shape
-        if not _finite_inputs(batch):
+        if not self._group_all(_finite_inputs(batch)):
             # Checked before anything is updated: a NaN/inf would otherwise enter the running observation and
             # return statistics and make every later step non-finite (and skipped) too.
             return self._skip_step(batch, current_version, env_steps)
         obs_np = batch.obs
         if self.obs_rms is not None:
-            self.obs_rms.update(obs_np[:-1].reshape(T * N, *obs_np.shape[2:]))
+            self._update_stats(self.obs_rms, obs_np[:-1].reshape(T * N, *obs_np.shape[2:]))
             model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
-        obs = torch.from_numpy(obs_np)
-        actions = torch.from_numpy(batch.actions).reshape(T * N, *batch.actions.shape[2:])
-        rewards = self.shape_rewards(torch.from_numpy(batch.rewards))
-        dones = torch.from_numpy(batch.dones).float()
-        behaviour = torch.from_numpy(batch.log_probs)
+        obs = self._tensor(obs_np)
+        actions = self._tensor(batch.actions).reshape(T * N, *batch.actions.shape[2:])
+        rewards = self.shape_rewards(self._tensor(batch.rewards))
+        dones = self._tensor(batch.dones).float()
+        behaviour = self._tensor(batch.log_probs)
         obs_flat = obs[:-1].reshape(T * N, *obs.shape[2:])
 
         with torch.no_grad():
@@ -102,11 +114,11 @@ class APPOTrainer:
                 advantages, targets = gae(rewards, raw_values, raw_next, dones, cfg.gamma, cfg.gae_lambda,
                                           truncated=truncated)
             if self.returns is not None:
-                self.returns.update(targets)
+                self._update_stats(self.returns.stats, targets.reshape(-1))
                 targets = self.returns.normalize(targets)
                 stats = self.returns.stats
                 model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
-        versions = torch.from_numpy(batch.policy_version.astype(np.int64))
+        versions = self._tensor(batch.policy_version.astype(np.int64))
         valid = policy_lag_mask(versions, current_version, cfg.max_policy_lag).reshape(-1)
         lag = (current_version - versions).float()
 
@@ -118,16 +130,18 @@ class APPOTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         total = T * N
-        mb = min(cfg.batch_size, total)
+        mb = min(cfg.batch_size // self.group.world, total)  # each member's share of a minibatch
         sums: dict[str, float] = {}
         updates = skipped = 0
         for _ in range(cfg.num_epochs):
-            order = torch.randperm(total)
+            order = torch.randperm(total, device=self.device)
             for start in range(0, total - mb + 1, mb):
                 idx = order[start:start + mb]
-                if not flat["valid"][idx].any():
+                part = {k: v[idx] for k, v in flat.items()}
+                valid_count, adv_moments = self._minibatch_moments(part)
+                if valid_count == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
-                out = self._minibatch({k: v[idx] for k, v in flat.items()})
+                out = self._minibatch(part, valid_count, adv_moments)
                 if on_progress is not None:
                     on_progress()
                 if out is None:
@@ -138,7 +152,7 @@ class APPOTrainer:
                     sums[k] = sums.get(k, 0.0) + v
         self.train_steps += 1
         self.skipped_steps += skipped
-        self.samples_trained += total
+        self.samples_trained += total * self.group.world  # the group's samples: each member trained on its share
         metrics = {k: v / max(updates, 1) for k, v in sums.items()}
         metrics.update({
             "lr": lr, "updates": updates, "skipped_updates": skipped, "valid_fraction": float(valid.float().mean()),
@@ -164,10 +178,10 @@ class APPOTrainer:
         next_values = torch.cat([values[1:], self.model.value(obs[-1]).unsqueeze(0)], dim=0)
         if not self.cfg.bootstrap_time_limits or batch.final_index is None or not batch.final_index.size:
             return next_values, None
-        index = torch.from_numpy(batch.final_index)
-        finals = self.model.value(torch.from_numpy(batch.final_obs)).to(next_values.dtype)
+        index = self._tensor(batch.final_index)
+        finals = self.model.value(self._tensor(batch.final_obs)).to(next_values.dtype)
         next_values = next_values.reshape(-1).index_copy(0, index, finals).reshape(T, N)
-        truncated = torch.zeros(T * N, dtype=torch.bool).index_fill_(0, index, True).reshape(T, N)
+        truncated = torch.zeros(T * N, dtype=torch.bool, device=self.device).index_fill_(0, index, True).reshape(T, N)
         return next_values, truncated
 
     def _skip_step(self, batch: TrajectoryBatch, current_version: int, env_steps: int) -> dict[str, float]:
@@ -183,22 +197,45 @@ class APPOTrainer:
                 "valid_fraction": float(valid.float().mean()), "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max())}
 
-    def _minibatch(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
+    def _minibatch_moments(self, mb: dict[str, torch.Tensor]) -> tuple[int, tuple[float, float] | None]:
+        """The minibatch's valid samples over the whole group, and the (mean, std) its advantages are normalized
+        with (None: not normalized). One small collective per minibatch in a group; none for one learner."""
+        valid = mb["valid"]
+        if self.group.world == 1:
+            count = int(valid.sum())
+            if not self.cfg.normalize_advantages or count <= 1:
+                return count, None
+            a = mb["adv"][valid]
+            return count, (float(a.mean()), float(a.std()))
+        a = mb["adv"][valid].double()
+        n, total, squares = self.group.sum_(torch.stack([valid.sum().double(), a.sum(), (a * a).sum()])).tolist()
+        if not self.cfg.normalize_advantages or n <= 1:
+            return int(n), None
+        mean = total / n
+        return int(n), (mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1)))  # unbiased, as torch.std
+
+    def _minibatch(self, mb: dict[str, torch.Tensor], valid_count: int, adv_moments: tuple[float, float] | None
+                   ) -> dict[str, float] | None:
         cfg = self.cfg
         new_lp, entropy, new_v = self.model.evaluate(mb["obs"], mb["actions"])
         adv = mb["adv"]
-        if cfg.normalize_advantages:
-            valid = mb["valid"]
-            if valid.sum() > 1:
-                a = adv[valid]
-                adv = (adv - a.mean()) / (a.std() + 1e-8)
+        if adv_moments is not None:
+            adv = (adv - adv_moments[0]) / (adv_moments[1] + 1e-8)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
                         clip_ratio=cfg.clip_ratio, value_clip=cfg.value_clip or math.inf,
                         entropy_coef=cfg.entropy_coef, value_coef=cfg.value_coef)
-        if not torch.isfinite(out.total):
+        finite = bool(torch.isfinite(out.total))
+        if self.group.world == 1 and not finite:
             return None
         self.optimizer.zero_grad(set_to_none=True)
-        out.total.backward()
+        if finite:
+            # this member's samples' share of the group's mean over valid samples; the summed gradients are then the
+            # gradient of the mean over the whole minibatch
+            local = int(mb["valid"].sum())
+            (out.total * (max(local, 1) / valid_count) if self.group.world > 1 else out.total).backward()
+        if self.group.world > 1 and not self._sum_gradients(finite):
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
         max_norm = cfg.max_grad_norm
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):
@@ -208,6 +245,52 @@ class APPOTrainer:
         return {"loss": out.total.item(), "policy_loss": out.policy_loss, "value_loss": out.value_loss,
                 "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
                 "grad_norm": grad_norm.item()}
+
+    # ---- the group and the device ----
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` on the trainer's device: no copy on the CPU, one pinned copy to a GPU."""
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cpu":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _group_all(self, flag: bool) -> bool:
+        """True when ``flag`` holds on every member (a step is skipped by all or by none)."""
+        if self.group.world == 1:
+            return flag
+        return float(self.group.sum_(torch.tensor([0.0 if flag else 1.0], device=self.device))) == 0.0
+
+    def _update_stats(self, stats: RunningMeanStd, x: np.ndarray | torch.Tensor) -> None:
+        """Update running statistics with this step's samples, over the whole group's batch."""
+        if self.group.world == 1:
+            stats.update(x)
+            return
+        values = torch.as_tensor(x, device=self.device).double().reshape(x.shape[0], -1)
+        sums = self.group.sum_(torch.cat([torch.tensor([float(values.shape[0])], device=self.device, dtype=torch.float64),
+                                          values.sum(0), (values * values).sum(0)]))
+        n = float(sums[0])
+        if n <= 0:
+            return
+        width = values.shape[1]
+        mean = (sums[1:1 + width] / n).cpu().numpy()
+        var = np.maximum((sums[1 + width:] / n).cpu().numpy() - mean * mean, 0.0)  # population variance
+        stats.update_from_moments(mean.reshape(stats.shape), var.reshape(stats.shape), n)
+
+    def _sum_gradients(self, finite: bool) -> bool:
+        """Sum every member's gradients (one collective); False when any member's loss was not finite."""
+        params = list(self.model.parameters())
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+                         + [torch.tensor([0.0 if finite else 1.0], device=self.device)])
+        self.group.sum_(flat)
+        if float(flat[-1]) != 0.0:
+            return False
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+        return True
 
     # ---- checkpoints ----
 

@@ -5,6 +5,12 @@ another host), hands the slot straight back to its owner (so sampling goes on wh
 joins slots into one :class:`TrajectoryBatch` of at least ``samples_per_batch`` samples. At most
 ``max_ready`` batches wait for the learner: when it falls behind the batcher stops taking slots, the slots stay
 full, and rollout workers wait for free ones. That chain is the back-pressure.
+
+In a data-parallel learner group (``--num-learners K``) the leader's batcher collects a batch's slots without
+copying them, splits them into K equal shares (:func:`~daskrl.learning.learner_group.split_slots`), copies its own
+share and sends each member the indices of its share (``assign``); a member's batcher copies the slots it was given
+(:meth:`Batcher.add_share`). Only the leader hands slots back: its own share when copied, the members' shares once
+the step that trained on them is over (every member copied its share before that step's first collective).
 """
 
 from __future__ import annotations
@@ -13,22 +19,29 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from daskrl.algo.trainer import TrajectoryBatch
+from daskrl.learning.learner_group import split_slots
 from daskrl.protocol import FreeSlots, free_queue
 from daskrl.sampling.trajectories import attach_slots
 
 
 class Batcher:
-    def __init__(self, learner, samples_per_batch: int, deliver: Callable[[TrajectoryBatch, list], None],
-                 hold_slots: bool, max_ready: int = 1) -> None:
-        """``deliver(batch, held)`` hands a batch to the learner; with ``hold_slots`` (``--sync``) the slots are not
-        handed back when copied but listed in ``held`` as ``(worker, slot, incarnation)``, for the learner to free
-        once it has trained on them and published the new version."""
+    def __init__(self, learner, samples_per_batch: int, deliver: Callable[[Delivery], None],
+                 hold_slots: bool, max_ready: int = 1,
+                 group: Callable[[], tuple[int, int]] = lambda: (0, 1),
+                 assign: Callable[[int, list[list]], None] | None = None) -> None:
+        """``deliver(delivery)`` hands a batch to the learner; with ``hold_slots`` (``--sync``) the slots are not
+        handed back when copied but listed in ``delivery.held`` as ``(worker, slot, incarnation)``, for the learner
+        to free once it has trained on them and published the new version. ``group()`` is the learner group's
+        ``(generation, size)`` now; ``assign(generation, shares)`` sends members 1.. their shares (a leader's)."""
         self.learner = learner
+        self.group = group
+        self.assign = assign
         self.samples_per_batch = samples_per_batch
         self.deliver = deliver
         self.hold_slots = hold_slots
@@ -53,6 +66,10 @@ class Batcher:
     def add(self, worker: str, slot: int, incarnation: str) -> None:
         self.incoming.put((worker, slot, incarnation))
 
+    def add_share(self, generation: int, slots: list[list]) -> None:
+        """A group member: the leader's share of a batch for this learner, to copy and deliver as one batch."""
+        self.incoming.put(("share", generation, slots))
+
     def taken(self) -> None:
         """The learner took a batch: room for the next one."""
         self.capacity.release()
@@ -68,35 +85,76 @@ class Batcher:
     def _run(self) -> None:
         parts: list[dict[str, np.ndarray]] = []
         held: list[tuple[str, int, str]] = []
+        pending: list[tuple[str, int, str]] = []  # a group leader's slots, not copied until the batch is split
         samples = 0
+        formed_for = self.group()
         while not self.stopping:
             item = self.incoming.get()
             if item is None:
                 break
+            if item[0] == "share":  # a member: copy what the leader assigned, deliver it as one batch
+                _, generation, slots = item
+                shares = [self._copy_slot(worker, slot) for worker, slot, _ in slots]
+                self._hand_over(Delivery(_join(shares), [], [], generation))
+                continue
             worker, slot, incarnation = item
             if self.incarnations.get(worker) != incarnation:
                 self.dropped_slots += 1  # from a rollout worker that was replaced: its memory is gone
                 continue
-            part = self._copy_slot(worker, slot)
-            if self.hold_slots:
-                held.append((worker, slot, incarnation))
-            else:
-                freed: FreeSlots = {"slots": [slot], "inc": incarnation}
-                self.learner.put(free_queue(worker), freed)
-            parts.append(part)
-            samples += part["rewards"].size
+            group = self.group()
+            if group != formed_for:  # the group was formed again (or broke): start this batch afresh
+                self._return([(w, s, i) for w, s, i in pending] + held)
+                parts, held, pending, samples, formed_for = [], [], [], 0, group
+            generation, world = group
             self.slots += 1
-            if samples < self.samples_per_batch:
+            if world == 1:
+                parts.append(self._take(worker, slot, incarnation, held))
+                samples += parts[-1]["rewards"].size
+            else:
+                pending.append((worker, slot, incarnation))
+                samples += self._slot_samples(worker)
+            if samples < self.samples_per_batch or len(pending) % world:
                 continue
-            batch, taken = _join(parts), held
-            parts, held, samples = [], [], 0
-            t0 = time.perf_counter()
-            self.capacity.acquire()
-            self.wait_s += time.perf_counter() - t0
-            if self.stopping:
+            members: list = []
+            if pending:
+                shares = split_slots(pending, world)
+                assert self.assign is not None, "a group leader's batcher assigns shares"
+                self.assign(generation, [[list(s) for s in share] for share in shares[1:]])
+                parts += [self._take(*s, held) for s in shares[0]]
+                members = [s for share in shares[1:] for s in share]
+            delivery = Delivery(_join(parts), held, members, generation)
+            parts, held, pending, samples = [], [], [], 0
+            if not self._hand_over(delivery):
                 break
-            self.batches += 1
-            self.deliver(batch, taken)
+
+    def _hand_over(self, delivery: Delivery) -> bool:
+        """Wait until the learner took the previous batch, then deliver this one; False when stopping."""
+        t0 = time.perf_counter()
+        self.capacity.acquire()
+        self.wait_s += time.perf_counter() - t0
+        if self.stopping:
+            return False
+        self.batches += 1
+        self.deliver(delivery)
+        return True
+
+    def _take(self, worker: str, slot: int, incarnation: str, held: list) -> dict[str, np.ndarray]:
+        """Copy a slot, then hand it back to its owner (or, with ``hold_slots``, list it in ``held``)."""
+        part = self._copy_slot(worker, slot)
+        if self.hold_slots:
+            held.append((worker, slot, incarnation))
+        else:
+            self._return([(worker, slot, incarnation)])
+        return part
+
+    def _return(self, slots: list[tuple[str, int, str]]) -> None:
+        for worker, slot, incarnation in slots:
+            freed: FreeSlots = {"slots": [slot], "inc": incarnation}
+            self.learner.put(free_queue(worker), freed)
+
+    def _slot_samples(self, worker: str) -> int:
+        shape = self.workers[worker]["rewards"].shape  # [slots, T, B], local or remote
+        return int(shape[1] * shape[2])
 
     def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
         arrays = self.workers[worker]
@@ -114,6 +172,17 @@ class Batcher:
             else np.array(final_obs[slot, :used])
         out["final_at"] = out["final_at"][:used]
         return out
+
+
+@dataclass
+class Delivery:
+    """A batch for the learner, with the slots it still holds (``--sync``), the slots of the members' shares (a
+    group leader frees them after the step) and the learner group generation it was formed for."""
+
+    batch: TrajectoryBatch
+    held: list[tuple[str, int, str]]
+    member_slots: list[tuple[str, int, str]]
+    generation: int
 
 
 def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:

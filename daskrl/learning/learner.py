@@ -6,21 +6,33 @@ through the parameter store (shared memory on this host, scattered futures for o
 version with the ``params_updated`` signal. A learner restarted after a fault continues from a checkpoint
 (:meth:`Learner.load_state`) or, before the first one, from the weights the samplers act with
 (:meth:`Learner.load_weights`).
+
+With ``--num-learners K`` there are K learners of one policy: the leader (rank 0) receives the slots, splits each
+batch over the group (``shares_assigned``) and publishes; the members train on their shares and publish nothing
+(see :mod:`daskrl.learning.learner_group`). The runner forms the group (:meth:`Learner.open_group`,
+:meth:`Learner.join_group`) before the start and again after a member or the leader was lost; until then a leader
+whose group broke trains alone, and a member waits.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import time
+from collections import deque
 
 import numpy as np
 import torch
 
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
-from daskrl.learning.batcher import Batcher
+from daskrl import devices
+from daskrl.algo.trainer import APPOTrainer
+from daskrl.learning.batcher import Batcher, Delivery
+from daskrl.learning.learner_group import GroupBroken, LearnerGroup, SoloGroup, open_store
 from daskrl.models.actor_critic import build_model
-from daskrl.protocol import FreeSlots, ParamsUpdated, TrajectoryReady, free_queue
+from daskrl.protocol import FreeSlots, ParamsUpdated, SharesAssigned, TrajectoryReady, free_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.params import ParameterPublisher
+from daskrl.runtime.shm import host_of
 from daskrl.runtime.signals import signal, slot
 from daskrl.setups import LearnerSetup
 
@@ -32,20 +44,77 @@ class Learner(Component):
     def params_updated(self, payload: ParamsUpdated) -> None:
         """A new policy version is published (see :class:`~daskrl.protocol.ParamsUpdated`)."""
 
+    @signal
+    def shares_assigned(self, payload: SharesAssigned) -> None:
+        """The leader split a batch: each member's share of its slots (see :class:`~daskrl.protocol.SharesAssigned`)."""
+
     def on_configure(self, setup: LearnerSetup) -> None:
         torch.set_num_threads(setup.learner.learner_threads)
+        self.rank, self.world = setup.rank, setup.num_learners
+        self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
+                                      "--learner-device")
         self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = APPOTrainer(self.model, setup.learner, setup.total_env_steps)
-        self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=setup.remote_params)
-        self.publisher.publish(self.model.state_dict_numpy())
-        self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync)
+        self.trainer = APPOTrainer(self.model, setup.learner, setup.total_env_steps, self.device)
+        # only the leader publishes: the members hold the same weights
+        self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=setup.remote_params) \
+            if self.rank == 0 else None
+        self.version = self.publisher.publish(self.model.state_dict_numpy()) if self.publisher else 0
+        self.generation = 0  # of the learner group this learner trains with (0: none yet)
+        self.group_store = None  # the leader's TCPStore while it has a group
+        self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
+                               group=self._group_now, assign=self._assign)
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
         self.nan_tolerance = setup.learner.nan_tolerance
         self.max_lag_seen = 0.0  # the oldest sample trained on, in policy versions (0 throughout with --sync)
+        self.digests: deque[tuple[int, str]] = deque(maxlen=200)  # (train step, weights digest): members agree
+
+    def _group_now(self) -> tuple[int, int]:
+        """(generation, size) of the group this learner trains with now (size 1 alone or while it is broken)."""
+        return self.generation, self.trainer.group.world
+
+    def _assign(self, generation: int, shares: list[list]) -> None:
+        self.shares_assigned({"generation": generation, "shares": shares})
+
+    async def open_group(self, world: int) -> dict:
+        """The leader: a store for a new group generation of ``world`` learners; returns where members find it."""
+        host = host_of(self.worker.address) or "127.0.0.1"
+        self.group_store = open_store(host, world)
+        return {"host": host, "port": self.group_store.port}
+
+    async def join_group(self, host: str, port: int, generation: int) -> int:
+        """Join group ``generation`` (blocks until every member has). The leader puts its whole training state
+        (weights, optimizer, normalizers, counters), taken on its own thread between two steps, in the group's store,
+        and every member starts from it: the group starts as one learner. Returns this learner's policy version."""
+
+        def join() -> int:
+            self.trainer.group.close()
+            self.trainer.group = SoloGroup()
+            key = f"daskrl-gen{generation}-state"
+            if self.rank == 0:
+                self.group_store.set(key, _pack({"state": self._snapshot(), "env_steps_offset": self.env_steps_offset}))
+            group = LearnerGroup(host, port, self.rank, self.world, generation, self.device,
+                                 store=self.group_store if self.rank == 0 else None)
+            if self.rank > 0:
+                leader = _unpack(group.store.get(key))
+                self.trainer.load_state_dict(leader["state"])
+                self.version = int(leader["state"]["policy_version"])
+                self.env_steps_offset = int(leader["env_steps_offset"])
+            self.generation = generation
+            self.trainer.group = group
+            self.digests.append((self.trainer.train_steps, self._digest()))
+            return self.version
+
+        return await self.on_own_thread(join)
+
+    def _digest(self) -> str:
+        """A digest of the weights: the members of a group hold the same after every step."""
+        flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in self.model.state_dict().values()])
+        return hashlib.blake2b(flat.numpy().tobytes(), digest_size=8).hexdigest()
 
     async def params_desc(self) -> dict:
+        assert self.publisher is not None, "the group leader (rank 0) publishes the parameters"
         return self.publisher.desc
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
@@ -64,7 +133,8 @@ class Learner(Component):
             self.trainer.load_state_dict(state)
             self.env_steps_offset = env_steps
             self.publisher.version = int(state.get("policy_version", 0))
-            return self.publisher.publish(self.model.state_dict_numpy())
+            self.version = self.publisher.publish(self.model.state_dict_numpy())
+            return self.version
 
         return await self.on_own_thread(load)
 
@@ -76,19 +146,20 @@ class Learner(Component):
             self.trainer.load_weights({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
             self.env_steps_offset = env_steps
             self.publisher.version = max(version, 0)
-            return self.publisher.publish(self.model.state_dict_numpy())
+            self.version = self.publisher.publish(self.model.state_dict_numpy())
+            return self.version
 
         return await self.on_own_thread(load)
 
     async def checkpoint_state(self) -> dict:
         """A consistent snapshot (between two training steps) for the runner to write to disk."""
 
-        def snapshot() -> dict:
-            state = self.trainer.state_dict()
-            state["policy_version"] = self.publisher.version
-            return state
+        return await self.on_own_thread(self._snapshot)
 
-        return await self.on_own_thread(snapshot)
+    def _snapshot(self) -> dict:
+        state = self.trainer.state_dict()
+        state["policy_version"] = self.version
+        return state
 
     # ---- the loop ----
 
@@ -99,23 +170,44 @@ class Learner(Component):
     def on_trajectory(self, payload: TrajectoryReady) -> None:
         self.batcher.add(payload["worker"], payload["slot"], payload["inc"])
 
-    def _deliver(self, batch: TrajectoryBatch, held: list[tuple[str, int, str]]) -> None:
-        """Called by the batcher thread: queue the batch for this component's thread and wake it."""
-        self.deliver("_on_batch", (batch, held))
+    @slot
+    def on_shares(self, payload: SharesAssigned) -> None:
+        """A member: the leader's split of a batch; this learner's share is at ``rank - 1``."""
+        self.batcher.add_share(payload["generation"], payload["shares"][self.rank - 1])
 
-    def _on_batch(self, delivered: tuple[TrajectoryBatch, list[tuple[str, int, str]]]) -> None:
-        batch, held = delivered
+    def _deliver(self, delivery: Delivery) -> None:
+        """Called by the batcher thread: queue the batch for this component's thread and wake it."""
+        self.deliver("_on_batch", delivery)
+
+    def _on_batch(self, delivery: Delivery) -> None:
         self.batcher.taken()
-        version = self.publisher.version
+        batch, version = delivery.batch, self.version
+        if delivery.generation != self.generation or (self.rank > 0 and self.trainer.group.world == 1):
+            # formed for a group that is gone (or a member without its group): the leader hands its slots back
+            self.counters["batches_dropped_regroup"] += 1
+            self._free(delivery.held + delivery.member_slots, version if delivery.held else None)
+            return
         env_steps = self.env_steps_offset + self.trainer.samples_trained
-        with self.timing("train"):
-            metrics = self.trainer.train(batch, version, env_steps, on_progress=self.beat)
-        with self.timing("publish"):
-            new_version = self.publisher.publish(self.model.state_dict_numpy())
-        updated: ParamsUpdated = {"version": new_version}
-        self.params_updated(updated)
-        if held:  # --sync: the slots go back only now, and nobody fills them before taking this version
-            self._free(held, new_version)
+        try:
+            with self.timing("train"):
+                metrics = self.trainer.train(batch, version, env_steps, on_progress=self.beat)
+        except GroupBroken as exc:
+            self._group_broke(exc)
+            self._free(delivery.held + delivery.member_slots, version if delivery.held else None)
+            return
+        if self.publisher is not None:
+            with self.timing("publish"):
+                self.version = self.publisher.publish(self.model.state_dict_numpy())
+            updated: ParamsUpdated = {"version": self.version}
+            self.params_updated(updated)
+        else:
+            self.version += 1  # a member: the leader published the same weights as this version
+        if self.world > 1:
+            self.digests.append((self.trainer.train_steps, self._digest()))
+        # --sync: the slots go back only now, and nobody fills them before taking this version; a leader's members'
+        # shares too (they trained on them in this step, so they had copied them)
+        self._free(delivery.held, self.version)
+        self._free(delivery.member_slots, self.version if delivery.held else None)
         metrics["version_diff"] = float(version - batch.policy_version.mean())
         self.max_lag_seen = max(self.max_lag_seen, metrics["policy_lag_max"])
         metrics["train_step_ms"] = self.timing.totals["train"] / max(self.trainer.train_steps, 1) * 1e3
@@ -132,19 +224,32 @@ class Learner(Component):
         else:
             self.bad_steps = 0
 
-    def _free(self, held: list[tuple[str, int, str]], version: int) -> None:
+    def _group_broke(self, exc: GroupBroken) -> None:
+        """A member (or the leader) is gone: the leader trains alone, a member waits, until the group is formed
+        again. Counted and logged; the step in progress is abandoned on every member."""
+        self.incidents.note("learner-group-broken", exc)
+        self.trainer.group.close()
+        self.trainer.group = SoloGroup()
+
+    def _free(self, slots: list[tuple[str, int, str]], version: int | None) -> None:
+        """Hand ``slots`` back to their rollout workers (with ``version``: to be filled by that version or newer)."""
         by_owner: dict[tuple[str, str], list[int]] = {}
-        for worker, slot_index, incarnation in held:
+        for worker, slot_index, incarnation in slots:
             by_owner.setdefault((worker, incarnation), []).append(slot_index)
-        for (worker, incarnation), slots in by_owner.items():
-            freed: FreeSlots = {"slots": slots, "inc": incarnation, "version": version}
+        for (worker, incarnation), indices in by_owner.items():
+            freed: FreeSlots = {"slots": indices, "inc": incarnation}
+            if version is not None:
+                freed["version"] = version
             self.put(free_queue(worker), freed)
 
     def extra_stats(self) -> dict:
         return {
             "max_policy_lag_seen": self.max_lag_seen,
-            "policy_version": self.publisher.version, "train_steps": self.trainer.train_steps,
-            "remote_params": self.publisher.remote,  # also scattered for readers on other hosts
+            "policy_version": self.version, "train_steps": self.trainer.train_steps,
+            "remote_params": bool(self.publisher and self.publisher.remote),  # also scattered for other hosts
+            "device": str(self.device),
+            "group": {"rank": self.rank, "size": self.world, "generation": self.generation,
+                      "training_with": self.trainer.group.world, "digests": list(self.digests)},
             "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),
             "batcher": {"batches": self.batcher.batches, "slots": self.batcher.slots,
                         "dropped_slots": self.batcher.dropped_slots, "slots_shm": self.batcher.slots_shm,
@@ -156,3 +261,13 @@ class Learner(Component):
 
     def on_stop(self) -> None:
         self.batcher.stop()
+
+
+def _pack(obj: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _unpack(blob: bytes) -> dict:
+    return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)

@@ -141,17 +141,31 @@ class ActorCritic(nn.Module):
         """
         if not obs_np.flags.writeable:
             obs_np = obs_np.copy()  # torch warns on read-only arrays; encoders never write anyway
-        dist, value = self(torch.from_numpy(obs_np))
+        device = self.critic.weight.device
+        dist, value = self(torch.from_numpy(obs_np).to(device, non_blocking=True))
         actions = dist.mode() if deterministic else dist.sample()
         log_prob = dist.log_prob(actions)
-        actions_np = actions.numpy().reshape(obs_np.shape[0], *self._action_shape)
+        actions_np = actions.cpu().numpy().reshape(obs_np.shape[0], *self._action_shape)
         if actions_np.dtype != self._action_dtype:
             actions_np = actions_np.astype(self._action_dtype)
-        return actions_np, log_prob.numpy(), value.numpy()
+        return actions_np, log_prob.cpu().numpy(), value.cpu().numpy()
 
     def state_dict_numpy(self) -> dict[str, np.ndarray]:
-        """Weights as independent numpy copies (safe to ship while the learner keeps training)."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+        """Weights as independent numpy copies (safe to ship while the learner keeps training). From a GPU they
+        come in one transfer per dtype (the tensors joined on the device), not one round trip per tensor."""
+        state = self.state_dict()
+        if all(v.device.type == "cpu" for v in state.values()):
+            return {k: v.detach().numpy().copy() for k, v in state.items()}
+        out: dict[str, np.ndarray] = {}
+        for dtype in {v.dtype for v in state.values()}:
+            keys = [k for k, v in state.items() if v.dtype == dtype]
+            flat = torch.cat([state[k].detach().reshape(-1) for k in keys]).cpu().numpy()
+            offset = 0
+            for k in keys:
+                n = state[k].numel()
+                out[k] = flat[offset:offset + n].reshape(tuple(state[k].shape))
+                offset += n
+        return {k: out[k] for k in state}
 
     def load_state_dict_numpy(self, weights: dict[str, np.ndarray]) -> None:
         """Load weights from `state_dict_numpy` output; key or shape mismatches raise."""

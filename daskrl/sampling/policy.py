@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from daskrl import devices
 from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
@@ -49,15 +50,20 @@ class SamplingPolicy:
         """``component`` owns the parameter reader (its counters record each version taken); None in tests that
         act without parameters."""
         torch.set_num_threads(1)  # one busy component per core: intra-op threads would only fight
-        self.model = build_model(setup.spaces, setup.model, setup.seed)
+        where = f"worker {component.worker.name} ({component.worker.address})" if component is not None else "here"
+        self.device = devices.resolve(setup.device, where, "--inference-device")
+        self.model = build_model(setup.spaces, setup.model, setup.seed).to(self.device)
         self.model.eval()
-        self.precision = resolve_precision(setup.inference_precision, setup.spaces)
+        # on a GPU the policy runs in float32 unless bfloat16 is asked for (the CPU check below is about CPUs)
+        self.precision = resolve_precision(setup.inference_precision, setup.spaces) \
+            if self.device.type == "cpu" or setup.inference_precision != "auto" else "float32"
         if self.precision == "bfloat16":
             self.model.use_bfloat16_encoders()
-        # float32 MLP policies act through the numpy fast path (same function, a fraction of torch's per-op
-        # overhead)
+        # float32 MLP policies on the CPU act through the numpy fast path (same function, a fraction of torch's
+        # per-op overhead)
         self.fast = NumpyPolicy(self.model, np.random.default_rng(setup.seed)) \
-            if setup.numpy_inference and self.precision == "float32" and NumpyPolicy.supports(self.model) else None
+            if setup.numpy_inference and self.precision == "float32" and self.device.type == "cpu" \
+            and NumpyPolicy.supports(self.model) else None
         self.version = 0
         self.reader = ParameterReader(component, setup.params) if setup.params is not None else None
         self.published: dict[str, np.ndarray] | None = None  # the weights of ``version`` as published (float32)
@@ -72,7 +78,7 @@ class SamplingPolicy:
         first checkpoint."""
         if self.published is None:  # the initial weights (no version taken yet); numpy has no bfloat16
             return {"version": self.version, "weights": {
-                k: (v.float() if v.dtype == torch.bfloat16 else v).detach().numpy().copy()
+                k: (v.float() if v.dtype == torch.bfloat16 else v).detach().cpu().numpy().copy()
                 for k, v in self.model.state_dict().items()}}
         return {"version": self.version, "weights": self.published}
 

@@ -1,0 +1,103 @@
+"""A data-parallel learner group: K learners of one policy train on K shares of each batch as one.
+
+Each member computes gradients on its share; the group sums them (and every statistic the loss depends on: the
+observation and return moments, the advantage moments and the count of valid samples of each minibatch) with
+``torch.distributed`` collectives, so every member applies the same update, the one a single learner would
+apply on the whole batch. Gloo carries CPU tensors, NCCL CUDA ones.
+
+The group is set up through Dask, with no launcher: the leader (rank 0) opens a ``TCPStore`` on its own host
+(:func:`open_store`), the runner hands its address to every member, and each builds a process group object of
+its own (never torch's global default group: a member can leave and the group be formed again, as a new
+*generation*, in the same processes). A collective that fails (a member died) raises :class:`GroupBroken`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+#: seconds a member waits for the others at formation and in each collective before the group counts as broken
+GROUP_TIMEOUT_S = 30.0
+
+
+class GroupBroken(RuntimeError):
+    """A collective failed or timed out: a member is gone. The learner stops training with the group until the
+    runner forms it again."""
+
+
+class SoloGroup:
+    """One learner: every collective is the identity, so the trainer's code is the same for 1 and K learners."""
+
+    rank = 0
+    world = 1
+    generation = 0
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def broadcast_(self, tensors: list[torch.Tensor]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class LearnerGroup:
+    """Member ``rank`` of a ``world``-sized group (see the module docstring)."""
+
+    def __init__(self, host: str, port: int, rank: int, world: int, generation: int, device: torch.device,
+                 store: Any = None, timeout_s: float = GROUP_TIMEOUT_S) -> None:
+        """Blocks until every member has joined (or ``timeout_s`` passed: :class:`GroupBroken`). The leader passes
+        the ``store`` it opened; the others connect to ``host:port``."""
+        self.rank, self.world, self.generation, self.device = rank, world, generation, device
+        timeout = datetime.timedelta(seconds=timeout_s)
+        try:
+            self.store = store if store is not None else dist.TCPStore(host, port, world, False, timeout=timeout)
+            prefixed = dist.PrefixStore(f"daskrl-gen{generation}", self.store)
+            if device.type == "cuda":
+                self.pg = dist.ProcessGroupNCCL(prefixed, rank, world)
+            else:
+                self.pg = dist.ProcessGroupGloo(prefixed, rank, world, timeout)
+        except Exception as exc:
+            raise GroupBroken(f"learner {rank} could not join the group at {host}:{port} (generation "
+                              f"{generation}): {exc}") from exc
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over the members, in place; returns it."""
+        try:
+            self.pg.allreduce([tensor]).wait()
+        except Exception as exc:
+            raise GroupBroken(f"the learner group lost a member (all-reduce failed: {exc})") from exc
+        return tensor
+
+    def broadcast_(self, tensors: list[torch.Tensor]) -> None:
+        """Every member takes the leader's values of ``tensors`` (in place)."""
+        try:
+            for tensor in tensors:
+                self.pg.broadcast(tensor, 0).wait()
+        except Exception as exc:
+            raise GroupBroken(f"the learner group lost a member (broadcast failed: {exc})") from exc
+
+    def close(self) -> None:
+        self.pg = None
+        self.store = None
+
+
+Group = SoloGroup | LearnerGroup
+
+
+def open_store(host: str, world: int) -> Any:
+    """The leader's side of forming a group: a ``TCPStore`` on a free port of ``host`` (read ``.port``)."""
+    return dist.TCPStore(host, 0, world, True, timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
+                         wait_for_workers=False)
+
+
+def split_slots(slots: list, world: int) -> list[list]:
+    """The leader's split of one batch's slots into ``world`` shares: every slot in exactly one share, and as many
+    slots in each (the caller collects a multiple of ``world``; slots of a run all hold the same samples)."""
+    if len(slots) % world:
+        raise ValueError(f"{len(slots)} slots cannot be split evenly over {world} learners")
+    return [slots[rank::world] for rank in range(world)]

@@ -1,0 +1,296 @@
+"""Data-parallel learners (``--num-learners``) and devices: a group's update is one learner's update on the whole
+batch, the batch split is exact, the members hold the same weights after every step of a real run, a killed member
+re-forms the group, GPU workers get the learner, and a device a worker lacks is one line before anything starts.
+
+The groups are real ``torch.distributed`` gloo groups on loopback; the runs are real LocalClusters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.config import Config, ConfigError
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.learning.batcher import Batcher, Delivery
+from daskrl.learning.learner_group import LearnerGroup, open_store, split_slots
+from daskrl.models.actor_critic import build_model
+from daskrl.placement import place
+
+T, N, OBS = 8, 16, 4
+
+
+def _spaces() -> EnvSpaces:
+    import gymnasium as gym
+
+    return EnvSpaces.from_env(gym.make("CartPole-v1"))
+
+
+def _batch(seed: int = 0) -> TrajectoryBatch:
+    """A CartPole-shaped batch with episode ends, time-limit finals and samples too stale to train on."""
+    rng = np.random.default_rng(seed)
+    dones = rng.random((T, N)) < 0.1
+    final_at = np.flatnonzero(dones.reshape(-1))[::2]  # half of the ends were time limits
+    versions = rng.integers(0, 12, (T, N))  # with max_policy_lag 8 and version 12, some are masked out
+    return TrajectoryBatch(
+        obs=rng.normal(size=(T + 1, N, OBS)).astype(np.float32) * 2 + 1,
+        actions=rng.integers(0, 2, (T, N)).astype(np.int64),
+        rewards=rng.normal(size=(T, N)).astype(np.float32),
+        dones=dones,
+        log_probs=np.log(rng.uniform(0.2, 0.8, (T, N))).astype(np.float32),
+        policy_version=versions,
+        final_obs=rng.normal(size=(len(final_at), OBS)).astype(np.float32),
+        final_index=final_at.astype(np.int64),
+    )
+
+
+def _columns(batch: TrajectoryBatch, lo: int, hi: int) -> TrajectoryBatch:
+    """Env columns ``lo:hi`` of ``batch``, as a member's share of it (final observations re-indexed)."""
+    t, b = np.divmod(batch.final_index, N)
+    keep = (b >= lo) & (b < hi)
+    return TrajectoryBatch(obs=batch.obs[:, lo:hi].copy(), actions=batch.actions[:, lo:hi].copy(),
+                           rewards=batch.rewards[:, lo:hi].copy(), dones=batch.dones[:, lo:hi].copy(),
+                           log_probs=batch.log_probs[:, lo:hi].copy(), policy_version=batch.policy_version[:, lo:hi],
+                           final_obs=batch.final_obs[keep], final_index=t[keep] * (hi - lo) + b[keep] - lo)
+
+
+def _trainer(cfg: Config) -> APPOTrainer:
+    return APPOTrainer(build_model(_spaces(), cfg.model, seed=3), cfg.learner, total_env_steps=0)
+
+
+def _flat_weights(trainer: APPOTrainer) -> torch.Tensor:
+    return torch.cat([v.detach().double().reshape(-1) for v in trainer.model.state_dict().values()])
+
+
+def _train_in_group(cfg: Config, shares: list[TrajectoryBatch], steps: int) -> list[APPOTrainer]:
+    """Train one trainer per share, as members of one gloo group (threads of this process), ``steps`` steps."""
+    world = len(shares)
+    store = open_store("127.0.0.1", world)
+    trainers = [_trainer(cfg) for _ in shares]
+    errors: list[BaseException] = []
+
+    def member(rank: int) -> None:
+        try:
+            trainers[rank].group = LearnerGroup("127.0.0.1", store.port, rank, world, 1, torch.device("cpu"),
+                                                store=store if rank == 0 else None)
+            for step in range(steps):
+                trainers[rank].train(shares[rank], current_version=12 + step)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=member, args=(rank,)) for rank in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    return trainers
+
+
+@pytest.mark.parametrize("advantage", ["vtrace", "gae"])
+def test_a_group_update_equals_one_learner_on_the_whole_batch(advantage):
+    """Two members on two halves of a batch apply the update one learner applies on all of it: same weights, same
+    observation and return statistics (within float tolerance), with stale samples masked differently per half."""
+    cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1, num_epochs=2, max_policy_lag=8,
+                           advantage=advantage, learning_rate=3e-3)
+    batch = _batch()
+    single = _trainer(cfg)
+    for step in range(3):
+        single.train(batch, current_version=12 + step)
+    group = _train_in_group(cfg, [_columns(batch, 0, N // 2), _columns(batch, N // 2, N)], steps=3)
+
+    assert torch.equal(_flat_weights(group[0]), _flat_weights(group[1])), "the members' weights differ"
+    start = _flat_weights(_trainer(cfg))
+    moved = (_flat_weights(single) - start).abs().max()
+    assert moved > 1e-3, "the update did not change the weights: the comparison would prove nothing"
+    difference = (_flat_weights(group[0]) - _flat_weights(single)).abs().max()
+    assert difference < 1e-5 * max(1.0, float(moved)), (difference, moved)
+    assert group[0].obs_rms.count == single.obs_rms.count == 3 * T * N
+    np.testing.assert_allclose(group[0].obs_rms.mean, single.obs_rms.mean, rtol=1e-9)
+    np.testing.assert_allclose(group[0].obs_rms.var, single.obs_rms.var, rtol=1e-9)
+    np.testing.assert_allclose(group[1].returns.stats.mean, single.returns.stats.mean, rtol=1e-5)
+    assert group[0].samples_trained == single.samples_trained == 3 * T * N
+
+
+def test_a_group_skips_a_step_together_when_one_member_sees_nan():
+    """A NaN in one member's share skips the step on every member (a member that stepped alone would diverge)."""
+    cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1)
+    batch = _batch()
+    poisoned = _columns(batch, N // 2, N)
+    poisoned.rewards[0, 0] = np.nan
+    before = _flat_weights(_trainer(cfg))
+    group = _train_in_group(cfg, [_columns(batch, 0, N // 2), poisoned], steps=1)
+    for trainer in group:
+        assert torch.equal(_flat_weights(trainer), before)
+        assert trainer.train_steps == 1 and trainer.skipped_steps >= 1
+
+
+def test_the_batch_split_is_exact():
+    slots = [(f"rollout_{w}", s, "inc") for w in range(3) for s in range(4)]
+    shares = split_slots(slots, 3)
+    assert sorted(s for share in shares for s in share) == sorted(slots)  # each slot once
+    assert [len(share) for share in shares] == [4, 4, 4]
+    with pytest.raises(ValueError, match="cannot be split evenly"):
+        split_slots(slots[:11], 3)
+
+
+class _Owner:
+    """What a batcher needs of its learner: a name and a way to hand slots back (recorded here)."""
+
+    name = "learner"
+
+    def __init__(self) -> None:
+        self.freed: list[tuple[str, list[int]]] = []
+
+    def put(self, queue: str, payload: dict) -> None:
+        self.freed.append((queue, payload["slots"]))
+
+
+def test_a_leader_batcher_copies_its_share_and_assigns_the_rest():
+    """The leader's batcher (two learners, slots of 2 x 4 samples, batches of 32): it copies half of each batch's
+    slots, assigns the other half to the member, and hands back only what it copied."""
+    owner, assigned, delivered = _Owner(), [], []
+    batcher = Batcher(owner, samples_per_batch=32, deliver=delivered.append, hold_slots=False,
+                      group=lambda: (1, 2), assign=lambda generation, shares: assigned.append((generation, shares)))
+    slots = 8
+    arrays = {"obs": np.arange(slots * 3 * 4 * OBS, dtype=np.float32).reshape(slots, 3, 4, OBS),
+              "actions": np.zeros((slots, 2, 4), np.int64), "rewards": np.arange(slots * 8, dtype=np.float32)
+              .reshape(slots, 2, 4), "terminated": np.zeros((slots, 2, 4), bool),
+              "truncated": np.zeros((slots, 2, 4), bool), "log_probs": np.zeros((slots, 2, 4), np.float32),
+              "policy_version": np.zeros((slots, 2), np.int32), "final_at": np.full((slots, 4), -1, np.int32),
+              "final_obs": np.zeros((slots, 4, OBS), np.float32)}
+    batcher.workers["rollout_0"], batcher.incarnations["rollout_0"] = arrays, "inc"
+    batcher.start()
+    for slot in range(4):
+        batcher.add("rollout_0", slot, "inc")
+    deadline = time.monotonic() + 10
+    while not delivered and time.monotonic() < deadline:
+        time.sleep(0.01)
+    batcher.stop()
+    [delivery] = delivered
+    assert isinstance(delivery, Delivery) and delivery.generation == 1
+    [(generation, [member_share])] = assigned
+    own = sorted({int(r) // 8 for r in delivery.batch.rewards.reshape(-1)})  # rewards encode the slot they came from
+    members = sorted(slot for _, slot, _ in member_share)
+    assert generation == 1 and len(own) == len(members) == 2 and sorted(own + members) == [0, 1, 2, 3]
+    assert sorted(s for _, freed in owner.freed for s in freed) == own  # the member's are the leader's to free later
+    assert sorted(s for _, s, _ in delivery.member_slots) == members
+
+
+# ---- placement and devices ----
+
+
+def _worker(name: str, **resources: float) -> dict:
+    return {"name": name, "resources": dict(resources)}
+
+
+def test_gpu_workers_get_the_learners_and_rollout_workers_avoid_them():
+    workers = {"tcp://a:1": _worker("a"), "tcp://b:1": _worker("b", GPU=1), "tcp://c:1": _worker("c"),
+               "tcp://d:1": _worker("d", GPU=1), "tcp://e:1": _worker("e")}
+    placement = place(workers, Config().replace(num_learners=2, num_workers=3))
+    assert sorted(placement.learners) == ["tcp://b:1", "tcp://d:1"]
+    assert sorted(placement.rollout) == ["tcp://a:1", "tcp://c:1", "tcp://e:1"]
+    cpu = place(workers, Config().replace(num_learners=1, num_workers=3, learner_device="cpu"))
+    assert cpu.learner == "tcp://a:1"  # asked for the CPU: name order, and the GPU workers are left for others
+
+
+def test_options_that_do_not_fit_a_group_are_refused_in_one_line_each():
+    with pytest.raises(ConfigError) as info:
+        Config().replace(num_learners=3, batch_size=512).validate()
+    assert "--batch-size 512 does not split over --num-learners 3" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        Config().replace(inference_device="cuda").validate()
+    assert "--inference-device cuda is for remote inference workers" in str(info.value)
+    with pytest.raises(ConfigError, match="--learner-device must be auto, cpu, cuda or cuda:N"):
+        Config().replace(learner_device="gpu").validate()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal needs one without")
+def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--learner-device",
+                           "cuda", "--train-dir", str(tmp_path), "--dashboard-address", ""],
+                          capture_output=True, text=True, timeout=60)
+    seconds = time.monotonic() - t0
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, done.stderr
+    assert "--learner-device cuda" in errors[0] and "has no CUDA device" in errors[0] and "worker" in errors[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert seconds < 10, f"took {seconds:.1f} s"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+def test_a_cuda_learner_step_matches_the_cpu_step():
+    cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1)
+    batch = _batch()
+    cpu = _trainer(cfg)
+    gpu = APPOTrainer(build_model(_spaces(), cfg.model, seed=3), cfg.learner, 0, torch.device("cuda"))
+    cpu.train(batch, 12)
+    gpu.train(batch, 12)
+    weights = gpu.model.state_dict_numpy()
+    for key, value in cpu.model.state_dict_numpy().items():
+        np.testing.assert_allclose(weights[key], value, rtol=1e-4, atol=1e-5)
+
+
+def test_setups_give_each_learner_its_rank():
+    from daskrl.setups import role_setups
+
+    setups = role_setups(Config().replace(num_learners=3, batch_size=513 * 3), _spaces(), None, False)
+    assert [s.rank for s in setups.learners] == [0, 1, 2]
+    assert all(dataclasses.replace(s, rank=0) == setups.learner for s in setups.learners)  # nothing else differs
+
+
+# ---- real runs ----
+
+
+def _run_config(tmp_path, experiment: str, **options) -> Config:
+    return Config().replace(train_dir=str(tmp_path), experiment=experiment, dashboard_address="",
+                            report_interval=0.5, **options)
+
+
+def _same_weights_after_every_step(learners: dict[str, dict]) -> int:
+    """Steps at which both learners recorded a digest of their weights, checked equal; returns how many."""
+    leader, member = (dict(map(tuple, learners[name]["digests"])) for name in ("learner", "learner_1"))
+    common = sorted(set(leader) & set(member))
+    assert [leader[s] for s in common] == [member[s] for s in common], "the learners' weights differ"
+    return len(common)
+
+
+def test_two_learners_solve_cartpole_holding_the_same_weights_after_every_step(tmp_path):
+    from daskrl.runner import train
+
+    summary = train(_run_config(tmp_path, "two", num_learners=2, stop_at_return=475, train_for_seconds=120))
+    assert summary["episode_return_mean"] >= 475, summary["stop_reason"]
+    learners = summary["learners"]
+    assert sorted(learners) == ["learner", "learner_1"]
+    assert learners["learner"]["address"] != learners["learner_1"]["address"]  # two worker processes
+    assert [learners[n]["rank"] for n in ("learner", "learner_1")] == [0, 1]
+    assert _same_weights_after_every_step(learners) >= 10
+
+
+def test_the_learner_lands_on_the_worker_that_declares_a_gpu(tmp_path):
+    """A LocalCluster whose third worker declares resources={"GPU": 1}: the learner is placed there (and trains on
+    the CPU, which is all that worker has), the rollout workers elsewhere."""
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    from daskrl.runner import train
+
+    workers = {f"w{i}": {"cls": Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1} if i == 2 else {}}}
+               for i in range(3)}
+    with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+                     asynchronous=False) as cluster, Client(cluster) as client:
+        gpu = next(a for a, w in client.scheduler_info()["workers"].items() if w["resources"].get("GPU"))
+        summary = train(_run_config(tmp_path, "gpu", train_for_env_steps=20_000), client=client)
+    assert summary["learners"]["learner"]["address"] == gpu
+    assert summary["learners"]["learner"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    rollout = [c["address"] for name, c in summary["data_path"]["components"].items() if name.startswith("rollout")]
+    assert rollout and gpu not in rollout
