@@ -135,10 +135,12 @@ class APPOTrainer:
         updates = skipped = 0
         for _ in range(cfg.num_epochs):
             order = torch.randperm(total, device=self.device)
-            for start in range(0, total - mb + 1, mb):
+            starts = range(0, total - mb + 1, mb)
+            moments = self._group_moments(flat, order, starts, mb) if self.group.world > 1 else None
+            for i, start in enumerate(starts):
                 idx = order[start:start + mb]
                 part = {k: v[idx] for k, v in flat.items()}
-                valid_count, adv_moments = self._minibatch_moments(part)
+                valid_count, adv_moments = moments[i] if moments is not None else self._minibatch_moments(part)
                 if valid_count == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
                 out = self._minibatch(part, valid_count, adv_moments)
@@ -198,21 +200,31 @@ class APPOTrainer:
                 "policy_lag_max": float(lag.max())}
 
     def _minibatch_moments(self, mb: dict[str, torch.Tensor]) -> tuple[int, tuple[float, float] | None]:
-        """The minibatch's valid samples over the whole group, and the (mean, std) its advantages are normalized
-        with (None: not normalized). One small collective per minibatch in a group; none for one learner."""
+        """One learner: the minibatch's valid samples, and the (mean, std) its advantages are normalized with
+        (None: not normalized)."""
         valid = mb["valid"]
-        if self.group.world == 1:
-            count = int(valid.sum())
-            if not self.cfg.normalize_advantages or count <= 1:
-                return count, None
-            a = mb["adv"][valid]
-            return count, (float(a.mean()), float(a.std()))
-        a = mb["adv"][valid].double()
-        n, total, squares = self.group.sum_(torch.stack([valid.sum().double(), a.sum(), (a * a).sum()])).tolist()
-        if not self.cfg.normalize_advantages or n <= 1:
-            return int(n), None
-        mean = total / n
-        return int(n), (mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1)))  # unbiased, as torch.std
+        count = int(valid.sum())
+        if not self.cfg.normalize_advantages or count <= 1:
+            return count, None
+        a = mb["adv"][valid]
+        return count, (float(a.mean()), float(a.std()))
+
+    def _group_moments(self, flat: dict[str, torch.Tensor], order: torch.Tensor, starts: range, mb: int
+                       ) -> list[tuple[int, tuple[float, float] | None]]:
+        """A group: what :meth:`_minibatch_moments` gives, for every minibatch of an epoch over the whole group's
+        minibatch, in one collective (the epoch's order is known before its first minibatch)."""
+        idx = order[:len(starts) * mb].reshape(len(starts), mb)
+        valid, adv = flat["valid"][idx], flat["adv"][idx].double()
+        masked = torch.where(valid, adv, torch.zeros_like(adv))
+        sums = self.group.sum_(torch.stack([valid.sum(1).double(), masked.sum(1), (masked * masked).sum(1)], 1))
+        out: list[tuple[int, tuple[float, float] | None]] = []
+        for n, total, squares in sums.tolist():
+            if not self.cfg.normalize_advantages or n <= 1:
+                out.append((int(n), None))
+                continue
+            mean = total / n
+            out.append((int(n), (mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1)))))  # as torch.std
+        return out
 
     def _minibatch(self, mb: dict[str, torch.Tensor], valid_count: int, adv_moments: tuple[float, float] | None
                    ) -> dict[str, float] | None:

@@ -1,0 +1,145 @@
+"""Training throughput of the learner alone: samples per second of APPO training steps, per model, device and
+learner count.
+
+Run:  python benchmarks/bench_learner.py [--json] [--steps 6] [--models mlp,cnn]
+
+Models: ``mlp`` is the CartPole policy (4 floats in, two 64-unit tanh MLPs) on batches of the default size (4,096
+samples: 8 minibatches of 512); ``cnn`` is the Nature CNN on Atari frames (84x84x4 uint8, 6 actions) on 1,024-sample
+batches (4 minibatches of 256) on the CPU and 4,096 on a GPU. Each line is one configuration, measured alone, one
+after the other, on a synthetic batch of the model's shape (the learner's cost does not depend on what the samples
+say):
+
+- ``1 learner, t threads``: one process trains with ``torch.set_num_threads(t)`` (t = 1 and every core);
+- ``K learners``: K processes (one thread each) form a gloo group on loopback (``daskrl.learning.learner_group``)
+  and each trains on 1/K of every batch, gradients summed every minibatch, as ``--num-learners K`` does;
+- every device present: the CPU, and each CUDA device (``--learner-device cuda:N``).
+
+samples/s = samples of the whole batch x steps / seconds of the slowest member, after one warm-up step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+
+MODELS = {
+    # name: (observation shape, dtype, actions, samples per batch on CPU / GPU, minibatch on CPU / GPU)
+    "mlp": ((4,), "float32", 2, (4096, 4096), (512, 512)),
+    "cnn": ((84, 84, 4), "uint8", 6, (1024, 4096), (256, 512)),
+}
+ROLLOUT = 32  # time steps per env column of a batch
+
+
+def _spaces(model: str):
+    import gymnasium as gym
+    import numpy as np
+
+    from daskrl.envs.spaces import EnvSpaces
+
+    shape, dtype, actions = MODELS[model][:3]
+    high = 255 if dtype == "uint8" else np.inf
+    obs = gym.spaces.Box(0 if dtype == "uint8" else -np.inf, high, shape, dtype=np.dtype(dtype))
+    return EnvSpaces.from_spaces(obs, gym.spaces.Discrete(actions))
+
+
+def _batch(model: str, columns: int, seed: int):
+    import numpy as np
+
+    from daskrl.algo.trainer import TrajectoryBatch
+
+    shape, dtype, actions = MODELS[model][:3]
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 255, (ROLLOUT + 1, columns, *shape), dtype=np.uint8) if dtype == "uint8" \
+        else rng.normal(size=(ROLLOUT + 1, columns, *shape)).astype(np.float32)
+    return TrajectoryBatch(obs=obs, actions=rng.integers(0, actions, (ROLLOUT, columns)),
+                           rewards=rng.normal(size=(ROLLOUT, columns)).astype(np.float32),
+                           dones=rng.random((ROLLOUT, columns)) < 0.02,
+                           log_probs=np.full((ROLLOUT, columns), -np.log(actions), np.float32),
+                           policy_version=np.zeros((ROLLOUT, columns), np.int64))
+
+
+def _member(model: str, device: str, rank: int, world: int, threads: int, steps: int, port: int, out) -> None:
+    """One learner process: build, join the group (if any), one warm-up step, then ``steps`` timed steps."""
+    import torch
+
+    from daskrl.algo.trainer import APPOTrainer
+    from daskrl.config import Config
+    from daskrl.learning.learner_group import LearnerGroup, open_store
+    from daskrl.models.actor_critic import build_model
+
+    torch.set_num_threads(threads)
+    gpu = device.startswith("cuda")
+    samples, minibatch = MODELS[model][3][gpu], MODELS[model][4][gpu]
+    cfg = Config().replace(batch_size=minibatch, num_batches_per_epoch=samples // minibatch)
+    trainer = APPOTrainer(build_model(_spaces(model), cfg.model, seed=0), cfg.learner, 0, torch.device(device))
+    if world > 1:
+        store = open_store("127.0.0.1", world) if rank == 0 else None
+        if rank == 0:
+            out.put(("port", store.port))
+            port = None
+        trainer.group = LearnerGroup("127.0.0.1", port or 0, rank, world, 1, torch.device(device), store=store)
+    batch = _batch(model, samples // ROLLOUT // world, seed=rank)
+    trainer.train(batch, 0)
+    trainer.group.sum_(torch.zeros(1, device=device))  # everyone warmed up: start together
+    if gpu:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        trainer.train(batch, 0)
+    if gpu:
+        torch.cuda.synchronize()
+    out.put(("time", time.perf_counter() - t0))
+
+
+def measure(model: str, device: str, world: int, threads: int, steps: int) -> float:
+    """Samples per second of the whole group on ``model``."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    first = ctx.Process(target=_member, args=(model, device, 0, world, threads, steps, 0, out))
+    first.start()
+    procs = [first]
+    if world > 1:
+        kind, port = out.get(timeout=120)
+        assert kind == "port"
+        for rank in range(1, world):
+            procs.append(ctx.Process(target=_member, args=(model, device, rank, world, threads, steps, port, out)))
+            procs[-1].start()
+    times = [out.get(timeout=600)[1] for _ in procs]
+    for p in procs:
+        p.join(30)
+    samples = MODELS[model][3][device.startswith("cuda")]
+    return samples * steps / max(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="timed training steps per configuration")
+    parser.add_argument("--models", default="mlp,cnn")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args()
+    import torch
+
+    cores = os.cpu_count() or 1
+    devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    results = []
+    print(f"learner training throughput, {args.steps} timed steps each, {cores} cores, torch {torch.__version__}")
+    for model in args.models.split(","):
+        for device in devices:
+            runs = [(1, 1)] + ([(1, cores)] if cores > 1 and device == "cpu" else []) + [(2, 1)]
+            base = None
+            for world, threads in runs:
+                rate = measure(model, device, world, threads, args.steps)
+                base = base or rate
+                results.append({"model": model, "device": device, "learners": world, "threads": threads,
+                                "samples_per_s": round(rate, 1), "vs_1_learner_1_thread": round(rate / base, 3)})
+                print(f"  {model:4s} {device:7s} {world} learner(s) x {threads} thread(s): {rate:10,.0f} samples/s "
+                      f"({rate / base:.2f}x)", flush=True)
+    if args.json:
+        print(json.dumps({"benchmark": "learner", "cores": cores, "steps": args.steps, "results": results}))
+
+
+if __name__ == "__main__":
+    main()
