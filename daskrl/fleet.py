@@ -186,6 +186,11 @@ class Fleet:
         self._reclaim_slots()  # the slots the dead learner held are never coming back
         return new
 
+    def learner_devices(self) -> dict[str, str]:
+        """Each learner's torch device, as its worker resolved it (``auto`` becomes cuda or cpu there)."""
+        learners = [h for h in (self.learner,) if h is not None] + self.learner_members
+        return {h.name: h.call("stats")["device"] for h in learners}
+
     def newest_policy_weights(self) -> dict[str, Any] | None:
         """The newest ``{"version", "weights"}`` any sampler acts with (None when none answers): what a learner
         lost before its first checkpoint published last, as far as it reached the samplers."""

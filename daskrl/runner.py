@@ -205,6 +205,10 @@ class _Run:
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=lambda m: say(f"daskrl: warning: {m}"))
         self.recovery = Recovery(self.fleet, self.store, c.run.max_learner_restarts, self.incidents)
         self.fleet.create(resume_state, init_weights)
+        learners = self.fleet.learner_devices()
+        if len(learners) > 1 or any(device != "cpu" for device in learners.values()):
+            say("daskrl: " + ", ".join(f"{name} trains on {device}" for name, device in learners.items())
+                + (f" (a data-parallel group of {len(learners)})" if len(learners) > 1 else ""))
         self.state.fps.add(self.state.env_steps_offset)
         every = c.run.keep_checkpoint_every_env_steps
         self.last_milestone = self.state.env_steps_offset // every if every else 0
