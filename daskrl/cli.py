@@ -60,7 +60,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             kwargs: dict = {"dest": f.name, "default": argparse.SUPPRESS,
                             "help": f"{f.metadata.get('help', '')} (default: {default!r})"}
-            if hint is bool:
+            if hint is bool or set(typing.get_args(hint)) == {bool, type(None)}:  # bool | None: None means auto
                 group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
                 continue
             if f.metadata.get("choices"):

@@ -204,6 +204,16 @@ class RunConfig(Section):
     n_dask_workers: int = opt(0, "worker processes of the embedded cluster (0 = as many as the run needs)", low=0)
     dashboard_address: str = opt(":8787", "where the embedded cluster serves the Dask dashboard ('' = any free port)",
                                  pattern=r"([\w.\-]*:\d{1,5})?", pattern_help="'', :port or host:port")
+    elastic: bool | None = opt(None, "follow the cluster: a worker that joins gets a rollout worker (or an inference "
+                                     "worker when inference is the bottleneck), a worker that leaves gracefully has "
+                                     "its rollout workers drained first, and a rollout worker lost with no room "
+                                     "left is not recreated until room appears (default: on with --scheduler or "
+                                     "--adapt, off on a fixed embedded cluster)")
+    max_rollout_workers: int = opt(0, "elastic runs grow to at most this many rollout workers (0: no cap)", low=0,
+                                   high=MAX_ROLLOUT_WORKERS)
+    adapt: str = opt("", "MIN:MAX: the embedded cluster adapts between MIN and MAX worker processes (Dask's adaptive "
+                         "scaling), asking for workers while more rollout workers would help; implies --elastic",
+                     pattern=r"\d+:\d+", pattern_help="MIN:MAX worker counts, such as 2:8")
     max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times",
                                     low=0)
     heartbeat_timeout: float = opt(10.0, "a component whose loop has not turned for this many seconds is reported "
@@ -279,17 +289,31 @@ class Config:
                 f"{s.num_envs_per_worker}: each split needs the same number of envs (try --worker-num-splits "
                 f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
             )
-        problems += _group_problems(self, found)
+        problems += _combination_problems(self, found)
         if problems:
             raise ConfigError(problems)
         return self
 
 
-def _group_problems(config: Config, found: dict[str, str]) -> list[str]:
-    """Options that do not fit together with --num-learners or the devices."""
+def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Options that do not fit together: --num-learners, the devices, --elastic and --adapt."""
     s, lrn, out = config.sampler, config.learner, []
     k = lrn.num_learners
-    if found or k == 1 and s.inference_device in ("auto", "cpu"):
+    if found:
+        return out
+    r = config.run
+    if r.adapt:
+        low, high = (int(x) for x in r.adapt.split(":"))
+        if low > high or high < 2:
+            out.append(f"--adapt {r.adapt}: MIN must not exceed MAX, and MAX must be at least 2 (a learner and a "
+                       "rollout worker)")
+        if r.scheduler:
+            out.append("--adapt is for the embedded cluster; on your own cluster call cluster.adapt(...) and run with "
+                       "--elastic")
+    if (r.elastic or r.adapt) and lrn.sync:
+        out.append("--elastic/--adapt cannot change the rollout workers of a --sync run (a training step takes every "
+                   "slot of a fixed set); leave out --sync or --elastic")
+    if k == 1 and s.inference_device in ("auto", "cpu"):
         return out
     if k > 1 and lrn.batch_size % k:
         out.append(f"--batch-size {lrn.batch_size} does not split over --num-learners {k}: each learner trains on "

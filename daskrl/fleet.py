@@ -16,7 +16,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
 from daskrl.placement import Placement, Role
-from daskrl.protocol import policy_queue, wire_learner_group, wire_sampling_graph
+from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_rollout, wire_sampling_graph
 from daskrl.runtime.cluster import ClusterSession
 from daskrl.runtime.handles import ComponentHandle, spawn, spawn_all
 from daskrl.runtime.shm import force_comms, host_of
@@ -24,7 +24,7 @@ from daskrl.runtime.signals import SlotRef
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.sampling.sink import SamplingSink
-from daskrl.setups import RoleSetups, role_setups
+from daskrl.setups import RoleSetups, role_setups, rollout_setup
 
 
 class Fleet:
@@ -38,6 +38,7 @@ class Fleet:
         self.learner: ComponentHandle | None = None  # the only learner, or the leader of the learner group
         self.learner_members: list[ComponentHandle] = []  # ranks 1.. of the group (--num-learners)
         self.group_generation = 0  # bumped each time the learner group is formed
+        self._rollout_indices = config.sampler.num_workers  # rollout_0.. at the start; an elastic run adds more
         self.sink: ComponentHandle | None = None
         self.rollout: list[ComponentHandle] = []
         self.inference: list[ComponentHandle] = []
@@ -131,6 +132,45 @@ class Fleet:
                    for h in [self.learner, *self.learner_members]]
         for handle, future in joining:
             handle.wait("join_group", future, timeout=120)
+
+    # ---- growing and shrinking (elastic runs) ----
+
+    def add_rollout(self, worker: str) -> ComponentHandle:
+        """A new rollout worker on ``worker`` (one that joined the cluster), wired in and started: its slots go to
+        the learner (every member of its group) and its requests to the inference workers from now on."""
+        index = self.next_rollout_index()
+        setup = rollout_setup(self.config, self.spaces, self.params, index)
+        new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup)
+        self.rollout.append(new)
+        buffers = self.buffers[new.name] = new.call("buffers")
+        for handle in [h for h in (self.learner,) if h is not None] + self.learner_members + self.inference:
+            handle.call("attach_workers", {new.name: buffers})
+        wire_rollout(self.client, new, self._consumer_slot())
+        new.call("start")
+        return new
+
+    def add_inference(self, worker: str) -> ComponentHandle:
+        """One more inference worker on ``worker``, taking its share of the requests from now on."""
+        index = max((int(h.name.rsplit("_", 1)[1]) for h in self.inference), default=-1) + 1
+        new = self._spawn(InferenceWorker, f"inference_{index}", worker, self.setups().inference)
+        self.inference.append(new)
+        new.call("attach_workers", self.buffers)
+        wire_inference(self.client, new, policy_queue())
+        new.call("start")
+        return new
+
+    def next_rollout_index(self) -> int:
+        """Indices are never reused within a run: each names its env seeds and its slots' owner."""
+        index = self._rollout_indices
+        self._rollout_indices += 1
+        return index
+
+    def forget(self, handle: ComponentHandle) -> None:
+        """Drop a component that left for good (drained with its worker, or lost with no room to recreate it)."""
+        for group in (self.rollout, self.inference):
+            if handle in group:
+                group.remove(handle)
+        self.buffers.pop(handle.name, None)
 
     # ---- recreating after a fault ----
 

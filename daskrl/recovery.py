@@ -27,8 +27,12 @@ from daskrl.runtime.incidents import Incidents
 class Recovery:
     """Finds lost components (the registry's fault events) and brings them back through the fleet."""
 
-    def __init__(self, fleet: Fleet, store: CheckpointStore, max_learner_restarts: int, incidents: Incidents) -> None:
+    def __init__(self, fleet: Fleet, store: CheckpointStore, max_learner_restarts: int, incidents: Incidents,
+                 shrink_when_full: bool = False, rollout_wait_s: float = 15.0) -> None:
+        """``shrink_when_full`` (elastic runs): a rollout worker lost while no worker is idle is not recreated
+        once ``rollout_wait_s`` passed without its worker coming back under its name."""
         self.fleet, self.store, self.incidents = fleet, store, incidents
+        self.shrink_when_full, self.rollout_wait_s = shrink_when_full, rollout_wait_s
         self.max_learner_restarts = max_learner_restarts
         self.events_seen = time.time()
         self.recoveries: list[dict[str, Any]] = []
@@ -52,8 +56,9 @@ class Recovery:
 
     # ---- recovery ----
 
-    def recover(self, handle: ComponentHandle, cause: str, env_steps: int) -> ComponentHandle:
-        """Recreate ``handle``'s component; returns the new handle. Raises TrainingError when it cannot.
+    def recover(self, handle: ComponentHandle, cause: str, env_steps: int) -> ComponentHandle | None:
+        """Recreate ``handle``'s component; returns the new handle (None: not recreated, see ``shrink_when_full``).
+        Raises TrainingError when it cannot.
         ``env_steps`` is the run's count so far (a learner restarted without a checkpoint goes on from it)."""
         t0 = time.monotonic()
         role = self.fleet.role_of(handle.name)
@@ -66,20 +71,25 @@ class Recovery:
                 f"the learner was lost {self.learner_restarts + 1} times (last: {cause}); giving up after "
                 f"--max-learner-restarts {self.max_learner_restarts}. The newest checkpoint is intact: continue "
                 "with --resume")
-        worker = self._replacement_worker(handle)
+        # an elastic run goes on with fewer rollout workers rather than crowd a busy process (and grows back later)
+        worker = self._replacement_worker(handle, wait_s=self.rollout_wait_s if role is Role.ROLLOUT else 15.0,
+                                          only_idle=self.shrink_when_full and role is Role.ROLLOUT
+                                          and len(self.fleet.rollout) > 1)
+        if worker is None:
+            self.fleet.forget(handle)
+            self._keep({"component": handle.name, "role": role.value, "cause": cause, "worker": None,
+                        "recovery_s": round(time.monotonic() - t0, 3), "time": time.time(), "not_recreated": True})
+            say(f"daskrl: {handle.name} is not recreated: the cluster has no idle worker; running with "
+                f"{len(self.fleet.rollout)} rollout workers until a worker joins")
+            return None
         if role is Role.LEARNER:
             self.learner_restarts += 1
             new = self._restart_learner(worker, env_steps)
         else:
             new = self.fleet.recreate(handle, worker)
         seconds = time.monotonic() - t0
-        record = {"component": handle.name, "role": role.value, "cause": cause, "worker": worker,
-                  "recovery_s": round(seconds, 3), "time": time.time()}
-        self.recoveries.append(record)
-        try:
-            self.fleet.client.log_event(RECOVERIES_TOPIC, record)
-        except Exception as exc:  # the record is in the run's summary; only the dashboard misses it
-            self.incidents.note("recovery-event-not-sent", exc)
+        self._keep({"component": handle.name, "role": role.value, "cause": cause, "worker": worker,
+                    "recovery_s": round(seconds, 3), "time": time.time()})
         say(f"daskrl: recovered {handle.name} on {worker} in {seconds:.2f} s")
         return new
 
@@ -105,9 +115,17 @@ class Recovery:
             "a published version)")
         return new
 
-    def _replacement_worker(self, handle: ComponentHandle, wait_s: float = 15.0) -> str:
+    def _keep(self, record: dict[str, Any]) -> None:
+        self.recoveries.append(record)
+        try:
+            self.fleet.client.log_event(RECOVERIES_TOPIC, record)
+        except Exception as exc:  # the record is in the run's summary; only the dashboard misses it
+            self.incidents.note("recovery-event-not-sent", exc)
+
+    def _replacement_worker(self, handle: ComponentHandle, wait_s: float = 15.0, only_idle: bool = False
+                            ) -> str | None:
         """The restarted worker with the lost one's name if it comes back in time, else an idle live worker,
-        else any live worker (sharing a process beats stopping the run)."""
+        else any live worker (sharing a process beats stopping the run), or with ``only_idle`` None."""
         names = self.fleet.placement.names
         name = names.get(handle.address)
         deadline = time.monotonic() + wait_s
@@ -120,6 +138,9 @@ class Recovery:
                     return address
             busy = {h.address for h in self.fleet.components()}
             idle = [a for a in live if a not in busy]
-            if time.monotonic() > deadline and (idle or live):
-                return sorted(idle or live)[0]
+            if time.monotonic() > deadline:
+                if only_idle:
+                    return sorted(idle)[0] if idle else None
+                if idle or live:
+                    return sorted(idle or live)[0]
             time.sleep(0.2)

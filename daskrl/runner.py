@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
 from daskrl.devices import check_cluster as check_devices
+from daskrl.elastic import adapt_range, adaptive_start
 from daskrl.env_defaults import describe as describe_env_defaults
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
-from daskrl.experiment import checkpoint_file, open_experiment, run_log_path
+from daskrl.experiment import open_experiment, run_log_path
 from daskrl.monitor.console import ConsoleView, say
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
@@ -41,6 +42,7 @@ from daskrl.runtime.logs import route_logs
 from daskrl.sizing import check_fits_cluster
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_locked)
+    from daskrl.elastic import Elastic
     from daskrl.fleet import Fleet
     from daskrl.learning.checkpoints import CheckpointStore
     from daskrl.monitor.tensorboard_log import TensorBoardLog
@@ -55,6 +57,7 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
     While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
     stopped the run), not to the terminal."""
     spaces = preflight(config, client)
+    config = adaptive_start(config)
     lock, note = open_experiment(config.experiment_dir, config.run.resume, config.run.overwrite)  # before any write
     try:
         with route_logs(run_log_path(config.experiment_dir), say):
@@ -86,18 +89,21 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
                                timeout=config.run.connect_timeout, log_path=run_log_path(exp_dir))
         try:
             from daskrl.fleet import Fleet  # noqa: F401  (torch and the components, imported now: used in start)
-            from daskrl.learning.checkpoints import CheckpointStore
+            from daskrl.learning.checkpoints import CheckpointStore, initial_weights
             from daskrl.models.actor_critic import check_model
             from daskrl.monitor.tensorboard_log import TensorBoardLog
 
             check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
             store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
             resume_state = store.load("latest") if config.run.resume else None  # open_experiment checked it is there
-            init_weights = _init_weights(config) if resume_state is None else None
+            init_weights = initial_weights(config.run.init_checkpoint) if resume_state is None \
+                and config.run.init_checkpoint else None
         except BaseException:
             _close_when_started(starting)
             raise
         session = starting.result()
+    if adapt_range(config) is not None and session.cluster is not None:
+        session.cluster.adapt(minimum=adapt_range(config)[0], maximum=adapt_range(config)[1])
     if resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
         with open(os.path.join(exp_dir, "config.json"), "w") as f:
             f.write(config.to_json())
@@ -145,19 +151,6 @@ class _StopOnSignals:
             signal.signal(sig, handler)
 
 
-def _init_weights(config: Config) -> dict | None:
-    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from."""
-    if not config.run.init_checkpoint:
-        return None
-    import torch
-
-    path = checkpoint_file(config.run.init_checkpoint)
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    say(f"daskrl: starting from the weights of {path} ({int(state.get('env_steps', 0)):,} env steps, policy version "
-        f"{state.get('policy_version', 0)} there); the optimizer starts afresh")
-    return {"version": 0, "weights": {k: v.numpy() for k, v in state["model"].items()}}
-
-
 def _close_when_started(starting) -> None:
     """Close a cluster whose start went on in the background while the run was refused."""
     try:
@@ -175,6 +168,7 @@ class _Run:
         self.client = session.client
         self.fleet: Fleet | None = None
         self.recovery: Recovery | None = None
+        self.elastic: Elastic | None = None
         self.incidents = Incidents(logger, "runner")
         self.stop_reason = ""
         self.last_checkpoint = time.monotonic()
@@ -188,6 +182,7 @@ class _Run:
     # ---- start ----
 
     def start(self, resume_state: dict | None, init_weights: dict | None) -> None:
+        from daskrl.elastic import Elastic, elastic_enabled
         from daskrl.fleet import Fleet  # imported (with torch) while the cluster started: see _train_locked
         from daskrl.recovery import Recovery
 
@@ -203,8 +198,11 @@ class _Run:
         say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(workers)} Dask workers"
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=lambda m: say(f"daskrl: warning: {m}"))
-        self.recovery = Recovery(self.fleet, self.store, c.run.max_learner_restarts, self.incidents)
+        elastic = elastic_enabled(c)
+        self.recovery = Recovery(self.fleet, self.store, c.run.max_learner_restarts, self.incidents,
+                                 shrink_when_full=elastic, rollout_wait_s=10.0 if elastic else 15.0)
         self.fleet.create(resume_state, init_weights)
+        self.elastic = Elastic(self.fleet, c, elastic, say, self.incidents)
         learners = self.fleet.learner_devices()
         if len(learners) > 1 or any(device != "cpu" for device in learners.values()):
             say("daskrl: " + ", ".join(f"{name} trains on {device}" for name, device in learners.items())
@@ -238,9 +236,15 @@ class _Run:
 
     def poll(self) -> None:
         state, fleet = self.state, self.fleet
+        for retired in self.elastic.poll():  # drained with a worker that left in order: its last word counts
+            self._retire(retired["handle"], retired.get("stats") or {})
         lost = self.recovery.lost_components()
         stats = []
         for handle in fleet.components():
+            if self.elastic.is_leaving(handle) and fleet.role_of(handle.name) is Role.ROLLOUT:
+                if (handle.name, handle.address) in lost:  # gone before its retirement report reached us
+                    self._retire(handle, {})
+                continue  # draining: its report (or, after the grace, its loss) comes next
             if (handle.name, handle.address) in lost:
                 self.replace(handle, "its worker left the cluster")
                 continue
@@ -266,6 +270,7 @@ class _Run:
         state.env_steps = state.env_steps_offset + state.tally.total
         state.fps.add(state.env_steps)
         state.shares = time_shares(stats)
+        self.elastic.grow(state.shares)
         state.incidents = merge_incidents(self.incidents.snapshot(), list(self.last_stats.values()))
         state.messages_dropped = messages_dropped(list(self.last_stats.values()))
         target = self.config.run.stop_at_return
@@ -280,6 +285,19 @@ class _Run:
             self.state.tally.lose(handle.name)
         self.last_stats.pop(handle.name, None)
         self.recovery.recover(handle, cause, self.state.env_steps)
+
+    def _retire(self, handle: ComponentHandle, final: dict) -> None:
+        """A rollout worker left with its worker, in order: count its last steps and episodes, then go on without
+        it (an elastic run) or recreate it elsewhere (a fixed fleet)."""
+        if final.get("env_steps") is not None:
+            self.state.tally.update(handle.name, final["env_steps"])
+        self.state.episodes.extend(final.get("episodes", []))
+        self._keep_stats([final] if final.get("name") else [])
+        self.state.tally.lose(handle.name)
+        if self.elastic.enabled:
+            self.fleet.forget(handle)
+        else:
+            self.recovery.recover(handle, "its worker left the cluster (drained)", self.state.env_steps)
 
     def check_heartbeat(self, stats: dict) -> None:
         """Name a component whose loop has not turned for --heartbeat-timeout seconds, with what it is doing."""
@@ -405,6 +423,7 @@ class _Run:
             "learners": {name: {"address": s.get("address"), "device": s.get("device"), **s["group"]}
                          for name, s in sorted(self.last_stats.items()) if "group" in s},
             "recoveries": list(self.recovery.recoveries) if self.recovery is not None else [],
+            "elastic": list(self.elastic.history) if self.elastic is not None else [],
             "incidents": dict(state.incidents),
             "data_path": self.data_path(),
         }

@@ -96,15 +96,7 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
     def policy(seed: int, device: str = "cpu") -> PolicySetup:
         return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision, device)
 
-    rollout = tuple(
-        RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
-                     env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
-                     num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
-                     slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
-                     info_keys=tuple(s.info_keys),
-                     policy_queue=policy_queue(),
-                     policy=policy(c.run.seed + 1000 * index) if s.inference == "inline" else None)
-        for index in range(s.num_workers))
+    rollout = tuple(rollout_setup(config, spaces, params, index) for index in range(s.num_workers))
     inference = InferenceSetup(policy_queue(), policy(c.run.seed, s.inference_device)) \
         if s.inference == "remote" else None
     learners = () if c.run.sampling_only else tuple(LearnerSetup(
@@ -113,6 +105,19 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params, rank=rank,
         num_learners=c.learner.num_learners) for rank in range(c.learner.num_learners))
     return RoleSetups(learners, rollout, inference)
+
+
+def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | None, index: int) -> RolloutSetup:
+    """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``)."""
+    c, s = config, config.sampler
+    policy = PolicySetup(spaces, dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes)), params,
+                         c.run.seed + 1000 * index, s.numpy_inference, s.inference_precision, "cpu") \
+        if s.inference == "inline" else None
+    return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
+                        env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
+                        num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
+                        slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
+                        info_keys=tuple(s.info_keys), policy_queue=policy_queue(), policy=policy)
 
 
 def _round_size(config: Config) -> int:

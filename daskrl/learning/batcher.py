@@ -56,6 +56,7 @@ class Batcher:
         self.dropped_slots = 0
         self.slots_shm = 0  # slots copied in place from shared memory (rollout worker on this host)
         self.slots_comms = 0  # slots fetched over Dask comms (rollout worker on another host)
+        self.slots_by_worker: dict[str, int] = {}  # slots copied, per rollout worker (slot accounting)
         self.thread = threading.Thread(target=self._run, name=f"daskrl-{learner.name}-batcher", daemon=True)
 
     def attach(self, buffers: dict[str, dict]) -> None:
@@ -158,6 +159,7 @@ class Batcher:
 
     def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
         arrays = self.workers[worker]
+        self.slots_by_worker[worker] = self.slots_by_worker.get(worker, 0) + 1
         if hasattr(arrays["rewards"], "read"):  # a RemoteArray: the owner is on another host
             self.slots_comms += 1
         else:

@@ -153,3 +153,16 @@ class CheckpointStore:
 def _copy_into(source: Path, dest: IO[bytes]) -> None:
     with open(source, "rb") as src:
         shutil.copyfileobj(src, dest)
+
+
+def initial_weights(path: str) -> dict[str, Any]:
+    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from, as
+    ``{"version": 0, "weights": {name: array}}``; says which checkpoint it took."""
+    from daskrl.experiment import checkpoint_file
+    from daskrl.monitor.console import say
+
+    path = checkpoint_file(path)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    say(f"daskrl: starting from the weights of {path} ({int(state.get('env_steps', 0)):,} env steps, policy version "
+        f"{state.get('policy_version', 0)} there); the optimizer starts afresh")
+    return {"version": 0, "weights": {k: v.numpy() for k, v in state["model"].items()}}

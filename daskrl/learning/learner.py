@@ -254,6 +254,7 @@ class Learner(Component):
             "batcher": {"batches": self.batcher.batches, "slots": self.batcher.slots,
                         "dropped_slots": self.batcher.dropped_slots, "slots_shm": self.batcher.slots_shm,
                         "slots_comms": self.batcher.slots_comms,
+                        "slots_by_worker": dict(self.batcher.slots_by_worker),
                         "blocked_s": self.batcher.wait_s, "pending_slots": self.batcher.incoming.qsize()},
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),

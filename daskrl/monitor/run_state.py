@@ -116,7 +116,9 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
     """How the data moved: trajectory slots the batcher copied from shared memory (same host) or fetched over Dask
     comms (other hosts), parameter versions readers took either way, per component and in total."""
     out: dict[str, Any] = {"slots_shm": 0, "slots_comms": 0, "params_shm_reads": 0, "params_comms_reads": 0,
-                           "remote_params": False, "hosts": [], "components": {}}
+                           "remote_params": False, "hosts": [], "components": {},
+                           # slot accounting: slots each rollout worker filled, and slots the learners took of each
+                           "slots_filled": {}, "slots_taken": {}}
     hosts = set()
     for name, s in sorted(last_stats.items()):
         counters, batcher = s.get("counters", {}), s.get("batcher", {})
@@ -124,6 +126,10 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
                  "params_shm_reads": int(counters.get("params_shm_reads", 0)),
                  "params_comms_reads": int(counters.get("params_comms_reads", 0))}
         hosts.add(entry["host"])
+        if "slots_filled" in s:
+            out["slots_filled"][name] = int(s["slots_filled"])
+        for worker, taken in batcher.get("slots_by_worker", {}).items():
+            out["slots_taken"][worker] = out["slots_taken"].get(worker, 0) + int(taken)
         if batcher:
             entry.update(slots_shm=int(batcher.get("slots_shm", 0)), slots_comms=int(batcher.get("slots_comms", 0)))
             out["slots_shm"] += entry["slots_shm"]

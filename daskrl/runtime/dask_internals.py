@@ -38,6 +38,17 @@ def add_scheduler_handlers(scheduler: Any, rpc: dict[str, Callable]) -> None:
     scheduler.handlers.update(rpc)
 
 
+def raise_adaptive_target(scheduler: Any, floor: Callable[[], int]) -> None:
+    """Make the scheduler's adaptive target (what ``cluster.adapt`` scales to, from the task load) at least
+    ``floor()``: daskrl's components are long-lived actors, which that load does not count."""
+    original = scheduler.handlers["adaptive_target"]
+
+    def adaptive_target(*args: Any, **kwargs: Any) -> int:
+        return max(original(*args, **kwargs), floor())
+
+    scheduler.handlers["adaptive_target"] = adaptive_target
+
+
 async def open_batched_stream(address: str, worker: Any, name: str) -> BatchedSend:
     """A batched stream from ``worker`` to the worker at ``address``: messages ``{"op": NAME, ...}`` sent on it
     reach ``stream_handlers[NAME]`` there, in order (the connection's first message opens the peer's stream)."""

@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 PLUGIN_NAME = "daskrl-bus-registry"
 #: the scheduler event topic on which the registry reports components lost with their worker
 FAULT_TOPIC = "daskrl-faults"
+#: a worker leaving gracefully: ``{"event": "leaving", "address"}`` when it starts closing, then
+#: ``{"event": "retired", "component", "address", "stats"}`` for each component it drained and stopped
+LEAVING_TOPIC = "daskrl-leaving"
 
 
 class BusRegistry(SchedulerPlugin):
@@ -39,6 +42,7 @@ class BusRegistry(SchedulerPlugin):
         self.subscriptions: dict[str, dict[str, Any]] = {}
         self.bus_workers: set[str] = set()
         self.version = 0
+        self.wanted_workers = 0  # how many workers the running training could use now (see daskrl.elastic)
         self.scheduler = None
         self._push_lock: asyncio.Lock | None = None
 
@@ -52,8 +56,10 @@ class BusRegistry(SchedulerPlugin):
             "daskrl_subscribe": self.subscribe,
             "daskrl_unsubscribe": self.unsubscribe,
             "daskrl_components": self.list_components,
+            "daskrl_set_wanted_workers": self.set_wanted_workers,
         }
         dask_internals.add_scheduler_handlers(scheduler, handlers)
+        dask_internals.raise_adaptive_target(scheduler, lambda: self.wanted_workers)
 
     # ---- handlers (called by workers and clients over RPC) ----
 
@@ -105,6 +111,11 @@ class BusRegistry(SchedulerPlugin):
             await self._push()
         return {"status": "ok"}
 
+    async def set_wanted_workers(self, n: int) -> dict:
+        """The running training could use ``n`` workers now: an adaptive cluster scales to at least that."""
+        self.wanted_workers = int(n)
+        return {"status": "ok"}
+
     async def list_components(self) -> dict:
         return {"components": self.components, "subscriptions": self.subscriptions}
 
@@ -123,6 +134,24 @@ class BusRegistry(SchedulerPlugin):
             logger.warning("daskrl component %r (%s) was lost with worker %s", name, info["cls"], worker)
         if lost:
             asyncio.ensure_future(self._push())
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        """A retirement (``client.retire_workers``, an adaptive cluster scaling down) that the scheduler refused
+        because the worker holds daskrl components, whose actors Dask cannot move: daskrl completes it by asking
+        that worker to close itself, so its rollout workers drain first (the worker plugin's teardown)."""
+        if not (isinstance(msg, dict) and msg.get("action") == "could-not-retire"):
+            return
+        if self.scheduler is not None and any(info["address"] == topic for info in self.components.values()):
+            logger.info("daskrl: worker %s holds components and was asked to retire: it closes after draining",
+                        topic)
+            self.scheduler.close_worker(topic)
+
+    def valid_workers_downscaling(self, scheduler, workers: list) -> list:
+        """An adaptive cluster picks workers to retire among those with no daskrl component first (Dask would
+        otherwise pick a busy rollout worker's, whose retirement then costs its slots' drain)."""
+        busy = {info["address"] for info in self.components.values()}
+        idle = [ws for ws in workers if ws.address not in busy]
+        return idle or workers
 
     # ---- internals ----
 

@@ -12,6 +12,7 @@ keeps a worker clean whatever happens to a run:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -26,10 +27,14 @@ from tornado.ioloop import PeriodicCallback
 from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.bus import STREAM_OP, Bus
 from daskrl.runtime.logs import route_logs_for_good
+from daskrl.runtime.registry import LEAVING_TOPIC
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "daskrl-bus"
+#: seconds a leaving worker's rollout workers get to finish their slots and see them handed back (``dask worker``
+#: gives a closing worker process about 10 s before it is terminated)
+DRAIN_TIMEOUT_S = 5.0
 _sweeping = threading.Event()  # the periodic segment sweep runs in this process
 
 
@@ -82,9 +87,27 @@ class WorkerPlugin(DaskWorkerPlugin):
                 route_logs_for_good(self.log_path)
 
     async def teardown(self, worker: Any) -> None:
+        """The worker is closing (``dask worker`` got SIGTERM, the cluster retires it or shuts down): components
+        that can leave without losing samples (rollout workers) drain first, and the run hears of each, with its
+        final statistics, on :data:`LEAVING_TOPIC`; then everything here is released."""
         if self._watch is not None:
             self._watch.stop()
         if self.bus is not None:
+            running = [c for c in self.bus.components.values() if c.state == "running"]
+            if running:
+                worker.log_event(LEAVING_TOPIC, {"event": "leaving", "address": worker.address})
+            for component in running:
+                drain = getattr(component, "drain", None)
+                if drain is None:
+                    continue
+                try:
+                    final = await asyncio.wait_for(drain(DRAIN_TIMEOUT_S), DRAIN_TIMEOUT_S + 5)
+                except Exception as exc:  # it is then lost as in a crash: the run recovers it
+                    logger.warning("daskrl: component %r could not drain before its worker closed: %s",
+                                   component.name, exc)
+                    continue
+                worker.log_event(LEAVING_TOPIC, {"event": "retired", "component": component.name,
+                                                 "address": worker.address, "stats": final})
             for component in list(self.bus.components.values()):
                 component.close_now()
             await self.bus.close()

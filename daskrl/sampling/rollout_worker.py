@@ -9,7 +9,9 @@ acting strategy (:mod:`daskrl.sampling.acting`); the slots and the env stepping 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from collections import deque
 from typing import Any
 
@@ -64,6 +66,7 @@ class RolloutWorker(Component):
         self.episode_extras: deque = deque(maxlen=10_000)  # info numbers of finished episodes (see EnvGroup)
         self.env_steps = 0
         self.slots_filled = 0
+        self.draining = False  # leaving: no new slot is started (see drain)
         self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
         self._seen_failures: set[str] = set()
         self.acting = InlineActing(self, setup.policy) if setup.policy is not None \
@@ -82,6 +85,24 @@ class RolloutWorker(Component):
     async def policy_weights(self) -> dict | None:
         """The version and weights the inline policy acts with (None with remote inference)."""
         return await self.on_own_thread(self.acting.weights)
+
+    async def drain(self, timeout: float = 10.0) -> dict:
+        """Leave without losing a sample (the worker is going away gracefully): finish the slots being filled,
+        start no new one, wait until the consumer has handed every announced slot back, then stop. Returns the
+        final :meth:`collect`, with ``drained`` (False: the consumer did not hand everything back in time)."""
+        await self.on_own_thread(self._begin_drain)
+        deadline = time.monotonic() + timeout
+        while not (drained := await self.on_own_thread(self._drained)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        final = await self.stop()
+        final["drained"] = drained
+        return final
+
+    def _begin_drain(self) -> None:
+        self.draining = True
+
+    def _drained(self) -> bool:
+        return all(s is None for s in self.split_slot) and len(self.free) == self.layout.num_slots
 
     async def reclaim_slots(self) -> int:
         """Take back every slot not being filled (their consumer died before handing them back)."""
@@ -163,7 +184,7 @@ class RolloutWorker(Component):
             self.finals_in_slot[slot_index] = k + 1
 
     def _serve_waiting(self) -> None:
-        while self.waiting and self.free:
+        while self.waiting and self.free and not self.draining:
             s = self.waiting.popleft()
             slot_index = self.free.popleft()
             self.obs[slot_index, 0] = self.carry[s]
