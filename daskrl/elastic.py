@@ -92,6 +92,18 @@ class Elastic:
                          f"{stats.get('slots_filled', 0):,} filled slots ({drained})")
         return retired
 
+    def closing(self, handle: ComponentHandle) -> bool:
+        """Whether ``handle``'s worker is closing in order, as the scheduler sees it (asked when a call to the
+        component failed: a closing worker refuses calls before its teardown reports it leaving)."""
+        try:
+            info = self.fleet.client.scheduler_info()["workers"].get(handle.address)
+        except Exception as exc:
+            self.incidents.note("elastic-workers-unreadable", exc)
+            return False
+        if info is not None and info.get("status") in ("closing", "closing_gracefully"):
+            self.leaving.setdefault(handle.address, time.monotonic())
+        return self.is_leaving(handle)
+
     def is_leaving(self, handle: ComponentHandle) -> bool:
         """True while ``handle``'s worker is closing in order and the grace for its retirement report lasts."""
         since = self.leaving.get(handle.address)

@@ -251,7 +251,8 @@ class _Run:
             try:
                 stats.append(handle.call("collect", timeout=10))
             except ComponentError as exc:
-                self.replace(handle, str(exc))
+                if not (fleet.role_of(handle.name) is Role.ROLLOUT and self.elastic.closing(handle)):
+                    self.replace(handle, str(exc))
         self._keep_stats(stats)
         if fleet.learner is not None:
             state.learner = next((s for s in stats if s.get("name") == fleet.learner.name), state.learner)

@@ -1,6 +1,7 @@
 """Elastic runs on a real ``dask scheduler`` + ``dask worker`` cluster: workers that join get rollout workers, a
-worker retired gracefully hands over every slot before it goes, and a worker SIGKILLed on a full cluster leaves the
-run with fewer rollout workers instead of retrying forever; ``--adapt`` grows an embedded cluster on its own.
+worker that leaves in order (``client.retire_workers``, or SIGTERM to its ``dask worker`` process group) hands over
+every slot before it goes, and a worker SIGKILLed on a full cluster leaves the run with fewer rollout workers
+instead of retrying forever; ``--adapt`` grows an embedded cluster on its own.
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ def small_cluster(tmp_path):
 
 
 class Drill:
-    """Runs on its own thread while the training runs: two workers join, one is retired, one is SIGKILLed."""
+    """Runs on its own thread while the training runs: three workers join; one is retired, one gets SIGTERM, one
+    is SIGKILLed (with its nanny: it does not come back)."""
 
     def __init__(self, cluster: dict) -> None:
         self.cluster = cluster
         self.started = time.monotonic()
         self.marks: dict[str, float] = {}
         self.error: BaseException | None = None
-        self.retired_address = self.killed_address = ""
+        self.left: dict[str, str] = {}
+        self.killed_address = ""
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _wait_until(self, seconds: float) -> None:
@@ -61,17 +64,17 @@ class Drill:
         try:
             procs, client, address = self.cluster["procs"], self.cluster["client"], self.cluster["address"]
             self._wait_until(20)
-            for name in ("w2", "w3"):
+            for name in ("w2", "w3", "w4"):
                 procs.start(name, dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
                             "--name", name)
-            while len(client.scheduler_info()["workers"]) < 4:
+            while len(client.scheduler_info()["workers"]) < 5:
                 time.sleep(0.1)
             self.marks["joined"] = time.time()
             self._wait_until(40)
-            self.retired_address = self._address_of("w2")
-            self.marks["retire"] = time.time()
-            client.retire_workers([self.retired_address])  # refused by Dask (actors): daskrl completes it
-            while self.retired_address in client.scheduler_info()["workers"]:
+            self.left = {"retired": self._address_of("w2"), "sigterm": self._address_of("w4")}
+            client.retire_workers([self.left["retired"]])  # refused by Dask (actors): daskrl completes it
+            os.killpg(procs.procs["w4"].pid, signal.SIGTERM)  # as kill, scancel or a pod's stop do
+            while set(self.left.values()) & set(client.scheduler_info()["workers"]):
                 time.sleep(0.1)
             self._wait_until(55)
             self.killed_address = self._address_of("w3")
@@ -93,18 +96,21 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
     out = capsys.readouterr().out
     events = summary["elastic"]
 
-    # grow: both newcomers got a rollout worker within 10 s, and the run said so
+    # grow: every newcomer got a rollout worker within 10 s, and the run said so
     grew = [e for e in events if e["event"] == "grew"]
-    assert len(grew) == 2, events
+    assert len(grew) == 3, events
     assert all(e["time"] - drill.marks["joined"] < 10 for e in grew), (grew, drill.marks)
-    assert out.count("joined: rollout_") == 2, out
+    assert out.count("joined: rollout_") == 3, out
 
-    # shrink gracefully: the retired worker's rollout worker drained; every slot it filled was taken by the learner
-    [retired] = [e for e in events if e["event"] == "retired"]
-    assert retired["address"] == drill.retired_address and retired["drained"], retired
-    name = retired["component"]
+    # leaving in order, both ways: drained, and every slot they filled was taken by the learner
+    retired = {e["address"]: e for e in events if e["event"] == "retired"}
+    assert sorted(retired) == sorted(drill.left.values()), (events, drill.left)
     path = summary["data_path"]
-    assert path["slots_filled"][name] == path["slots_taken"][name] > 0, (path["slots_filled"], path["slots_taken"])
+    for event in retired.values():
+        name = event["component"]
+        assert event["drained"], event
+        assert path["slots_filled"][name] == path["slots_taken"][name] > 0, (path["slots_filled"], path["slots_taken"])
+    assert out.count("filled slots (drained)") == 2, out
 
     # an abrupt loss on a full cluster: not recreated, the run goes on with fewer rollout workers
     [lost] = [r for r in summary["recoveries"] if r.get("not_recreated")]

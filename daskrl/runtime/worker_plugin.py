@@ -7,7 +7,8 @@ keeps a worker clean whatever happens to a run:
 - a sweep of shared-memory segments whose owner process died (every few seconds);
 - a watch that stops components whose actor Dask released (their driver's client is gone);
 - on an embedded cluster, a watch that ends the worker when its driver dies, and a deaf ear to the terminal's
-  Ctrl-C (only the driver acts on it: checkpoint, stop the components, exit 0).
+  Ctrl-C (only the driver acts on it: checkpoint, stop the components, exit 0);
+- under a nanny, SIGTERM closes the worker in order (its rollout workers drain first: see ``teardown``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class WorkerPlugin(DaskWorkerPlugin):
             _start_daemon(_sweep_dead_owners, "daskrl-shm-sweep")
         self._watch = PeriodicCallback(ReleasedComponentWatch(bus, worker).check, 1000)
         self._watch.start()
+        if getattr(worker, "nanny", None):
+            _close_in_order_on_sigterm(worker)
         if self.owner_pid and self.owner_pid != os.getpid():  # a worker process of its own
             _start_daemon(_exit_with_owner, "daskrl-owner-watch", self.owner_pid)
             _ignore_terminal_interrupt()
@@ -168,6 +171,21 @@ def _sweep_dead_owners(period_s: float = 5.0) -> None:
             shm.sweep(dead_only=True)
         except OSError as exc:  # e.g. /dev/shm unreadable for a moment: the next sweep tries again
             logger.info("daskrl: periodic segment sweep failed (%s); trying again in %s s", exc, period_s)
+
+
+def _close_in_order_on_sigterm(worker: Any) -> None:
+    """SIGTERM reaches a nanny's worker process too (``kill`` of a process group, SLURM's ``scancel``, a pod's
+    stop), and would end it at once, before its rollout workers drained. Instead it closes the worker in order,
+    which runs this plugin's teardown: the drain. The nanny decides the rest (the same signal closes it too; a
+    nanny that did not get it restarts the worker). Only under a nanny: a worker without one runs in the ``dask
+    worker`` process, whose own handler already closes it in order."""
+    def close(signum: int, frame: Any) -> None:
+        worker.loop.add_callback(worker.close, nanny=False, reason=f"signal-{signum}")
+
+    try:
+        signal.signal(signal.SIGTERM, close)
+    except ValueError:  # not the main thread (an in-process worker): the process's owner handles its signals
+        pass
 
 
 def _ignore_terminal_interrupt() -> None:
