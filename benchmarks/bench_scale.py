@@ -1,6 +1,6 @@
 """Training throughput as rollout workers are added, and across two (network-namespace) hosts.
 
-Run:  python benchmarks/bench_scale.py [--json] [--seconds 15] [--warmup 5]
+Run:  python benchmarks/bench_scale.py [--json] [--seconds 15] [--warmup 5] [--grow-hosts 4 --grow-period 20]
 
 From one run of this script, each line measured alone, one after the other, on this machine:
 
@@ -11,7 +11,11 @@ From one run of this script, each line measured alone, one after the other, on t
   network namespaces ("hosts" 10.77.1.1 and 10.77.1.2, joined by a bridge; the driver reaches them through a
   veth end with 10.77.1.254): learner and one rollout worker on host 1, the other rollout worker on host 2,
   so its trajectories and parameters travel over Dask comms. Needs root (`ip netns add`); skipped with the
-  reason otherwise. Only that private range is used, only on links this script creates and deletes.
+  reason otherwise. Only that private range is used, only on links this script creates and deletes;
+- with ``--grow-hosts N``: one elastic run that starts on host 1 (learner and one rollout worker) while hosts
+  2..N (namespaces like the above) join one every ``--grow-period`` seconds, each with one ``dask worker`` that the
+  run gives a rollout worker; frames/s over each stretch with k hosts. On one machine the "hosts" share its
+  cores: this checks the mechanics and the cost of comms, the model in docs/deployment.md predicts real hosts.
 
 With --json, one JSON object is printed last.
 """
@@ -74,7 +78,10 @@ def measure(seconds: float, warmup: float, **options) -> dict:
     fps, window = probe.rate()
     return {"fps": fps, "window_s": round(window, 1), "return": summary["episode_return_mean"],
             "env_steps": summary["env_steps"], "slots_shm": path.get("slots_shm", 0),
-            "slots_comms": path.get("slots_comms", 0), "params_comms_reads": path.get("params_comms_reads", 0)}
+            "slots_comms": path.get("slots_comms", 0), "params_comms_reads": path.get("params_comms_reads", 0),
+            "train_step_ms": summary.get("train_step_ms"),
+            "copy_ms_shm": 1e3 * path.get("copy_s_shm", 0.0) / max(path.get("slots_shm", 0), 1),
+            "copy_ms_comms": 1e3 * path.get("copy_s_comms", 0.0) / max(path.get("slots_comms", 0), 1)}
 
 
 # ---- two hosts in network namespaces ----
@@ -88,80 +95,225 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
     return out
 
 
-def netns_down() -> None:
-    for ns in (f"{PREFIX}_h1", f"{PREFIX}_h2"):
-        _ip("netns", "del", ns, check=False)
+def netns_down(hosts: int = 8) -> None:
+    for i in range(1, hosts + 1):
+        _ip("netns", "del", f"{PREFIX}_h{i}", check=False)
     _ip("link", "del", f"{PREFIX}_r0", check=False)
 
 
-def netns_up() -> tuple[str, str]:
-    h1, h2, p = f"{PREFIX}_h1", f"{PREFIX}_h2", PREFIX
-    netns_down()
-    for ns in (h1, h2):
+def netns_up(hosts: int = 2) -> list[str]:
+    """``hosts`` namespaces h1..hN with addresses SUBNET.1..N on a bridge in h1; the driver at SUBNET.254."""
+    names, p = [f"{PREFIX}_h{i}" for i in range(1, hosts + 1)], PREFIX
+    netns_down(max(hosts, 8))
+    for ns in names:
         _ip("netns", "add", ns)
         _ip("link", "set", "lo", "up", ns=ns)
+    h1 = names[0]
     _ip("link", "add", f"{p}_br", "type", "bridge", ns=h1)
     _ip("addr", "add", f"{SUBNET}.1/24", "dev", f"{p}_br", ns=h1)
     _ip("link", "set", f"{p}_br", "up", ns=h1)
-    _ip("link", "add", f"{p}_a2", "netns", h1, "type", "veth", "peer", "name", f"{p}_b2", "netns", h2)
-    _ip("link", "set", f"{p}_a2", "master", f"{p}_br", "up", ns=h1)
-    _ip("addr", "add", f"{SUBNET}.2/24", "dev", f"{p}_b2", ns=h2)
-    _ip("link", "set", f"{p}_b2", "up", ns=h2)
+    for i, ns in enumerate(names[1:], start=2):
+        _ip("link", "add", f"{p}_a{i}", "netns", h1, "type", "veth", "peer", "name", f"{p}_b{i}", "netns", ns)
+        _ip("link", "set", f"{p}_a{i}", "master", f"{p}_br", "up", ns=h1)
+        _ip("addr", "add", f"{SUBNET}.{i}/24", "dev", f"{p}_b{i}", ns=ns)
+        _ip("link", "set", f"{p}_b{i}", "up", ns=ns)
     _ip("link", "add", f"{p}_r0", "type", "veth", "peer", "name", f"{p}_r1", "netns", h1)
     _ip("link", "set", f"{p}_r1", "master", f"{p}_br", "up", ns=h1)
     _ip("addr", "add", f"{SUBNET}.254/24", "dev", f"{p}_r0")
     _ip("link", "set", f"{p}_r0", "up")
-    return h1, h2
+    return names
 
 
-def measure_two_hosts(seconds: float, warmup: float) -> dict:
-    if shutil.which("ip") is None:
-        raise RuntimeError("the `ip` command (iproute2) is not installed")
-    from distributed import Client
+class NetnsCluster:
+    """``dask scheduler`` and ``dask worker`` processes in the namespaces of :func:`netns_up` (stopped on exit)."""
 
-    dask = os.path.join(os.path.dirname(sys.executable), "dask")
-    dask = dask if os.path.exists(dask) else (shutil.which("dask") or "dask")
-    procs: list[subprocess.Popen] = []
-    logs = tempfile.mkdtemp(prefix="daskrl_scale_logs_")
-    address = f"tcp://{SUBNET}.1:8786"
+    def __init__(self, hosts: int) -> None:
+        if shutil.which("ip") is None:
+            raise RuntimeError("the `ip` command (iproute2) is not installed")
+        dask = os.path.join(os.path.dirname(sys.executable), "dask")
+        self.dask = dask if os.path.exists(dask) else (shutil.which("dask") or "dask")
+        self.procs: list[subprocess.Popen] = []
+        self.logs = tempfile.mkdtemp(prefix="daskrl_scale_logs_")
+        self.address = f"tcp://{SUBNET}.1:8786"
+        self.names = netns_up(hosts)
+        self.start(1, "scheduler", "--host", f"{SUBNET}.1", "--port", "8786", "--dashboard-address",
+                   f"{SUBNET}.1:8787")
 
-    def on(ns: str, *args: str) -> None:
-        with open(os.path.join(logs, f"{len(procs)}.log"), "w") as log:
-            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, dask, *args], stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+    def start(self, host: int, *args: str) -> None:
+        with open(os.path.join(self.logs, f"{len(self.procs)}.log"), "w") as log:
+            self.procs.append(subprocess.Popen(["ip", "netns", "exec", self.names[host - 1], self.dask, *args],
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
-    try:
-        h1, h2 = netns_up()
-        on(h1, "scheduler", "--host", f"{SUBNET}.1", "--port", "8786", "--dashboard-address", f"{SUBNET}.1:8787")
-        one = ["--nworkers", "1", "--nthreads", "1"]
-        on(h1, "worker", address, "--host", f"{SUBNET}.1", *one, "--name", "a-learner", "--resources", "learner=1")
-        on(h1, "worker", address, "--host", f"{SUBNET}.1", *one, "--name", "a-rollout")
-        on(h2, "worker", address, "--host", f"{SUBNET}.2", *one, "--name", "b-rollout")
-        deadline = time.monotonic() + 120
+    def worker(self, host: int, name: str, *extra: str) -> None:
+        self.start(host, "worker", self.address, "--host", f"{SUBNET}.{host}", "--nworkers", "1", "--nthreads", "1",
+                   "--name", name, *extra)
+
+    def wait_for_workers(self, n: int, timeout: float = 120) -> None:
+        from distributed import Client
+
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                with Client(address, timeout=5) as client:
-                    client.wait_for_workers(3, timeout=max(1.0, deadline - time.monotonic()))
-                break
+                with Client(self.address, timeout=5) as client:
+                    client.wait_for_workers(n, timeout=max(1.0, deadline - time.monotonic()))
+                return
             except OSError:
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError(f"the two-host cluster did not start (logs in {logs})") from None
+                if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                    raise RuntimeError(f"the netns cluster did not start (logs in {self.logs})") from None
                 time.sleep(0.5)
-        return measure(seconds, warmup, scheduler=address, num_workers=2)
-    finally:
-        for p in reversed(procs):
+
+    def __enter__(self) -> NetnsCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in reversed(self.procs):
             try:
                 os.killpg(p.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        for p in procs:
+        for p in self.procs:
             try:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
-        netns_down()
-        shutil.rmtree(logs, ignore_errors=True)
+        netns_down(len(self.names))
+        shutil.rmtree(self.logs, ignore_errors=True)
+
+
+def measure_two_hosts(seconds: float, warmup: float) -> dict:
+    with NetnsCluster(2) as cluster:
+        cluster.worker(1, "a-learner", "--resources", "learner=1")
+        cluster.worker(1, "a-rollout")
+        cluster.worker(2, "b-rollout")
+        cluster.wait_for_workers(3)
+        out = measure(seconds, warmup, scheduler=cluster.address, num_workers=2)
+        out["scheduler_polls_per_s"] = scheduler_polls_per_s(cluster.address)
+        return out
+
+
+def measure_growing_hosts(hosts: int, period: float, settle: float) -> list[dict]:
+    """An elastic run that starts on host 1 (learner and one rollout worker) while hosts 2..N join, one every
+    ``period`` seconds (a ``dask worker`` started in the host's namespace): frames/s over each stretch with k
+    hosts, from ``settle`` seconds after the k-th host's rollout worker started."""
+    import threading
+
+    from daskrl.config import Config
+    from daskrl.runner import train
+
+    with NetnsCluster(hosts) as cluster:
+        cluster.worker(1, "a-learner", "--resources", "learner=1")
+        cluster.worker(1, "a-rollout")
+        cluster.wait_for_workers(2)
+        points: list[tuple[float, int]] = []
+
+        def add_hosts() -> None:
+            while not points:  # the run is training
+                time.sleep(0.2)
+            for host in range(2, hosts + 1):
+                time.sleep(period)
+                cluster.worker(host, f"h{host}-rollout")
+
+        threading.Thread(target=add_hosts, daemon=True).start()
+        tmp = tempfile.mkdtemp(prefix="daskrl_scale_")
+        try:
+            config = Config().replace(train_dir=tmp, experiment="grow", dashboard_address="", report_interval=0.5,
+                                      scheduler=cluster.address, num_workers=1, elastic=True, train_for_env_steps=0,
+                                      train_for_seconds=STARTUP_ALLOWANCE_S + period * hosts + settle)
+            summary = train(config, on_report=lambda row: points.append((time.time(), int(row["env_steps"]))))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    grew = sorted(e["time"] for e in summary["elastic"] if e["event"] == "grew")
+    started = [next(t for t, steps in points if steps > 0)] + grew
+    out = []
+    for k, begin in enumerate(started, start=1):
+        end = started[k] if k < len(started) else points[-1][0]
+        window = [(t, s) for t, s in points if begin + settle <= t <= end]
+        if len(window) < 2:
+            continue
+        (t0, s0), (t1, s1) = window[0], window[-1]
+        out.append({"hosts": k, "rollout_workers": k, "fps": (s1 - s0) / (t1 - t0), "window_s": round(t1 - t0, 1),
+                    "slots_comms": summary["data_path"]["slots_comms"]})
+    return out
+
+
+# ---- the analytic model: frames/s for N real hosts ----
+
+#: messages a second one bus receiver takes (docs/runtime.md, bench_bus.py: 200,649 measured on a 2-core machine)
+BUS_MESSAGES_PER_S = 200_000
+#: a reader on another host polls the scheduler for a new parameter version this often (ParameterReader)
+POLLS_PER_READER_S = 20
+#: the learner's host network link assumed for the model (bytes/s): 10 Gb/s
+LINK_BYTES_PER_S = 1.25e9
+
+
+def scheduler_polls_per_s(address: str, n: int = 300) -> float:
+    """Variable.get calls a second the scheduler answers one client (the remote readers' parameter poll)."""
+    from distributed import Client, Variable
+
+    with Client(address, timeout=10) as client:
+        variable = Variable("daskrl-bench-poll", client=client)
+        variable.set(1)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            variable.get(timeout=5)
+        return n / (time.perf_counter() - t0)
+
+
+def model_inputs(one: dict, two_hosts: dict | None, polls_per_s: float | None) -> dict:
+    """What the model needs, from this run's measurements (see ``predict``)."""
+    from daskrl.config import Config
+    from daskrl.envs import EnvSpaces, make_env
+    from daskrl.models.actor_critic import build_model
+
+    c = Config()
+    spaces = EnvSpaces.from_env(make_env(c.env.env))
+    model = build_model(spaces, c.model, 0)
+    samples_per_step = c.learner.batch_size * c.learner.num_batches_per_epoch
+    return {
+        "worker_fps": one["fps"],  # one rollout worker, with a core of its own
+        "learner_samples_per_s": samples_per_step / (one["train_step_ms"] / 1e3) if one.get("train_step_ms") else None,
+        "samples_per_step": samples_per_step,
+        "slot_frames": c.sampler.rollout * c.sampler.num_envs_per_worker // c.sampler.num_splits(),
+        "copy_ms_shm": one["copy_ms_shm"],
+        "copy_ms_comms": two_hosts["copy_ms_comms"] if two_hosts else None,
+        "params_bytes": sum(v.numel() * v.element_size() for v in model.state_dict().values()),
+        "bus_messages_per_s": BUS_MESSAGES_PER_S,
+        "scheduler_polls_per_s": polls_per_s,
+    }
+
+
+def predict(inputs: dict, hosts: int, cores: int) -> dict:
+    """Frames/s of N hosts with ``cores`` cores each: the learner on host 1 (one core), a rollout worker on every
+    other core; the smallest of these limits wins (async APPO samples no faster than the learner trains, since slots
+    wait for it), and the one that binds is the bottleneck:
+
+    - sampling: rollout workers x one worker's rate;
+    - learner: samples a second its training steps take;
+    - batcher: the learner's batcher copies slots one after the other, in place from its own host, over comms from
+      the others (remote share = rollout workers off host 1);
+    - bus: the learner receives one message per slot and sends one (TrajectoryReady, FreeSlots);
+    - parameters: every reader off host 1 pulls every version from the learner's host over its link.
+    The scheduler's load from parameter polls (20 a second per remote reader) is reported beside it: past its
+    capacity, readers act with older versions (more policy lag) rather than sample less.
+    """
+    rollout = hosts * cores - 1
+    remote = max(0, rollout - (cores - 1))
+    limits = {"sampling": rollout * inputs["worker_fps"]}
+    if inputs["learner_samples_per_s"]:
+        limits["learner"] = inputs["learner_samples_per_s"]
+    t_comms = inputs["copy_ms_comms"] if inputs["copy_ms_comms"] is not None else inputs["copy_ms_shm"]
+    per_slot_ms = ((rollout - remote) * inputs["copy_ms_shm"] + remote * t_comms) / rollout
+    limits["batcher"] = inputs["slot_frames"] / (per_slot_ms / 1e3)
+    limits["bus"] = inputs["bus_messages_per_s"] / 2 * inputs["slot_frames"]
+    if remote:
+        limits["parameters"] = LINK_BYTES_PER_S * inputs["samples_per_step"] / (remote * inputs["params_bytes"])
+    bottleneck = min(limits, key=limits.get)
+    polls = remote * POLLS_PER_READER_S
+    return {"hosts": hosts, "cores": cores, "rollout_workers": rollout, "fps": limits[bottleneck],
+            "bottleneck": bottleneck, "limits": {k: round(v) for k, v in limits.items()},
+            "scheduler_polls_per_s": polls,
+            "polls_over_capacity": bool(inputs["scheduler_polls_per_s"]) and polls > inputs["scheduler_polls_per_s"]}
 
 
 def main() -> None:
@@ -170,6 +322,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of each run not measured")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3], help="rollout worker counts")
     parser.add_argument("--no-two-hosts", action="store_true", help="skip the network-namespace line")
+    parser.add_argument("--grow-hosts", type=int, default=0,
+                        help="also: an elastic run on host 1 that N-1 more netns hosts join, one every --grow-period "
+                             "seconds; frames/s per host count (0: skip)")
+    parser.add_argument("--grow-period", type=float, default=20.0)
+    parser.add_argument("--model-cores", type=int, default=16, help="cores per host in the model's predictions")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
 
@@ -189,6 +346,13 @@ def main() -> None:
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             skipped = f"two hosts skipped: {exc}"
 
+    growing: list[dict] = []
+    if args.grow_hosts > 1:
+        try:
+            growing = measure_growing_hosts(args.grow_hosts, args.grow_period, settle=args.warmup)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            skipped += f" growing hosts skipped: {exc}"
+
     print(f"\nCartPole-v1 training, frames/s (env steps) over {args.seconds:g} s after a {args.warmup:g} s warm-up "
           f"from the first env step; {cores} cores; one learner process besides the rollout workers\n")
     print("| setup | rollout workers | frames/s | mean return at the end | slots via shm / comms |")
@@ -196,13 +360,40 @@ def main() -> None:
     for line in lines.values():
         print(f"| {line['setup']} | {line['rollout_workers']} | {line['fps']:,.0f} | {line['return']:.1f} | "
               f"{line['slots_shm']:,} / {line['slots_comms']:,} |")
+    if growing:
+        print(f"\nOne elastic run, hosts joining every {args.grow_period:g} s (each: one dask worker, one rollout "
+              f"worker); frames/s from {args.warmup:g} s after each join to the next\n")
+        print("| hosts | rollout workers | frames/s | measured s |")
+        print("|---|---|---|---|")
+        for line in growing:
+            print(f"| {line['hosts']} | {line['rollout_workers']} | {line['fps']:,.0f} | {line['window_s']} |")
     if skipped:
-        print(f"\n({skipped})")
+        print(f"\n({skipped.strip()})")
+    first = lines.get("embedded_1")
+    model: dict = {}
+    if first is not None:
+        two = lines.get("two_hosts_2")
+        inputs = model_inputs(first, two, two.get("scheduler_polls_per_s") if two else None)
+        model = {"inputs": inputs, "predictions": [predict(inputs, n, args.model_cores)
+                                                   for n in (1, 2, 4, 8, 16, 32, 64)]}
+        rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in inputs.items()}
+        print(f"\nModel inputs (measured above): {json.dumps(rounded)}")
+        print(f"\nPredicted CartPole-v1 frames/s on N hosts of {args.model_cores} cores (one learner, a rollout "
+              "worker on every other core):\n")
+        print("| hosts | rollout workers | predicted frames/s | bottleneck | next limit | parameter polls/s on the "
+              "scheduler |")
+        print("|---|---|---|---|---|---|")
+        for p in model["predictions"]:
+            following = sorted((v, k) for k, v in p["limits"].items() if k != p["bottleneck"])[0]
+            print(f"| {p['hosts']} | {p['rollout_workers']} | {p['fps']:,.0f} | {p['bottleneck']} | "
+                  f"{following[1]} ({following[0]:,.0f}) | {p['scheduler_polls_per_s']:,}"
+                  f"{' (over capacity)' if p['polls_over_capacity'] else ''} |")
     if args.json:
         print(json.dumps({"cores": cores, "seconds": args.seconds, "warmup": args.warmup, "skipped": skipped,
                           "lines": {k: {**v, "fps": round(v["fps"]),
                                         "return": None if math.isnan(v["return"]) else round(v["return"], 1)}
-                                    for k, v in lines.items()}}))
+                                    for k, v in lines.items()},
+                          "growing_hosts": [{**g, "fps": round(g["fps"])} for g in growing], "model": model}))
 
 
 if __name__ == "__main__":

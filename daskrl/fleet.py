@@ -139,6 +139,7 @@ class Fleet:
         """A new rollout worker on ``worker`` (one that joined the cluster), wired in and started: its slots go to
         the learner (every member of its group) and its requests to the inference workers from now on."""
         index = self.next_rollout_index()
+        self._reach_params_from(worker)
         setup = rollout_setup(self.config, self.spaces, self.params, index)
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup)
         self.rollout.append(new)
@@ -152,6 +153,7 @@ class Fleet:
     def add_inference(self, worker: str) -> ComponentHandle:
         """One more inference worker on ``worker``, taking its share of the requests from now on."""
         index = max((int(h.name.rsplit("_", 1)[1]) for h in self.inference), default=-1) + 1
+        self._reach_params_from(worker)
         new = self._spawn(InferenceWorker, f"inference_{index}", worker, self.setups().inference)
         self.inference.append(new)
         new.call("attach_workers", self.buffers)
@@ -179,6 +181,8 @@ class Fleet:
         registry keeps its subscriptions by name, so its traffic finds it again) with exactly the setup the
         first one got. A lost learner is :meth:`recreate_learner`'s, which needs to know where to start from."""
         role = self.role_of(handle.name)
+        if role in (Role.ROLLOUT, Role.INFERENCE):
+            self._reach_params_from(worker)
         if role is Role.ROLLOUT:
             index = self.rollout.index(handle)
             new = self._spawn(handle.cls, handle.name, worker, self.setups().rollout[index])
@@ -261,6 +265,14 @@ class Fleet:
 
     def _spawn(self, cls: type, name: str, worker: str | None, setup: Any) -> ComponentHandle:
         return spawn(self.client, cls, name, run_id=self.run_id, worker=worker, setup=setup)
+
+    def _reach_params_from(self, worker: str) -> None:
+        """A sampler is about to run on ``worker``: if that is another host than the learner's, and parameters
+        were published through shared memory only, have the learner publish them over comms too."""
+        if self.learner is None or self.remote_params or host_of(worker) == host_of(self.learner.address):
+            return
+        self.params = self.learner.call("enable_remote_params")  # samplers here keep reading shared memory
+        self.remote_params = True
 
     def _consumer_slot(self) -> SlotRef:
         return self.consumer.on_trajectory

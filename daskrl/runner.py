@@ -413,6 +413,7 @@ class _Run:
             "episodes": state.episodes.total,
             "policy_version": state.learner.get("policy_version", 0),
             "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
+            "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
             "reached_return_at_s": state.reached_return_at,
             "stop_reason": self.stop_reason,
             "time_shares": state.shares,

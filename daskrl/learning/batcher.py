@@ -27,7 +27,12 @@ import numpy as np
 from daskrl.algo.trainer import TrajectoryBatch
 from daskrl.learning.learner_group import split_slots
 from daskrl.protocol import FreeSlots, free_queue
+from daskrl.runtime.shm import read_together
 from daskrl.sampling.trajectories import attach_slots
+
+#: the fields of a trajectory slot a training batch is made of
+SLOT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version", "final_at",
+               "final_obs")
 
 
 class Batcher:
@@ -57,6 +62,7 @@ class Batcher:
         self.slots_shm = 0  # slots copied in place from shared memory (rollout worker on this host)
         self.slots_comms = 0  # slots fetched over Dask comms (rollout worker on another host)
         self.slots_by_worker: dict[str, int] = {}  # slots copied, per rollout worker (slot accounting)
+        self.copy_s_shm = self.copy_s_comms = 0.0  # seconds spent copying slots each way (the scale model's input)
         self.thread = threading.Thread(target=self._run, name=f"daskrl-{learner.name}-batcher", daemon=True)
 
     def attach(self, buffers: dict[str, dict]) -> None:
@@ -160,18 +166,26 @@ class Batcher:
     def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
         arrays = self.workers[worker]
         self.slots_by_worker[worker] = self.slots_by_worker.get(worker, 0) + 1
-        if hasattr(arrays["rewards"], "read"):  # a RemoteArray: the owner is on another host
-            self.slots_comms += 1
+        remote = hasattr(arrays["rewards"], "read")  # a RemoteArray: the owner is on another host
+        t0 = time.perf_counter()
+        try:
+            return self._read_slot(arrays, slot)
+        finally:
+            if remote:
+                self.slots_comms += 1
+                self.copy_s_comms += time.perf_counter() - t0
+            else:
+                self.slots_shm += 1
+                self.copy_s_shm += time.perf_counter() - t0
+
+    @staticmethod
+    def _read_slot(arrays: dict[str, Any], slot: int) -> dict[str, np.ndarray]:
+        if hasattr(arrays["rewards"], "read"):  # another host: every field in one round trip
+            out = dict(zip(SLOT_FIELDS, read_together([arrays[name] for name in SLOT_FIELDS], slot), strict=True))
         else:
-            self.slots_shm += 1
-        out = {}
-        for name in ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version", "final_at"):
-            array = arrays[name]
-            out[name] = array.read(slot) if hasattr(array, "read") else np.array(array[slot])
+            out = {name: np.array(arrays[name][slot]) for name in SLOT_FIELDS}
         used = int((out["final_at"] >= 0).sum())  # time-limit final observations fill the buffer from its start
-        final_obs = arrays["final_obs"]
-        out["final_obs"] = final_obs.read((slot, slice(0, used))) if hasattr(final_obs, "read") \
-            else np.array(final_obs[slot, :used])
+        out["final_obs"] = out["final_obs"][:used]
         out["final_at"] = out["final_at"][:used]
         return out
 

@@ -117,6 +117,19 @@ class Learner(Component):
         assert self.publisher is not None, "the group leader (rank 0) publishes the parameters"
         return self.publisher.desc
 
+    async def enable_remote_params(self) -> dict:
+        """Also publish every version over Dask comms from now on (a reader joined on another host: an elastic run
+        grew there, or a component was recreated there); returns the new parameter block description."""
+
+        def enable() -> dict:
+            assert self.publisher is not None, "the group leader (rank 0) publishes the parameters"
+            if not self.publisher.remote:
+                self.publisher.remote = True
+                self.publisher.publish_remote_now(self.model.state_dict_numpy())
+            return self.publisher.desc
+
+        return await self.on_own_thread(enable)
+
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running."""
 
@@ -255,6 +268,7 @@ class Learner(Component):
                         "dropped_slots": self.batcher.dropped_slots, "slots_shm": self.batcher.slots_shm,
                         "slots_comms": self.batcher.slots_comms,
                         "slots_by_worker": dict(self.batcher.slots_by_worker),
+                        "copy_s_shm": self.batcher.copy_s_shm, "copy_s_comms": self.batcher.copy_s_comms,
                         "blocked_s": self.batcher.wait_s, "pending_slots": self.batcher.incoming.qsize()},
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),

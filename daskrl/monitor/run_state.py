@@ -130,6 +130,8 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
             out["slots_filled"][name] = int(s["slots_filled"])
         for worker, taken in batcher.get("slots_by_worker", {}).items():
             out["slots_taken"][worker] = out["slots_taken"].get(worker, 0) + int(taken)
+        for way in ("shm", "comms"):
+            out[f"copy_s_{way}"] = out.get(f"copy_s_{way}", 0.0) + float(batcher.get(f"copy_s_{way}", 0.0))
         if batcher:
             entry.update(slots_shm=int(batcher.get("slots_shm", 0)), slots_comms=int(batcher.get("slots_comms", 0)))
             out["slots_shm"] += entry["slots_shm"]

@@ -62,6 +62,10 @@ class ParameterPublisher:
             self._publish_remote(state)
         return self.version
 
+    def publish_remote_now(self, state: dict[str, np.ndarray]) -> None:
+        """Publish the current version over comms too (the publisher just became ``remote``)."""
+        self._publish_remote(state)
+
     def _publish_remote(self, state: dict[str, np.ndarray]) -> None:
         from distributed import Variable, get_client
 

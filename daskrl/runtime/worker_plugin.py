@@ -72,6 +72,7 @@ class WorkerPlugin(DaskWorkerPlugin):
         self.bus = bus = Bus(worker)
         dask_internals.add_worker_handlers(
             worker, rpc={"daskrl_bus_routes": bus.set_routes, "daskrl_shm_read": shm.serve_read,
+                         "daskrl_shm_read_many": shm.serve_read_many,
                          "daskrl_shm_write": shm.serve_write},
             streams={STREAM_OP: bus.on_stream})
         reply = await worker.scheduler.daskrl_bus_hello(address=worker.address)
