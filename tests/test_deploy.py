@@ -360,7 +360,7 @@ def two_hosts(tmp_path_factory):
         on(net.ns[1], "b-rollout", "worker", address, "--host", h2, "--nworkers", "1", "--nthreads", "1",
            "--name", "b-rollout")
         client = wait_for_cluster(address, 3, procs)
-        yield {"address": address, "client": client, "net": net}
+        yield {"address": address, "client": client, "net": net, "procs": procs}
     finally:
         if client is not None:
             client.close()
@@ -394,6 +394,37 @@ def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_p
     # trajectories: the batcher copies slots of both, in place and over comms
     assert path["slots_shm"] > 0 and path["slots_comms"] > 0, path
     assert path["hosts"] == sorted([h1, h2]), path
+
+
+def test_an_elastic_run_grows_onto_another_host_and_its_parameters_follow(two_hosts, tmp_path):
+    """A run on host 1 alone (learner and one rollout worker, parameters in shared memory only); a worker that joins
+    on host 2 gets a rollout worker, and the learner starts publishing over comms for it."""
+    client, procs = two_hosts["client"], two_hosts["procs"]
+    h1, h2 = two_hosts["net"].hosts
+    config = run_config(tmp_path, two_hosts["address"], experiment="grow_across", num_workers=1,
+                        train_for_seconds=35, train_for_env_steps=0, report_interval=0.5)
+    started: list[int] = []
+
+    def on_report(row: dict) -> None:
+        if not started and row["env_steps"] > 0:
+            started.append(1)
+            procs.start("c-joiner", "ip", "netns", "exec", two_hosts["net"].ns[1], dask_command(), "worker",
+                        two_hosts["address"], "--host", h2, "--nworkers", "1", "--nthreads", "1", "--name", "c-joiner")
+
+    try:
+        summary = train(config, on_report=on_report)
+    finally:
+        if "c-joiner" in procs.procs:
+            os.killpg(procs.procs["c-joiner"].pid, signal.SIGTERM)
+            procs.procs["c-joiner"].wait(30)
+    [grew] = [e for e in summary["elastic"] if e["event"] == "grew"]
+    assert grew["address"].startswith(f"tcp://{h2}:"), grew
+    path = summary["data_path"]
+    far = path["components"][grew["component"]]
+    assert far["host"] == h2 and far["params_comms_reads"] > 0, path
+    assert path["components"]["rollout_0"]["params_shm_reads"] > 0 and path["slots_comms"] > 0, path
+    assert path["slots_taken"][grew["component"]] > 0
+    assert len(client.scheduler_info()["workers"]) == 3  # the joiner left again
 
 
 # ---- 3. TLS ----
