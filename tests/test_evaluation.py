@@ -87,7 +87,11 @@ def test_videos_while_training_and_the_report_embeds_the_newest(trained, tmp_pat
     assert 8 <= frame_count(newest) <= 500  # one whole CartPole episode
     page = open(write_report(str(trained["dir"]), str(tmp_path / "report.html"))).read()
     assert "<video id='daskrl-video'" in page and "data:video/mp4;base64," in page
+    # in the page's HTML, after the plots' scripts (not inside BokehJS's code, where a "</body>" text also is)
+    assert page.rindex("</script>") < page.index("<video id='daskrl-video'") < page.rindex("</body>")
     assert f"The policy at {steps[-1]:,} env steps" in page
+    last = [r for r in trained["rows"] if not math.isnan(r["eval_return_mean"])][-1]
+    assert f"evaluation return {last['eval_return_mean']:.1f} at {last['eval_env_steps']:,.0f} env steps" in page
 
 
 def test_enjoy_video_has_one_frame_per_step_of_the_episodes(trained, tmp_path, capsys):

@@ -87,8 +87,9 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
                     sizing_mode="stretch_width")
     page = file_html(layout, resources=INLINE, title=f"daskrl report: {name}")
     video = latest_video(experiment_dir)
-    if video is not None:  # plain HTML after the plots: the browser plays it, with or without BokehJS
-        page = page.replace("</body>", _video_html(video, output) + "\n</body>", 1)
+    if video is not None:  # plain HTML after the plots (the page's last </body>: BokehJS holds the text too)
+        head, body_end, tail = page.rpartition("</body>")
+        page = head + _video_html(video, output) + "\n" + body_end + tail
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w", encoding="utf-8") as f:
         f.write(page)
