@@ -8,11 +8,11 @@ into the training ones. So the runner, at the first poll past each multiple of t
 the learner's weights (the same ``checkpoint_state`` call a checkpoint makes: between two training steps, so
 consistent) and hands it to a thread, which plays the episodes on an env built for it alone, with a CPU copy of
 the policy (one torch thread), while the run goes on; videos are recorded the same way on a second thread, so a
-slow video (rendering, encoding) never delays an evaluation. What it costs the run is what its envs and forward passes
-cost the machine. The result goes into the next report's row (``eval_return_mean`` ...), stamped with the env
-steps at which its weights were taken (``eval_env_steps``). One evaluation runs at a time: when one takes longer
-than the interval, the multiples that pass meanwhile are skipped, not queued. A failure (an env that raises) is
-one warning and an incident, and training goes on.
+slow video (rendering, encoding) never delays an evaluation. What it costs the run is what its envs and forward
+passes cost the machine. The result goes into the next report's row (``eval_return_mean`` ...), stamped with the
+env steps at which its weights were taken (``eval_env_steps``). One evaluation runs at a time: when one takes
+longer than the interval, the multiples that pass meanwhile are skipped, not queued. A failure (an env that
+raises) is one warning and an incident, and training goes on.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Evaluator:
             if not self.config.run.serial:  # the driver's torch serves only these threads (with --serial the
                 torch.set_num_threads(1)  # learner computes in this process too: its threads are left alone)
             task.model = build_model(self.spaces, self.config.model, self.config.run.seed)
-        task.model.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+        task.model.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in weights.items()})  # a GPU learner's too
         task.model.eval()
         return task.model
 
