@@ -109,9 +109,8 @@ class Evaluator:
         for task in self.tasks:
             if task.thread is not None:
                 task.thread.join(timeout)
-            if task.env is not None and not task.busy:
-                task.env.close()
-                task.env = None
+            if not task.busy:
+                self._drop_env(task)
 
     # ---- on the threads ----
 
@@ -137,6 +136,16 @@ class Evaluator:
                 self.warn(f"{what} at {env_steps:,} env steps failed ({type(exc).__name__}: {exc}); "
                           "training goes on")
             logger.info("%s failed", task.kind, exc_info=exc)
+            self._drop_env(task)  # built afresh for the next multiple: this one may be in a broken state
+
+    @staticmethod
+    def _drop_env(task: _Task) -> None:
+        env, task.env = task.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception as exc:  # it failed already; its close failing too changes nothing
+                logger.info("closing a failed %s env: %s", task.kind, exc)
 
     def _policy(self, task: _Task, weights: dict):
         if task.model is None:

@@ -117,3 +117,24 @@ def test_an_env_that_cannot_render_frames_is_one_readable_error(tmp_path, capsys
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "daskrl/Counting-v0" in err and "cannot render rgb_array frames" in err, err
     assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_a_failing_video_is_one_warning_and_training_and_evaluation_go_on(tmp_path, capsys):
+    """An env with a known return (1 a step, cut at 20 steps) evaluates to exactly 20; its camera breaks after the
+    check before the run, so every video fails: counted, said once, and the run ends as asked."""
+    pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
+    from daskrl.runner import train
+
+    config = Config().replace(env="daskrl.testing.envs:broken_camera", train_dir=str(tmp_path), experiment="cam",
+                              dashboard_address="", num_workers=1, num_envs_per_worker=8, train_for_env_steps=60_000,
+                              report_interval=0.5, eval_interval_env_steps=10_000, eval_episodes=4,
+                              save_video_every_env_steps=10_000)
+    summary = train(config)
+    assert summary["stop_reason"].startswith("reached") and summary["env_steps"] >= 60_000, summary["stop_reason"]
+    assert summary["incidents"].get("video-failed", 0) >= 2, summary["incidents"]  # each multiple tried again
+    out = capsys.readouterr().out
+    assert out.count("failed (RuntimeError: camera unplugged); training goes on") == 1, out[-3000:]
+    assert not list((tmp_path / "cam").glob("videos/*.mp4"))  # no half-written file either
+    with open(tmp_path / "cam" / "metrics.csv", newline="") as f:
+        evals = [r for r in csv.DictReader(f) if r["eval_return_mean"] not in ("", "nan")]
+    assert evals and all(float(r["eval_return_mean"]) == 20.0 and float(r["eval_episodes"]) == 4 for r in evals)
