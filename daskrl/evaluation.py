@@ -7,6 +7,7 @@ statistics from the checkpoint, actions sampled (or the most likely one with ``d
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,16 +65,19 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
 
 
 def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int = 100_000,
-                 frames: list[np.ndarray] | None = None) -> tuple[list[float], list[int]]:
+                 frames: list[np.ndarray] | None = None,
+                 stop: Callable[[], bool] | None = None) -> tuple[list[float], list[int]]:
     """Play ``episodes`` whole episodes on ``env`` (one env, one observation at a time: evaluation is about the
-    policy, not speed); with ``frames``, append what ``env.render()`` shows before each step. Returns (returns,
-    lengths)."""
+    policy, not speed); with ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
+    step) ends early, with the episodes finished so far. Returns (returns, lengths)."""
     discrete = config_is_discrete(model)
     returns, lengths = [], []
     for _ in range(episodes):
         obs, _ = env.reset()
         total, steps, done = 0.0, 0, False
         while not done and steps < max_steps:
+            if stop is not None and stop():
+                return returns, lengths
             if frames is not None:
                 frames.append(env.render())
             batch = np.asarray(obs)[None]

@@ -72,6 +72,7 @@ class Evaluator:
                       _Task("video", r.save_video_every_env_steps, env_steps)]
         self.video_dir = os.path.join(config.experiment_dir, "videos")
         self._result: dict[str, Any] | None = None
+        self._closing = threading.Event()  # the run is stopping: an evaluation in progress ends at its next step
 
     @classmethod
     def for_run(cls, config: Config, spaces: EnvSpaces, state: RunState, incidents: Incidents,
@@ -105,7 +106,9 @@ class Evaluator:
             task.thread.start()
 
     def close(self, timeout: float = 60.0) -> None:
-        """Wait for the tasks in progress (an evaluation's result is dropped: the run has written its last row)."""
+        """Stop an evaluation in progress (the run has written its last row: its result could go nowhere) and let a
+        video in progress finish (it shows the newest policy), waiting at most ``timeout`` seconds for each."""
+        self._closing.set()
         for task in self.tasks:
             if task.thread is not None:
                 task.thread.join(timeout)
@@ -120,7 +123,9 @@ class Evaluator:
             deterministic = self.config.run.eval_deterministic
             if task.kind == "eval":
                 returns, lengths = run_episodes(self._env(task), model, self.config.run.eval_episodes,
-                                                deterministic)
+                                                deterministic, stop=self._closing.is_set)
+                if self._closing.is_set():
+                    return
                 self._result = {"eval_return_mean": float(np.mean(returns)),
                                 "eval_return_std": float(np.std(returns)),
                                 "eval_length_mean": float(np.mean(lengths)), "eval_episodes": len(returns),

@@ -190,6 +190,7 @@ class _Run:
     # ---- start ----
 
     def start(self, resume_state: dict | None, init_weights: dict | None) -> None:
+        from daskrl.evaluator import Evaluator
         from daskrl.fleet import Fleet  # imported (with torch) while the cluster started: see _train_locked
         from daskrl.recovery import Recovery
 
@@ -207,8 +208,6 @@ class _Run:
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=lambda m: say(f"daskrl: warning: {m}"))
         self.recovery = Recovery(self.fleet, self.store, c.run.max_learner_restarts, self.incidents)
         self.fleet.create(resume_state, init_weights)
-        from daskrl.evaluator import Evaluator
-
         self.evaluator = Evaluator.for_run(c, self.spaces, self.state, self.incidents,
                                            lambda m: say(f"daskrl: warning: {m}"))
         learners = self.fleet.learner_devices()
