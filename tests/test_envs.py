@@ -510,3 +510,26 @@ def test_doom_basic_slots_hold_its_frames_and_a_sampling_run_fills_them(tmp_path
     summary = train(config)
     assert summary["env_steps"] > 200 and summary["episodes"] > 0, summary
     assert not any(summary["incidents"].values()), summary["incidents"]
+
+
+def test_doom_health_gathering_adds_one_per_health_gain_and_reports_the_game_return():
+    pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    env = make_env("doom/health_gathering", seed=5)
+    rng = np.random.default_rng(0)
+    gains = 0
+    for _ in range(3):
+        _, info = env.reset()
+        health, shaped, done = info["HEALTH"], 0.0, False
+        while not done:  # mostly forward (action 3), turning now and then: medkits get picked up
+            _, reward, terminated, truncated, info = env.step(3 if rng.random() < 0.7 else int(rng.integers(0, 5)))
+            done = terminated or truncated
+            if not done:
+                gains += info["HEALTH"] > health
+                shaped += reward - (info["HEALTH"] > health)
+                health = info["HEALTH"]
+            else:
+                shaped += reward
+        # the game's own return (living reward, death penalty) is what remains once the +1s are taken off
+        assert info["episode_extra_stats"]["true_objective"] == pytest.approx(shaped)
+    env.close()
+    assert gains > 0  # the shaping was exercised
