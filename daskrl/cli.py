@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     enjoy.add_argument("--render", action="store_true", help="render episodes (envs with render_mode='human')")
     enjoy.add_argument("--deterministic", action="store_true", help="take the most likely action")
     enjoy.add_argument("--seed", type=int, default=12345, help="seed of the evaluation env")
+    enjoy.add_argument("--video", default=None, metavar="FILE.mp4",
+                       help="record the episodes to this video file (envs that render rgb_array; needs the video "
+                            "extra: pip install 'daskrl[video]')")
     report = sub.add_parser("report", help="write a self-contained HTML report of an experiment (curves, "
                                            "throughput, time breakdown)")
     report.add_argument("--experiment", required=True, help="experiment name")
@@ -171,10 +174,12 @@ def _enjoy(args: argparse.Namespace) -> int:
     from daskrl.evaluation import enjoy
 
     result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
-                   render=args.render, deterministic=args.deterministic, seed=args.seed)
+                   render=args.render, deterministic=args.deterministic, seed=args.seed, video=args.video)
     print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
           f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
           f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
+    if result["video"]:
+        print(f"daskrl enjoy: wrote {result['video']} ({result['video_frames']:,} frames)")
     return 0
 
 

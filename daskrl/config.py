@@ -186,6 +186,15 @@ class RunConfig(Section):
     keep_checkpoint_every_env_steps: int = opt(0, "also keep, for good, the first checkpoint written after each "
                                                   "multiple of this many env steps (milestone_<steps>.pt; 0: none)",
                                                low=0)
+    eval_interval_env_steps: int = opt(0, "every this many env steps, run --eval-episodes evaluation episodes with the "
+                                          "newest weights on envs of their own in the driver, logged as "
+                                          "eval_return_mean (0: no evaluation)", low=0)
+    eval_episodes: int = opt(10, "episodes per evaluation (--eval-interval-env-steps)", low=1)
+    eval_deterministic: bool = opt(True, "evaluation episodes (and videos) take the most likely action; "
+                                         "--no-eval-deterministic samples actions as training does")
+    save_video_every_env_steps: int = opt(0, "every this many env steps, record one episode of the newest policy to "
+                                             "<experiment>/videos/video_<env steps>.mp4 (envs that render rgb_array; "
+                                             "needs the video extra; 0: no videos)", low=0)
     init_checkpoint: str = opt("", "start a new experiment from the weights and observation/return statistics of "
                                    "this checkpoint file (or the latest checkpoint of this experiment directory); "
                                    "the optimizer starts afresh", pattern=r"\S.*", pattern_help="a path")

@@ -7,6 +7,7 @@ statistics from the checkpoint, actions sampled (or the most likely one with ``d
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,33 +39,59 @@ def load_policy(experiment_dir: str, which: str = "latest"):
 
 
 def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render: bool = False,
-          deterministic: bool = False, seed: int = 12345, max_steps: int = 100_000) -> dict[str, Any]:
+          deterministic: bool = False, seed: int = 12345, max_steps: int = 100_000,
+          video: str | None = None) -> dict[str, Any]:
+    """Run ``episodes`` with a trained policy; with ``video``, record them all to that .mp4 file."""
     config, model, state = load_policy(experiment_dir, which)
-    env = make_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs,
-                   render_mode="human" if render else None)
-    returns, lengths = [], []
+    if video:
+        from daskrl.video import make_render_env
+
+        env = make_render_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs)
+    else:
+        env = make_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs,
+                       render_mode="human" if render else None)
+    frames: list[np.ndarray] | None = [] if video else None
     try:
-        for _ in range(episodes):
-            obs, _ = env.reset()
-            total, steps, done = 0.0, 0, False
-            while not done and steps < max_steps:
-                batch = np.asarray(obs)[None]
-                if batch.dtype == np.float64:
-                    batch = batch.astype(np.float32)
-                with torch.inference_mode():
-                    action, _, _ = model.act(batch, deterministic=deterministic)
-                act = action[0].item() if config_is_discrete(model) else action[0]
-                obs, reward, terminated, truncated, _ = env.step(act)
-                total += float(reward)
-                steps += 1
-                done = terminated or truncated
-            returns.append(total)
-            lengths.append(steps)
+        returns, lengths = run_episodes(env, model, episodes, deterministic, max_steps, frames)
+        if video:
+            from daskrl.video import video_fps, write_video
+
+            write_video(video, frames, video_fps(env))
     finally:
         env.close()
     return {"episodes": episodes, "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
             "length_mean": float(np.mean(lengths)), "env_steps_trained": int(state.get("env_steps", 0)),
-            "checkpoint": which, "returns": returns}
+            "checkpoint": which, "returns": returns, "video": video, "video_frames": len(frames or [])}
+
+
+def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int = 100_000,
+                 frames: list[np.ndarray] | None = None,
+                 stop: Callable[[], bool] | None = None) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` whole episodes on ``env`` (one env, one observation at a time: evaluation is about the
+    policy, not speed); with ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
+    step) ends early, with the episodes finished so far. Returns (returns, lengths)."""
+    discrete = config_is_discrete(model)
+    returns, lengths = [], []
+    for _ in range(episodes):
+        obs, _ = env.reset()
+        total, steps, done = 0.0, 0, False
+        while not done and steps < max_steps:
+            if stop is not None and stop():
+                return returns, lengths
+            if frames is not None:
+                frames.append(env.render())
+            batch = np.asarray(obs)[None]
+            if batch.dtype == np.float64:
+                batch = batch.astype(np.float32)
+            with torch.inference_mode():
+                action, _, _ = model.act(batch, deterministic=deterministic)
+            obs, reward, terminated, truncated, _ = env.step(action[0].item() if discrete else action[0])
+            total += float(reward)
+            steps += 1
+            done = terminated or truncated
+        returns.append(total)
+        lengths.append(steps)
+    return returns, lengths
 
 
 def config_is_discrete(model) -> bool:

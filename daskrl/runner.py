@@ -43,6 +43,7 @@ from daskrl.sizing import check_fits_cluster
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_locked)
     from daskrl.elastic import Elastic
+    from daskrl.evaluator import Evaluator
     from daskrl.fleet import Fleet
     from daskrl.learning.checkpoints import CheckpointStore
     from daskrl.monitor.tensorboard_log import TensorBoardLog
@@ -174,6 +175,7 @@ class _Run:
         self.last_checkpoint = time.monotonic()
         self.last_milestone = 0  # multiples of --keep-checkpoint-every-env-steps passed so far
         self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
+        self.evaluator: Evaluator | None = None  # evaluation episodes and videos (daskrl/evaluator.py)
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
@@ -183,6 +185,7 @@ class _Run:
 
     def start(self, resume_state: dict | None, init_weights: dict | None) -> None:
         from daskrl.elastic import Elastic, elastic_enabled
+        from daskrl.evaluator import Evaluator
         from daskrl.fleet import Fleet  # imported (with torch) while the cluster started: see _train_locked
         from daskrl.recovery import Recovery
 
@@ -203,6 +206,8 @@ class _Run:
                                  shrink_when_full=elastic, rollout_wait_s=10.0 if elastic else 15.0)
         self.fleet.create(resume_state, init_weights)
         self.elastic = Elastic(self.fleet, c, elastic, say, self.incidents)
+        self.evaluator = Evaluator.for_run(c, self.spaces, self.state, self.incidents,
+                                           lambda m: say(f"daskrl: warning: {m}"))
         learners = self.fleet.learner_devices()
         if len(learners) > 1 or any(device != "cpu" for device in learners.values()):
             say("daskrl: " + ", ".join(f"{name} trains on {device}" for name, device in learners.items())
@@ -219,6 +224,8 @@ class _Run:
         while True:
             time.sleep(0.25)
             self.poll()
+            if self.evaluator is not None:
+                self.evaluator.poll(self.state, self.fleet.learner)
             now = time.monotonic()
             reason = self.stop_condition() or (f"{stop_signals.requested} received" if stop_signals.requested else "")
             if now >= next_report or reason:
@@ -370,6 +377,8 @@ class _Run:
         """Stop sampling first (no new data), checkpoint the learner, then stop it. Errors are reported, not
         raised over each other: the first failure is what the user needs to read."""
         fleet, problems = self.fleet, []
+        if self.evaluator is not None:
+            self.evaluator.close()
         if fleet is None:
             return
         final = fleet.stop(fleet.samplers())

@@ -465,3 +465,71 @@ def test_an_extras_env_trains_end_to_end_with_its_familys_defaults(tmp_path, cap
     assert summary["policy_version"] >= 1 and not any(summary["incidents"].values()), summary["incidents"]
     assert f"defaults for {family_of(env).name} envs" in capsys.readouterr().out
     assert list((tmp_path / "extra" / "checkpoints").glob("*.pt"))
+
+
+# ---- VizDoom (extra daskrl[doom]) ----
+
+
+def test_an_unknown_doom_scenario_is_one_line_naming_the_known_ones():
+    with pytest.raises(EnvError) as err:  # no vizdoom needed: the names are registered without importing it
+        make_env("doom/basics")
+    message = str(err.value)
+    assert len(message.splitlines()) == 1, message
+    assert all(f"doom/{name}" in message for name in ("basic", "defend_the_center", "health_gathering",
+                                                        "my_way_home", "deadly_corridor", "defend_the_line", "battle"))
+
+
+def test_doom_basic_slots_hold_its_frames_and_a_sampling_run_fills_them(tmp_path):
+    pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    from daskrl.config import Config
+    from daskrl.env_defaults import family_of
+    from daskrl.runner import train
+    from daskrl.sampling.trajectories import SlotLayout
+
+    spaces = probe_env("doom/basic")
+    assert spaces.obs_shape == (72, 128, 3) and spaces.obs_dtype == "uint8" and spaces.is_image
+    assert spaces.action_kind == "discrete" and spaces.num_actions == 4  # none, left, right, attack
+    assert probe_env("doom/deadly_corridor").nvec == [3, 3, 3, 2]  # turn, move, strafe, attack
+    shapes = SlotLayout.for_worker(spaces, 4, 1, 8, 2).shapes()
+    assert shapes["obs"] == ((2, 9, 4, 72, 128, 3), "uint8") and shapes["actions"] == ((2, 8, 4), "int64")
+
+    group = EnvGroup.from_spec("doom/basic", 2, seed=0)
+    obs = np.zeros((2, 72, 128, 3), np.uint8)
+    rew, term, trunc = np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool)
+    group.reset(obs)
+    assert obs.std() > 10  # a real frame (the room, the monster), not a blank screen
+    for _ in range(75):  # basic ends at 300 tics = 75 steps of 4 tics
+        group.step(np.array([0, 0]), obs, rew, term, trunc)  # stand still: -1 a tic, summed over the 4 tics of a step
+    assert trunc.all() and not term.any()  # a time limit, not a death
+    assert group.pop_episode_stats() == [(-300.0, 75), (-300.0, 75)]
+    group.close()
+
+    config = Config().replace(env="doom/basic", sampling_only=True, train_for_seconds=8.0, train_dir=str(tmp_path),
+                              experiment="doom", dashboard_address="", num_envs_per_worker=4, num_workers=1)
+    assert family_of("doom/basic").options["reward_scale"] == 0.01
+    summary = train(config)
+    assert summary["env_steps"] > 200 and summary["episodes"] > 0, summary
+    assert not any(summary["incidents"].values()), summary["incidents"]
+
+
+def test_doom_health_gathering_adds_one_per_health_gain_and_reports_the_game_return():
+    pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    env = make_env("doom/health_gathering", seed=5)
+    rng = np.random.default_rng(0)
+    gains = 0
+    for _ in range(3):
+        _, info = env.reset()
+        health, shaped, done = info["HEALTH"], 0.0, False
+        while not done:  # mostly forward (action 3), turning now and then: medkits get picked up
+            _, reward, terminated, truncated, info = env.step(3 if rng.random() < 0.7 else int(rng.integers(0, 5)))
+            done = terminated or truncated
+            if not done:
+                gains += info["HEALTH"] > health
+                shaped += reward - (info["HEALTH"] > health)
+                health = info["HEALTH"]
+            else:
+                shaped += reward
+        # the game's own return (living reward, death penalty) is what remains once the +1s are taken off
+        assert info["episode_extra_stats"]["true_objective"] == pytest.approx(shaped)
+    env.close()
+    assert gains > 0  # the shaping was exercised

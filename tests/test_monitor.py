@@ -38,7 +38,7 @@ from daskrl.config import Config
 from daskrl.monitor.console import ConsoleView, progress_line
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.monitor.history import MetricsStore
-from daskrl.monitor.plots import FPS_COLOR, RETURN_COLOR
+from daskrl.monitor.plots import EVAL_COLOR, FPS_COLOR, RETURN_COLOR
 from daskrl.monitor.tensorboard_log import TAGS
 from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments, owner_pid
@@ -329,7 +329,8 @@ def live_run(tmp_path_factory):
         pids = worker_pids(session.client)
         page = dashboard_page(session.client)
         assert page and page.endswith("/daskrl"), page
-        training = Training(small_config(tmp, "live", train_for_seconds=25.0), session.client)
+        training = Training(small_config(tmp, "live", train_for_seconds=25.0, eval_interval_env_steps=20_000,
+                                         eval_episodes=2), session.client)
         base = page[: -len("/daskrl")]
         wait_for_reports(base, "live", training)
         yield {"session": session, "page": page, "base": base, "training": training, "tmp": tmp,
@@ -380,6 +381,19 @@ def test_tensorboard_and_csv_hold_every_report(live_run):
     assert [round(e.value, 1) for e in fps] == [round(float(r["fps"]), 1) for r in rows]
 
 
+def test_the_dashboard_history_holds_the_evaluations(live_run):
+    live_run["training"].wait()
+    rows = get_json(f"{live_run['base']}/daskrl/api/history?run=live")["rows"]
+    evals = [r for r in rows if r.get("eval_return_mean") is not None]
+    assert evals and all(r["eval_episodes"] == 2 and r["eval_env_steps"] <= r["env_steps"] for r in evals), evals
+    from daskrl.monitor.dashboard import summary_html
+
+    store = MetricsStore()
+    for r in rows:
+        store.add({"run": "live", "env": "CartPole-v1", "row": r})
+    assert f"evaluation return {evals[-1]['eval_return_mean']:.1f}" in summary_html(store.get("live"))
+
+
 def test_metrics_doc_covers_every_column_tag_and_activity(live_run):
     live_run["training"].wait()
     doc = (REPO / "docs" / "metrics.md").read_text()
@@ -407,6 +421,7 @@ def test_html_report_shows_the_curves(live_run, tmp_path):
     png = shot.read_bytes()
     assert distinct_colours(png) > 50, "the report screenshot is (nearly) blank"
     assert colour_pixels(png, RETURN_COLOR) > 30 and colour_pixels(png, FPS_COLOR) > 30
+    assert colour_pixels(png, EVAL_COLOR) > 30, "no evaluation markers on the learning curve"
     dom = chromium_cli(tmp_path, "--virtual-time-budget=5000", "--dump-dom", f"file://{out}").stdout.decode()
     assert "daskrl report: live" in dom and "data-root-id" in dom
     if os.environ.get("DASKRL_UPDATE_DOCS"):  # refresh the picture in docs/metrics.md

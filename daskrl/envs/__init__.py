@@ -1,9 +1,10 @@
 """Env specs, spaces and the batched env group used by rollout workers (no Dask here).
 
-``demo`` holds two small envs users can run (daskrl/Counting-v0, daskrl/Catch-v0); ``atari`` the Atari-57 games.
+``demo`` holds two small envs users can run (daskrl/Counting-v0, daskrl/Catch-v0); ``atari`` the Atari-57 games;
+``doom`` the VizDoom scenarios.
 """
 
-from daskrl.envs import atari, demo  # noqa: F401  (register atari/<Game>, daskrl/Counting-v0, daskrl/Catch-v0)
+from daskrl.envs import atari, demo, doom  # noqa: F401  (register atari/<Game>, doom/<scenario>, the demo envs)
 from daskrl.envs.demo import CatchEnv, CountingEnv
 from daskrl.envs.registry import env_seed, make_env, probe_env, register_env, registered_factory
 from daskrl.envs.spaces import EnvSpaces

@@ -165,9 +165,18 @@ def _build_from_path(spec: str, kwargs: dict[str, Any], render_mode: str | None)
     return _build(spec, factory, kwargs, render_mode)
 
 
+#: a family of registered names (``doom/``) this small is listed whole when a name with its prefix is unknown
+_LISTED_FAMILY_SIZE = 12
+
+
 def _unknown_message(spec: str) -> str:
+    prefix = spec.split("/", 1)[0] + "/" if "/" in spec else ""
+    family = [name for name in _REGISTRY if prefix and name.startswith(prefix)]
     candidates = list(_REGISTRY) + list(gym.registry.keys())
     matches = difflib.get_close_matches(spec, candidates, n=1, cutoff=0.6)
+    if family and len(family) <= _LISTED_FAMILY_SIZE:
+        hint = f" (did you mean {matches[0]!r}?)" if matches else ""
+        return f"Unknown environment {spec!r}{hint}: the {prefix} envs are {', '.join(family)}"
     hint = (
         f" (did you mean {matches[0]!r}?)"
         if matches

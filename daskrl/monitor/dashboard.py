@@ -233,6 +233,9 @@ def summary_html(hist: RunHistory) -> str:
              "return n/a" if math.isnan(ret) else f"return {ret:.1f} ± {std:.1f}",
              f"version {row.get('policy_version', 0)}", "" if math.isnan(lag) else f"lag {lag:.1f}",
              f"{as_number(row.get('time_s'), 0):,.0f} s"]
+    evaluated = next((r for r in reversed(hist.rows) if not math.isnan(as_number(r.get("eval_return_mean")))), None)
+    if evaluated is not None:
+        parts.append(f"evaluation return {as_number(evaluated['eval_return_mean']):.1f}")
     parts += [f"{html.escape(k)} {as_number(v):.3g}" for k, v in sorted(row.items()) if k.startswith("info/")]
     incidents = int(as_number(row.get("incidents"), 0))
     if incidents:

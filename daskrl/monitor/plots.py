@@ -12,11 +12,12 @@ ACTIVITY_COLORS = {
     "publish": "#8c564b", "gather": "#17becf", "scatter": "#bcbd22", "other": "#eeeeee",
 }
 # Colours of the fps and return curves: distinct from the activities' so a screenshot can tell them apart.
-FPS_COLOR, RETURN_COLOR, LAG_COLOR = "#3949ab", "#00897b", "#8e24aa"
+FPS_COLOR, RETURN_COLOR, LAG_COLOR, EVAL_COLOR = "#3949ab", "#00897b", "#8e24aa", "#f4511e"
 _SPARE_COLORS = ["#ff7f0e", "#e377c2", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5"]
 
 _SERIES = ["time_s", "env_steps", "fps", "episode_return_mean", "episode_return_std", "policy_lag", "policy_version",
-           "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"]
+           "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "eval_return_mean",
+           "eval_env_steps"]
 
 
 def series(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -66,6 +67,7 @@ def time_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode
     ret = fig("Episode return (mean ± std of the last 100 episodes)", "return", fps.x_range)
     ret.varea(x=x, y1="return_low", y2="return_high", source=source, fill_color=RETURN_COLOR, fill_alpha=0.2)
     ret.line(x, "episode_return_mean", source=source, line_width=2, color=RETURN_COLOR)
+    eval_points(ret, x, source)
     lag = fig("Policy lag (versions between acting and training)", "versions", fps.x_range)
     lag.line(x, "policy_lag", source=source, line_width=2, color=LAG_COLOR)
     loss = fig("Learner losses and policy entropy", "value", fps.x_range)
@@ -82,6 +84,12 @@ def time_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode
         f.add_tools(HoverTool(tooltips=[("env steps", "@env_steps{0,0}"), ("time", "@time_s{0.0} s"),
                                         ("value", "$y{0.000}")], mode="vline"))
     return {"fps": fps, "return": ret, "policy_lag": lag, "losses": loss, "kl": kl}
+
+
+def eval_points(fig, x: str, source) -> None:
+    """Evaluation returns as markers: one per evaluation, so a line between them would hide how few there are."""
+    fig.scatter(x, "eval_return_mean", source=source, size=8, color=EVAL_COLOR, legend_label="evaluation")
+    fig.legend.location = "bottom_right"
 
 
 def shares_figure(source, components: list[str], width_mode: str = "stretch_width"):

@@ -3,11 +3,13 @@
 The live page disappears with the cluster; this one is a single file (BokehJS inlined, no server, no network)
 that can be attached to an issue or archived with the checkpoints. It reads ``metrics.csv`` (one row per
 report) and ``time_breakdown.jsonl`` (the time shares at each report) and draws the same plots as the live page,
-plus the learning curve against env steps.
+plus the learning curve against env steps (with the evaluation returns, when the run evaluated), and embeds the
+newest video of ``videos/`` (``--save-video-every-env-steps``) in the page itself.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import html
 import json
@@ -17,7 +19,10 @@ import time
 from typing import Any
 
 from daskrl.config import ConfigError
-from daskrl.monitor.plots import RETURN_COLOR, series, share_bars, shares_figure, time_figures
+from daskrl.monitor.plots import RETURN_COLOR, eval_points, series, share_bars, shares_figure, time_figures
+
+#: a newer video than this is linked (by its path next to the report) rather than embedded
+MAX_EMBEDDED_VIDEO_BYTES = 32 * 2**20
 
 
 def read_metrics(experiment_dir: str) -> list[dict[str, Any]]:
@@ -71,6 +76,7 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
     curve.varea(x="env_steps", y1="return_low", y2="return_high", source=source, fill_color=RETURN_COLOR,
                 fill_alpha=0.2)
     curve.line("env_steps", "episode_return_mean", source=source, line_width=2, color=RETURN_COLOR)
+    eval_points(curve, "eval_env_steps", source)
     curve.xaxis.formatter.use_scientific = False
     breakdown = shares_figure(ColumnDataSource(share_bars(shares)), sorted(shares)) if shares else \
         Div(text="<p>no time breakdown recorded (time_breakdown.jsonl is missing or empty)</p>")
@@ -80,10 +86,37 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
     layout = column(Div(text=_header(name, experiment_dir, rows), sizing_mode="stretch_width"), grid, breakdown,
                     sizing_mode="stretch_width")
     page = file_html(layout, resources=INLINE, title=f"daskrl report: {name}")
+    video = latest_video(experiment_dir)
+    if video is not None:  # plain HTML after the plots (the page's last </body>: BokehJS holds the text too)
+        head, body_end, tail = page.rpartition("</body>")
+        page = head + _video_html(video, output) + "\n" + body_end + tail
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w", encoding="utf-8") as f:
         f.write(page)
     return output
+
+
+def latest_video(experiment_dir: str) -> str | None:
+    """The newest ``videos/video_<env steps>.mp4`` of an experiment (the most env steps), or None."""
+    folder = os.path.join(experiment_dir, "videos")
+    found = []
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        stem, ext = os.path.splitext(name)
+        if ext == ".mp4" and stem.startswith("video_") and stem[6:].isdigit():
+            found.append((int(stem[6:]), os.path.join(folder, name)))
+    return max(found)[1] if found else None
+
+
+def _video_html(path: str, output: str) -> str:
+    """A <video> element with the file inside the page (a data: URL), or a relative link for a large one."""
+    steps = int(os.path.splitext(os.path.basename(path))[0][6:])
+    if os.path.getsize(path) <= MAX_EMBEDDED_VIDEO_BYTES:
+        with open(path, "rb") as f:
+            src = "data:video/mp4;base64," + base64.b64encode(f.read()).decode("ascii")
+    else:
+        src = html.escape(os.path.relpath(path, os.path.dirname(os.path.abspath(output))))
+    return (f"<div style='font-family:sans-serif;margin:8px'><h3>The policy at {steps:,} env steps</h3>"
+            f"<video id='daskrl-video' controls loop style='max-width:100%' src='{src}'></video></div>")
 
 
 def _header(name: str, experiment_dir: str, rows: list[dict[str, Any]]) -> str:
@@ -99,10 +132,18 @@ def _header(name: str, experiment_dir: str, rows: list[dict[str, Any]]) -> str:
     facts = [f"env <b>{html.escape(str(env))}</b>", f"{steps:,.0f} env steps in {seconds:,.0f} s",
              f"{steps / seconds:,.0f} frames/s on average" if seconds > 0 else "",
              f"final return {returns[-1]:.1f}, best {max(returns):.1f}" if returns else "no finished episode",
-             f"policy version {last.get('policy_version', math.nan):.0f}", f"{len(rows)} reports"]
+             _last_eval(rows), f"policy version {last.get('policy_version', math.nan):.0f}", f"{len(rows)} reports"]
     return (f"<h2>daskrl report: {html.escape(name)}</h2><p>{' &nbsp;|&nbsp; '.join(f for f in facts if f)}</p>"
             f"<p style='color:#777'>from {html.escape(os.path.abspath(experiment_dir))}, "
             f"{time.strftime('%Y-%m-%d %H:%M')}</p>")
+
+
+def _last_eval(rows: list[dict[str, Any]]) -> str:
+    evals = [r for r in rows if not math.isnan(r.get("eval_return_mean", math.nan))]
+    if not evals:
+        return ""
+    return (f"evaluation return {evals[-1]['eval_return_mean']:.1f} at {evals[-1].get('eval_env_steps', 0):,.0f} "
+            f"env steps")
 
 
 def _float(value: str | None) -> float:

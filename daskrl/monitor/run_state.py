@@ -13,6 +13,9 @@ from typing import Any
 from daskrl.monitor.stats import EpisodeWindow, FrameRate
 from daskrl.runtime.shm import host_of
 
+#: the row's evaluation columns (daskrl/evaluator.py): set in the first row after an evaluation ends, NaN in others
+EVAL_COLUMNS = ("eval_return_mean", "eval_return_std", "eval_length_mean", "eval_episodes", "eval_env_steps")
+
 
 class EnvStepTally:
     """Env steps of the whole run from each rollout worker's own counter. A lost worker's counter dies with it:
@@ -53,6 +56,8 @@ class RunState:
     # episode info numbers (EnvGroup.episode_extras): collected since the last row, and the last mean of each key
     pending_extras: dict = field(default_factory=dict)
     extra_means: dict = field(default_factory=dict)
+    # the newest evaluation not yet in a row (None: the run does not evaluate, so the row has no such columns)
+    eval_columns: dict | None = None
 
     def add_extras(self, extras: list[dict[str, float]]) -> None:
         for numbers in extras:
@@ -86,8 +91,16 @@ class RunState:
             "valid_fraction": m.get("valid_fraction", math.nan),
             "incidents": sum(self.incidents.values()),
             "messages_dropped": self.messages_dropped,
+            **self._eval_row(),
             **self._info_columns(),
         }
+
+    def _eval_row(self) -> dict[str, Any]:
+        """The evaluation columns: the newest evaluation's values once, NaN until the next one ends."""
+        if self.eval_columns is None:
+            return {}
+        values, self.eval_columns = self.eval_columns, {}
+        return {key: values.get(key, math.nan) for key in EVAL_COLUMNS}
 
     def _info_columns(self) -> dict[str, float]:
         """``info/<key>``: the mean over the episodes that ended since the last row (the last mean when none did)."""

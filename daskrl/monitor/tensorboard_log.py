@@ -1,7 +1,8 @@
 """TensorBoard event files for a run, through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package).
 
 Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, ``episode/``, ``learner/``,
-``health/``, ``time/``); docs/metrics.md says what each one means and when to worry.
+``health/``, ``time/``, ``eval/``); docs/metrics.md says what each one means and when to worry. Evaluation
+scalars are placed at the env steps of the weights they evaluated (``eval_env_steps``), not at the report's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ TAGS = {
     "valid_fraction": "learner/valid_fraction",
     "incidents": "health/incidents",
     "messages_dropped": "health/messages_dropped",
+    "eval_return_mean": "eval/return_mean",
+    "eval_return_std": "eval/return_std",
+    "eval_length_mean": "eval/length_mean",
 }
 
 
@@ -39,10 +43,12 @@ class TensorBoardLog:
 
     def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:
         step = int(row["env_steps"])
+        eval_step = row.get("eval_env_steps")
+        eval_step = int(eval_step) if isinstance(eval_step, (int, float)) and not math.isnan(eval_step) else step
         for column, tag in TAGS.items():
             value = row.get(column)
             if isinstance(value, (int, float)) and not math.isnan(value):
-                self.writer.add_scalar(tag, value, step)
+                self.writer.add_scalar(tag, value, eval_step if tag.startswith("eval/") else step)
         for column, value in row.items():  # an env's own episode metrics (--info-keys, episode_extra_stats)
             if column.startswith("info/") and isinstance(value, (int, float)) and not math.isnan(value):
                 self.writer.add_scalar(column, value, step)

@@ -62,3 +62,24 @@ class InfoReportingEnv(ConstantRewardEnv):
 
 def info_reporting(limit: int = 20, render_mode: str | None = None) -> gym.Env:
     return InfoReportingEnv(limit, render_mode)
+
+
+class BrokenCameraEnv(ConstantRewardEnv):
+    """:class:`ConstantRewardEnv` (return = ``limit``, whatever the policy does) whose ``rgb_array`` camera works
+    once per instance and then raises: the check before a run passes, every video recorded during it fails."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, limit: int = 20, render_mode: str | None = None) -> None:
+        super().__init__(limit, render_mode)
+        self.renders = 0
+
+    def render(self) -> np.ndarray:
+        self.renders += 1
+        if self.renders > 1:
+            raise RuntimeError("camera unplugged")
+        return np.zeros((8, 8, 3), np.uint8)
+
+
+def broken_camera(limit: int = 20, render_mode: str | None = None) -> gym.Env:
+    return BrokenCameraEnv(limit, render_mode)

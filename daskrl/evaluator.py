@@ -1,0 +1,185 @@
+"""Evaluation episodes and videos while training (``--eval-interval-env-steps``, ``--save-video-every-env-steps``).
+
+Why in the driver, on a thread: evaluation needs the newest weights, its own envs and a few hundred forward passes
+every so often, nothing the sampling graph should carry. A component of its own would hold a Dask worker (and,
+on a small machine, a core) for work that is idle nearly all the time; envs inside the rollout workers would slow
+sampling by more than their own cost (their episodes would share the sampler's loop) and mix evaluation returns
+into the training ones. So the runner, at the first poll past each multiple of the interval, takes one snapshot of
+the learner's weights (the same ``checkpoint_state`` call a checkpoint makes: between two training steps, so
+consistent) and hands it to a thread, which plays the episodes on an env built for it alone, with a CPU copy of
+the policy (one torch thread), while the run goes on; videos are recorded the same way on a second thread, so a
+slow video (rendering, encoding) never delays an evaluation. What it costs the run is what its envs and forward
+passes cost the machine. The result goes into the next report's row (``eval_return_mean`` ...), stamped with the
+env steps at which its weights were taken (``eval_env_steps``). One evaluation runs at a time: when one takes
+longer than the interval, the multiples that pass meanwhile are skipped, not queued. A failure (an env that
+raises) is one warning and an incident, and training goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from daskrl.config import Config
+from daskrl.envs import EnvSpaces, make_env
+from daskrl.errors import ComponentError
+from daskrl.evaluation import run_episodes
+from daskrl.models.actor_critic import build_model
+from daskrl.monitor.run_state import RunState
+from daskrl.runtime.incidents import Incidents
+
+logger = logging.getLogger(__name__)
+
+#: evaluation and video envs get seeds far from the training envs' (env_seed packs those below 2**31)
+EVAL_SEED_OFFSET = 7_919
+
+
+class _Task:
+    """One kind of work (evaluating or recording) on a thread of its own: one at a time, at multiples of
+    ``every`` env steps, with its own env and its own copy of the policy."""
+
+    def __init__(self, kind: str, every: int, env_steps: int) -> None:
+        self.kind, self.every = kind, every
+        self.next_at = _next_multiple(env_steps, every)
+        self.thread: threading.Thread | None = None
+        self.model = None
+        self.env = None
+
+    @property
+    def busy(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def due(self, env_steps: int) -> bool:
+        return bool(self.every) and env_steps >= self.next_at and not self.busy
+
+
+class Evaluator:
+    """Runs evaluation episodes and records videos on threads of the driver (see the module docstring)."""
+
+    def __init__(self, config: Config, spaces: EnvSpaces, env_steps: int, incidents: Incidents,
+                 warn: Callable[[str], None]) -> None:
+        r = config.run
+        self.config, self.spaces, self.incidents, self.warn = config, spaces, incidents, warn
+        # two tasks, so a slow video (rendering, encoding) never delays an evaluation
+        self.tasks = [_Task("eval", r.eval_interval_env_steps, env_steps),
+                      _Task("video", r.save_video_every_env_steps, env_steps)]
+        self.video_dir = os.path.join(config.experiment_dir, "videos")
+        self._result: dict[str, Any] | None = None
+        self._closing = threading.Event()  # the run is stopping: an evaluation in progress ends at its next step
+
+    @classmethod
+    def for_run(cls, config: Config, spaces: EnvSpaces, state: RunState, incidents: Incidents,
+                warn: Callable[[str], None]) -> Evaluator | None:
+        """The run's evaluator, or None when it neither evaluates nor records (or only samples)."""
+        r = config.run
+        if r.sampling_only or not (r.eval_interval_env_steps or r.save_video_every_env_steps):
+            return None
+        if r.eval_interval_env_steps:
+            state.eval_columns = {}  # the row gets the evaluation columns from the first report on
+        return cls(config, spaces, state.env_steps_offset, incidents, warn)
+
+    def poll(self, state: RunState, learner) -> None:
+        """Hand a finished evaluation to the next row; start the tasks whose multiple has passed."""
+        result, self._result = self._result, None
+        if result is not None:
+            state.eval_columns = result
+        steps = state.env_steps
+        due = [task for task in self.tasks if task.due(steps)]
+        if not due or learner is None:
+            return
+        try:
+            weights = learner.call("checkpoint_state", timeout=120)["model"]
+        except ComponentError as exc:  # the learner is being recovered: the next poll tries again
+            self.incidents.note("eval-weights-unavailable", exc)
+            return
+        for task in due:
+            task.next_at = _next_multiple(steps, task.every)
+            task.thread = threading.Thread(target=self._run, args=(task, weights, steps),
+                                           name=f"daskrl-{task.kind}", daemon=True)
+            task.thread.start()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop an evaluation in progress (the run has written its last row: its result could go nowhere) and let a
+        video in progress finish (it shows the newest policy), waiting at most ``timeout`` seconds for each."""
+        self._closing.set()
+        for task in self.tasks:
+            if task.thread is not None:
+                task.thread.join(timeout)
+            if not task.busy:
+                self._drop_env(task)
+
+    # ---- on the threads ----
+
+    def _run(self, task: _Task, weights: dict, env_steps: int) -> None:
+        try:
+            model = self._policy(task, weights)
+            deterministic = self.config.run.eval_deterministic
+            if task.kind == "eval":
+                returns, lengths = run_episodes(self._env(task), model, self.config.run.eval_episodes,
+                                                deterministic, stop=self._closing.is_set)
+                if self._closing.is_set():
+                    return
+                self._result = {"eval_return_mean": float(np.mean(returns)),
+                                "eval_return_std": float(np.std(returns)),
+                                "eval_length_mean": float(np.mean(lengths)), "eval_episodes": len(returns),
+                                "eval_env_steps": env_steps}
+            else:
+                self._record(task, model, env_steps, deterministic)
+        except Exception as exc:  # a view of the run: one warning, an incident, and training goes on
+            kind = f"{task.kind}-failed"
+            first = kind not in self.incidents.snapshot()
+            self.incidents.note(kind, exc)
+            if first:
+                what = "evaluation" if task.kind == "eval" else "video"
+                self.warn(f"{what} at {env_steps:,} env steps failed ({type(exc).__name__}: {exc}); "
+                          "training goes on")
+            logger.info("%s failed", task.kind, exc_info=exc)
+            self._drop_env(task)  # built afresh for the next multiple: this one may be in a broken state
+
+    @staticmethod
+    def _drop_env(task: _Task) -> None:
+        env, task.env = task.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception as exc:  # it failed already; its close failing too changes nothing
+                logger.info("closing a failed %s env: %s", task.kind, exc)
+
+    def _policy(self, task: _Task, weights: dict):
+        if task.model is None:
+            if not self.config.run.serial:  # the driver's torch serves only these threads (with --serial the
+                torch.set_num_threads(1)  # learner computes in this process too: its threads are left alone)
+            task.model = build_model(self.spaces, self.config.model, self.config.run.seed)
+        task.model.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in weights.items()})  # a GPU learner's too
+        task.model.eval()
+        return task.model
+
+    def _env(self, task: _Task):
+        if task.env is None:
+            e, seed = self.config.env, self.config.run.seed + EVAL_SEED_OFFSET
+            if task.kind == "video":
+                from daskrl.video import make_render_env
+
+                task.env = make_render_env(e.env, seed=seed + 1, env_kwargs=e.env_kwargs)
+            else:
+                task.env = make_env(e.env, seed=seed, env_kwargs=e.env_kwargs)
+        return task.env
+
+    def _record(self, task: _Task, model, env_steps: int, deterministic: bool) -> None:
+        from daskrl.video import video_fps, write_video
+
+        env, frames = self._env(task), []
+        run_episodes(env, model, 1, deterministic, frames=frames)
+        write_video(os.path.join(self.video_dir, f"video_{env_steps}.mp4"), frames, video_fps(env))
+
+
+def _next_multiple(steps: int, every: int) -> float:
+    """The first multiple of ``every`` above ``steps`` (never, when ``every`` is 0)."""
+    return (steps // every + 1) * every if every else math.inf
