@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from daskrl.config import Config
+from daskrl.devices import check_cluster as check_devices
+from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
+from daskrl.sizing import check_fits_cluster
 
 
 class Role(enum.Enum):
@@ -89,3 +93,16 @@ def place(workers: dict[str, dict], config: Config) -> Placement:
             free.remove(address)
     return Placement(chosen["learner"], chosen["rollout"], chosen["inference"],
                      {a: str(workers[a].get("name", a)) for a in workers})
+
+
+def place_checked(client: Any, config: Config, spaces: EnvSpaces, check_memory: bool) -> Placement:
+    """:func:`place` on the cluster's workers now, checked against what they have before anything is created:
+    the devices asked for and (``check_memory``: on a cluster of yours) the memory for the slots and the batch."""
+    workers = client.scheduler_info()["workers"]
+    placement = place(workers, config)
+    check_devices(client, [(a, "--learner-device", config.learner.learner_device) for a in placement.learners]
+                  + [(a, "--inference-device", config.sampler.inference_device) for a in placement.inference],
+                  placement.names)
+    if check_memory:
+        check_fits_cluster(config, spaces, workers)
+    return placement

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
-from daskrl.devices import check_cluster as check_devices
 from daskrl.elastic import adapt_range, adaptive_start
 from daskrl.env_defaults import describe as describe_env_defaults
 from daskrl.envs import EnvSpaces
@@ -31,7 +30,7 @@ from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
 from daskrl.monitor.stats import time_shares
-from daskrl.placement import Role, place, workers_needed
+from daskrl.placement import Placement, Role, place_checked, workers_needed
 from daskrl.preflight import preflight
 from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
@@ -39,7 +38,6 @@ from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.logs import route_logs
-from daskrl.sizing import check_fits_cluster
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_locked)
     from daskrl.elastic import Elastic
@@ -103,6 +101,11 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
             _close_when_started(starting)
             raise
         session = starting.result()
+    try:  # before anything is written: a refusal here leaves the experiment as if the run never started
+        placement = place_checked(session.client, config, spaces, check_memory=not session.embedded)
+    except BaseException:
+        session.close()
+        raise
     if adapt_range(config) is not None and session.cluster is not None:
         session.cluster.adapt(minimum=adapt_range(config)[0], maximum=adapt_range(config)[1])
     if resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
@@ -118,7 +121,7 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
     run = _Run(config, session, spaces, store, csv_log, tb_log, state, on_report)
     stop_signals = _StopOnSignals()
     try:
-        run.start(resume_state, init_weights)
+        run.start(placement, resume_state, init_weights)
         run.loop(stop_signals)
     finally:
         run.console.close()
@@ -183,22 +186,15 @@ class _Run:
 
     # ---- start ----
 
-    def start(self, resume_state: dict | None, init_weights: dict | None) -> None:
+    def start(self, placement: Placement, resume_state: dict | None, init_weights: dict | None) -> None:
         from daskrl.elastic import Elastic, elastic_enabled
         from daskrl.evaluator import Evaluator
         from daskrl.fleet import Fleet  # imported (with torch) while the cluster started: see _train_locked
         from daskrl.recovery import Recovery
 
         c = self.config
-        workers = self.client.scheduler_info()["workers"]
-        placement = place(workers, c)
-        check_devices(self.client, [(a, "--learner-device", c.learner.learner_device) for a in placement.learners]
-                      + [(a, "--inference-device", c.sampler.inference_device) for a in placement.inference],
-                      placement.names)
-        if not self.session.embedded:
-            check_fits_cluster(c, self.spaces, workers)
         link = dashboard_page(self.client)
-        say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(workers)} Dask workers"
+        say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(placement.names)} Dask workers"
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=lambda m: say(f"daskrl: warning: {m}"))
         elastic = elastic_enabled(c)

@@ -217,7 +217,7 @@ def test_options_that_do_not_fit_a_group_are_refused_in_one_line_each():
 def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--learner-device",
-                           "cuda", "--train-dir", str(tmp_path), "--dashboard-address", ""],
+                           "cuda", "--train-dir", str(tmp_path), "--experiment", "gpu", "--dashboard-address", ""],
                           capture_output=True, text=True, timeout=60)
     seconds = time.monotonic() - t0
     assert done.returncode != 0
@@ -226,6 +226,8 @@ def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
     assert "--learner-device cuda" in errors[0] and "has no CUDA device" in errors[0] and "worker" in errors[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert seconds < 10, f"took {seconds:.1f} s"
+    # refused before anything was written: the experiment is free for the corrected command
+    assert not (tmp_path / "gpu" / "config.json").exists() and not (tmp_path / "gpu" / "metrics.csv").exists()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
