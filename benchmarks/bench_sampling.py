@@ -1,8 +1,11 @@
-"""Sampling throughput against the hardware limit, for CartPole-v1 and an image env (atari/Breakout: ALE, 84x84x4).
+"""Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4) and
+VizDoom (doom/basic: 128x72 RGB, 4 tics a step).
 
-Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--inference-precision float32]
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole image doom]
+      [--inference-precision float32]
 
-(a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris) with random actions;
+(a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris, 16 Dooms) with random
+actions;
 (b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
 (c) daskrl sampling-only run with one inference worker (remote inference over the work queue).
 Each line is measured alone, one after the other, on this machine. The samplers run with the default
@@ -24,7 +27,8 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from common import RateProbe  # noqa: E402
 
-ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout"}  # the image env needs the atari extra
+ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
+        "doom": "doom/basic"}  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
 
 
 def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
@@ -88,15 +92,19 @@ def main() -> None:
     inline = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 1},
               # 32 Ataris per worker: the CNN costs 15-25% less per frame than at 16 (68-74% of the limit in 5 of
               # 6 interleaved rounds against 54-76% with 16)
-              "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1}}
+              "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1},
+              "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1}}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
-                        "num_inference_workers": 1}}
+                        "num_inference_workers": 1},
+              "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
+                       "num_inference_workers": 1}}
     # envs per limit process
-    limit_envs = {"cartpole": 32, "image": 16}
+    limit_envs = {"cartpole": 32, "image": 16, "doom": 16}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
-    startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0}}
+    startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0},
+               "doom": {"inline": 20.0, "remote": 20.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
     results: dict[str, dict] = {}
