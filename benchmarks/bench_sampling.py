@@ -19,7 +19,9 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,21 +61,47 @@ def limit_fps(env_id: str, seconds: float, num_envs: int) -> float:
     return sum(rates)
 
 
-def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, startup_s: float) -> tuple[float, dict]:
-    """Frames/s of a sampling-only run, measured for ``seconds`` after a warm-up, and the run's summary;
-    ``startup_s`` is what the run gets to build its envs before the warm-up can start."""
+def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, startup_s: float,
+               sampling_only: bool = True, warmup: float = 4.0) -> tuple[float, dict]:
+    """Frames/s of a sampling-only run (or, with ``sampling_only=False``, a training run), measured for ``seconds``
+    after a warm-up, and the run's summary; ``startup_s`` is what the run gets to build its envs before the warm-up
+    can start."""
     from daskrl.config import Config
     from daskrl.runner import train
 
-    warmup = 4.0
     probe = RateProbe(warmup)
     with tempfile.TemporaryDirectory() as tmp:
         config = Config.from_flat({
-            "env": env_id, "sampling_only": True, "inference": inference, "train_dir": tmp, "experiment": "bench",
+            "env": env_id, "sampling_only": sampling_only, "inference": inference, "train_dir": tmp,
+            "experiment": "bench",
             "train_for_env_steps": 0, "train_for_seconds": startup_s + warmup + seconds,
             "report_interval": 1.0, "dashboard_address": "", **options})
         summary = train(config, on_report=probe)
     return probe.rate(), summary
+
+
+def sample_factory_doom(venv: str, seconds: float, warmup: float = 25.0) -> dict:
+    """Sample Factory 2.1.1's ``sf_examples.vizdoom`` on doom_basic (its own venv: it needs gymnasium < 1 and
+    numpy < 2), 2 rollout workers x 16 envs, CPU. It has no sampling-only mode, so this is its *training* frames/s:
+    the median of its 10-second FPS reports after ``warmup`` s, in game frames (4 tics a step) and in env steps."""
+    import re
+
+    tmp = tempfile.mkdtemp(prefix="daskrl_sf_")
+    cmd = [os.path.join(venv, "bin", "python"), "-m", "sf_examples.vizdoom.train_vizdoom", "--env", "doom_basic",
+           "--experiment", "sf", "--train_dir", tmp, "--num_workers", "2", "--num_envs_per_worker", "16",
+           "--device", "cpu", "--train_for_seconds", str(int(warmup + seconds)), "--with_wandb", "False"]
+    t0 = time.monotonic()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=warmup + seconds + 120)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log = out.stderr + out.stdout
+    rates = [(time.monotonic() - t0, float(m.group(1))) for m in re.finditer(r"Fps is \(10 sec: ([\d.]+)", log)]
+    frames = [r for _, r in rates[int(warmup // 5):]] or [r for _, r in rates[-3:]]
+    if not frames:
+        raise RuntimeError(f"Sample Factory printed no FPS line: {log[-800:]}")
+    fps = statistics.median(frames)
+    return {"frames_per_s": round(fps), "env_steps_per_s": round(fps / 4), "reports": len(rates)}
 
 
 def main() -> None:
@@ -87,6 +115,9 @@ def main() -> None:
     parser.add_argument("--inference-precision", default="auto", choices=INFERENCE_PRECISIONS,
                         help="the samplers' --inference-precision (auto: what a user gets by default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--sample-factory-venv", default="",
+                        help="a venv with sample-factory==2.1.1 and vizdoom: with --envs doom, also run its "
+                             "sf_examples.vizdoom on doom_basic, right after daskrl's lines")
     args = parser.parse_args()
     # The sampler settings used here (also the documented fast settings for cheap envs):
     inline = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 1},
@@ -126,6 +157,12 @@ def main() -> None:
                         # what --inference-precision became on the samplers (the rollout workers inline, the
                         # inference worker remote)
                         "inline_precision": _one_precision(inline_run), "remote_precision": _one_precision(remote_run)}
+    sample_factory = None
+    if args.sample_factory_venv and "doom" in args.envs:  # training against training, like for like, one after the other
+        sample_factory = sample_factory_doom(args.sample_factory_venv, args.seconds)
+        trained, _ = daskrl_fps(ENVS["doom"], "inline", args.seconds, dict(inline["doom"]), 20.0, sampling_only=False,
+                                warmup=25.0)
+        sample_factory["daskrl_training_env_steps_per_s"] = round(trained)
     print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up; medians of "
           f"{args.rounds} interleaved rounds. The ratios are medians of the per-round ratios: each round measures "
           f"(a), (b) and (c) within a minute, so a slow spell of the machine moves all three of that round\n")
@@ -146,12 +183,17 @@ def main() -> None:
     for key, r in results.items():
         for mode in ("inline", "remote"):
             print(f"  {ENVS[key]} {mode}: {json.dumps(r[f'{mode}_time_shares'])}")
+    if sample_factory:
+        print(f"\ndoom/basic training, 2 rollout workers x 16 envs, one after the other: Sample Factory 2.1.1 "
+              f"{sample_factory['env_steps_per_s']:,} env steps/s ({sample_factory['frames_per_s']:,} game frames/s), "
+              f"daskrl {sample_factory['daskrl_training_env_steps_per_s']:,} env steps/s")
     if args.json:
         print(json.dumps({k: {"limit_fps": v["limit_fps"], "inline_fps": v["inline_fps"], "remote_fps": v["remote_fps"],
                               "inline_ratio_median_of_rounds": round(statistics.median(v["inline_ratios"]), 3),
                               "remote_ratio_median_of_rounds": round(statistics.median(v["remote_ratios"]), 3),
                               "inline_precision": v["inline_precision"], "remote_precision": v["remote_precision"]}
-                          for k, v in results.items()}))
+                          for k, v in results.items()}
+                         | ({"sample_factory_doom": sample_factory} if sample_factory else {})))
 
 
 def _one_precision(summary: dict) -> str:

@@ -25,14 +25,15 @@ def frame_count(path) -> int:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A CartPole run that evaluates every 50k env steps and records a video every 150k, trained past solving."""
+    """A CartPole run that evaluates every 50k env steps and records a video every 150k, trained past solving (600k
+    steps: a video of the solved policy takes seconds to render and encode, and the next waits for it)."""
     pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
     pytest.importorskip("pygame", reason="CartPole renders with pygame (pip install 'gymnasium[classic-control]')")
     from daskrl.runner import train
 
     tmp = tmp_path_factory.mktemp("eval")
     config = Config().replace(env="CartPole-v1", train_dir=str(tmp), experiment="ev", dashboard_address="",
-                              train_for_env_steps=400_000, report_interval=1.0, eval_interval_env_steps=EVERY,
+                              train_for_env_steps=600_000, report_interval=1.0, eval_interval_env_steps=EVERY,
                               eval_episodes=3, save_video_every_env_steps=VIDEO_EVERY)
     summary = train(config)
     with open(tmp / "ev" / "metrics.csv", newline="") as f:

@@ -82,7 +82,8 @@ def test_refusals_leave_no_new_directory_and_resume_with_overwrite_is_a_contradi
 
 
 def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intact(tmp_path):
-    first = subprocess.Popen(cli(tmp_path, "same", "--train-for-seconds", "12", "--train-for-env-steps", "0"),
+    # the first run lasts until told to stop (Ctrl-C), so a slow machine cannot end it before the refusals are tried
+    first = subprocess.Popen(cli(tmp_path, "same", "--train-for-seconds", "120", "--train-for-env-steps", "0"),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = tmp_path / "same" / "metrics.csv"
     try:
@@ -97,6 +98,8 @@ def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intac
             assert err.count("\n") == 0 and "Traceback" not in err, err
             assert f"is in use by the run with pid {first.pid}" in err, err
             assert took < 15, f"the refusal of {extra} took {took:.1f} s"
+        assert first.poll() is None, "the first run ended before all refusals were tried"
+        first.send_signal(signal.SIGINT)  # as Ctrl-C: checkpoint, stop, exit 0
         assert first.wait(60) == 0
     finally:
         if first.poll() is None:
