@@ -15,6 +15,7 @@ import pytest
 
 from daskrl.config import Config
 from daskrl.runner import train
+from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
 from .test_deploy import Processes, dask_command, free_port, wait_for_cluster, worker_names
 
@@ -52,6 +53,7 @@ class Drill:
         self.error: BaseException | None = None
         self.left: dict[str, str] = {}
         self.killed_address = ""
+        self.orphans: set[str] = set()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _wait_until(self, seconds: float) -> None:
@@ -78,6 +80,9 @@ class Drill:
                 time.sleep(0.1)
             self._wait_until(55)
             self.killed_address = self._address_of("w3")
+            # the semaphores of a SIGKILLed nanny and worker outlive them (multiprocessing's tracker dies too): the
+            # test removes what it caused once they are gone
+            self.orphans = mapped_semaphores(process_tree(procs.procs["w3"].pid))
             self.marks["kill"] = time.time()
             os.killpg(procs.procs["w3"].pid, signal.SIGKILL)  # its nanny too: it does not come back
         except BaseException as exc:
@@ -90,8 +95,11 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
                               train_for_env_steps=0, report_interval=0.5)
     drill = Drill(small_cluster)
     drill.thread.start()
-    summary = train(config)
-    drill.thread.join(30)
+    try:
+        summary = train(config)
+        drill.thread.join(30)
+    finally:
+        remove_orphans(drill.orphans)
     assert drill.error is None, drill.error
     out = capsys.readouterr().out
     events = summary["elastic"]
