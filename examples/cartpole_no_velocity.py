@@ -13,6 +13,7 @@ processes with the run's configuration. The training settings below are the ones
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import gymnasium as gym
@@ -58,8 +59,10 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     overrides = {}
     for flag, value in zip(extra[::2], extra[1::2], strict=True):  # any daskrl option, as --name value
-        name = flag.lstrip("-").replace("-", "_")
-        overrides[name] = type(TUNED[name])(value) if name in TUNED else value
+        try:
+            overrides[flag.lstrip("-").replace("-", "_")] = json.loads(value)  # numbers, true/false, lists
+        except json.JSONDecodeError:
+            overrides[flag.lstrip("-").replace("-", "_")] = value  # text
 
     daskrl.register_env(ENV, cartpole_no_velocity)
     config = daskrl.Config.from_flat({
