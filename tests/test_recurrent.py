@@ -404,3 +404,18 @@ def test_a_recurrent_run_trains_checkpoints_and_resumes_with_its_core(tmp_path):
     resumed = core_weights(store.load("latest"))
     assert store.load("latest")["train_steps"] > saved["train_steps"]
     assert max(float((resumed[k] - cores[k]).abs().max()) for k in cores) < 1e-5
+
+
+def test_a_recurrent_run_over_comms_reads_and_writes_states_by_rpc(tmp_path):
+    """With DASKRL_FORCE_COMMS=1 every worker treats the others as another host: the inference worker reads and
+    writes the states in the rollout worker's slots by RPC, and the learner fetches each slot's starting states
+    with the rest of the slot in one round trip; the run trains."""
+    with connect_cluster(n_workers=4, dashboard_address=None) as session:
+        session.client.run(lambda: __import__("os").environ.__setitem__("DASKRL_FORCE_COMMS", "1"))
+        summary = train(run_config(tmp_path, experiment="comms", inference="remote", train_for_env_steps=6_000,
+                                   train_for_seconds=90.0), client=session.client)
+        run_id = session.run_id
+    assert summary["env_steps"] >= 6_000 and summary["episodes"] > 0
+    assert summary["data_path"]["slots_comms"] > 0 and summary["data_path"]["slots_shm"] == 0
+    assert summary["policy_version"] > 2 and not summary["incidents"], summary["incidents"]
+    assert list_segments(run_id) == []
