@@ -4,8 +4,9 @@ Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2]
       python benchmarks/bench_train.py --task cartpole_no_velocity [--limit 300]
 
 ``--task cartpole_no_velocity``: CartPole without its velocities (examples/cartpole_no_velocity.py), which needs
-memory: daskrl with ``--rnn lstm`` (the example's tuned settings) against sb3-contrib's RecurrentPPO with rl-zoo's
-settings (benchmarks/sb3_recurrent_cartpole.py), each in a process of its own, side by side.
+memory: daskrl with ``--rnn lstm`` (otherwise the global defaults, as the example runs) against sb3-contrib's
+RecurrentPPO with rl-zoo's settings (benchmarks/sb3_recurrent_cartpole.py), each in a process of its own, side by
+side.
 
 daskrl: `daskrl train --env CartPole-v1 --stop-at-return 475` with default options, one subprocess per seed,
 timed from launch until it reports the threshold. Stable-Baselines3 PPO (rl-zoo hyperparameters) runs the
