@@ -1,6 +1,12 @@
 """Time to solve CartPole-v1 (mean return >= 475 over the last 100 episodes) from launch, daskrl vs SB3.
 
 Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2]
+      python benchmarks/bench_train.py --task cartpole_no_velocity [--limit 300]
+
+``--task cartpole_no_velocity``: CartPole without its velocities (examples/cartpole_no_velocity.py), which needs
+memory: daskrl with ``--rnn lstm`` (otherwise the global defaults, as the example runs) against sb3-contrib's
+RecurrentPPO with rl-zoo's settings (benchmarks/sb3_recurrent_cartpole.py), each in a process of its own, side by
+side.
 
 daskrl: `daskrl train --env CartPole-v1 --stop-at-return 475` with default options, one subprocess per seed,
 timed from launch until it reports the threshold. Stable-Baselines3 PPO (rl-zoo hyperparameters) runs the
@@ -71,6 +77,22 @@ def daskrl_run(seed: int, limit_s: float) -> dict:
             "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
 
 
+def daskrl_no_velocity_run(seed: int, limit_s: float) -> dict:
+    """The example script, as a user runs it (its launch time counts), with --rnn lstm."""
+    tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
+    try:
+        cmd = [sys.executable, os.path.join(HERE, "..", "examples", "cartpole_no_velocity.py"), "--rnn", "lstm",
+               "--seed", str(seed), "--seconds", str(limit_s), "--train-dir", tmp, "--experiment", "bench",
+               "--no-enjoy"]
+        run = run_measured(cmd, timeout=limit_s + 60, marker="reached --stop-at-return")
+        rows = _csv_rows(os.path.join(tmp, "bench", "metrics.csv"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    fps = [float(r["fps"]) for r in rows if float(r["fps"]) > 0]
+    return {"seconds_to_475": run["marked_s"], "fps": statistics.median(fps) if fps else 0.0,
+            "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
+
+
 def _csv_rows(path: str) -> list[dict]:
     import csv
 
@@ -80,12 +102,14 @@ def _csv_rows(path: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def sb3_run(seed: int, limit_s: float) -> dict | None:
+def sb3_run(seed: int, limit_s: float, script: str = "sb3_cartpole.py") -> dict | None:
     try:
         import stable_baselines3  # noqa: F401
+        if script == "sb3_recurrent_cartpole.py":
+            import sb3_contrib  # noqa: F401
     except ImportError:
         return None
-    run = run_measured([sys.executable, os.path.join(HERE, "sb3_cartpole.py"), str(seed)], timeout=limit_s + 60,
+    run = run_measured([sys.executable, os.path.join(HERE, script), str(seed)], timeout=limit_s + 60,
                        marker="reached 475")
     line = [x for x in run["out"].strip().splitlines() if x.startswith("{")]
     result = json.loads(line[-1]) if line else {"seconds_to_475": None, "fps": 0.0}
@@ -96,15 +120,25 @@ def sb3_run(seed: int, limit_s: float) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--limit", type=float, default=60.0, help="give up on a run after this many seconds")
+    parser.add_argument("--limit", type=float, default=None, help="give up on a run after this many seconds (default: "
+                                                                   "60 for cartpole, 300 for cartpole_no_velocity)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--task", default="cartpole", choices=["cartpole", "cartpole_no_velocity"])
     args = parser.parse_args()
-    systems = {"daskrl": [daskrl_run(s, args.limit) for s in args.seeds]}
-    sb3 = [sb3_run(s, args.limit) for s in args.seeds]
+    if args.limit is None:
+        args.limit = 60.0 if args.task == "cartpole" else 300.0
+    if args.task == "cartpole":
+        systems = {"daskrl": [daskrl_run(s, args.limit) for s in args.seeds]}
+        sb3 = [sb3_run(s, args.limit) for s in args.seeds]
+        name, title = "sb3_ppo_rlzoo", "CartPole-v1"
+    else:
+        systems = {"daskrl_rnn_lstm": [daskrl_no_velocity_run(s, args.limit) for s in args.seeds]}
+        sb3 = [sb3_run(s, args.limit, "sb3_recurrent_cartpole.py") for s in args.seeds]
+        name, title = "sb3_contrib_recurrent_ppo_rlzoo", "CartPole without velocities (x, theta only)"
     if sb3[0] is not None:
-        systems["sb3_ppo_rlzoo"] = sb3
+        systems[name] = sb3
     result = {}
-    print(f"CartPole-v1, time from launch to a mean return >= 475 (last 100 episodes); {os.cpu_count()} cores\n")
+    print(f"{title}, time from launch to a mean return >= 475 (last 100 episodes); {os.cpu_count()} cores\n")
     print("| system | seconds to 475 (per seed) | median | training frames/s | peak PSS (MB) |")
     print("|---|---|---|---|---|")
     for name, runs in systems.items():

@@ -120,6 +120,12 @@ class ModelConfig(Section):
                                      "count as the bound); 'squash' maps it into the Box with tanh",
                              choices=["clip", "squash"])
     init_log_std: float = opt(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)")
+    rnn: str = opt("none", "recurrent core between the encoder and the heads (one core shared by the policy and "
+                           "value heads, which then share one encoder too): 'lstm', 'gru' or 'none' (feed-forward)",
+                   choices=["none", "lstm", "gru"])
+    rnn_size: int = opt(0, "hidden units of the recurrent core (0: 64 for vector observations, 256 for images)",
+                        low=0)
+    rnn_layers: int = opt(1, "stacked layers of the recurrent core", low=1, high=8)
 
 
 @dataclass
@@ -140,6 +146,9 @@ class LearnerConfig(Section):
     num_batches_per_epoch: int = opt(8, "minibatches per training step (a step trains on batch_size x this many)",
                                      low=1)
     num_epochs: int = opt(1, "passes over each training step's data", low=1)
+    recurrence: int = opt(0, "with --rnn: steps of truncated backpropagation through time per sequence, from the "
+                             "state stored at the start of each trajectory slot; must divide --rollout, and "
+                             "--batch-size must hold whole sequences (0: the slot length, --rollout)", low=0)
     max_policy_lag: int = opt(20, "samples older than this many policy versions are masked out of the loss", low=0)
     normalize_advantages: bool = opt(True, "normalize advantages per minibatch")
     normalize_returns: bool = opt(True, "normalize value targets with running statistics")
@@ -299,6 +308,7 @@ class Config:
                 f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
             )
         problems += _combination_problems(self, found)
+        problems += _recurrent_problems(self, found)
         if problems:
             raise ConfigError(problems)
         return self
@@ -335,6 +345,22 @@ def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
         out.append(f"--inference-device {s.inference_device} is for remote inference workers, and inline samplers act "
                    "on the CPU: add --inference remote, or leave --inference-device at auto")
     return out
+
+
+def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """--recurrence, --rollout and --batch-size must cut every slot into whole sequences and every minibatch too."""
+    if found or config.model.rnn == "none":
+        return []
+    rollout, lrn = config.sampler.rollout, config.learner
+    length = lrn.recurrence or rollout
+    if rollout % length:
+        return [f"--recurrence {length} does not divide --rollout {rollout}: each slot is cut into whole sequences "
+                f"(try --recurrence {_divisor_hint(rollout, length)})"]
+    per_learner = lrn.batch_size // lrn.num_learners
+    if per_learner % length:
+        return [f"--batch-size {lrn.batch_size} does not hold whole sequences of --recurrence {length} (per learner: "
+                f"{per_learner} samples); try --batch-size {max(per_learner // length, 1) * length * lrn.num_learners}"]
+    return []
 
 
 def flag(name: str) -> str:

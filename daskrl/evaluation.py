@@ -68,12 +68,14 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
                  frames: list[np.ndarray] | None = None,
                  stop: Callable[[], bool] | None = None) -> tuple[list[float], list[int]]:
     """Play ``episodes`` whole episodes on ``env`` (one env, one observation at a time: evaluation is about the
-    policy, not speed); with ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
+    policy, not speed; a recurrent policy's state goes from step to step and starts each episode at zeros); with
+    ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
     step) ends early, with the episodes finished so far. Returns (returns, lengths)."""
     discrete = config_is_discrete(model)
     returns, lengths = [], []
     for _ in range(episodes):
         obs, _ = env.reset()
+        state = np.zeros((1, model.state_size), np.float32) if model.recurrent else None  # each episode from zeros
         total, steps, done = 0.0, 0, False
         while not done and steps < max_steps:
             if stop is not None and stop():
@@ -84,7 +86,7 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
             if batch.dtype == np.float64:
                 batch = batch.astype(np.float32)
             with torch.inference_mode():
-                action, _, _ = model.act(batch, deterministic=deterministic)
+                action, _, _ = model.act(batch, deterministic=deterministic, state=state)  # carries the state
             obs, reward, terminated, truncated, _ = env.step(action[0].item() if discrete else action[0])
             total += float(reward)
             steps += 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from daskrl.config import Config, EnvConfig, LearnerConfig, ModelConfig
 from daskrl.envs.registry import registered_factory
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.recurrent import rnn_state_size
 from daskrl.protocol import policy_queue
 
 
@@ -47,6 +48,7 @@ class RolloutSetup:
     seed: int
     env_failure_limit: int
     info_keys: tuple[str, ...]
+    rnn_state_size: int  # floats of recurrent state per env, kept in the slots (0: feed-forward)
     policy_queue: str
     policy: PolicySetup | None
 
@@ -117,7 +119,8 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | None, index:
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
                         num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
                         slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
-                        info_keys=tuple(s.info_keys), policy_queue=policy_queue(), policy=policy)
+                        info_keys=tuple(s.info_keys), rnn_state_size=rnn_state_size(c.model, spaces),
+                        policy_queue=policy_queue(), policy=policy)
 
 
 def _round_size(config: Config) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 from daskrl.config import Config
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
+from daskrl.models.recurrent import rnn_state_size
 from daskrl.sampling.trajectories import SlotLayout
 
 SHM_DIR = "/dev/shm"
@@ -28,7 +29,8 @@ BATCH_COPIES = 4
 def slot_bytes(config: Config, spaces: EnvSpaces) -> int:
     """Shared memory of one rollout worker's trajectory slots."""
     s = config.sampler
-    layout = SlotLayout.for_worker(spaces, s.num_envs_per_worker, s.num_splits(), s.rollout, s.slots_per_split)
+    layout = SlotLayout.for_worker(spaces, s.num_envs_per_worker, s.num_splits(), s.rollout, s.slots_per_split,
+                                   rnn_state_size(config.model, spaces))
     return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                for shape, dtype in layout.shapes().values())
 

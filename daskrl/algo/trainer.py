@@ -3,7 +3,8 @@
 Per step: update observation statistics, evaluate the current policy on the batch, compute V-trace (or GAE)
 targets with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``,
 then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping. A step whose loss or
-gradients are not finite is skipped and counted, never applied.
+gradients are not finite is skipped and counted, never applied. A recurrent model (``--rnn``) evaluates and trains
+on whole sequences instead of shuffled steps (:mod:`daskrl.algo.recurrent`); the feed-forward path is untouched.
 
 With a data-parallel learner group (:mod:`daskrl.learning.learner_group`) each member trains on its share of the
 batch and every decision and statistic that spans the batch (finite inputs, normalizer moments, each minibatch's
@@ -25,6 +26,7 @@ import torch
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+from daskrl.algo.recurrent import SequenceBatch
 from daskrl.learning.learner_group import Group, SoloGroup
 
 if TYPE_CHECKING:
@@ -46,6 +48,8 @@ class TrajectoryBatch:
     # the flattened [T * N] batch (its `dones` entry is set; its `obs` at t + 1 is the next episode's first)
     final_obs: np.ndarray | None = None
     final_index: np.ndarray | None = None
+    # a recurrent policy's state entering step 0 of each column [N, S] (see daskrl/algo/recurrent.py)
+    rnn_states: np.ndarray | None = None
 
     @property
     def num_samples(self) -> int:
@@ -99,11 +103,19 @@ class APPOTrainer:
         dones = self._tensor(batch.dones).float()
         behaviour = self._tensor(batch.log_probs)
         obs_flat = obs[:-1].reshape(T * N, *obs.shape[2:])
+        seq = None  # a recurrent model's sequences: truncated BPTT from the stored states
+        if model.recurrent:
+            if batch.rnn_states is None:
+                raise ValueError("a recurrent model trains on batches with the states of their slots' starts")
+            seq = SequenceBatch(model, obs, actions, dones, self._tensor(batch.rnn_states), cfg.recurrence or T)
 
         with torch.no_grad():
-            target_lp, _, values = model.evaluate(obs_flat, actions)
-            values = values.reshape(T, N)
-            next_values, truncated = self._next_values(batch, obs, values)
+            if seq is None:
+                target_lp, _, values = model.evaluate(obs_flat, actions)
+                values = values.reshape(T, N)
+            else:
+                target_lp, values = seq.target_lp, seq.values
+            next_values, truncated = self._next_values(batch, obs, values, seq)
             raw_values, raw_next = values, next_values
             if self.returns is not None:
                 raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
@@ -126,16 +138,20 @@ class APPOTrainer:
             "obs": obs_flat, "actions": actions, "old_lp": behaviour.reshape(-1), "adv": advantages.reshape(-1),
             "old_v": values.reshape(-1), "targets": targets.reshape(-1), "valid": valid,
         }
+        if seq is not None:
+            flat["index"] = torch.arange(T * N, device=self.device)
         lr = self.learning_rate(env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         total = T * N
         mb = min(cfg.batch_size // self.group.world, total)  # each member's share of a minibatch
+        if seq is not None:
+            mb = seq.minibatch_samples(mb)
         sums: dict[str, float] = {}
         updates = skipped = 0
         for _ in range(cfg.num_epochs):
-            order = torch.randperm(total, device=self.device)
-            starts = range(0, total - mb + 1, mb)
+            order = torch.randperm(total, device=self.device) if seq is None else seq.order(mb)
+            starts = range(0, order.shape[0] - mb + 1, mb)
             moments = self._group_moments(flat, order, starts, mb) if self.group.world > 1 else None
             for i, start in enumerate(starts):
                 idx = order[start:start + mb]
@@ -143,7 +159,7 @@ class APPOTrainer:
                 valid_count, adv_moments = moments[i] if moments is not None else self._minibatch_moments(part)
                 if valid_count == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
-                out = self._minibatch(part, valid_count, adv_moments)
+                out = self._minibatch(part, valid_count, adv_moments, seq)
                 if on_progress is not None:
                     on_progress()
                 if out is None:
@@ -171,17 +187,21 @@ class APPOTrainer:
             rewards = rewards.clamp(-self.cfg.reward_clip, self.cfg.reward_clip)
         return rewards
 
-    def _next_values(self, batch: TrajectoryBatch, obs: torch.Tensor, values: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _next_values(self, batch: TrajectoryBatch, obs: torch.Tensor, values: torch.Tensor,
+                     seq: SequenceBatch | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """V(x_{t+1}) per step [T, N], and where a time limit ended the episode (None when nowhere): there
         V(x_{t+1}) is the value of the episode's real final observation, which the learner bootstraps from
-        (``--bootstrap-time-limits``); elsewhere values[t + 1], and for the last step the value of obs[T]."""
+        (``--bootstrap-time-limits``); elsewhere values[t + 1], and for the last step the value of obs[T] (a recurrent
+        model's: each from the state after the step before)."""
         T, N = values.shape
-        next_values = torch.cat([values[1:], self.model.value(obs[-1]).unsqueeze(0)], dim=0)
+        last = self.model.value(obs[-1]) if seq is None else seq.last_value
+        next_values = torch.cat([values[1:], last.unsqueeze(0)], dim=0)
         if not self.cfg.bootstrap_time_limits or batch.final_index is None or not batch.final_index.size:
             return next_values, None
         index = self._tensor(batch.final_index)
-        finals = self.model.value(self._tensor(batch.final_obs)).to(next_values.dtype)
+        final_obs = self._tensor(batch.final_obs)
+        finals = (self.model.value(final_obs) if seq is None else seq.final_values(final_obs, index)).to(
+            next_values.dtype)
         next_values = next_values.reshape(-1).index_copy(0, index, finals).reshape(T, N)
         truncated = torch.zeros(T * N, dtype=torch.bool, device=self.device).index_fill_(0, index, True).reshape(T, N)
         return next_values, truncated
@@ -226,10 +246,10 @@ class APPOTrainer:
             out.append((int(n), (mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1)))))  # as torch.std
         return out
 
-    def _minibatch(self, mb: dict[str, torch.Tensor], valid_count: int, adv_moments: tuple[float, float] | None
-                   ) -> dict[str, float] | None:
+    def _minibatch(self, mb: dict[str, torch.Tensor], valid_count: int, adv_moments: tuple[float, float] | None,
+                   seq: SequenceBatch | None = None) -> dict[str, float] | None:
         cfg = self.cfg
-        new_lp, entropy, new_v = self.model.evaluate(mb["obs"], mb["actions"])
+        new_lp, entropy, new_v = self.model.evaluate(mb["obs"], mb["actions"]) if seq is None else seq.evaluate(mb)
         adv = mb["adv"]
         if adv_moments is not None:
             adv = (adv - adv_moments[0]) / (adv_moments[1] + 1e-8)
@@ -348,5 +368,6 @@ class APPOTrainer:
 
 
 def _finite_inputs(batch: TrajectoryBatch) -> bool:
-    arrays = [batch.obs, batch.rewards, batch.log_probs] + ([batch.final_obs] if batch.final_obs is not None else [])
+    arrays = [batch.obs, batch.rewards, batch.log_probs] + ([batch.final_obs] if batch.final_obs is not None else []) \
+        + ([batch.rnn_states] if batch.rnn_states is not None else [])
     return all(np.isfinite(a).all() for a in arrays)

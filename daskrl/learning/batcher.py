@@ -33,6 +33,8 @@ from daskrl.sampling.trajectories import attach_slots
 #: the fields of a trajectory slot a training batch is made of
 SLOT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version", "final_at",
                "final_obs")
+#: and of a recurrent policy's slot: the state each env's first step was acted from (the learner starts there)
+RNN_FIELDS = ("rnn_states",)
 
 
 class Batcher:
@@ -180,10 +182,11 @@ class Batcher:
 
     @staticmethod
     def _read_slot(arrays: dict[str, Any], slot: int) -> dict[str, np.ndarray]:
+        fields = SLOT_FIELDS + RNN_FIELDS if "rnn_states" in arrays else SLOT_FIELDS
         if hasattr(arrays["rewards"], "read"):  # another host: every field in one round trip
-            out = dict(zip(SLOT_FIELDS, read_together([arrays[name] for name in SLOT_FIELDS], slot), strict=True))
+            out = dict(zip(fields, read_together([arrays[name] for name in fields], slot), strict=True))
         else:
-            out = {name: np.array(arrays[name][slot]) for name in SLOT_FIELDS}
+            out = {name: np.array(arrays[name][slot]) for name in fields}
         used = int((out["final_at"] >= 0).sum())  # time-limit final observations fill the buffer from its start
         out["final_obs"] = out["final_obs"][:used]
         out["final_at"] = out["final_at"][:used]
@@ -202,8 +205,9 @@ class Delivery:
 
 
 def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
-    """Concatenate slots along the env axis (time-major [T, N]); a final observation at ``t * B + b`` of a slot
-    whose envs start at column ``offset`` is at ``t * N + offset + b`` of the batch."""
+    """Concatenate slots along the env axis (time-major [T, N]; a recurrent policy's slot-start states [N, S]); a
+    final observation at ``t * B + b`` of a slot whose envs start at column ``offset`` is at ``t * N + offset + b``
+    of the batch."""
     T = parts[0]["rewards"].shape[0]
     N = sum(p["rewards"].shape[1] for p in parts)
     versions = [np.broadcast_to(p["policy_version"][:, None], p["rewards"].shape) for p in parts]
@@ -222,4 +226,5 @@ def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
         policy_version=np.concatenate(versions, axis=1).reshape(T, -1),
         final_obs=np.concatenate([p["final_obs"] for p in parts], axis=0),
         final_index=np.concatenate(final_index),
+        rnn_states=np.concatenate([p["rnn_states"] for p in parts], axis=0) if "rnn_states" in parts[0] else None,
     )

@@ -18,6 +18,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.models.encoders import layer_init, make_encoder, resolve_encoder_name
 from daskrl.models.heads import Distribution, make_action_head
+from daskrl.models.recurrent import make_core
 
 
 class ActorCritic(nn.Module):
@@ -57,16 +58,22 @@ class ActorCritic(nn.Module):
         kwargs = dict(encoder_kwargs or {})
         if self.encoder_name == "mlp":
             kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
-        self.shared_encoder = self.encoder_name == "cnn" if shared_encoder is None else bool(shared_encoder)
+        # a recurrent model has one encoder and one core for both heads (see daskrl/models/recurrent.py)
+        self.shared_encoder = self.encoder_name == "cnn" or model.rnn != "none" if shared_encoder is None \
+            else bool(shared_encoder)
+        if model.rnn != "none" and not self.shared_encoder:
+            raise ValueError("a recurrent core is shared by both heads, so the encoder must be shared too")
 
         self.encoder = make_encoder(self.encoder_name, spaces, **kwargs)
         # None when shared, so the trunk's weights appear once in state_dict.
         self.value_encoder = (
             None if self.shared_encoder else make_encoder(self.encoder_name, spaces, **kwargs)
         )
-        self.actor = make_action_head(self.encoder.out_dim, spaces, model.init_log_std if init_log_std is None
+        self.core = make_core(model, spaces, self.encoder.out_dim)
+        head_in = self.encoder.out_dim if self.core is None else self.core.out_dim
+        self.actor = make_action_head(head_in, spaces, model.init_log_std if init_log_std is None
                                       else init_log_std, model.action_bounds)
-        value_in = self.encoder.out_dim if self.value_encoder is None else self.value_encoder.out_dim
+        value_in = head_in if self.value_encoder is None else self.value_encoder.out_dim
         self.critic = layer_init(nn.Linear(value_in, 1), std=1.0)
 
         #: float32 everywhere, unless a sampler switched the encoders with :meth:`use_bfloat16_encoders`
@@ -75,12 +82,49 @@ class ActorCritic(nn.Module):
         self._action_dtype = np.dtype(spaces.action_dtype)
         self._flat_actions = spaces.action_kind == "box"
 
+    @property
+    def recurrent(self) -> bool:
+        return self.core is not None
+
+    @property
+    def state_size(self) -> int:
+        """Floats of recurrent state per env (0: feed-forward)."""
+        return 0 if self.core is None else self.core.state_size
+
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
-        """obs (batch, *obs_shape) -> (action distribution, value (batch,))."""
+        """obs (batch, *obs_shape) -> (action distribution, value (batch,)); feed-forward models only (a recurrent
+        one steps with :meth:`step` and learns with :meth:`evaluate_sequence`)."""
+        if self.core is not None:
+            raise TypeError("a recurrent model needs its state: use step() or evaluate_sequence()")
         obs = self.prepare(obs)
         features = self._encode(self.encoder, obs)
         value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
         return self.actor(features), self.critic(value_features).squeeze(-1)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
+        """Recurrent models: obs (batch, *obs_shape) and states [batch, S] -> (distribution, value, next states)."""
+        features = self._encode(self.encoder, self.prepare(obs))
+        out, state = self.core.step(features, state)
+        return self.actor(out), self.critic(out).squeeze(-1), state
+
+    def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
+                          starts: torch.Tensor | None, keep: Any = ()
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
+        """Learner path of a recurrent model: obs [T, B, *obs_shape], actions [T, B, ...] from states [B, S],
+        resetting where ``starts`` [T, B] says an episode begins -> (log_prob, entropy, value), each flat [T * B]
+        time-major, and the states ``RecurrentCore.sequence`` keeps (``keep``: steps whose entering state is
+        wanted)."""
+        T, B = obs.shape[:2]
+        features = self._encode(self.encoder, self.prepare(obs.reshape(T * B, *obs.shape[2:])))
+        out, before = self.core.sequence(features.reshape(T, B, -1), state, starts, keep)
+        out = out.reshape(T * B, -1)
+        dist = self.actor(out)
+        actions = actions.reshape(T * B, -1) if self._flat_actions else actions.reshape(T * B, *actions.shape[2:])
+        return dist.log_prob(actions), dist.entropy(), self.critic(out).squeeze(-1), before
+
+    def value_step(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Recurrent models: the value of ``obs`` seen from states [batch, S] (bootstrap values)."""
+        return self.critic(self.core.step(self._encode(self.encoder, self.prepare(obs)), state)[0]).squeeze(-1)
 
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalize observations with the stored statistics (clipped to +-5), when enabled."""
@@ -117,6 +161,8 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Value only (bootstrap values), skipping the action head."""
+        if self.core is not None:
+            raise TypeError("a recurrent model needs its state: use value_step()")
         obs = self.prepare(obs)
         features = self._encode(self.encoder if self.value_encoder is None else self.value_encoder, obs)
         return self.critic(features).squeeze(-1)
@@ -132,17 +178,25 @@ class ActorCritic(nn.Module):
 
     @torch.inference_mode()
     def act(
-        self, obs_np: np.ndarray, deterministic: bool = False
+        self, obs_np: np.ndarray, deterministic: bool = False, state: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rollout path: numpy obs batch -> (actions, log_prob float32, value float32) as numpy.
 
         The obs array is wrapped without a copy (unless it is read-only); results are
-        views of the output tensors.
+        views of the output tensors. A recurrent model reads its states from ``state`` (float32 [batch, S]) and
+        writes the next states there, in place (a sampler's shared memory, say).
         """
         if not obs_np.flags.writeable:
             obs_np = obs_np.copy()  # torch warns on read-only arrays; encoders never write anyway
         device = self.critic.weight.device
-        dist, value = self(torch.from_numpy(obs_np).to(device, non_blocking=True))
+        obs = torch.from_numpy(obs_np).to(device, non_blocking=True)
+        if self.core is None:
+            dist, value = self(obs)
+        else:
+            if state is None:
+                raise TypeError("a recurrent model acts from its state: pass state=")
+            dist, value, next_state = self.step(obs, torch.as_tensor(np.asarray(state), device=device))
+            state[...] = next_state.cpu().numpy()
         actions = dist.mode() if deterministic else dist.sample()
         log_prob = dist.log_prob(actions)
         actions_np = actions.cpu().numpy().reshape(obs_np.shape[0], *self._action_shape)

@@ -4,7 +4,8 @@ Why: with cheap envs (a CartPole step costs a few microseconds) the policy's for
 rollout worker's time, and at these sizes torch's per-op overhead dominates: ``act`` on a few dozen CartPole
 observations takes several times longer in torch than here (docs/performance.md). This computes the same function, the same
 Gumbel-max sampling, the same log-probabilities and values, and is checked against the torch model in tests.
-Models it cannot express (CNN encoders, multi-discrete heads, custom encoders) keep the torch path.
+Models it cannot express (CNN encoders, multi-discrete heads, custom encoders, recurrent cores) keep the torch
+path.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
-        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image:
-            return False
+        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.recurrent:
+            return False  # recurrent cores stay with torch
         if model.spaces.action_kind == "box" and model.actor.distribution not in (None, ClippedGaussian):
             return False  # tanh squashing stays with torch
         patterns = []

@@ -42,6 +42,7 @@ class RolloutWorker(Protocol):
     log_probs: np.ndarray
     values: np.ndarray
     policy_version: np.ndarray
+    rnn_live: np.ndarray | None  # recurrent policies: the states to act from, per slot (see trajectories.py)
     timing: Timing
     counters: dict[str, float]
 
@@ -82,7 +83,8 @@ class InlineActing:
                 continue
             t = w.split_t[s]
             with w.timing("inference"):
-                actions, log_probs, values = self.policy.act(w.obs[slot_index, t])
+                actions, log_probs, values = self.policy.act(
+                    w.obs[slot_index, t], None if w.rnn_live is None else w.rnn_live[slot_index])
             w.actions[slot_index, t] = actions
             w.log_probs[slot_index, t] = log_probs
             w.values[slot_index, t] = values

@@ -3,7 +3,9 @@
 It consumes the policy's work queue (each :class:`~daskrl.protocol.InferenceRequest` goes to exactly one
 inference worker), reads the observations from the requesters' shared-memory slots, writes actions, log-probs,
 values and its policy version back into those slots, and answers each requester on its ``actions:<worker>``
-queue. New parameter versions are picked up between batches.
+queue. New parameter versions are picked up between batches. A recurrent policy's states are read from and
+written back to the requester's slot too (``rnn_live``), so no state is kept here: any inference worker can answer
+any request, and one that is recreated (or added by an elastic run) loses nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import slot
 from daskrl.sampling.policy import SamplingPolicy
-from daskrl.sampling.trajectories import attach_slots, read_step, write_step
+from daskrl.sampling.trajectories import attach_slots, read_slot, read_step, write_slot, write_step
 from daskrl.setups import InferenceSetup
 
 
@@ -70,8 +72,10 @@ class InferenceWorker(Component):
         with self.timing("gather"):
             views = [self.workers[r["w"]] for r in batch]
             obs = np.concatenate([read_step(v["obs"], r["slot"], r["t"]) for v, r in zip(views, batch, strict=True)])
+            states = np.concatenate([read_slot(v["rnn_live"], r["slot"]) for v, r in zip(views, batch, strict=True)]) \
+                if self.policy.model.recurrent else None
         with self.timing("inference"):
-            actions, log_probs, values = self.policy.act(obs)
+            actions, log_probs, values = self.policy.act(obs, states)
         with self.timing("scatter"):
             start = 0
             for v, r in zip(views, batch, strict=True):
@@ -82,6 +86,8 @@ class InferenceWorker(Component):
                 write_step(v["log_probs"], slot_index, t, log_probs[start:end])
                 write_step(v["values"], slot_index, t, values[start:end])
                 write_step(v["policy_version"], slot_index, t, self.policy.version)
+                if states is not None:
+                    write_slot(v["rnn_live"], slot_index, states[start:end])
                 start = end
                 answer: ActionsReady = {"s": r["s"], "slot": slot_index, "t": t}
                 self.put(actions_queue(r["w"]), answer)

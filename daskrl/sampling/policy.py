@@ -96,7 +96,9 @@ class SamplingPolicy:
             self.fast.refresh()
         return True
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def act(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Actions, log-probs and values for ``obs``; a recurrent policy acts from ``state`` [batch, S] and writes
+        the next states there (the numpy fast path never takes a recurrent model: it stays with torch)."""
         if self.fast is not None:
             return self.fast.act(obs)
-        return self.model.act(obs)
+        return self.model.act(obs, state=state)

@@ -5,6 +5,10 @@ announced with the ``trajectory_ready`` signal (only its index travels: :class:`
 and the split moves on to a free slot, or waits for one (back-pressure: the learner frees slots when it has
 trained on them). Where the actions come from, its own policy copy or inference workers, is the job of its
 acting strategy (:mod:`daskrl.sampling.acting`); the slots and the env stepping are the same either way.
+
+With a recurrent policy the envs' states live in the slot being filled (``rnn_live``): whoever acts reads and
+writes them there, and this worker, which steps the envs, zeroes the state of an env whose episode ended, copies
+the states into the next slot it fills and records them there as that slot's start (``rnn_states``).
 """
 
 from __future__ import annotations
@@ -49,13 +53,17 @@ class RolloutWorker(Component):
             for s in range(setup.num_splits)
         ]
         self.layout = SlotLayout.for_worker(setup.spaces, setup.num_envs, setup.num_splits, setup.rollout,
-                                            setup.slots_per_split)
+                                            setup.slots_per_split, setup.rnn_state_size)
         self.shared = create_slots(self, self.layout)
         a = {name: arr.array for name, arr in self.shared.items()}
         self.obs, self.actions, self.rewards = a["obs"], a["actions"], a["rewards"]
         self.terminated, self.truncated = a["terminated"], a["truncated"]
         self.log_probs, self.values, self.policy_version = a["log_probs"], a["values"], a["policy_version"]
         self.final_obs, self.final_at = a["final_obs"], a["final_at"]
+        self.rnn_states, self.rnn_live = a.get("rnn_states"), a.get("rnn_live")  # None: a feed-forward policy
+        per_env_state = (per_split, setup.rnn_state_size)
+        self.rnn_carry = [np.zeros(per_env_state, np.float32) for _ in range(setup.num_splits)] \
+            if self.rnn_live is not None else []  # the states that start each split's next slot
         self.finals_in_slot = [0] * self.layout.num_slots  # final observations written into each slot
         self.free: deque[int] = deque(range(self.layout.num_slots))
         self.split_slot: list[int | None] = [None] * setup.num_splits
@@ -127,6 +135,9 @@ class RolloutWorker(Component):
 
     def _begin_slot(self, s: int, slot_index: int) -> None:
         self.split_slot[s] = slot_index
+        if self.rnn_live is not None:
+            self.rnn_live[slot_index] = self.rnn_carry[s]
+            self.rnn_states[slot_index] = self.rnn_carry[s]
         self.final_at[slot_index] = -1
         self.finals_in_slot[slot_index] = 0
 
@@ -145,6 +156,10 @@ class RolloutWorker(Component):
         except EnvStepError as exc:
             raise EnvStepError(exc.env_index, exc.phase, f"{exc.summary} [environment {self.env_spec!r}, env "
                                f"{exc.env_index} of split {s} on rollout worker {self.name!r}]") from exc
+        if self.rnn_live is not None:  # an episode that ended starts the next one from zeros
+            ended = (self.terminated[slot_index, t] | self.truncated[slot_index, t]).astype(bool)
+            if ended.any():
+                self.rnn_live[slot_index, ended] = 0.0
         if group.failures:
             self._note_env_failures(s, group.pop_failures())
         if group.truncations:
@@ -160,6 +175,8 @@ class RolloutWorker(Component):
             return False
         self.split_t[s] = 0
         self.carry[s][...] = self.obs[slot_index, t]
+        if self.rnn_live is not None:
+            self.rnn_carry[s][...] = self.rnn_live[slot_index]
         self.slots_filled += 1
         ready: TrajectoryReady = {"worker": self.name, "slot": slot_index, "frames": self.rollout * group.num_envs,
                                   "inc": self.incarnation}

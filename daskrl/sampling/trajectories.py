@@ -12,6 +12,16 @@ A rollout worker owns ``num_splits * slots_per_split`` slots. A slot holds ``rol
     final_at    [slots, B] int32                 slot (``obs[t + 1]`` is already the next episode's first): at
                                                  ``t * B + b``, -1 where unused; room for one per env and slot
 
+With a recurrent policy (``--rnn``; ``S`` floats of state per env) two more fields:
+
+    rnn_states  [slots, B, S] float32            the state each env's step 0 of the slot was acted from (after the
+                                                 reset of an episode that begins there): the learner starts there
+    rnn_live    [slots, B, S] float32            the state to act from at the slot's current step: whoever acts
+                                                 (the rollout worker inline, or any inference worker) reads it and
+                                                 writes the next one; the rollout worker zeroes an env's row when
+                                                 its episode ends. In the slot, so any inference worker can act for
+                                                 any request, one that was recreated included
+
 Messages carry only ``(worker, slot index)``; consumers attach the arrays once by their descriptions.
 """
 
@@ -35,16 +45,19 @@ class SlotLayout:
     obs_dtype: str
     action_shape: tuple
     action_dtype: str
+    rnn_state_size: int = 0  # floats of recurrent state per env (0: a feed-forward policy, no state fields)
 
     @classmethod
-    def for_worker(cls, spaces: EnvSpaces, num_envs: int, num_splits: int, rollout: int, slots_per_split: int
-                   ) -> SlotLayout:
+    def for_worker(cls, spaces: EnvSpaces, num_envs: int, num_splits: int, rollout: int, slots_per_split: int,
+                   rnn_state_size: int = 0) -> SlotLayout:
         return cls(num_splits * slots_per_split, rollout, num_envs // num_splits, tuple(spaces.obs_shape),
-                   spaces.obs_dtype, tuple(spaces.action_shape), spaces.action_dtype)
+                   spaces.obs_dtype, tuple(spaces.action_shape), spaces.action_dtype, rnn_state_size)
 
     def shapes(self) -> dict[str, tuple[tuple, str]]:
         n, t, b = self.num_slots, self.rollout, self.envs_per_split
         obs_dtype = self.obs_dtype if np.dtype(self.obs_dtype) == np.uint8 else "float32"
+        rnn = {"rnn_states": ((n, b, self.rnn_state_size), "float32"),
+               "rnn_live": ((n, b, self.rnn_state_size), "float32")} if self.rnn_state_size else {}
         return {
             "obs": ((n, t + 1, b, *self.obs_shape), obs_dtype),
             "actions": ((n, t, b, *self.action_shape), self.action_dtype),
@@ -56,6 +69,7 @@ class SlotLayout:
             "policy_version": ((n, t), "int32"),
             "final_obs": ((n, b, *self.obs_shape), obs_dtype),
             "final_at": ((n, b), "int32"),
+            **rnn,
         }
 
 
@@ -87,3 +101,15 @@ def write_step(array, slot: int, t: int, value) -> None:
         array[slot, t] = value
     else:
         array.write((slot, t), value)
+
+
+def read_slot(array, slot: int) -> np.ndarray:
+    """``array[slot]`` for a numpy view (no copy) or a remote array (one RPC)."""
+    return array[slot] if isinstance(array, np.ndarray) else array.read(slot)
+
+
+def write_slot(array, slot: int, value) -> None:
+    if isinstance(array, np.ndarray):
+        array[slot] = value
+    else:
+        array.write(slot, value)
