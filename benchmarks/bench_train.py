@@ -62,12 +62,10 @@ def run_measured(cmd: list[str], timeout: float, marker: str | None = None) -> d
     return {"out": "".join(lines), "wall_s": time.monotonic() - t0, "peak_pss_mb": peak[0], "marked_s": marked}
 
 
-def daskrl_run(seed: int, limit_s: float) -> dict:
-    tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
+def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float) -> dict:
+    """Run a daskrl training command that writes experiment ``bench`` under ``tmp``; seconds from launch to 475,
+    median training frames/s of its CSV rows, peak memory and wall time."""
     try:
-        cmd = [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--stop-at-return", "475",
-               "--train-for-seconds", str(limit_s), "--seed", str(seed), "--train-dir", tmp,
-               "--experiment", "bench", "--dashboard-address", ""]
         run = run_measured(cmd, timeout=limit_s + 60, marker="reached --stop-at-return")
         rows = _csv_rows(os.path.join(tmp, "bench", "metrics.csv"))
     finally:
@@ -75,22 +73,21 @@ def daskrl_run(seed: int, limit_s: float) -> dict:
     fps = [float(r["fps"]) for r in rows if float(r["fps"]) > 0]
     return {"seconds_to_475": run["marked_s"], "fps": statistics.median(fps) if fps else 0.0,
             "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
+
+
+def daskrl_run(seed: int, limit_s: float) -> dict:
+    tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
+    return _timed_daskrl([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--stop-at-return",
+                          "475", "--train-for-seconds", str(limit_s), "--seed", str(seed), "--train-dir", tmp,
+                          "--experiment", "bench", "--dashboard-address", ""], tmp, limit_s)
 
 
 def daskrl_no_velocity_run(seed: int, limit_s: float) -> dict:
     """The example script, as a user runs it (its launch time counts), with --rnn lstm."""
     tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
-    try:
-        cmd = [sys.executable, os.path.join(HERE, "..", "examples", "cartpole_no_velocity.py"), "--rnn", "lstm",
-               "--seed", str(seed), "--seconds", str(limit_s), "--train-dir", tmp, "--experiment", "bench",
-               "--no-enjoy"]
-        run = run_measured(cmd, timeout=limit_s + 60, marker="reached --stop-at-return")
-        rows = _csv_rows(os.path.join(tmp, "bench", "metrics.csv"))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    fps = [float(r["fps"]) for r in rows if float(r["fps"]) > 0]
-    return {"seconds_to_475": run["marked_s"], "fps": statistics.median(fps) if fps else 0.0,
-            "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
+    return _timed_daskrl([sys.executable, os.path.join(HERE, "..", "examples", "cartpole_no_velocity.py"), "--rnn",
+                          "lstm", "--seed", str(seed), "--seconds", str(limit_s), "--train-dir", tmp, "--experiment",
+                          "bench", "--no-enjoy"], tmp, limit_s)
 
 
 def _csv_rows(path: str) -> list[dict]:
