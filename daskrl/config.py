@@ -66,6 +66,10 @@ class EnvConfig(Section):
     env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env",
                    low=1)
     env_kwargs: dict = opt({}, "keyword arguments for the env constructor (JSON on the command line)")
+    obs_keys: list[str] = opt([], "Dict observations: the keys to keep (default: every key with a fixed shape; "
+                                  "the others are dropped with a note at start)")
+    action_mask_key: str = opt("", "Dict observations: the key that masks invalid discrete actions (1 = allowed); "
+                                   "default: 'action_mask' where the observations have it")
 
 
 @dataclass
@@ -110,8 +114,11 @@ class SamplerConfig(Section):
 
 @dataclass
 class ModelConfig(Section):
-    encoder: str = opt("auto", "observation encoder: 'auto' (cnn for images, mlp otherwise), 'mlp', 'cnn', or a "
-                               "registered name", low=1)
+    encoder: str = opt("auto", "observation encoder: 'auto' (the Nature cnn for images of 36x36 pixels or more, "
+                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', or a "
+                               "registered name; with Dict observations it encodes the image keys", low=1)
+    key_encoders: dict = opt({}, "Dict observations: an encoder per key ({\"key\": \"name\"}, JSON on the command "
+                                 "line); keys not named: images by --encoder, the rest concatenated into one MLP")
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")

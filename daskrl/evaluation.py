@@ -15,6 +15,7 @@ import torch
 
 from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env, probe_env
+from daskrl.envs.dict_obs import pack_into
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
 
@@ -31,7 +32,7 @@ def load_policy(experiment_dir: str, which: str = "latest"):
     if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
         raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
     state = store.load(which)
-    spaces = probe_env(config.env.env, config.env.env_kwargs)
+    spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     model = build_model(spaces, config.model, config.run.seed)
     model.load_state_dict(state["model"])
     model.eval()
@@ -72,6 +73,8 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
     ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
     step) ends early, with the episodes finished so far. Returns (returns, lengths)."""
     discrete = config_is_discrete(model)
+    keys = model.spaces.obs_keys  # Dict observations are packed into records, as the samplers store them
+    size = model.spaces.obs_shape[0] if keys else 0
     returns, lengths = [], []
     for _ in range(episodes):
         obs, _ = env.reset()
@@ -82,7 +85,7 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
                 return returns, lengths
             if frames is not None:
                 frames.append(env.render())
-            batch = np.asarray(obs)[None]
+            batch = pack_into(np.zeros(size, np.uint8), obs, keys)[None] if keys else np.asarray(obs)[None]
             if batch.dtype == np.float64:
                 batch = batch.astype(np.float32)
             with torch.inference_mode():

@@ -32,7 +32,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         config.run.experiment = default_experiment_name(config.env.env)
     if config.run.init_checkpoint:
         checkpoint_file(config.run.init_checkpoint)  # there to start from
-    spaces = probe_env(config.env.env, config.env.env_kwargs)
+    spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     if config.run.save_video_every_env_steps and not config.run.sampling_only:
         from daskrl.video import check_can_record
 

@@ -60,7 +60,9 @@ def train(config: Config, client=None, on_report: Callable[[dict], None] | None 
     lock, note = open_experiment(config.experiment_dir, config.run.resume, config.run.overwrite)  # before any write
     try:
         with route_logs(run_log_path(config.experiment_dir), say):
-            for line in (note, describe_env_defaults(config)):
+            dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
+                       "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
+            for line in (note, describe_env_defaults(config), dropped):
                 if line:
                     say(f"daskrl: {line}")
             try:

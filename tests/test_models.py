@@ -266,7 +266,7 @@ def test_continuous_actions_are_sent_inside_the_box_with_their_own_log_prob(boun
         at_bound = np.abs(actions) == 2.0
         assert at_bound.mean() > 0.05, "too few clipped samples to check the tails"
         # a clipped sample's probability is the whole tail beyond its bound: its empirical share matches
-        mean = model.actor.mean(model.encoder(model.prepare(torch.from_numpy(obs)))).detach()
+        mean = model.actor.mean(model.encoder(model.prepare(torch.from_numpy(obs))[0])).detach()
         std = float(model.actor.log_std.detach().exp())
         tail = torch.special.ndtr((mean - 2.0) / std).mean().item()
         assert (actions == 2.0).mean() == pytest.approx(tail, abs=0.02)

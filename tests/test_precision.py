@@ -59,8 +59,8 @@ def test_bfloat16_encoders_stay_close_to_float32_and_write_their_own_log_probs(s
     with torch.no_grad():
         own_lp, _, own_v = bf16.evaluate(t_obs, t_actions)
         ref_lp, _, ref_v = fp32.evaluate(t_obs, t_actions)
-        features16 = bf16._encode(bf16.encoder, bf16.prepare(t_obs))
-        features32 = fp32.encoder(fp32.prepare(t_obs))
+        features16 = bf16._encode(bf16.encoder, bf16.prepare(t_obs)[0])
+        features32 = fp32.encoder(fp32.prepare(t_obs)[0])
     # the heads ran in float32 on the bfloat16 features: the log-prob written is the acting policy's own
     np.testing.assert_allclose(log_probs, own_lp.numpy(), rtol=0, atol=1e-6)
     np.testing.assert_allclose(values, own_v.numpy(), rtol=0, atol=1e-6)

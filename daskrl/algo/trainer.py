@@ -72,7 +72,7 @@ class APPOTrainer:
         # foreach: one multi-tensor update instead of a Python loop over parameters; on CPU torch defaults to the
         # loop, and the small CartPole learner step is faster this way (same arithmetic, same state dict)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, foreach=True)
-        self.obs_rms = RunningMeanStd(model.spaces.obs_shape) if model.normalize_obs else None
+        self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         self.train_steps = 0
         self.skipped_steps = 0
@@ -95,7 +95,7 @@ class APPOTrainer:
             return self._skip_step(batch, current_version, env_steps)
         obs_np = batch.obs
         if self.obs_rms is not None:
-            self._update_stats(self.obs_rms, obs_np[:-1].reshape(T * N, *obs_np.shape[2:]))
+            self._update_stats(self.obs_rms, model.obs_for_stats(obs_np[:-1].reshape(T * N, *obs_np.shape[2:])))
             model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
         obs = self._tensor(obs_np)
         actions = self._tensor(batch.actions).reshape(T * N, *batch.actions.shape[2:])

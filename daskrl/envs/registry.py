@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -100,14 +100,16 @@ def env_seed(base_seed: int, worker_index: int, env_index: int) -> int:
     return (base + slot * _SEED_MULT) % _SEED_MOD
 
 
-def probe_env(spec: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpaces:
+def probe_env(spec: str, env_kwargs: dict[str, Any] | None = None, obs_keys: Sequence[str] = (),
+              action_mask_key: str = "") -> EnvSpaces:
     """Build one env just to read its spaces, so spec errors surface before any worker starts. Remembered per spec
-    and kwargs (an Atari env takes a noticeable fraction of a second to build), until the spec is registered anew."""
-    key = (spec, json.dumps(env_kwargs or {}, sort_keys=True, default=repr))
+    and kwargs (an Atari env takes a noticeable fraction of a second to build), until the spec is registered anew.
+    ``obs_keys`` and ``action_mask_key`` select the keys of Dict observations (see :meth:`EnvSpaces.from_spaces`)."""
+    key = (spec, json.dumps([env_kwargs or {}, list(obs_keys), action_mask_key], sort_keys=True, default=repr))
     if key not in _PROBED:
         env = make_env(spec, env_kwargs=env_kwargs)
         try:
-            _PROBED[key] = EnvSpaces.from_env(env)
+            _PROBED[key] = EnvSpaces.from_env(env, obs_keys, action_mask_key)
         finally:
             env.close()
     return _PROBED[key]

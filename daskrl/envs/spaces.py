@@ -7,12 +7,14 @@ reduced once (at probe time) to this msgpack-friendly record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from daskrl.envs.dict_obs import ObsKey, read_dict_space, record_size
 from daskrl.errors import EnvError
 
 ACTION_KINDS = ("discrete", "multi_discrete", "box")
@@ -31,6 +33,11 @@ class EnvSpaces:
     nvec: list[int] | None = None
     low: list[float] | None = None
     high: list[float] | None = None
+    # Dict observations: the kept keys, packed into one uint8 record per step (obs_shape is the record's size; see
+    # daskrl/envs/dict_obs.py), the keys that were dropped, and the key that masks invalid discrete actions
+    obs_keys: tuple[ObsKey, ...] = ()
+    dropped_obs_keys: tuple[str, ...] = ()
+    action_mask_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.action_kind not in ACTION_KINDS:
@@ -40,6 +47,19 @@ class EnvSpaces:
     def is_image(self) -> bool:
         """Image observations (HWC uint8) get a CNN encoder and uint8 buffers."""
         return len(self.obs_shape) == 3 and self.obs_dtype == "uint8"
+
+    @property
+    def is_dict(self) -> bool:
+        """Dict observations, stored as packed records and encoded key by key."""
+        return bool(self.obs_keys)
+
+    def key(self, name: str) -> ObsKey:
+        return next(k for k in self.obs_keys if k.name == name)
+
+    @property
+    def feature_keys(self) -> tuple[ObsKey, ...]:
+        """The keys the model encodes (all but the action mask)."""
+        return tuple(k for k in self.obs_keys if k.name != self.action_mask_key)
 
     @property
     def obs_dim(self) -> int:
@@ -52,13 +72,25 @@ class EnvSpaces:
         return int(np.prod(self.action_shape, dtype=np.int64)) if self.action_shape else 1
 
     @classmethod
-    def from_env(cls, env: gym.Env) -> EnvSpaces:
-        return cls.from_spaces(env.observation_space, env.action_space)
+    def from_env(cls, env: gym.Env, obs_keys: Sequence[str] = (), action_mask_key: str = "") -> EnvSpaces:
+        return cls.from_spaces(env.observation_space, env.action_space, obs_keys, action_mask_key)
 
     @classmethod
-    def from_spaces(cls, observation_space: gym.Space, action_space: gym.Space) -> EnvSpaces:
-        obs_shape, obs_dtype = _read_obs_space(observation_space)
-        return cls(obs_shape=obs_shape, obs_dtype=obs_dtype, **_read_action_space(action_space))
+    def from_spaces(cls, observation_space: gym.Space, action_space: gym.Space, obs_keys: Sequence[str] = (),
+                    action_mask_key: str = "") -> EnvSpaces:
+        """``obs_keys`` and ``action_mask_key`` (``--obs-keys``, ``--action-mask-key``) apply to Dict observations:
+        which keys to keep, and which one masks actions ('' = ``action_mask`` where there is one)."""
+        actions = _read_action_space(action_space)
+        if not isinstance(observation_space, gym.spaces.Dict):
+            if obs_keys or action_mask_key:
+                raise EnvError(f"--obs-keys and --action-mask-key apply to Dict observations; this env's are "
+                               f"{type(observation_space).__name__}")
+            obs_shape, obs_dtype = _read_obs_space(observation_space)
+            return cls(obs_shape=obs_shape, obs_dtype=obs_dtype, **actions)
+        keys, dropped = read_dict_space(observation_space, obs_keys)
+        mask = _read_action_mask(keys, action_mask_key, actions)
+        return cls(obs_shape=(record_size(keys),), obs_dtype="uint8", obs_keys=keys, dropped_obs_keys=dropped,
+                   action_mask_key=mask, **actions)
 
     def to_dict(self) -> dict[str, Any]:
         """Only str/int/float/list/None values, so msgpack and JSON can carry it unchanged."""
@@ -72,6 +104,9 @@ class EnvSpaces:
             "nvec": None if self.nvec is None else list(self.nvec),
             "low": None if self.low is None else list(self.low),
             "high": None if self.high is None else list(self.high),
+            "obs_keys": [k.to_dict() for k in self.obs_keys],
+            "dropped_obs_keys": list(self.dropped_obs_keys),
+            "action_mask_key": self.action_mask_key,
         }
 
     @classmethod
@@ -86,6 +121,9 @@ class EnvSpaces:
             nvec=None if d.get("nvec") is None else [int(x) for x in d["nvec"]],
             low=None if d.get("low") is None else [float(x) for x in d["low"]],
             high=None if d.get("high") is None else [float(x) for x in d["high"]],
+            obs_keys=tuple(ObsKey.from_dict(k) for k in d.get("obs_keys") or ()),
+            dropped_obs_keys=tuple(str(k) for k in d.get("dropped_obs_keys") or ()),
+            action_mask_key=d.get("action_mask_key"),
         )
 
 
@@ -100,9 +138,29 @@ def _read_obs_space(space: gym.Space) -> tuple[tuple[int, ...], str]:
     raise _unsupported(
         "observation",
         space,
-        "daskrl needs fixed-shape array observations; wrap the env with "
+        "daskrl needs fixed-shape array or Dict observations; wrap the env with "
         "gymnasium.wrappers.FlattenObservation (e.g. in a 'module:factory' function).",
     )
+
+
+def _read_action_mask(keys: Sequence[ObsKey], name: str, actions: dict[str, Any]) -> str | None:
+    """The key that masks actions: ``name`` if given (it must be there), else ``action_mask`` where present. Its
+    width must match the discrete actions' (the sum of nvec for MultiDiscrete)."""
+    chosen = name or ("action_mask" if any(k.name == "action_mask" for k in keys) else "")
+    if not chosen:
+        return None
+    key = next((k for k in keys if k.name == chosen), None)
+    if key is None:
+        raise EnvError(f"--action-mask-key {chosen!r}: the observations have no such key (they have "
+                       f"{[k.name for k in keys]})")
+    if actions["action_kind"] == "box":
+        raise EnvError(f"observation key {chosen!r} masks actions, but this env's actions are continuous (Box); "
+                       "masks apply to Discrete and MultiDiscrete actions")
+    width = actions["num_actions"] if actions["action_kind"] == "discrete" else sum(actions["nvec"])
+    if key.kind not in ("box", "multi_binary") or key.size != width:
+        raise EnvError(f"action mask {chosen!r} must be a MultiBinary or Box of {width} values (one per action), "
+                       f"got {key.kind} of shape {key.shape}")
+    return chosen
 
 
 def _read_action_space(space: gym.Space) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from daskrl.envs.dict_obs import PackedDictObservations
 from daskrl.envs.registry import env_seed, make_env
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
@@ -59,6 +60,7 @@ class EnvGroup:
         self._consecutive = [0] * len(self.envs)
         self.num_envs = len(self.envs)
         self.spaces = spaces if spaces is not None else EnvSpaces.from_env(self.envs[0])
+        self.envs = [self._packed(env) for env in self.envs]
         self.finished_episodes: list[tuple[float, int]] = []
         # numbers the env reports at an episode's end: info["episode_extra_stats"] (Sample Factory's convention) and
         # the info keys asked for; one dict per finished episode that had any, drained with pop_episode_extras
@@ -97,7 +99,7 @@ class EnvGroup:
 
         def build(i: int, generation: int = 0) -> gym.Env:
             s = None if seed is None else env_seed(seed + 7919 * generation, worker_index, first_env_index + i)
-            return make_env(spec, seed=s, env_kwargs=env_kwargs)
+            return make_env(spec, seed=s, env_kwargs=env_kwargs)  # packed by __init__ and _recover where needed
 
         def rebuild(i: int) -> gym.Env:
             rebuilds[0] += 1
@@ -192,12 +194,18 @@ class EnvGroup:
             except Exception:
                 pass
             try:
-                self.envs[i] = self.rebuild(i)
+                self.envs[i] = self._packed(self.rebuild(i))
                 phase = "reset"
                 obs, _ = self.envs[i].reset()
                 return obs
             except Exception as again:
                 exc = again
+
+    def _packed(self, env: gym.Env) -> gym.Env:
+        """``env`` with Dict observations packed into records (daskrl/envs/dict_obs.py), if it has them."""
+        if self.spaces.is_dict and not isinstance(env, PackedDictObservations):
+            return PackedDictObservations(env, self.spaces.obs_keys)
+        return env
 
     def pop_failures(self) -> list[EnvFailure]:
         failures, self.failures = self.failures, []

@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from daskrl.config import Config, ModelConfig
+from daskrl.envs.dict_obs import unpack
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
+from daskrl.models.dict_encoder import DictEncoder, unpack_tensors
 from daskrl.models.encoders import layer_init, make_encoder, resolve_encoder_name
 from daskrl.models.heads import Distribution, make_action_head
 from daskrl.models.recurrent import make_core
@@ -45,30 +47,42 @@ class ActorCritic(nn.Module):
         self.spaces = spaces
         # Observation statistics live in the model (as buffers) so they travel with the weights to every
         # rollout and inference worker: the learner updates them, the parameter store publishes them.
-        self.normalize_obs = bool(model.normalize_obs) and not spaces.is_image
+        # a Dict observation's float vectors are normalized (one statistic per scalar, concatenated), never images
+        # or indices; the statistics' shape is obs_norm_shape
+        self.norm_keys = tuple(k for k in spaces.feature_keys if k.kind == "box")
+        self.obs_norm_shape = (sum(k.size for k in self.norm_keys),) if spaces.is_dict else tuple(spaces.obs_shape)
+        self.normalize_obs = bool(model.normalize_obs) and not spaces.is_image \
+            and (not spaces.is_dict or bool(self.norm_keys))
         if self.normalize_obs:
-            self.register_buffer("obs_mean", torch.zeros(spaces.obs_shape))
-            self.register_buffer("obs_var", torch.ones(spaces.obs_shape))
+            self.register_buffer("obs_mean", torch.zeros(self.obs_norm_shape))
+            self.register_buffer("obs_var", torch.ones(self.obs_norm_shape))
             self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
         # The learner's value-target statistics (mean, variance, count) travel with the weights as well: a learner
         # restarted from published weights, before any checkpoint exists, goes on with the scale its value head
         # was trained at (samplers never read them).
         self.register_buffer("return_stats", torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
-        self.encoder_name = resolve_encoder_name(model.encoder, spaces)
         kwargs = dict(encoder_kwargs or {})
-        if self.encoder_name == "mlp":
-            kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
-        # a recurrent model has one encoder and one core for both heads (see daskrl/models/recurrent.py)
-        self.shared_encoder = self.encoder_name == "cnn" or model.rnn != "none" if shared_encoder is None \
-            else bool(shared_encoder)
+        if spaces.is_dict:
+            self.encoder_name = "dict"
+            kwargs = {"image_encoder": model.encoder, "key_encoders": dict(model.key_encoders),
+                      "hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
+            has_image = any(k.kind == "image" for k in spaces.feature_keys)
+        else:
+            self.encoder_name = resolve_encoder_name(model.encoder, spaces)
+            has_image = self.encoder_name in ("cnn", "small_cnn")
+            if self.encoder_name == "mlp":
+                kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
+        # a recurrent model has one encoder and one core for both heads (see daskrl/models/recurrent.py); an image
+        # trunk is shared too (the conv stack dominates the cost)
+        self.shared_encoder = has_image or model.rnn != "none" if shared_encoder is None else bool(shared_encoder)
         if model.rnn != "none" and not self.shared_encoder:
             raise ValueError("a recurrent core is shared by both heads, so the encoder must be shared too")
 
-        self.encoder = make_encoder(self.encoder_name, spaces, **kwargs)
+        build = (lambda: DictEncoder(spaces, **kwargs)) if spaces.is_dict \
+            else (lambda: make_encoder(self.encoder_name, spaces, **kwargs))
+        self.encoder = build()
         # None when shared, so the trunk's weights appear once in state_dict.
-        self.value_encoder = (
-            None if self.shared_encoder else make_encoder(self.encoder_name, spaces, **kwargs)
-        )
+        self.value_encoder = None if self.shared_encoder else build()
         self.core = make_core(model, spaces, self.encoder.out_dim)
         head_in = self.encoder.out_dim if self.core is None else self.core.out_dim
         self.actor = make_action_head(head_in, spaces, model.init_log_std if init_log_std is None
@@ -96,16 +110,16 @@ class ActorCritic(nn.Module):
         one steps with :meth:`step` and learns with :meth:`evaluate_sequence`)."""
         if self.core is not None:
             raise TypeError("a recurrent model needs its state: use step() or evaluate_sequence()")
-        obs = self.prepare(obs)
+        obs, mask = self.prepare(obs)
         features = self._encode(self.encoder, obs)
         value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
-        return self.actor(features), self.critic(value_features).squeeze(-1)
+        return self.actor(features, mask), self.critic(value_features).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
         """Recurrent models: obs (batch, *obs_shape) and states [batch, S] -> (distribution, value, next states)."""
-        features = self._encode(self.encoder, self.prepare(obs))
-        out, state = self.core.step(features, state)
-        return self.actor(out), self.critic(out).squeeze(-1), state
+        obs, mask = self.prepare(obs)
+        out, state = self.core.step(self._encode(self.encoder, obs), state)
+        return self.actor(out, mask), self.critic(out).squeeze(-1), state
 
     def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
                           starts: torch.Tensor | None, keep: Any = ()
@@ -115,22 +129,41 @@ class ActorCritic(nn.Module):
         time-major, and the states ``RecurrentCore.sequence`` keeps (``keep``: steps whose entering state is
         wanted)."""
         T, B = obs.shape[:2]
-        features = self._encode(self.encoder, self.prepare(obs.reshape(T * B, *obs.shape[2:])))
-        out, before = self.core.sequence(features.reshape(T, B, -1), state, starts, keep)
+        flat, mask = self.prepare(obs.reshape(T * B, *obs.shape[2:]))
+        out, before = self.core.sequence(self._encode(self.encoder, flat).reshape(T, B, -1), state, starts, keep)
         out = out.reshape(T * B, -1)
-        dist = self.actor(out)
+        dist = self.actor(out, mask)
         actions = actions.reshape(T * B, -1) if self._flat_actions else actions.reshape(T * B, *actions.shape[2:])
         return dist.log_prob(actions), dist.entropy(), self.critic(out).squeeze(-1), before
 
     def value_step(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """Recurrent models: the value of ``obs`` seen from states [batch, S] (bootstrap values)."""
-        return self.critic(self.core.step(self._encode(self.encoder, self.prepare(obs)), state)[0]).squeeze(-1)
+        return self.critic(self.core.step(self._encode(self.encoder, self.prepare(obs)[0]), state)[0]).squeeze(-1)
 
-    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
-        """Normalize observations with the stored statistics (clipped to +-5), when enabled."""
-        if not self.normalize_obs:
+    def prepare(self, obs: torch.Tensor) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor | None]:
+        """-> (the encoder's input, the action mask or None). Observations are normalized with the stored statistics
+        (clipped to +-5) when enabled; Dict observations (packed records) are unpacked into one tensor per key
+        first, and only their float vectors are normalized."""
+        if not self.spaces.is_dict:
+            if not self.normalize_obs:
+                return obs, None
+            return ((obs.float() - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0), None
+        fields = unpack_tensors(obs, self.spaces.obs_keys)
+        mask = fields.pop(self.spaces.action_mask_key) if self.spaces.action_mask_key else None
+        if self.normalize_obs:
+            n = obs.shape[0]
+            flat = torch.cat([fields[k.name].reshape(n, -1) for k in self.norm_keys], dim=1)
+            flat = ((flat - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0)
+            for k, part in zip(self.norm_keys, flat.split([k.size for k in self.norm_keys], dim=1), strict=True):
+                fields[k.name] = part.reshape(n, *k.shape)
+        return fields, mask
+
+    def obs_for_stats(self, obs: np.ndarray) -> np.ndarray:
+        """The part of observations [M, ...] that normalization keeps statistics of ([M, *obs_norm_shape])."""
+        if not self.spaces.is_dict:
             return obs
-        return ((obs.float() - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0)
+        fields = unpack(obs, self.norm_keys)
+        return np.concatenate([fields[k.name].reshape(obs.shape[0], -1) for k in self.norm_keys], axis=1)
 
     def use_bfloat16_encoders(self) -> None:
         """Samplers only: keep the encoders' weights in bfloat16 and run them under autocast.
@@ -144,10 +177,10 @@ class ActorCritic(nn.Module):
             self.value_encoder.to(torch.bfloat16)
         self.encoder_dtype = torch.bfloat16
 
-    def _encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    def _encode(self, encoder: nn.Module, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
         if self.encoder_dtype == torch.float32:
             return encoder(obs)
-        with torch.autocast(obs.device.type, dtype=self.encoder_dtype):
+        with torch.autocast(self.critic.weight.device.type, dtype=self.encoder_dtype):
             return encoder(obs).float()
 
     def set_obs_stats(self, mean: Any, var: Any, count: float = 0.0) -> None:
@@ -163,7 +196,7 @@ class ActorCritic(nn.Module):
         """Value only (bootstrap values), skipping the action head."""
         if self.core is not None:
             raise TypeError("a recurrent model needs its state: use value_step()")
-        obs = self.prepare(obs)
+        obs, _ = self.prepare(obs)
         features = self._encode(self.encoder if self.value_encoder is None else self.value_encoder, obs)
         return self.critic(features).squeeze(-1)
 
@@ -238,8 +271,9 @@ def check_model(config: Config, spaces: EnvSpaces) -> None:
     try:
         build_model(spaces, config.model, config.run.seed)
     except (ValueError, TypeError) as exc:
+        shape = [f"{k.name} {k.shape}" for k in spaces.feature_keys] if spaces.is_dict else tuple(spaces.obs_shape)
         raise ConfigError([f"--encoder {config.model.encoder!r} cannot encode this env's observations "
-                           f"{tuple(spaces.obs_shape)}: {exc}"]) from exc
+                           f"{shape}: {exc}"]) from exc
 
 
 def build_model(spaces: EnvSpaces, model: ModelConfig, seed: int) -> ActorCritic:

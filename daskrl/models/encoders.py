@@ -55,11 +55,16 @@ class CnnEncoder(nn.Module):
     Doing both here keeps rollout buffers and transfers in compact uint8 HWC.
     """
 
+    MIN_SIZE = 36  # its 8x8/4, 4x4/2 and 3x3/1 convolutions leave nothing of a smaller image
+
     def __init__(self, obs_shape: Sequence[int], out_dim: int = 512) -> None:
         super().__init__()
         if len(obs_shape) != 3:
             raise ValueError(f"CnnEncoder needs HWC observations, got shape {tuple(obs_shape)}")
         h, w, c = (int(x) for x in obs_shape)
+        if min(h, w) < self.MIN_SIZE:
+            raise ValueError(f"the Nature CNN needs images of at least {self.MIN_SIZE}x{self.MIN_SIZE} pixels, got "
+                             f"{h}x{w}; use --encoder small_cnn (or auto, which picks it for small images)")
         self.conv = nn.Sequential(
             layer_init(nn.Conv2d(c, 32, 8, stride=4)),
             nn.ReLU(),
@@ -85,7 +90,36 @@ class CnnEncoder(nn.Module):
         return self.fc(self.conv(x))
 
 
-_ENCODERS: dict[str, Callable[..., nn.Module]] = {"mlp": MlpEncoder, "cnn": CnnEncoder}
+class SmallCnnEncoder(nn.Module):
+    """3x3 convolutions for small images (MiniGrid's 7x7 views, Procgen's 64x64 frames), where the Nature CNN's
+    large strides leave nothing: each layer halves the image while it is larger than 8 pixels, so a 7x7 grid keeps
+    its cells and a 64x64 frame ends at 8x8 before the linear layer."""
+
+    def __init__(self, obs_shape: Sequence[int], channels: Sequence[int] = (32, 64, 64), out_dim: int = 256) -> None:
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"SmallCnnEncoder needs HWC observations, got shape {tuple(obs_shape)}")
+        h, w, c = (int(x) for x in obs_shape)
+        if min(h, w) < 3:
+            raise ValueError(f"an image encoder needs at least 3x3 pixels, got {h}x{w}; use --encoder mlp")
+        layers: list[nn.Module] = []
+        for out_c in channels:
+            stride = 2 if min(h, w) > 8 else 1
+            layers += [layer_init(nn.Conv2d(c, int(out_c), 3, stride=stride, padding=1)), nn.ReLU()]
+            c, h, w = int(out_c), (h + 1) // stride if stride > 1 else h, (w + 1) // stride if stride > 1 else w
+        self.conv = nn.Sequential(*layers, nn.Flatten())
+        self.fc = nn.Sequential(layer_init(nn.Linear(c * h * w, out_dim)), nn.ReLU())
+        self.out_dim = int(out_dim)
+
+    @classmethod
+    def from_spaces(cls, spaces: EnvSpaces, **kwargs: Any) -> SmallCnnEncoder:
+        return cls(spaces.obs_shape, **kwargs)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)))
+
+
+_ENCODERS: dict[str, Callable[..., nn.Module]] = {"mlp": MlpEncoder, "cnn": CnnEncoder, "small_cnn": SmallCnnEncoder}
 
 
 def register_encoder(name: str, cls: Callable[..., nn.Module]) -> None:
@@ -100,9 +134,12 @@ def register_encoder(name: str, cls: Callable[..., nn.Module]) -> None:
 
 
 def resolve_encoder_name(name: str, spaces: EnvSpaces) -> str:
-    """'auto' means a CNN for image observations and an MLP otherwise."""
+    """'auto' means the Nature CNN for images of at least 36x36 pixels, the small CNN for smaller ones, an MLP for
+    everything else (a Dict observation's keys each get their own; see daskrl/models/dict_encoder.py)."""
     if name == "auto":
-        return "cnn" if spaces.is_image else "mlp"
+        if spaces.is_image:
+            return "cnn" if min(spaces.obs_shape[:2]) >= CnnEncoder.MIN_SIZE else "small_cnn"
+        return "mlp"
     if name not in _ENCODERS:
         close = difflib.get_close_matches(name, list(_ENCODERS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""

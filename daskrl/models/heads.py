@@ -145,13 +145,23 @@ class SquashedGaussian(DiagGaussian):
 Distribution = Categorical | MultiCategorical | DiagGaussian
 
 
+def masked(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Logits with the actions ``mask`` forbids (0 there, one entry per logit) at -inf, so they are never sampled and
+    carry no gradient; a row that forbids every action is left as it is (the env's bug, not a NaN in the loss)."""
+    if mask is None:
+        return logits
+    allowed = mask > 0.5
+    allowed = allowed | ~allowed.any(-1, keepdim=True)
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
 class CategoricalHead(nn.Module):
     def __init__(self, in_dim: int, num_actions: int) -> None:
         super().__init__()
         self.logits = layer_init(nn.Linear(in_dim, num_actions), std=0.01)
 
-    def forward(self, features: torch.Tensor) -> Categorical:
-        return Categorical(self.logits(features))
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Categorical:
+        return Categorical(masked(self.logits(features), mask))
 
 
 class MultiDiscreteHead(nn.Module):
@@ -160,8 +170,8 @@ class MultiDiscreteHead(nn.Module):
         self.nvec = [int(n) for n in nvec]
         self.logits = layer_init(nn.Linear(in_dim, sum(self.nvec)), std=0.01)
 
-    def forward(self, features: torch.Tensor) -> MultiCategorical:
-        return MultiCategorical(self.logits(features), self.nvec)
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> MultiCategorical:
+        return MultiCategorical(masked(self.logits(features), mask), self.nvec)
 
 
 #: how a Gaussian policy meets a bounded action Box (``--action-bounds``)
@@ -184,7 +194,7 @@ class GaussianHead(nn.Module):
         self.register_buffer("high", high, persistent=False)
         self.distribution = ACTION_BOUNDS[bounds] if bounded else None
 
-    def forward(self, features: torch.Tensor) -> DiagGaussian:
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> DiagGaussian:
         mean = self.mean(features)
         if self.distribution is None:
             return DiagGaussian(mean, self.log_std)

@@ -47,8 +47,9 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
-        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.recurrent:
-            return False  # recurrent cores stay with torch
+        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.recurrent \
+                or model.spaces.is_dict:
+            return False  # recurrent cores and Dict observations (packed records, per-key encoders) stay with torch
         if model.spaces.action_kind == "box" and model.actor.distribution not in (None, ClippedGaussian):
             return False  # tanh squashing stays with torch
         patterns = []

@@ -83,3 +83,64 @@ class BrokenCameraEnv(ConstantRewardEnv):
 
 def broken_camera(limit: int = 20, render_mode: str | None = None) -> gym.Env:
     return BrokenCameraEnv(limit, render_mode)
+
+
+class CueEnv(gym.Env):
+    """Dict observations where one key carries everything: reward 1 when the action equals the cue, 0 otherwise,
+    over ``length`` steps (then truncated), so the best return is ``length`` and a policy blind to the cue gets
+    ``length / n`` on average.
+
+    Keys: ``cue`` (Discrete(n + 1): the cue, or ``n`` = hidden), ``clock`` (Box [t / length]), ``view`` (a 3x3x1
+    uint8 image, every pixel ``10 * t``), ``note`` (Text: no fixed shape, dropped by daskrl), and with
+    ``masked=True`` ``action_mask`` (MultiBinary(n): the cue and one other action allowed; a forbidden action
+    raises). With ``memory=True`` the cue is shown at the first step only (a recurrent policy's task).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, n: int = 3, length: int = 8, memory: bool = False, masked: bool = False,
+                 render_mode: str | None = None) -> None:
+        self.n, self.length, self.memory, self.masked = int(n), int(length), bool(memory), bool(masked)
+        self.render_mode = render_mode
+        spaces: dict[str, gym.Space] = {
+            "cue": gym.spaces.Discrete(self.n + 1),
+            "clock": gym.spaces.Box(0.0, 1.0, (1,), np.float32),
+            "view": gym.spaces.Box(0, 255, (3, 3, 1), np.uint8),
+            "note": gym.spaces.Text(8),
+        }
+        if self.masked:
+            spaces["action_mask"] = gym.spaces.MultiBinary(self.n)
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.action_space = gym.spaces.Discrete(self.n)
+        self._t = 0
+        self._cue = 0
+        self._mask = np.ones(self.n, np.int8)
+
+    def _obs(self) -> dict[str, Any]:
+        shown = self._cue if not self.memory or self._t == 0 else self.n
+        obs: dict[str, Any] = {"cue": shown, "clock": np.array([self._t / self.length], np.float32),
+                               "view": np.full((3, 3, 1), 10 * self._t, np.uint8), "note": "cue"}
+        if self.masked:
+            self._mask = np.zeros(self.n, np.int8)
+            other = (self._cue + 1 + int(self.np_random.integers(self.n - 1))) % self.n
+            self._mask[[self._cue, other]] = 1
+            obs["action_mask"] = self._mask.copy()
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._cue = int(self.np_random.integers(self.n))
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        if self.masked and not self._mask[int(action)]:
+            raise ValueError(f"action {int(action)} is masked out (mask {self._mask.tolist()})")
+        reward = float(int(action) == self._cue)
+        self._t += 1
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
+def cue(n: int = 3, length: int = 8, memory: bool = False, masked: bool = False,
+        render_mode: str | None = None) -> gym.Env:
+    return CueEnv(n, length, memory, masked, render_mode)

@@ -1,0 +1,231 @@
+"""Dict observations (packed records, one encoder per key), small images and action masks: the record layout, a
+round trip through real trajectory slots (inline and remote inference), masked actions never taken, a too-small
+image refused in one line, and runs whose return depends on one key (so losing it would show) training,
+checkpointing, resuming, evaluating and recovering from a lost rollout worker."""
+
+from __future__ import annotations
+
+import itertools
+
+import gymnasium as gym
+import msgpack
+import numpy as np
+import pytest
+import torch
+
+from daskrl.config import Config, ConfigError, ModelConfig
+from daskrl.envs import probe_env
+from daskrl.envs.dict_obs import pack_into, read_dict_space, record_size, unpack
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.errors import EnvError
+from daskrl.evaluation import enjoy
+from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.models.actor_critic import build_model, check_model
+from daskrl.models.encoders import resolve_encoder_name
+from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
+from daskrl.runner import train
+from daskrl.runtime import connect_cluster, spawn, spawn_all
+from daskrl.runtime.shm import list_segments
+from daskrl.sampling.inference_worker import InferenceWorker
+from daskrl.sampling.rollout_worker import RolloutWorker
+from daskrl.setups import role_setups
+from daskrl.testing.envs import CueEnv
+from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
+
+from .conftest import wait_for
+
+CUE = "daskrl.testing.envs:cue"
+LENGTH = 8  # CueEnv's episode length (its best return)
+_ids = itertools.count()
+
+
+def test_a_dict_space_becomes_a_record_of_typed_fields_and_round_trips():
+    space = gym.spaces.Dict({
+        "image": gym.spaces.Box(0, 255, (5, 4, 3), np.uint8), "pos": gym.spaces.Box(-1, 1, (3,), np.float64),
+        "dir": gym.spaces.Discrete(4), "buttons": gym.spaces.MultiDiscrete([2, 3]), "on": gym.spaces.MultiBinary(2),
+        "text": gym.spaces.Text(5), "inner": gym.spaces.Dict({"speed": gym.spaces.Box(0, 9, (1,), np.float32)})})
+    keys, dropped = read_dict_space(space)
+    assert dropped == ("text",)
+    kinds = {k.name: k.kind for k in keys}
+    assert kinds == {"image": "image", "pos": "box", "dir": "discrete", "buttons": "multi_discrete",
+                     "on": "multi_binary", "inner/speed": "box"}
+    assert all(k.offset % 4 == 0 for k in keys) and record_size(keys) % 4 == 0
+    spans = sorted((k.offset, k.offset + k.nbytes) for k in keys)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), "fields overlap"
+    sample = space.sample()
+    row = pack_into(np.zeros(record_size(keys), np.uint8), sample, keys)
+    back = unpack(row[None], keys)
+    np.testing.assert_array_equal(back["image"][0], sample["image"])
+    np.testing.assert_allclose(back["pos"][0], sample["pos"].astype(np.float32))
+    assert back["dir"][0] == sample["dir"] and list(back["buttons"][0]) == list(sample["buttons"])
+    np.testing.assert_allclose(back["inner/speed"][0], sample["inner"]["speed"])
+    # --obs-keys keeps those keys only, and refuses a missing or an unstorable one by name
+    kept, _ = read_dict_space(space, ["pos", "dir"])
+    assert [k.name for k in kept] == ["pos", "dir"] and record_size(kept) == 16
+    with pytest.raises(EnvError, match="lack"):
+        read_dict_space(space, ["speed"])
+    with pytest.raises(EnvError, match=r"\['text'\].*no fixed shape"):
+        read_dict_space(space, ["pos", "text"])
+
+
+def test_action_mask_keys_are_checked():
+    spaces = probe_env(CUE, {"masked": True})
+    assert EnvSpaces.from_dict(msgpack.unpackb(msgpack.packb(spaces.to_dict()))) == spaces  # as setups carry it
+    assert spaces.action_mask_key == "action_mask"
+    assert "action_mask" not in [k.name for k in spaces.feature_keys]
+    assert spaces.dropped_obs_keys == ("note",)
+    with pytest.raises(EnvError, match="no such key"):
+        probe_env(CUE, {}, action_mask_key="legal")
+    with pytest.raises(EnvError, match="one per action"):
+        probe_env(CUE, {}, action_mask_key="clock")
+    with pytest.raises(EnvError, match="apply to Dict observations"):
+        probe_env("CartPole-v1", {}, obs_keys=["x"])
+
+
+def test_masked_logits_are_never_sampled_and_keep_the_loss_finite():
+    spaces = probe_env(CUE, {"masked": True})
+    model = build_model(spaces, ModelConfig(), 0)
+    cue = CueEnv(masked=True)
+    rows = []
+    for seed in range(64):
+        obs, _ = cue.reset(seed=seed)
+        rows.append(pack_into(np.zeros(spaces.obs_shape, np.uint8), obs, spaces.obs_keys))
+    batch = np.stack(rows)
+    masks = unpack(batch, spaces.obs_keys)["action_mask"] > 0.5
+    for _ in range(50):
+        actions, log_probs, _ = model.act(batch)
+        assert masks[np.arange(len(actions)), actions].all(), "a masked action was sampled"
+        assert np.isfinite(log_probs).all()
+    obs = torch.from_numpy(batch)
+    log_prob, entropy, value = model.evaluate(obs, torch.from_numpy(actions))
+    (log_prob.sum() + entropy.sum() + value.sum()).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    forbidden = torch.from_numpy(np.argmin(masks, axis=1))  # a masked action in every row (two of three allowed)
+    assert (model.evaluate(obs, forbidden)[0].exp() == 0).all(), "a masked action has a probability"
+
+
+def test_small_images_get_the_small_cnn_and_a_too_small_image_is_one_readable_line(tmp_path):
+    spaces = probe_env(CUE)
+    view = next(k for k in spaces.obs_keys if k.name == "view")
+    assert view.shape == (3, 3, 1)
+    assert resolve_encoder_name("auto", probe_env("daskrl/Catch-v0")) in ("cnn", "small_cnn")
+    model = build_model(spaces, ModelConfig(), 0)
+    assert type(model.encoder.keyed["view"]).__name__ == "SmallCnnEncoder"
+    assert not NumpyPolicy.supports(model), "packed records must not reach the numpy MLP path"
+    config = Config.from_flat({"env": CUE, "encoder": "cnn"})
+    with pytest.raises(ConfigError) as err:
+        check_model(config, spaces)
+    message = str(err.value)
+    assert "\n" not in message and "36x36" in message and "small_cnn" in message and "'view'" in message
+    with pytest.raises(ConfigError, match="small_cnn"):  # before any process starts or file is written
+        train(Config.from_flat({"env": CUE, "encoder": "cnn", "dashboard_address": "", "train_dir": str(tmp_path),
+                                "experiment": "refused"}))
+    assert not (tmp_path / "refused" / "config.json").exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    s = connect_cluster(n_workers=3, dashboard_address=None)
+    yield s
+    run_id = s.run_id
+    s.close()
+    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
+
+
+@pytest.mark.parametrize("inference", ["inline", "remote"])
+def test_dict_records_round_trip_through_trajectory_slots(cluster, inference):
+    """Real rollout workers (inline, or with two inference workers) write CueEnv's packed records into their slots;
+    what a consumer reads back unpacks into the keys the env produced: the clock counts the steps of each
+    episode, the image shows the same count, the cue is one of the actions, and time-limit finals hold the last
+    step's observation."""
+    hosts = sorted(cluster.client.scheduler_info()["workers"])
+    config = Config.from_flat({
+        "env": CUE, "num_workers": 1, "num_envs_per_worker": 4, "rollout": 5, "slots_per_split": 2,
+        "worker_num_splits": 2 if inference == "remote" else 1, "inference": inference,
+        "num_inference_workers": 2}).validate()
+    spaces = probe_env(CUE)
+    source = spawn(cluster.client, PolicySource, f"dictsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
+                   setup=PolicySourceSetup(spaces, config.model))
+    source.call("publish")
+    collector = spawn(cluster.client, SlotCollector, f"dictcollector{next(_ids)}", run_id=cluster.run_id,
+                      worker=hosts[1], setup=CollectorSetup(max_keep=12))
+    setups = role_setups(config, spaces, source.call("desc"), remote_params=False)
+    name = f"dict{next(_ids)}"
+    handles, inference_handles = [], []
+    try:
+        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[0], setups.rollout[0])],
+                  run_id=cluster.run_id, created=handles)
+        buffers = {handles[0].name: handles[0].call("buffers")}
+        if inference == "remote":
+            spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_{j}", host, setups.inference)
+                                       for j, host in enumerate(hosts[1:])], run_id=cluster.run_id,
+                      created=inference_handles)
+            for handle in inference_handles:
+                handle.call("attach_workers", buffers)
+            wire_sampling_graph(cluster.client, handles, inference_handles, collector.on_trajectory, policy_queue())
+        else:
+            wire_rollout(cluster.client, handles[0], collector.on_trajectory)
+        collector.call("attach_workers", buffers)
+        for handle in [collector, *inference_handles, *handles]:
+            handle.call("start")
+        wait_for(lambda: collector.call("stats")["kept"] >= 12, what="12 slots")
+        kept = [k["arrays"] for k in collector.call("collected")]
+    finally:
+        for h in handles + inference_handles + [collector, source]:
+            try:
+                h.call("stop", timeout=30)
+            except Exception:
+                pass
+    finals = 0
+    for s in kept:
+        fields = unpack(s["obs"], spaces.obs_keys)  # [T + 1, B, ...]
+        steps = np.rint(fields["clock"][..., 0] * LENGTH).astype(int)
+        assert ((steps >= 0) & (steps < LENGTH)).all()
+        np.testing.assert_array_equal(fields["view"], np.broadcast_to((10 * steps)[..., None, None, None],
+                                                                      fields["view"].shape))
+        assert set(np.unique(fields["cue"])) <= {0, 1, 2}
+        ended = s["truncated"].astype(bool)
+        np.testing.assert_array_equal(steps[1:], np.where(ended, 0, steps[:-1] + 1))
+        for flat in s["final_at"][s["final_at"] >= 0]:
+            t, b = divmod(int(flat), s["obs"].shape[1])
+            final = unpack(s["final_obs"][list(s["final_at"]).index(flat)][None], spaces.obs_keys)
+            assert np.isclose(final["clock"][0, 0], 1.0), "a time-limit final observation is not the last step's"
+            assert steps[t, b] == LENGTH - 1
+            finals += 1
+    assert finals > 0
+
+
+def run_config(tmp_path, **kw) -> Config:
+    base = {"env": CUE, "train_dir": str(tmp_path), "num_workers": 1, "num_envs_per_worker": 16, "rollout": 16,
+            "batch_size": 512, "report_interval": 0.5, "dashboard_address": "", "env_failure_limit": 0}
+    return Config.from_flat({**base, **kw})
+
+
+def test_a_masked_dict_run_never_takes_a_masked_action_and_learns_from_the_cue_key(tmp_path):
+    """CueEnv raises on a masked action and --env-failure-limit 0 makes that stop the run; the return needs the
+    cue key (a policy blind to it averages LENGTH / 2 with the mask's help, which the threshold is well above)."""
+    summary = train(run_config(tmp_path, experiment="masked", env_kwargs={"masked": True},
+                               train_for_env_steps=60_000, train_for_seconds=120))
+    assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
+    assert not summary["incidents"], summary["incidents"]
+    assert summary["episode_return_mean"] >= 0.9 * LENGTH, summary["episode_return_mean"]
+
+
+def test_a_recurrent_dict_run_checkpoints_resumes_and_enjoys_with_its_memory(tmp_path):
+    """The cue shows at the first step only: a GRU over the dict encoder learns it (a feed-forward policy cannot
+    beat LENGTH / 3 plus the first step); the checkpoint, a resumed run and ``enjoy`` (state carried per step)
+    keep that return."""
+    config = run_config(tmp_path, experiment="memory", env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
+                        train_for_env_steps=120_000, train_for_seconds=150)
+    first = train(config)
+    assert first["episode_return_mean"] >= 0.9 * LENGTH, first["episode_return_mean"]
+    store = CheckpointStore(f"{first['experiment_dir']}/checkpoints")
+    saved = store.load("latest")
+    assert any(k.startswith("encoder.keyed.view.") for k in saved["model"]), "the image key's encoder is missing"
+    played = enjoy(first["experiment_dir"], episodes=10)
+    assert played["return_mean"] >= 0.9 * LENGTH, played
+    second = train(run_config(tmp_path, experiment="memory", env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
+                              resume=True, train_for_env_steps=140_000, train_for_seconds=150))
+    assert second["env_steps"] >= 140_000 and store.load("latest")["train_steps"] > saved["train_steps"]
+    assert second["episode_return_mean"] >= 0.9 * LENGTH, second["episode_return_mean"]
