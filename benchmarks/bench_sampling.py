@@ -1,7 +1,8 @@
-"""Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4) and
-VizDoom (doom/basic: 128x72 RGB, 4 tics a step).
+"""Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4),
+VizDoom (doom/basic: 128x72 RGB, 4 tics a step) and CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm,
+the same sampler settings as cartpole; the report gives its rate against the feed-forward policy's).
 
-Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole image doom]
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image doom]
       [--inference-precision float32]
 
 (a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris, 16 Dooms) with random
@@ -30,7 +31,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import RateProbe  # noqa: E402
 
 ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
-        "doom": "doom/basic"}  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
+        "doom": "doom/basic",  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
+        "cartpole_lstm": "CartPole-v1"}  # CartPole with a recurrent policy (--rnn lstm: torch, not the numpy path)
 
 
 def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
@@ -138,17 +140,19 @@ def main() -> None:
               # 6 interleaved rounds against 54-76% with 16)
               "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1},
               "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1}}
+    inline["cartpole_lstm"] = {**inline["cartpole"], "rnn": "lstm"}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
                         "num_inference_workers": 1},
               "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
                        "num_inference_workers": 1}}
+    remote["cartpole_lstm"] = {**remote["cartpole"], "rnn": "lstm"}
     # envs per limit process
-    limit_envs = {"cartpole": 32, "image": 16, "doom": 16}
+    limit_envs = {"cartpole": 32, "image": 16, "doom": 16, "cartpole_lstm": 32}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
     startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0},
-               "doom": {"inline": 20.0, "remote": 20.0}}
+               "doom": {"inline": 20.0, "remote": 20.0}, "cartpole_lstm": {"inline": 4.0, "remote": 4.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
     results: dict[str, dict] = {}
@@ -182,13 +186,17 @@ def main() -> None:
     print("| env | (a) limit: SyncVectorEnv, 1 process/core | (b) inline | (b)/(a) | (c) 1 inference worker | (c)/(a) |")
     print("|---|---|---|---|---|---|")
     for key, r in results.items():
-        print(f"| {ENVS[key]} | {r['limit_fps']:,} | {r['inline_fps']:,} | {statistics.median(r['inline_ratios']):.0%} | "
+        print(f"| {ENVS[key]}{' (--rnn lstm)' if key == 'cartpole_lstm' else ''} | {r['limit_fps']:,} | {r['inline_fps']:,} | {statistics.median(r['inline_ratios']):.0%} | "
               f"{r['remote_fps']:,} | {statistics.median(r['remote_ratios']):.0%} |")
     for key, r in results.items():
         print(f"  {ENVS[key]} rounds (limit, inline, remote): {r['rounds']}")
         # each round measures the three side by side, so its ratios are not skewed by the machine's slow spells
         print(f"  {ENVS[key]} ratios per round, (b)/(a): {', '.join(f'{x:.0%}' for x in r['inline_ratios'])}; "
               f"(c)/(a): {', '.join(f'{x:.0%}' for x in r['remote_ratios'])}")
+    if "cartpole" in results and "cartpole_lstm" in results:  # the recurrent policy's cost, same env and settings
+        ff, rnn = results["cartpole"], results["cartpole_lstm"]
+        print(f"  CartPole-v1 --rnn lstm against feed-forward: inline {rnn['inline_fps'] / ff['inline_fps']:.0%}, "
+              f"remote {rnn['remote_fps'] / ff['remote_fps']:.0%} (medians of rounds)")
     for key, r in results.items():
         print(f"  {ENVS[key]} policy precision: inline {r['inline_precision']}, remote {r['remote_precision']} "
               f"(--inference-precision {args.inference_precision})")

@@ -23,6 +23,7 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.encoders import resolve_encoder_name
 from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runner import train
 from daskrl.runtime import connect_cluster, spawn, spawn_all
@@ -34,6 +35,8 @@ from daskrl.testing.envs import CueEnv
 from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
 
 from .conftest import wait_for
+from .test_faults import Killer, recovery_of
+from .test_monitor import get_json
 
 CUE = "daskrl.testing.envs:cue"
 LENGTH = 8  # CueEnv's episode length (its best return)
@@ -229,3 +232,26 @@ def test_a_recurrent_dict_run_checkpoints_resumes_and_enjoys_with_its_memory(tmp
                               resume=True, train_for_env_steps=140_000, train_for_seconds=150))
     assert second["env_steps"] >= 140_000 and store.load("latest")["train_steps"] > saved["train_steps"]
     assert second["episode_return_mean"] >= 0.9 * LENGTH, second["episode_return_mean"]
+
+
+def test_a_recurrent_dict_run_recovers_a_lost_rollout_worker_and_the_dashboard_shows_its_return(tmp_path):
+    """SIGKILL of the only rollout worker of a GRU policy on the memory task: the recreated worker starts its envs
+    and states afresh, the run reaches its budget with the return it had (a state or key lost after the recovery
+    would drop it to about LENGTH / 3), and the dashboard's history of the run shows the same returns."""
+    session = connect_cluster(n_workers=2, dashboard_address="127.0.0.1:0", scheduler_plugins=(DashboardPlugin(),))
+    try:
+        base = dashboard_page(session.client)[: -len("/daskrl")]
+        killer = Killer("rollout_0", ready=lambda row: row["env_steps"] >= 40_000)
+        summary = train(run_config(tmp_path, experiment="lost", env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
+                                   train_for_env_steps=160_000, train_for_seconds=150),
+                        client=session.client, on_report=killer)
+        killer.check()
+        rows = get_json(f"{base}/daskrl/api/history?run=lost")["rows"]
+    finally:
+        session.close()
+    assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
+    assert recovery_of(summary, "rollout_0")["role"] == "rollout"
+    assert summary["episode_return_mean"] >= 0.9 * LENGTH, summary["episode_return_mean"]
+    after = rows[killer.rows_before_kill:]
+    assert len(after) >= 2 and after[-1]["env_steps"] == summary["env_steps"]
+    assert after[-1]["episode_return_mean"] >= 0.9 * LENGTH, after[-1]
