@@ -186,7 +186,8 @@ def main() -> None:
     print("| env | (a) limit: SyncVectorEnv, 1 process/core | (b) inline | (b)/(a) | (c) 1 inference worker | (c)/(a) |")
     print("|---|---|---|---|---|---|")
     for key, r in results.items():
-        print(f"| {ENVS[key]}{' (--rnn lstm)' if key == 'cartpole_lstm' else ''} | {r['limit_fps']:,} | {r['inline_fps']:,} | {statistics.median(r['inline_ratios']):.0%} | "
+        label = ENVS[key] + (" (--rnn lstm)" if key == "cartpole_lstm" else "")
+        print(f"| {label} | {r['limit_fps']:,} | {r['inline_fps']:,} | {statistics.median(r['inline_ratios']):.0%} | "
               f"{r['remote_fps']:,} | {statistics.median(r['remote_ratios']):.0%} |")
     for key, r in results.items():
         print(f"  {ENVS[key]} rounds (limit, inline, remote): {r['rounds']}")
