@@ -64,3 +64,27 @@ def test_refresh_follows_new_weights_and_unsupported_models_keep_torch():
     fast.refresh()
     np.testing.assert_allclose(fast.act(obs, deterministic=True)[2], before + 1.0, atol=1e-5)
     assert not NumpyPolicy.supports(ActorCritic(probe_env("daskrl/Catch-v0")))  # CNN encoder
+
+
+@pytest.mark.parametrize("kind,layers", [("lstm", 1), ("gru", 1), ("lstm", 2), ("gru", 2)])
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_a_recurrent_cell_steps_as_torch_does_and_writes_the_next_state_in_place(env, kind, layers):
+    """Three steps of the numpy cell from a random state: the same log-probs, values and next states as the torch
+    model's step, the states written into the array passed in (as the samplers keep them in shared memory)."""
+    model = model_for(env, True, rnn=kind, rnn_layers=layers, rnn_size=16)
+    fast = NumpyPolicy(model, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    state = rng.normal(size=(50, model.state_size)).astype(np.float32)
+    t_state = torch.from_numpy(state.copy())
+    for _ in range(3):
+        obs = rng.normal(size=(50, *model.spaces.obs_shape)).astype(np.float32) * 3
+        actions, log_probs, values = fast.act(obs, state=state)
+        with torch.no_grad():
+            dist, t_values, t_state = model.step(torch.from_numpy(obs), t_state)
+            t_actions = torch.from_numpy(actions).reshape(50, -1) if env == "Pendulum-v1" \
+                else torch.from_numpy(actions)
+            np.testing.assert_allclose(log_probs, dist.log_prob(t_actions).numpy(), atol=3e-5)
+        np.testing.assert_allclose(values, t_values.numpy(), atol=3e-5)
+        np.testing.assert_allclose(state, t_state.numpy(), atol=3e-5)
+    with pytest.raises(TypeError, match="state"):
+        fast.act(obs)

@@ -4,8 +4,9 @@ Why: with cheap envs (a CartPole step costs a few microseconds) the policy's for
 rollout worker's time, and at these sizes torch's per-op overhead dominates: ``act`` on a few dozen CartPole
 observations takes several times longer in torch than here (docs/performance.md). This computes the same function, the same
 Gumbel-max sampling, the same log-probabilities and values, and is checked against the torch model in tests.
-Models it cannot express (CNN encoders, multi-discrete heads, custom encoders, recurrent cores) keep the torch
-path.
+Recurrent models with daskrl's LSTM or GRU core run their cell here too (one step, states read and written in place,
+as the samplers keep them). Models it cannot express (CNN encoders, multi-discrete heads, custom encoders or cores,
+Dict observations) keep the torch path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from daskrl.models.actor_critic import ActorCritic
 from daskrl.models.encoders import MlpEncoder
 from daskrl.models.heads import ClippedGaussian
+from daskrl.models.recurrent import RecurrentCore
 
 
 def _tanh(x: np.ndarray) -> np.ndarray:
@@ -47,9 +49,10 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
-        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.recurrent \
-                or model.spaces.is_dict:
-            return False  # recurrent cores and Dict observations (packed records, per-key encoders) stay with torch
+        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.spaces.is_dict:
+            return False  # Dict observations (packed records, per-key encoders) stay with torch
+        if model.recurrent and type(model.core) is not RecurrentCore:
+            return False  # a registered core: only torch knows it
         if model.spaces.action_kind == "box" and model.actor.distribution not in (None, ClippedGaussian):
             return False  # tanh squashing stays with torch
         patterns = []
@@ -76,6 +79,7 @@ class NumpyPolicy:
         else:  # policy features feed the action head, value features the value head
             self.head_w = _block_diagonal([head_w, value_w])
         self.head_b = np.concatenate([_bias(head), _bias(m.critic)])
+        self.cell = _NumpyCell(m.core) if m.core is not None else None
         if self.kind == "box":
             log_std = m.actor.log_std.detach().numpy().astype(np.float32)
             self.log_std, self.std = log_std, np.exp(log_std)
@@ -90,7 +94,10 @@ class NumpyPolicy:
             self.obs_mean = None
         self._rows = np.arange(0)
 
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def act(self, obs: np.ndarray, deterministic: bool = False,
+            state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As :meth:`ActorCritic.act`: a recurrent model reads its states from ``state`` [n, S] and writes the next
+        ones there."""
         n = obs.shape[0]
         x = obs.reshape(n, -1)
         if self.obs_mean is not None:
@@ -101,6 +108,10 @@ class NumpyPolicy:
             x = x.astype(np.float32, copy=False)
         for layer in self.layers:
             x = layer(x)
+        if self.cell is not None:
+            if state is None:
+                raise TypeError("a recurrent model acts from its state: pass state=")
+            x = self.cell(x, state)
         out = x @ self.head_w
         out += self.head_b
         k = self.num_outputs
@@ -220,6 +231,70 @@ class _FusedLayer:
         if self.activation is not None:
             self.activation(y)
         return y
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """In place, through tanh: no overflow warnings for large inputs, one call."""
+    x *= 0.5
+    np.tanh(x, out=x)
+    x *= 0.5
+    x += 0.5
+    return x
+
+
+class _NumpyCell:
+    """One step of :class:`RecurrentCore`'s ``nn.LSTM`` / ``nn.GRU`` (torch's gate order and bias placement) over
+    the flat states ``[n, S]`` (h then c, layer after layer: the core's layout), written back in place."""
+
+    def __init__(self, core: RecurrentCore) -> None:
+        self.lstm = core.kind == "lstm"
+        self.layers, self.size = core.layers, core.size
+        rnn = core.rnn
+
+        def get(name: str, layer: int) -> np.ndarray:
+            return getattr(rnn, f"{name}_l{layer}").detach().numpy().astype(np.float32)
+
+        self.w_ih = [get("weight_ih", k).T.copy() for k in range(self.layers)]
+        self.w_hh = [get("weight_hh", k).T.copy() for k in range(self.layers)]
+        self.b_ih = [get("bias_ih", k) for k in range(self.layers)]
+        self.b_hh = [get("bias_hh", k) for k in range(self.layers)]
+        self.b_sum = [a + b for a, b in zip(self.b_ih, self.b_hh, strict=True)]
+
+    def __call__(self, x: np.ndarray, state: np.ndarray) -> np.ndarray:
+        n, size = x.shape[0], self.size
+        parts = state.reshape(n, 2 if self.lstm else 1, self.layers, size)  # a view: the writes reach ``state``
+        for k in range(self.layers):
+            h = parts[:, 0, k]
+            if self.lstm:
+                gates = x @ self.w_ih[k]
+                gates += h @ self.w_hh[k]
+                gates += self.b_sum[k]
+                _sigmoid(gates[:, :2 * size])  # input and forget gates
+                _sigmoid(gates[:, 3 * size:])  # output gate
+                cell = np.tanh(gates[:, 2 * size:3 * size])
+                cell *= gates[:, :size]
+                c = parts[:, 1, k]
+                c *= gates[:, size:2 * size]
+                c += cell
+                out = np.tanh(c)
+                out *= gates[:, 3 * size:]
+            else:
+                gi = x @ self.w_ih[k]
+                gi += self.b_ih[k]
+                gh = h @ self.w_hh[k]
+                gh += self.b_hh[k]
+                rz = _sigmoid(gi[:, :2 * size] + gh[:, :2 * size])
+                cand = gh[:, 2 * size:]
+                cand *= rz[:, :size]
+                cand += gi[:, 2 * size:]
+                np.tanh(cand, out=cand)
+                z = rz[:, size:]
+                out = h - cand  # h' = (1 - z) * n + z * h = n + z * (h - n)
+                out *= z
+                out += cand
+            h[...] = out
+            x = out
+        return x
 
 
 def _block_diagonal(blocks: list[np.ndarray]) -> np.ndarray:

@@ -98,7 +98,7 @@ class SamplingPolicy:
 
     def act(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions, log-probs and values for ``obs``; a recurrent policy acts from ``state`` [batch, S] and writes
-        the next states there (the numpy fast path never takes a recurrent model: it stays with torch)."""
+        the next states there."""
         if self.fast is not None:
-            return self.fast.act(obs)
+            return self.fast.act(obs, state=state)
         return self.model.act(obs, state=state)
