@@ -95,7 +95,7 @@ class SmallCnnEncoder(nn.Module):
     large strides leave nothing: each layer halves the image while it is larger than 8 pixels, so a 7x7 grid keeps
     its cells and a 64x64 frame ends at 8x8 before the linear layer."""
 
-    def __init__(self, obs_shape: Sequence[int], channels: Sequence[int] = (32, 64, 64), out_dim: int = 256) -> None:
+    def __init__(self, obs_shape: Sequence[int], channels: Sequence[int] = (16, 32, 32), out_dim: int = 128) -> None:
         super().__init__()
         if len(obs_shape) != 3:
             raise ValueError(f"SmallCnnEncoder needs HWC observations, got shape {tuple(obs_shape)}")
