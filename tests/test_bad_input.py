@@ -80,6 +80,8 @@ def invalid_values(f: dataclasses.Field, hint: typing.Any) -> list[str]:
     if base is str:  # text: what its metadata forbids, or a file that is not there
         if f.name.startswith("tls_"):
             return ["/nonexistent/file.pem"]
+        if f.name == "action_mask_key":
+            return ["action_mask"]  # CartPole's observations are no Dict: nothing to mask with
         if f.name == "encoder":
             return ["no-such-encoder", "cnn"]  # unknown; an image encoder for CartPole's 4 numbers
         return (["''"] if meta.get("low") else []) + (["'not an address'"] if meta.get("pattern") else [])
