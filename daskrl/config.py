@@ -111,7 +111,7 @@ class SamplerConfig(Section):
 @dataclass
 class ModelConfig(Section):
     encoder: str = opt("auto", "observation encoder: 'auto' (cnn for images, mlp otherwise), 'mlp', 'cnn', or a "
-                               "registered name", low=1)
+                               "name given to daskrl.models.register_encoder", low=1)
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")
@@ -121,8 +121,8 @@ class ModelConfig(Section):
                              choices=["clip", "squash"])
     init_log_std: float = opt(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)")
     rnn: str = opt("none", "recurrent core between the encoder and the heads (one core shared by the policy and "
-                           "value heads, which then share one encoder too): 'lstm', 'gru' or 'none' (feed-forward)",
-                   choices=["none", "lstm", "gru"])
+                           "value heads, which then share one encoder too): 'lstm', 'gru', a name given to "
+                           "daskrl.models.register_core, or 'none' (feed-forward)", low=1)
     rnn_size: int = opt(0, "hidden units of the recurrent core (0: 64 for vector observations, 256 for images)",
                         low=0)
     rnn_layers: int = opt(1, "stacked layers of the recurrent core", low=1, high=8)
@@ -309,6 +309,7 @@ class Config:
             )
         problems += _combination_problems(self, found)
         problems += _recurrent_problems(self, found)
+        problems += _import_problems(self, found)
         if problems:
             raise ConfigError(problems)
         return self
@@ -345,6 +346,16 @@ def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
         out.append(f"--inference-device {s.inference_device} is for remote inference workers, and inline samplers act "
                    "on the CPU: add --inference remote, or leave --inference-device at auto")
     return out
+
+
+def _import_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Looks up the components --encoder and --rnn name. Imported here, not at the top: the registry's package
+    imports this module."""
+    if found:
+        return []
+    from daskrl.models.registry import model_name_problems
+
+    return model_name_problems(config.model.encoder, config.model.rnn)
 
 
 def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:

@@ -238,8 +238,8 @@ def check_model(config: Config, spaces: EnvSpaces) -> None:
     try:
         build_model(spaces, config.model, config.run.seed)
     except (ValueError, TypeError) as exc:
-        raise ConfigError([f"--encoder {config.model.encoder!r} cannot encode this env's observations "
-                           f"{tuple(spaces.obs_shape)}: {exc}"]) from exc
+        raise ConfigError([f"--encoder {config.model.encoder!r} (--rnn {config.model.rnn!r}) cannot be built for this "
+                           f"env's observations {tuple(spaces.obs_shape)}: {exc}"]) from exc
 
 
 def build_model(spaces: EnvSpaces, model: ModelConfig, seed: int) -> ActorCritic:
