@@ -66,6 +66,9 @@ class EnvConfig(Section):
     env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env",
                    low=1)
     env_kwargs: dict = opt({}, "keyword arguments for the env constructor (JSON on the command line)")
+    env_packages: list[str] = opt([], "modules to import before the env is made, here and in every worker (as "
+                                      "rl-zoo's --gym-packages): packages that register env ids on import, such as "
+                                      "minigrid; a comma-separated list works too")
 
 
 @dataclass
@@ -349,13 +352,14 @@ def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
 
 
 def _import_problems(config: Config, found: dict[str, str]) -> list[str]:
-    """Looks up the components --encoder and --rnn name. Imported here, not at the top: the registry's package
-    imports this module."""
+    """Imports --env-packages (the ids and model components they register count from then on), then looks up the
+    components --encoder and --rnn name. Imported here, not at the top: both modules import this one."""
     if found:
         return []
+    from daskrl.envs.packages import env_package_problems
     from daskrl.models.registry import model_name_problems
 
-    return model_name_problems(config.model.encoder, config.model.rnn)
+    return env_package_problems(config.env.env_packages) or model_name_problems(config.model.encoder, config.model.rnn)
 
 
 def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:
