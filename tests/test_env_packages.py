@@ -20,6 +20,7 @@ from daskrl.envs import make_env, probe_env
 from daskrl.envs import registry as env_registry
 from daskrl.envs.packages import package_names
 from daskrl.errors import EnvError
+from daskrl.models import registry
 from daskrl.runner import train
 from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments
@@ -85,6 +86,17 @@ def test_modules_that_cannot_be_imported_are_one_line_each(package):
         "--env-packages 'not a module' is not a module name (such as minigrid or my_pkg.envs)",
     ]
     assert imported_here(PKG)  # the one that imports was imported all the same
+
+
+def test_a_module_they_name_may_register_model_components(package):
+    """Imported before --encoder and --rnn are looked up: what `daskrl enjoy` needs for a model registered in a
+    module rather than in the training script."""
+    sys.modules.pop("daskrl_test_modelpkg", None)
+    registry._ENCODERS.pop("test_packaged", None)
+    registry._USER.discard(("encoder", "test_packaged"))
+    with pytest.raises(ConfigError, match="--encoder 'test_packaged': Unknown encoder"):
+        Config.from_flat({"encoder": "test_packaged"}).validate()
+    Config.from_flat({"encoder": "test_packaged", "env_packages": ["daskrl_test_modelpkg"]}).validate()
 
 
 def test_the_flag_takes_names_and_comma_separated_lists(capsys):
