@@ -4,7 +4,7 @@ registries and in the weights; a custom core against a step-by-step loop; unknow
 
 from __future__ import annotations
 
-import math
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +20,7 @@ from torch import nn
 from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.evaluation import enjoy
+from daskrl.evaluator import Evaluator
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models import MlpEncoder, register_core, register_encoder, registry
 from daskrl.models.actor_critic import build_model, check_model
@@ -28,6 +29,7 @@ from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import install_components, lookup, pack_components
 from daskrl.runner import train
 from daskrl.runtime import connect_cluster
+from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.shm import list_segments
 
 CARTPOLE = probe_env("CartPole-v1")
@@ -171,7 +173,12 @@ def test_unknown_and_unusable_components_are_one_line_each():
 
 
 def test_a_shipped_component_that_cannot_be_used_here_says_why():
-    register_encoder("test_stale", ResidualMlp)  # an earlier run's class by this name must not be used instead
+    register_encoder("test_stale", ResidualMlp)
+    shipped = pack_components()
+    registry._USER.clear()  # from here on this process is a worker: what it has came from install_components
+    registry._ENCODERS.pop("test_stale")
+    install_components(shipped)  # an earlier run's: its class must not be used instead of a broken one
+    assert lookup("encoder", "test_stale") is ResidualMlp
     gone = types.ModuleType("daskrl_test_gone_module")
     exec("class Gone:\n    pass", gone.__dict__)
     gone.Gone.__module__ = gone.__name__
@@ -191,6 +198,10 @@ def test_a_shipped_component_that_cannot_be_used_here_says_why():
     with pytest.raises(ValueError, match=r"core 'test_unsent' .* could not be sent .*PicklingError"):
         build_model(CARTPOLE, ModelConfig(rnn="test_unsent"), 0)
     register_encoder("test_stale", ResidualMlp)  # registered again here: usable again
+    assert lookup("encoder", "test_stale") is ResidualMlp
+    # in the process that registered it (a --serial run's components are threads there) its own class stays, even
+    # one that could not be sent
+    install_components({("encoder", "test_stale"): "it could not be sent to the worker processes (x)"})
     assert lookup("encoder", "test_stale") is ResidualMlp
 
 
@@ -275,17 +286,20 @@ def test_an_encoder_registered_here_trains_in_worker_processes(cluster, tmp_path
     assert os.getpid() not in set(cluster.client.run(os.getpid).values())  # the model is built elsewhere
     assert not any(cluster.client.run(registered_in_worker, "encoder", "test_resmlp").values())
     register_encoder("test_resmlp", ResidualMlp)
-    rows = []
-    summary = train(run_config(tmp_path, experiment="resmlp", encoder="test_resmlp", eval_interval_env_steps=1_000,
-                               eval_episodes=2), client=cluster.client, on_report=rows.append)
+    config = run_config(tmp_path, experiment="resmlp", encoder="test_resmlp", eval_episodes=2)
+    summary = train(config, client=cluster.client)
     assert summary["env_steps"] >= 4_000 and summary["episodes"] > 0
     assert summary["policy_version"] > 1 and not summary["incidents"], summary["incidents"]
     # the learner and the rollout worker (acting inline) installed it in their own processes
     assert sum(cluster.client.run(registered_in_worker, "encoder", "test_resmlp").values()) >= 2
     saved = CheckpointStore(f"{summary['experiment_dir']}/checkpoints").load("latest")["model"]
     assert {"encoder.stem.weight", "encoder.block.1.weight", "value_encoder.stem.weight"} <= set(saved)
-    # the evaluator (a thread of this process) and enjoy built it too
-    assert any(not math.isnan(r["eval_return_mean"]) for r in rows)
+    # the evaluator (threads of this process, here called directly: a run this short may end before its result is
+    # logged) and enjoy build it with the trained weights too
+    evaluator = Evaluator(config, CARTPOLE, 0, Incidents(logging.getLogger(__name__)), warn=print)
+    evaluator._run(evaluator.tasks[0], saved, 4_000)
+    assert evaluator._result["eval_episodes"] == 2 and isinstance(evaluator.tasks[0].model.encoder, ResidualMlp)
+    evaluator.close()
     assert len(enjoy(summary["experiment_dir"], episodes=2)["returns"]) == 2
     # `daskrl enjoy` in a process of its own, where nothing registered it: one line that says where to register it
     done = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--experiment", "resmlp", "--train-dir",

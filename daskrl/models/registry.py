@@ -121,6 +121,8 @@ def pack_components() -> Shipped:
 def install_components(shipped: Shipped) -> None:
     """Register what :func:`pack_components` sent, in the worker process that is about to build the model."""
     for (kind, name), blob in shipped.items():
+        if (kind, name) in _USER:  # registered in this very process (a --serial run's threads): that one stays
+            continue
         if isinstance(blob, str):
             _broken(kind, name, blob)
             continue
