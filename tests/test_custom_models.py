@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import types
 
 import cloudpickle
@@ -327,8 +328,28 @@ def test_a_core_registered_here_trains_with_remote_inference(cluster, tmp_path):
 
 def test_what_travels_is_every_registration_each_on_its_own():
     register_encoder("test_resmlp", ResidualMlp)
-    register_encoder("test_local", type("Local", (ResidualMlp,), {"lock": __import__("threading").Lock()}))
+    register_encoder("test_local", type("Local", (ResidualMlp,), {"lock": threading.Lock()}))
     shipped = pack_components()
     assert isinstance(shipped["encoder", "test_resmlp"], bytes)
     assert shipped["encoder", "test_local"].startswith("it could not be sent to the worker processes (TypeError")
     assert not any(kind == "encoder" and name in ("mlp", "cnn") for kind, name in shipped)  # built-ins stay
+
+
+def test_a_serial_run_uses_the_class_registered_here_even_one_that_cannot_be_sent(tmp_path):
+    """With --serial the components are threads of this process: the registration made here is the one they build,
+    and a class that could not be pickled for worker processes does not matter."""
+    built = []
+
+    class Unsendable(ResidualMlp):
+        lock = threading.Lock()  # cannot be pickled: the class could never reach a worker process
+
+        def __init__(self, obs_dim: int) -> None:
+            super().__init__(obs_dim)
+            built.append(threading.current_thread().name)
+
+    register_encoder("test_unsendable", Unsendable)
+    assert isinstance(pack_components()["encoder", "test_unsendable"], str)
+    summary = train(run_config(tmp_path, experiment="serial", encoder="test_unsendable", serial=True,
+                               train_for_env_steps=2_000))
+    assert summary["env_steps"] >= 2_000 and summary["episodes"] > 0 and not summary["incidents"]
+    assert len(built) >= 6  # the driver's check, then learner and sampler: policy and value encoders each
