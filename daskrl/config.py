@@ -70,6 +70,9 @@ class EnvConfig(Section):
                                   "the others are dropped with a note at start)")
     action_mask_key: str = opt("", "Dict observations: the key that masks invalid discrete actions (1 = allowed); "
                                    "default: 'action_mask' where the observations have it")
+    env_packages: list[str] = opt([], "modules to import before the env is made, here and in every worker (as "
+                                      "rl-zoo's --gym-packages): packages that register env ids on import, such as "
+                                      "minigrid; a comma-separated list works too")
 
 
 @dataclass
@@ -115,8 +118,9 @@ class SamplerConfig(Section):
 @dataclass
 class ModelConfig(Section):
     encoder: str = opt("auto", "observation encoder: 'auto' (the Nature cnn for images of 36x36 pixels or more, "
-                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', or a "
-                               "registered name; with Dict observations it encodes the image keys", low=1)
+                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', or a name "
+                               "given to daskrl.models.register_encoder; with Dict observations it encodes the image "
+                               "keys", low=1)
     key_encoders: dict = opt({}, "Dict observations: an encoder per key ({\"key\": \"name\"}, JSON on the command "
                                  "line); keys not named: images by --encoder, the rest concatenated into one MLP")
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
@@ -128,8 +132,8 @@ class ModelConfig(Section):
                              choices=["clip", "squash"])
     init_log_std: float = opt(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)")
     rnn: str = opt("none", "recurrent core between the encoder and the heads (one core shared by the policy and "
-                           "value heads, which then share one encoder too): 'lstm', 'gru' or 'none' (feed-forward)",
-                   choices=["none", "lstm", "gru"])
+                           "value heads, which then share one encoder too): 'lstm', 'gru', a name given to "
+                           "daskrl.models.register_core, or 'none' (feed-forward)", low=1)
     rnn_size: int = opt(0, "hidden units of the recurrent core (0: 64 for vector observations, 256 for images)",
                         low=0)
     rnn_layers: int = opt(1, "stacked layers of the recurrent core", low=1, high=8)
@@ -316,6 +320,7 @@ class Config:
             )
         problems += _combination_problems(self, found)
         problems += _recurrent_problems(self, found)
+        problems += _import_problems(self, found)
         if problems:
             raise ConfigError(problems)
         return self
@@ -352,6 +357,18 @@ def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
         out.append(f"--inference-device {s.inference_device} is for remote inference workers, and inline samplers act "
                    "on the CPU: add --inference remote, or leave --inference-device at auto")
     return out
+
+
+def _import_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Imports --env-packages (the ids and model components they register count from then on), then looks up the
+    components --encoder and --rnn name. Imported here, not at the top: both modules import this one."""
+    if found:
+        return []
+    from daskrl.envs.packages import env_package_problems
+    from daskrl.models.registry import model_name_problems
+
+    m = config.model
+    return env_package_problems(config.env.env_packages) or model_name_problems(m.encoder, m.rnn, m.key_encoders)
 
 
 def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:

@@ -16,8 +16,10 @@ import torch
 from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env, probe_env
 from daskrl.envs.dict_obs import pack_into
+from daskrl.envs.packages import import_env_packages
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
+from daskrl.models.registry import model_name_problems
 
 
 def load_policy(experiment_dir: str, which: str = "latest"):
@@ -32,6 +34,10 @@ def load_policy(experiment_dir: str, which: str = "latest"):
     if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
         raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
     state = store.load(which)
+    import_env_packages(config.env.env_packages)  # the ids and model components they register (--env-packages)
+    m = config.model
+    if problems := model_name_problems(m.encoder, m.rnn, m.key_encoders):  # registered where it trained only
+        raise ConfigError(problems)
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     model = build_model(spaces, config.model, config.run.seed)
     model.load_state_dict(state["model"])

@@ -3,7 +3,8 @@
 Components never read options with fallback defaults of their own: :func:`role_setups` turns the run's config into
 these setups, and the fleet hands the same function's output to the first incarnation of a component and to every
 one recreated after a fault, so a recreated component cannot quietly run with other settings. The config sections
-inside are copies, so a setup does not change when the caller's config does.
+inside are copies, so a setup does not change when the caller's config does. What the user registered in this
+process (env factories, model components) travels in them too: worker processes do not share this one's registries.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from daskrl.config import Config, EnvConfig, LearnerConfig, ModelConfig
 from daskrl.envs.registry import registered_factory
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.recurrent import rnn_state_size
+from daskrl.models.registry import Shipped, pack_components
 from daskrl.protocol import policy_queue
 
 
@@ -30,6 +32,7 @@ class PolicySetup:
     numpy_inference: bool
     inference_precision: str
     device: str  # --inference-device for remote inference workers; inline samplers act on the CPU
+    components: Shipped  # the user's registered model components (daskrl/models/registry.py)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class LearnerSetup:
     remote_params: bool  # readers on other hosts: parameters are also published over Dask comms
     rank: int  # in the learner group: 0 is the leader (the only learner with one)
     num_learners: int
+    components: Shipped  # the user's registered model components (daskrl/models/registry.py)
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,10 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
     learner exists, and in sampling-only runs)."""
     c, s = config, config.sampler
     model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
+    components = pack_components()
 
     def policy(seed: int, device: str = "cpu") -> PolicySetup:
-        return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision, device)
+        return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision, device, components)
 
     rollout = tuple(rollout_setup(config, spaces, params, index) for index in range(s.num_workers))
     inference = InferenceSetup(policy_queue(), policy(c.run.seed, s.inference_device)) \
@@ -105,7 +110,7 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_p
         spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params, rank=rank,
-        num_learners=c.learner.num_learners) for rank in range(c.learner.num_learners))
+        num_learners=c.learner.num_learners, components=components) for rank in range(c.learner.num_learners))
     return RoleSetups(learners, rollout, inference)
 
 
@@ -113,7 +118,8 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | None, index:
     """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``)."""
     c, s = config, config.sampler
     policy = PolicySetup(spaces, dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes)), params,
-                         c.run.seed + 1000 * index, s.numpy_inference, s.inference_precision, "cpu") \
+                         c.run.seed + 1000 * index, s.numpy_inference, s.inference_precision, "cpu",
+                         pack_components()) \
         if s.inference == "inline" else None
     return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,

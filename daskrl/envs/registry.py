@@ -1,8 +1,9 @@
 """Turn an env spec string into a gymnasium env, with errors a user can act on.
 
 A spec is resolved in this order: a name given to `register_env`, a
-'package.module:factory' path, then a gymnasium id. Specs are strings (not
-callables) so they travel to remote workers as plain config.
+'package.module:factory' path (or gymnasium's 'module:EnvId'), then a gymnasium id
+(also those a module named by --env-packages registered: daskrl/envs/packages.py).
+Specs are strings (not callables) so they travel to remote workers as plain config.
 """
 
 from __future__ import annotations
@@ -186,5 +187,6 @@ def _unknown_message(spec: str) -> str:
     )
     return (
         f"Unknown environment {spec!r}: it is not registered with daskrl.register_env, "
-        f"not a 'module:factory' path, and not a gymnasium id{hint}"
+        f"not a 'module:factory' path, and not a gymnasium id{hint}; an id that a package registers when imported "
+        f"needs that package named: 'package:{spec}' (gymnasium's form) or --env-packages package"
     )

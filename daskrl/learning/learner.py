@@ -29,6 +29,7 @@ from daskrl.algo.trainer import APPOTrainer
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import GroupBroken, LearnerGroup, SoloGroup, open_store
 from daskrl.models.actor_critic import build_model
+from daskrl.models.registry import install_components
 from daskrl.protocol import FreeSlots, ParamsUpdated, SharesAssigned, TrajectoryReady, free_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.params import ParameterPublisher
@@ -53,6 +54,7 @@ class Learner(Component):
         self.rank, self.world = setup.rank, setup.num_learners
         self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
                                       "--learner-device")
+        install_components(setup.components)  # the user's encoders and cores, registered where the run started
         self.model = build_model(setup.spaces, setup.model, setup.seed)
         self.trainer = APPOTrainer(self.model, setup.learner, setup.total_env_steps, self.device)
         # only the leader publishes: the members hold the same weights

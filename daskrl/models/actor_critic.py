@@ -266,14 +266,16 @@ class ActorCritic(nn.Module):
 
 
 def check_model(config: Config, spaces: EnvSpaces) -> None:
-    """Build the run's network once in the driver, so a model option that cannot work (an unknown or unsuitable
-    encoder) is a :class:`ConfigError` before any component is created, not a failure in every worker."""
+    """Build the run's network once in the driver, so a model option that cannot work (an unsuitable encoder, a
+    registered core that answers in other shapes) is a :class:`ConfigError` before any component is created, not a
+    failure in every worker."""
     try:
         build_model(spaces, config.model, config.run.seed)
     except (ValueError, TypeError) as exc:
+        m = config.model
+        what = f"--encoder {m.encoder!r}" + (f" with --rnn {m.rnn!r}" if m.rnn != "none" else "")
         shape = [f"{k.name} {k.shape}" for k in spaces.feature_keys] if spaces.is_dict else tuple(spaces.obs_shape)
-        raise ConfigError([f"--encoder {config.model.encoder!r} cannot encode this env's observations "
-                           f"{shape}: {exc}"]) from exc
+        raise ConfigError([f"{what} cannot be built for this env's observations {shape}: {exc}"]) from exc
 
 
 def build_model(spaces: EnvSpaces, model: ModelConfig, seed: int) -> ActorCritic:

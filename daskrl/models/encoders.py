@@ -1,4 +1,4 @@
-"""Observation encoders (obs batch -> feature vector) and a name registry for them.
+"""Observation encoders (obs batch -> feature vector), chosen by name (daskrl/models/registry.py).
 
 Encoders are chosen by name so a run config stays plain data; an encoder class
 exposes `out_dim` and a `from_spaces(spaces, **kwargs)` constructor.
@@ -6,15 +6,15 @@ exposes `out_dim` and a `from_spaces(spaces, **kwargs)` constructor.
 
 from __future__ import annotations
 
-import difflib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.registry import _ENCODERS, lookup, register_builtin, register_encoder  # noqa: F401  (old home)
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -119,18 +119,7 @@ class SmallCnnEncoder(nn.Module):
         return self.fc(self.conv(obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)))
 
 
-_ENCODERS: dict[str, Callable[..., nn.Module]] = {"mlp": MlpEncoder, "cnn": CnnEncoder, "small_cnn": SmallCnnEncoder}
-
-
-def register_encoder(name: str, cls: Callable[..., nn.Module]) -> None:
-    """Register an encoder so run configs can name it.
-
-    It is built as `cls.from_spaces(spaces, **kw)` when defined, else `cls(spaces, **kw)`;
-    the built module must take a (batch, *obs_shape) tensor and expose `out_dim`.
-    """
-    if not callable(cls):
-        raise ValueError(f"register_encoder({name!r}, ...): expected a class or callable")
-    _ENCODERS[name] = cls
+register_builtin("encoder", mlp=MlpEncoder, cnn=CnnEncoder, small_cnn=SmallCnnEncoder)
 
 
 def resolve_encoder_name(name: str, spaces: EnvSpaces) -> str:
@@ -140,18 +129,12 @@ def resolve_encoder_name(name: str, spaces: EnvSpaces) -> str:
         if spaces.is_image:
             return "cnn" if min(spaces.obs_shape[:2]) >= CnnEncoder.MIN_SIZE else "small_cnn"
         return "mlp"
-    if name not in _ENCODERS:
-        close = difflib.get_close_matches(name, list(_ENCODERS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"Unknown encoder {name!r}: registered encoders are {sorted(_ENCODERS)} "
-            f"or 'auto'{hint}; add yours with daskrl.models.register_encoder"
-        )
+    lookup("encoder", name)  # an unknown name raises, listing the registered ones
     return name
 
 
 def make_encoder(name: str, spaces: EnvSpaces, **kwargs: Any) -> nn.Module:
-    cls = _ENCODERS[resolve_encoder_name(name, spaces)]
+    cls = lookup("encoder", resolve_encoder_name(name, spaces))
     module = getattr(cls, "from_spaces", cls)(spaces, **kwargs)
     if not isinstance(getattr(module, "out_dim", None), int):
         raise ValueError(f"Encoder {name!r} must expose an integer `out_dim` attribute")

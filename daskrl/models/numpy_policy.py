@@ -57,7 +57,7 @@ class NumpyPolicy:
             return False  # tanh squashing stays with torch
         patterns = []
         for encoder in _encoders(model):
-            if not isinstance(encoder, MlpEncoder):
+            if type(encoder) is not MlpEncoder:  # a registered subclass may compute otherwise: torch runs it
                 return False
             pattern = [type(layer).__name__ for layer in encoder.net]
             if any(name != "Linear" and name not in _ACTIVATIONS for name in pattern):

@@ -8,6 +8,10 @@ it like any other field, with no knowledge of the cell.
 Episode starts reset the state to zeros. In a sequence, ``starts[t]`` says the env's episode begins at step
 ``t``; :meth:`RecurrentCore.sequence` runs the cell over the stretches between resets in one call each (as fast
 as an unbroken sequence where episodes are long) and is checked against a step-by-step loop in the tests.
+
+The cell is looked up by name (``daskrl.models.registry``): ``lstm`` and ``gru`` are torch's, and a user's
+``register_core(name, cls)`` adds one called the same way (see its docstring), so ``--rnn name`` works with every
+sampler and the learner's BPTT without knowing the cell.
 """
 
 from __future__ import annotations
@@ -19,9 +23,17 @@ from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.registry import lookup, register_builtin
 
-#: values of ``--rnn``
+#: built-in values of ``--rnn`` (``register_core`` adds more)
 RNN_KINDS = ("none", "lstm", "gru")
+register_builtin("core", lstm=nn.LSTM, gru=nn.GRU)
+
+
+def state_parts(kind: str) -> int:
+    """Tensors in a cell's state: 2 for an LSTM's ``(h, c)``, else a registered cell's ``state_parts`` (1)."""
+    cell = lookup("core", kind)
+    return 2 if isinstance(cell, type) and issubclass(cell, nn.LSTM) else int(getattr(cell, "state_parts", 1))
 
 
 def core_size(model: ModelConfig, spaces: EnvSpaces) -> int:
@@ -35,26 +47,43 @@ def rnn_state_size(model: ModelConfig, spaces: EnvSpaces) -> int:
     """Floats of state per env (0 for a feed-forward model): what a sampler keeps and a slot stores."""
     if model.rnn == "none":
         return 0
-    return (2 if model.rnn == "lstm" else 1) * int(model.rnn_layers) * core_size(model, spaces)
+    return state_parts(model.rnn) * int(model.rnn_layers) * core_size(model, spaces)
 
 
 class RecurrentCore(nn.Module):
-    """An ``nn.LSTM`` or ``nn.GRU`` (time-major) over encoder features, with flat states (see the module
-    docstring)."""
+    """An ``nn.LSTM``, ``nn.GRU`` or registered cell (time-major) over encoder features, with flat states (see the
+    module docstring)."""
 
     def __init__(self, kind: str, in_dim: int, size: int, layers: int) -> None:
         super().__init__()
-        if kind not in ("lstm", "gru"):
-            raise ValueError(f"unknown recurrent core {kind!r}: choose one of {', '.join(RNN_KINDS)}")
         self.kind, self.size, self.layers = kind, int(size), int(layers)
-        self.rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(int(in_dim), self.size, self.layers)
-        for name, param in self.rnn.named_parameters():  # orthogonal weights, zero biases: stable early updates
-            if name.startswith("weight"):
-                nn.init.orthogonal_(param)
-            else:
-                nn.init.zeros_(param)
+        self.parts = state_parts(kind)
+        self.rnn = lookup("core", kind)(int(in_dim), self.size, self.layers)
+        if isinstance(self.rnn, (nn.LSTM, nn.GRU)):  # orthogonal weights, zero biases: stable early updates
+            for name, param in self.rnn.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(param)
+                else:
+                    nn.init.zeros_(param)
         self.out_dim = self.size
-        self.state_size = (2 if kind == "lstm" else 1) * self.layers * self.size
+        self.state_size = self.parts * self.layers * self.size
+        if not isinstance(self.rnn, (nn.LSTM, nn.GRU)):
+            self._check_cell(int(in_dim))
+
+    def _check_cell(self, in_dim: int) -> None:
+        """A registered cell that answers in other shapes is one readable line, not a reshape error mid-run."""
+        how = "it must be called like torch.nn.GRU (or nn.LSTM, with state_parts = 2): see daskrl.models.register_core"
+        try:
+            with torch.no_grad():
+                out, hx = self.rnn(torch.zeros(2, 3, in_dim), self._unpack(torch.zeros(3, self.state_size)))
+            got = [tuple(out.shape)] + [tuple(h.shape) for h in (hx if isinstance(hx, tuple) else (hx,))]
+        except Exception as exc:  # whatever the user's cell raises
+            raise ValueError(f"recurrent core {self.kind!r} failed on 2 steps of 3 envs ({type(exc).__name__}: "
+                             f"{exc}); {how}") from exc
+        want = [(2, 3, self.size)] + [(self.layers, 3, self.size)] * self.parts
+        if got != want:
+            raise ValueError(f"recurrent core {self.kind!r} returned shapes {got} for 2 steps of 3 envs, not {want}; "
+                             f"{how}")
 
     def initial_state(self, batch: int, device: torch.device | None = None) -> torch.Tensor:
         return torch.zeros(batch, self.state_size, device=device)
@@ -62,11 +91,11 @@ class RecurrentCore(nn.Module):
     def _unpack(self, state: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """[B, S] -> the cell's ``h`` (or ``(h, c)``), each [layers, B, size]."""
         b = state.shape[0]
-        parts = state.reshape(b, -1, self.layers, self.size).permute(1, 2, 0, 3)
-        return (parts[0].contiguous(), parts[1].contiguous()) if self.kind == "lstm" else parts[0].contiguous()
+        parts = state.reshape(b, self.parts, self.layers, self.size).permute(1, 2, 0, 3)
+        return tuple(p.contiguous() for p in parts) if self.parts > 1 else parts[0].contiguous()
 
     def _pack(self, hx: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        parts = torch.stack(hx) if self.kind == "lstm" else hx.unsqueeze(0)  # [1 or 2, layers, B, size]
+        parts = torch.stack(hx) if isinstance(hx, tuple) else hx.unsqueeze(0)  # [parts, layers, B, size]
         return parts.permute(2, 0, 1, 3).reshape(parts.shape[2], self.state_size)
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,7 @@ from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.models.registry import install_components
 from daskrl.runtime.params import ParameterReader
 from daskrl.setups import PolicySetup
 
@@ -52,6 +53,7 @@ class SamplingPolicy:
         torch.set_num_threads(1)  # one busy component per core: intra-op threads would only fight
         where = f"worker {component.worker.name} ({component.worker.address})" if component is not None else "here"
         self.device = devices.resolve(setup.device, where, "--inference-device")
+        install_components(setup.components)  # the user's encoders and cores, registered where the run started
         self.model = build_model(setup.spaces, setup.model, setup.seed).to(self.device)
         self.model.eval()
         # on a GPU the policy runs in float32 unless bfloat16 is asked for (the CPU check below is about CPUs)

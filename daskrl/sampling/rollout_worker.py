@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from daskrl.envs.packages import import_env_packages
 from daskrl.envs.registry import register_env
 from daskrl.envs.vector import EnvGroup
 from daskrl.errors import EnvStepError
@@ -40,6 +41,7 @@ class RolloutWorker(Component):
         """A slot is full (see :class:`~daskrl.protocol.TrajectoryReady`)."""
 
     def on_configure(self, setup: RolloutSetup) -> None:
+        import_env_packages(setup.env.env_packages)  # the ids their import registers (--env-packages)
         if setup.env_factory is not None:
             register_env(setup.env.env, setup.env_factory)
         self.env_spec = setup.env.env
