@@ -66,6 +66,10 @@ class EnvConfig(Section):
     env: str = opt("CartPole-v1", "gymnasium id, 'package.module:factory', or a name given to daskrl.register_env",
                    low=1)
     env_kwargs: dict = opt({}, "keyword arguments for the env constructor (JSON on the command line)")
+    env_backend: str = opt("gymnasium", "what steps the rollout workers' envs: 'gymnasium' (one env object each), or "
+                                        "'envpool' for atari/<Game> (its C++ emulators and preprocessing, the same "
+                                        "observations; pip install 'daskrl[envpool]')",
+                           choices=["gymnasium", "envpool"])
 
 
 @dataclass
