@@ -149,3 +149,12 @@ def test_a_sampling_run_with_the_envpool_backend_fills_slots_and_ends_episodes(t
     summary = train(config)
     assert summary["env_steps"] > 1000 and summary["episodes"] > 0, summary
     assert not any(summary["incidents"].values()), summary["incidents"]
+
+
+def test_the_cli_refuses_envpool_for_another_env_before_anything_starts(tmp_path, capsys):
+    from daskrl.cli import main
+
+    code = main(["train", "--env", "CartPole-v1", "--env-backend", "envpool", "--train-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--env-backend envpool plays the atari/<Game> envs only" in err, err
+    assert not list(tmp_path.iterdir())  # nothing written, no experiment started
