@@ -13,7 +13,10 @@ not: in Pong neither happens). Sample Factory gets the same training step as das
 minibatch, one pass, learning rate, clip, entropy bonus, asynchronous; GAE, its Atari default: it refuses V-trace
 with normalized returns, which both use) and the same 32 envs, as 2 rollout
 workers of 16 in two halves (its usual double-buffered layout on 2 cores; its policy always runs in a process of its
-own); ``--sf-args`` adds or overrides Sample Factory options.
+own); ``--sf-args`` adds or overrides Sample Factory options. Its venv, made once:
+
+    python -m venv /work/venv-sf && /work/venv-sf/bin/pip install sample-factory==2.1.1 'gymnasium<1' 'numpy<2' \
+        ale-py torch==2.13.0
 
 What is reported, per framework:
 - trained env steps/s: samples the learner trained on per second, from the end of a warm-up (``--warmup`` s after
@@ -213,6 +216,10 @@ def main() -> None:
     parser.add_argument("--sf-args", default="", help="more Sample Factory options (one string)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
+    sf_python = os.path.join(args.sample_factory_venv, "bin", "python")
+    if args.only != "daskrl" and not os.path.exists(sf_python):
+        parser.error(f"no Sample Factory venv at {args.sample_factory_venv} (see the top of this file, or pass "
+                     "--sample-factory-venv, or --only daskrl)")
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="daskrl_bench_atari_") as tmp:
         if args.only in (None, "daskrl"):
