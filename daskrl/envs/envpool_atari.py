@@ -30,7 +30,6 @@ from daskrl.envs.registry import env_seed
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvError
 
-BACKENDS = ("gymnasium", "envpool")
 #: daskrl's atari/<Game> options (--env-kwargs) -> envpool's names for them
 _OPTIONS = {"num_frames": "stack_num", "sticky_actions": "repeat_action_probability", "noop_max": "noop_max",
             "full_action_space": "full_action_space"}
