@@ -2,6 +2,8 @@
 learner count.
 
 Run:  python benchmarks/bench_learner.py [--json] [--steps 6] [--models mlp,cnn]
+      python benchmarks/bench_learner.py --models cnn --samples 1024 --batch-size 256 --epochs 1 --frame 84
+          --runs 1x1,1x2   (one candidate training step: its shape, passes and frame size; learners x threads)
 
 Models: ``mlp`` is the CartPole policy (4 floats in, two 64-unit tanh MLPs) on batches of the default size (4,096
 samples: 8 minibatches of 512); ``cnn`` is the Nature CNN on Atari frames (84x84x4 uint8, 6 actions) on 1,024-sample
@@ -14,7 +16,10 @@ say):
   and each trains on 1/K of every batch, gradients summed every minibatch, as ``--num-learners K`` does;
 - every device present: the CPU, and each CUDA device (``--learner-device cuda:N``).
 
-samples/s = samples of the whole batch x steps / seconds of the slowest member, after one warm-up step.
+samples/s = samples of the whole batch x steps / seconds of the slowest member, after one warm-up step; a step
+trains ``--epochs`` passes over its samples (plus the one forward pass that computes V-trace's targets), so with
+more epochs a sample costs more. ``--samples``, ``--batch-size``, ``--epochs`` and ``--frame`` (the CNN's square frame
+side) replace a model's defaults, to price a candidate configuration (the Atari family's in daskrl/env_defaults.py).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import multiprocessing as mp
 import os
 import time
+from dataclasses import dataclass
 
 MODELS = {
     # name: (observation shape, dtype, actions, samples per batch on CPU / GPU, minibatch on CPU / GPU)
@@ -33,35 +39,56 @@ MODELS = {
 ROLLOUT = 32  # time steps per env column of a batch
 
 
-def _spaces(model: str):
+@dataclass(frozen=True)
+class Step:
+    """One configuration's training step: what the learner sees and how it trains on it (plain data: it travels
+    to the spawned learner processes)."""
+
+    model: str
+    obs_shape: tuple[int, ...]
+    dtype: str
+    actions: int
+    samples: int  # per step, over the whole group
+    minibatch: int
+    epochs: int
+
+    @classmethod
+    def of(cls, model: str, gpu: bool, samples: int = 0, minibatch: int = 0, epochs: int = 1,
+           frame: int = 0) -> Step:
+        shape, dtype, actions, batch, mb = MODELS[model]
+        if frame and len(shape) == 3:
+            shape = (frame, frame, shape[2])
+        return cls(model, shape, dtype, actions, samples or batch[gpu], minibatch or mb[gpu], epochs)
+
+
+def _spaces(step: Step):
     import gymnasium as gym
     import numpy as np
 
     from daskrl.envs.spaces import EnvSpaces
 
-    shape, dtype, actions = MODELS[model][:3]
-    high = 255 if dtype == "uint8" else np.inf
-    obs = gym.spaces.Box(0 if dtype == "uint8" else -np.inf, high, shape, dtype=np.dtype(dtype))
-    return EnvSpaces.from_spaces(obs, gym.spaces.Discrete(actions))
+    high = 255 if step.dtype == "uint8" else np.inf
+    obs = gym.spaces.Box(0 if step.dtype == "uint8" else -np.inf, high, step.obs_shape, dtype=np.dtype(step.dtype))
+    return EnvSpaces.from_spaces(obs, gym.spaces.Discrete(step.actions))
 
 
-def _batch(model: str, columns: int, seed: int):
+def _batch(step: Step, columns: int, seed: int):
     import numpy as np
 
     from daskrl.algo.trainer import TrajectoryBatch
 
-    shape, dtype, actions = MODELS[model][:3]
     rng = np.random.default_rng(seed)
-    obs = rng.integers(0, 255, (ROLLOUT + 1, columns, *shape), dtype=np.uint8) if dtype == "uint8" \
-        else rng.normal(size=(ROLLOUT + 1, columns, *shape)).astype(np.float32)
-    return TrajectoryBatch(obs=obs, actions=rng.integers(0, actions, (ROLLOUT, columns)),
+    shape = (ROLLOUT + 1, columns, *step.obs_shape)
+    obs = rng.integers(0, 255, shape, dtype=np.uint8) if step.dtype == "uint8" \
+        else rng.normal(size=shape).astype(np.float32)
+    return TrajectoryBatch(obs=obs, actions=rng.integers(0, step.actions, (ROLLOUT, columns)),
                            rewards=rng.normal(size=(ROLLOUT, columns)).astype(np.float32),
                            dones=rng.random((ROLLOUT, columns)) < 0.02,
-                           log_probs=np.full((ROLLOUT, columns), -np.log(actions), np.float32),
+                           log_probs=np.full((ROLLOUT, columns), -np.log(step.actions), np.float32),
                            policy_version=np.zeros((ROLLOUT, columns), np.int64))
 
 
-def _member(model: str, device: str, rank: int, world: int, threads: int, steps: int, port: int, out) -> None:
+def _member(step: Step, device: str, rank: int, world: int, threads: int, steps: int, port: int, out) -> None:
     """One learner process: build, join the group (if any), one warm-up step, then ``steps`` timed steps."""
     import torch
 
@@ -72,16 +99,16 @@ def _member(model: str, device: str, rank: int, world: int, threads: int, steps:
 
     torch.set_num_threads(threads)
     gpu = device.startswith("cuda")
-    samples, minibatch = MODELS[model][3][gpu], MODELS[model][4][gpu]
-    cfg = Config().replace(batch_size=minibatch, num_batches_per_epoch=samples // minibatch)
-    trainer = APPOTrainer(build_model(_spaces(model), cfg.model, seed=0), cfg.learner, 0, torch.device(device))
+    cfg = Config().replace(batch_size=step.minibatch, num_batches_per_epoch=max(1, step.samples // step.minibatch),
+                           num_epochs=step.epochs)
+    trainer = APPOTrainer(build_model(_spaces(step), cfg.model, seed=0), cfg.learner, 0, torch.device(device))
     if world > 1:
         store = open_store("127.0.0.1", world) if rank == 0 else None
         if rank == 0:
             out.put(("port", store.port))
             port = None
         trainer.group = LearnerGroup("127.0.0.1", port or 0, rank, world, 1, torch.device(device), store=store)
-    batch = _batch(model, samples // ROLLOUT // world, seed=rank)
+    batch = _batch(step, max(1, step.samples // ROLLOUT // world), seed=rank)
     trainer.train(batch, 0)
     trainer.group.sum_(torch.zeros(1, device=device))  # everyone warmed up: start together
     if gpu:
@@ -94,30 +121,35 @@ def _member(model: str, device: str, rank: int, world: int, threads: int, steps:
     out.put(("time", time.perf_counter() - t0))
 
 
-def measure(model: str, device: str, world: int, threads: int, steps: int) -> float:
-    """Samples per second of the whole group on ``model``."""
+def measure(step: Step, device: str, world: int, threads: int, steps: int) -> float:
+    """Samples per second of the whole group on ``step``."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    first = ctx.Process(target=_member, args=(model, device, 0, world, threads, steps, 0, out))
+    first = ctx.Process(target=_member, args=(step, device, 0, world, threads, steps, 0, out))
     first.start()
     procs = [first]
     if world > 1:
         kind, port = out.get(timeout=120)
         assert kind == "port"
         for rank in range(1, world):
-            procs.append(ctx.Process(target=_member, args=(model, device, rank, world, threads, steps, port, out)))
+            procs.append(ctx.Process(target=_member, args=(step, device, rank, world, threads, steps, port, out)))
             procs[-1].start()
     times = [out.get(timeout=600)[1] for _ in procs]
     for p in procs:
         p.join(30)
-    samples = MODELS[model][3][device.startswith("cuda")]
-    return samples * steps / max(times)
+    return step.samples * steps / max(times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="timed training steps per configuration")
     parser.add_argument("--models", default="mlp,cnn")
+    parser.add_argument("--samples", type=int, default=0, help="samples per training step (default: the model's)")
+    parser.add_argument("--batch-size", type=int, default=0, help="samples per minibatch (default: the model's)")
+    parser.add_argument("--epochs", type=int, default=1, help="passes over each step's samples")
+    parser.add_argument("--frame", type=int, default=0, help="CNN: side of the square frames (default 84)")
+    parser.add_argument("--runs", default="",
+                        help="learners x threads to measure, such as 1x1,1x2 (default: 1x1, 1 x every core, 2x1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     import torch
@@ -128,15 +160,20 @@ def main() -> None:
     print(f"learner training throughput, {args.steps} timed steps each, {cores} cores, torch {torch.__version__}")
     for model in args.models.split(","):
         for device in devices:
-            runs = [(1, 1)] + ([(1, cores)] if cores > 1 and device == "cpu" else []) + [(2, 1)]
+            step = Step.of(model, device.startswith("cuda"), args.samples, args.batch_size, args.epochs, args.frame)
+            runs = [tuple(int(x) for x in r.split("x")) for r in args.runs.split(",")] if args.runs else \
+                [(1, 1)] + ([(1, cores)] if cores > 1 and device == "cpu" else []) + [(2, 1)]
             base = None
             for world, threads in runs:
-                rate = measure(model, device, world, threads, args.steps)
+                rate = measure(step, device, world, threads, args.steps)
                 base = base or rate
                 results.append({"model": model, "device": device, "learners": world, "threads": threads,
-                                "samples_per_s": round(rate, 1), "vs_1_learner_1_thread": round(rate / base, 3)})
-                print(f"  {model:4s} {device:7s} {world} learner(s) x {threads} thread(s): {rate:10,.0f} samples/s "
-                      f"({rate / base:.2f}x)", flush=True)
+                                "obs_shape": list(step.obs_shape), "samples": step.samples,
+                                "minibatch": step.minibatch, "epochs": step.epochs,
+                                "samples_per_s": round(rate, 1), "vs_first_run": round(rate / base, 3)})
+                print(f"  {model:4s} {device:7s} {'x'.join(map(str, step.obs_shape)):>9s} {step.samples} samples "
+                      f"({step.samples // step.minibatch} x {step.minibatch}) x {step.epochs} epoch(s), {world} "
+                      f"learner(s) x {threads} thread(s): {rate:10,.0f} samples/s ({rate / base:.2f}x)", flush=True)
     if args.json:
         print(json.dumps({"benchmark": "learner", "cores": cores, "steps": args.steps, "results": results}))
 

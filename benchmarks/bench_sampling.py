@@ -1,14 +1,17 @@
 """Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4),
-VizDoom (doom/basic: 128x72 RGB, 4 tics a step) and CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm,
-the same sampler settings as cartpole; the report gives its rate against the feed-forward policy's).
+the same game through envpool (``--env-backend envpool``), VizDoom (doom/basic: 128x72 RGB, 4 tics a step) and
+CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm, the same sampler settings as cartpole; the report gives
+its rate against the feed-forward policy's).
 
-Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image doom]
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image envpool doom]
       [--inference-precision float32]
 
 (a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris, 16 Dooms) with random
-actions;
+actions; for ``envpool``, one envpool of 16 Breakouts (one C++ thread) per core, set up as daskrl's backend sets it;
 (b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
-(c) daskrl sampling-only run with one inference worker (remote inference over the work queue).
+(c) daskrl sampling-only run with one inference worker (remote inference over the work queue; not for envpool).
+The envpool row's (b) against the image row's (b) is what decides whether the envpool backend pays: frames/s per
+core of the same game and policy (both use every core), which the table prints as "envpool (b) / image (b)".
 Each line is measured alone, one after the other, on this machine. The samplers run with the default
 ``--inference-precision auto`` (bfloat16 for the image policy where the CPU has it natively) unless told otherwise;
 the precision they used is printed.
@@ -31,11 +34,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import RateProbe  # noqa: E402
 
 ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
+        "envpool": "atari/Breakout",  # the envpool extra: the same game, stepped by envpool (--env-backend envpool)
         "doom": "doom/basic",  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
-        "cartpole_lstm": "CartPole-v1"}  # CartPole with a recurrent policy (--rnn lstm: torch, not the numpy path)
+        "cartpole_lstm": "CartPole-v1"}  # CartPole with a recurrent policy (--rnn lstm)
 
 
-def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
+def _limit_worker(env_id: str, num_envs: int, seconds: float, out, backend: str = "gymnasium") -> None:
+    if backend == "envpool":
+        return _envpool_limit_worker(env_id, num_envs, seconds, out)
     import gymnasium as gym
 
     from daskrl.envs import make_env
@@ -51,10 +57,32 @@ def _limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
     vec.close()
 
 
-def limit_fps(env_id: str, seconds: float, num_envs: int) -> float:
+def _envpool_limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
+    """The envpool backend's limit: one pool (one C++ thread) of ``num_envs`` stepped with random actions."""
+    import envpool
+    import numpy as np
+
+    from daskrl.envs.envpool_atari import envpool_options
+
+    task, options = envpool_options(env_id, {})
+    pool = envpool.make(task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, num_threads=1, seed=0,
+                        **options)
+    pool.reset()
+    rng = np.random.default_rng(0)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(50):
+            pool.step(rng.integers(0, pool.action_space.n, num_envs, dtype=np.int32))
+        steps += 50 * num_envs
+    out.put(steps / (time.perf_counter() - t0))
+    pool.close()
+
+
+def limit_fps(env_id: str, seconds: float, num_envs: int, backend: str = "gymnasium") -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_limit_worker, args=(env_id, num_envs, seconds, out)) for _ in range(os.cpu_count())]
+    procs = [ctx.Process(target=_limit_worker, args=(env_id, num_envs, seconds, out, backend))
+             for _ in range(os.cpu_count())]
     for p in procs:
         p.start()
     rates = [out.get() for _ in procs]
@@ -139,6 +167,8 @@ def main() -> None:
               # 32 Ataris per worker: the CNN costs 15-25% less per frame than at 16 (68-74% of the limit in 5 of
               # 6 interleaved rounds against 54-76% with 16)
               "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1},
+              "envpool": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1,
+                          "env_backend": "envpool"},
               "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1}}
     inline["cartpole_lstm"] = {**inline["cartpole"], "rnn": "lstm"}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
@@ -149,26 +179,31 @@ def main() -> None:
                        "num_inference_workers": 1}}
     remote["cartpole_lstm"] = {**remote["cartpole"], "rnn": "lstm"}
     # envs per limit process
-    limit_envs = {"cartpole": 32, "image": 16, "doom": 16, "cartpole_lstm": 32}
+    limit_envs = {"cartpole": 32, "image": 16, "envpool": 16, "doom": 16, "cartpole_lstm": 32}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
     startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0},
-               "doom": {"inline": 20.0, "remote": 20.0}, "cartpole_lstm": {"inline": 4.0, "remote": 4.0}}
+               "envpool": {"inline": 30.0}, "doom": {"inline": 20.0, "remote": 20.0},
+               "cartpole_lstm": {"inline": 4.0, "remote": 4.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
     results: dict[str, dict] = {}
-    for key in args.envs:
-        env_id = ENVS[key]
-        rounds = []
-        for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits all three alike
-            limit = limit_fps(env_id, args.seconds, limit_envs[key])
+    measured: dict[str, list] = {key: [] for key in args.envs}  # per env: (limit, inline, remote, runs) per round
+    for _ in range(args.rounds):  # interleaved (envs too), so a slow spell of the machine hits all lines alike
+        for key in args.envs:
+            env_id = ENVS[key]
+            limit = limit_fps(env_id, args.seconds, limit_envs[key], inline[key].get("env_backend", "gymnasium"))
             inline_fps, inline_run = daskrl_fps(env_id, "inline", args.seconds, inline[key], startup[key]["inline"])
-            remote_fps, remote_run = daskrl_fps(env_id, "remote", args.seconds, remote[key], startup[key]["remote"])
-            rounds.append((limit, inline_fps, remote_fps))
+            remote_fps, remote_run = daskrl_fps(env_id, "remote", args.seconds, remote[key], startup[key]["remote"]) \
+                if key in remote else (0.0, {"time_shares": {}, "inference_precision": {}})  # envpool: inline only
+            measured[key].append((limit, inline_fps, remote_fps, inline_run, remote_run))
+    for key, per_round in measured.items():
+        rounds = [r[:3] for r in per_round]
+        inline_run, remote_run = per_round[-1][3:]
         limit, inline_fps, remote_fps = (statistics.median(r[i] for r in rounds) for i in range(3))
         results[key] = {"limit_fps": round(limit), "inline_fps": round(inline_fps), "remote_fps": round(remote_fps),
                         "rounds": [[round(x) for x in r] for r in rounds],
                         "inline_ratios": [r[1] / r[0] for r in rounds], "remote_ratios": [r[2] / r[0] for r in rounds],
-                        "inline_settings": inline[key], "remote_settings": remote[key],
+                        "inline_settings": inline[key], "remote_settings": remote.get(key),
                         "inline_time_shares": inline_run["time_shares"],
                         "remote_time_shares": remote_run["time_shares"],
                         # what --inference-precision became on the samplers (the rollout workers inline, the
@@ -186,36 +221,51 @@ def main() -> None:
     print("| env | (a) limit: SyncVectorEnv, 1 process/core | (b) inline | (b)/(a) | (c) 1 inference worker | (c)/(a) |")
     print("|---|---|---|---|---|---|")
     for key, r in results.items():
-        label = ENVS[key] + (" (--rnn lstm)" if key == "cartpole_lstm" else "")
-        print(f"| {label} | {r['limit_fps']:,} | {r['inline_fps']:,} | {statistics.median(r['inline_ratios']):.0%} | "
-              f"{r['remote_fps']:,} | {statistics.median(r['remote_ratios']):.0%} |")
+        remote_cells = f"{r['remote_fps']:,} | {statistics.median(r['remote_ratios']):.0%}" if key in remote \
+            else "- | -"
+        print(f"| {_label(key)} | {r['limit_fps']:,} | {r['inline_fps']:,} | "
+              f"{statistics.median(r['inline_ratios']):.0%} | {remote_cells} |")
+    envpool_gain = None
+    if "envpool" in results and "image" in results:  # the same game and policy, measured in the same rounds
+        envpool_gain = [e[1] / g[1] for e, g in zip(results["envpool"]["rounds"], results["image"]["rounds"],
+                                                    strict=True) if g[1]]
+        print(f"\nenvpool (b) / image (b), per round: {', '.join(f'{x:.2f}' for x in envpool_gain)} (median "
+              f"{statistics.median(envpool_gain):.2f}; above 1: the envpool backend samples faster per core)")
     for key, r in results.items():
-        print(f"  {ENVS[key]} rounds (limit, inline, remote): {r['rounds']}")
+        print(f"  {_label(key)} rounds (limit, inline, remote): {r['rounds']}")
         # each round measures the three side by side, so its ratios are not skewed by the machine's slow spells
-        print(f"  {ENVS[key]} ratios per round, (b)/(a): {', '.join(f'{x:.0%}' for x in r['inline_ratios'])}; "
+        print(f"  {_label(key)} ratios per round, (b)/(a): {', '.join(f'{x:.0%}' for x in r['inline_ratios'])}; "
               f"(c)/(a): {', '.join(f'{x:.0%}' for x in r['remote_ratios'])}")
     if "cartpole" in results and "cartpole_lstm" in results:  # the recurrent policy's cost, same env and settings
         ff, rnn = results["cartpole"], results["cartpole_lstm"]
         print(f"  CartPole-v1 --rnn lstm against feed-forward: inline {rnn['inline_fps'] / ff['inline_fps']:.0%}, "
               f"remote {rnn['remote_fps'] / ff['remote_fps']:.0%} (medians of rounds)")
     for key, r in results.items():
-        print(f"  {ENVS[key]} policy precision: inline {r['inline_precision']}, remote {r['remote_precision']} "
+        print(f"  {_label(key)} policy precision: inline {r['inline_precision']}, remote {r['remote_precision']} "
               f"(--inference-precision {args.inference_precision})")
     print("\nwhere the time goes (share of wall time per component, last round):")
     for key, r in results.items():
-        for mode in ("inline", "remote"):
-            print(f"  {ENVS[key]} {mode}: {json.dumps(r[f'{mode}_time_shares'])}")
+        for mode in ("inline", "remote") if key in remote else ("inline",):
+            print(f"  {_label(key)} {mode}: {json.dumps(r[f'{mode}_time_shares'])}")
     if sample_factory:
         print(f"\ndoom/basic training, 2 rollout workers x 16 envs, one after the other: Sample Factory 2.1.1 "
               f"{sample_factory['env_steps_per_s']:,} env steps/s ({sample_factory['frames_per_s']:,} game frames/s), "
               f"daskrl {sample_factory['daskrl_training_env_steps_per_s']:,} env steps/s")
     if args.json:
-        print(json.dumps({k: {"limit_fps": v["limit_fps"], "inline_fps": v["inline_fps"], "remote_fps": v["remote_fps"],
+        print(json.dumps({k: {"limit_fps": v["limit_fps"], "inline_fps": v["inline_fps"],
+                              "remote_fps": v["remote_fps"] if k in remote else None,
                               "inline_ratio_median_of_rounds": round(statistics.median(v["inline_ratios"]), 3),
-                              "remote_ratio_median_of_rounds": round(statistics.median(v["remote_ratios"]), 3),
+                              "remote_ratio_median_of_rounds": round(statistics.median(v["remote_ratios"]), 3)
+                              if k in remote else None,
                               "inline_precision": v["inline_precision"], "remote_precision": v["remote_precision"]}
                           for k, v in results.items()}
-                         | ({"sample_factory_doom": sample_factory} if sample_factory else {})))
+                         | ({"sample_factory_doom": sample_factory} if sample_factory else {})
+                         | ({"envpool_inline_vs_image_inline": round(statistics.median(envpool_gain), 3)}
+                            if envpool_gain else {})))
+
+
+def _label(key: str) -> str:
+    return ENVS[key] + {"envpool": " (envpool)", "cartpole_lstm": " (--rnn lstm)"}.get(key, "")
 
 
 def _one_precision(summary: dict) -> str:

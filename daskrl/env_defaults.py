@@ -42,7 +42,18 @@ _MUJOCO_COMMON = {"num_workers": 1, "slots_per_split": 2, "advantage": "gae", "l
 _DOOM = {"num_envs_per_worker": 8, "batch_size": 256, "num_batches_per_epoch": 4, "learning_rate": 3e-4,
          "entropy_coef": 0.01}
 
+#: Atari (daskrl/envs/atari.py: 84x84x4 frames, the Nature CNN). On a 2-core CPU the learner's CNN costs about as
+#: much per sample as sampling does (env plus the bfloat16 policy): bench_learner.py priced one learner thread at
+#: ~850 samples/s on the former 4,096-sample steps (4.8 s a step, sampling stalled behind it) and ~960 on 1,024.
+#: So: steps of 1,024 samples (4 minibatches of 256, one pass; a second pass costs 2.3x per sample) come every
+#: second or so; one rollout worker of 32 envs (a core) feeds one learner thread (the other core) with little policy
+#: lag. The rest is the PPO Atari recipe of Sample Factory and CleanRL: learning rate 2.5e-4, clip 0.1, entropy
+#: bonus 0.01, rewards clipped to +-1 for training (logged returns stay the game's score)
+_ATARI = {"num_workers": 1, "batch_size": 256, "num_batches_per_epoch": 4, "learning_rate": 2.5e-4,
+          "clip_ratio": 0.1, "entropy_coef": 0.01, "reward_clip": 1.0}
+
 FAMILIES: tuple[EnvFamily, ...] = (
+    EnvFamily("Atari", r"atari/\w+", _ATARI),
     # Sample Factory scales these two scenarios' rewards (kills are worth about 100) by 0.01; here only the training
     # rewards are scaled, the logged returns stay the game's
     EnvFamily("Doom (basic, deadly corridor)", r"doom/(basic|deadly_corridor)", {**_DOOM, "reward_scale": 0.01}),
@@ -82,6 +93,11 @@ FAMILIES: tuple[EnvFamily, ...] = (
 )
 
 
+#: options a family sets to leave room for the learner (fewer rollout workers): not applied to sampling-only runs,
+#: which measure the sampler alone
+_LEARNER_ROOM = frozenset({"num_workers"})
+
+
 def family_of(env: str) -> EnvFamily | None:
     """The family of an env id, or None (the global defaults apply)."""
     env_id = env.rsplit(":", 1)[-1]
@@ -100,6 +116,8 @@ def apply_env_defaults(config: Config) -> dict[str, Any]:
     explicit = config.explicit()
     applied = {}
     for name, value in family.options.items():
+        if name in _LEARNER_ROOM and config.run.sampling_only:
+            continue  # it leaves a core to the learner, and a sampling-only run has none
         if name not in explicit:
             object.__setattr__(getattr(config, _section_of(name)), name, value)  # not counted as set by the user
             applied[name] = value

@@ -14,6 +14,7 @@ import time
 from daskrl.config import Config
 from daskrl.env_defaults import apply_env_defaults
 from daskrl.envs import EnvSpaces, probe_env
+from daskrl.envs.envpool_atari import check_backend
 from daskrl.experiment import checkpoint_file
 from daskrl.placement import workers_needed
 from daskrl.sizing import check_fits_this_machine
@@ -33,6 +34,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     if config.run.init_checkpoint:
         checkpoint_file(config.run.init_checkpoint)  # there to start from
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
+    check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
     if config.run.save_video_every_env_steps and not config.run.sampling_only:
         from daskrl.video import check_can_record
 

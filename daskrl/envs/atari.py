@@ -1,9 +1,10 @@
 """Atari 2600 games (the Arcade Learning Environment) with the standard DQN preprocessing: real image envs.
 
-``atari/Breakout``, ``atari/Pong``, ... (the Atari-57 set): 84x84 grayscale frames, the last 4 stacked as
-channels (HWC uint8, what :class:`~daskrl.models.encoders.CnnEncoder` takes), 4 emulator frames per step with
-the max of the last two, up to 30 no-op actions after reset, sticky actions (ALE v5's default, probability
-0.25), episodes cut at 108,000 frames. Rewards and episode returns are the game score, unclipped.
+``atari/Breakout``, ``atari/Pong``, ... (the Atari-57 set): 84x84 grayscale frames (``screen_size`` in
+``--env-kwargs`` changes the side), the last 4 stacked as channels (HWC uint8, what
+:class:`~daskrl.models.encoders.CnnEncoder` takes), 4 emulator frames per step with the max of the last two,
+up to 30 no-op actions after reset, sticky actions (ALE v5's default, probability 0.25), episodes cut at 108,000
+frames. Rewards and episode returns are the game score, unclipped.
 
 Needs the ``atari`` extra (``pip install 'daskrl[atari]'``): ale-py ships the ROMs, OpenCV does the resize.
 Names are registered here without importing either, so ``import daskrl`` stays light.
@@ -75,7 +76,7 @@ class StackFramesHwc(gym.Wrapper):
 
 
 def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noop_max: int = 30,
-               render_mode: str | None = None, **ale_kwargs: Any) -> gym.Env:
+               screen_size: int = 84, render_mode: str | None = None, **ale_kwargs: Any) -> gym.Env:
     """One preprocessed Atari env (see the module docstring); ``ale_kwargs`` go to ALE's ``gym.make``."""
     try:
         import ale_py
@@ -86,7 +87,7 @@ def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noo
     gym.register_envs(ale_py)
     env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=sticky_actions,
                    max_num_frames_per_episode=108_000, render_mode=render_mode, **ale_kwargs)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84,
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=screen_size,
                                           grayscale_obs=True, scale_obs=False)
     return StackFramesHwc(env, num_frames)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from daskrl.envs.envpool_atari import EnvpoolGroup
 from daskrl.envs.packages import import_env_packages
 from daskrl.envs.registry import register_env
 from daskrl.envs.vector import EnvGroup
@@ -48,10 +49,12 @@ class RolloutWorker(Component):
         self.incarnation = os.urandom(4).hex()  # tells this worker's slots from a predecessor's after a restart
         self.rollout = setup.rollout
         per_split = setup.num_envs // setup.num_splits
+        group_class = EnvpoolGroup if setup.env.env_backend == "envpool" else EnvGroup
         self.groups = [
-            EnvGroup.from_spec(setup.env.env, per_split, seed=setup.seed, worker_index=setup.worker_index,
-                               first_env_index=s * per_split, env_kwargs=setup.env.env_kwargs, spaces=setup.spaces,
-                               max_consecutive_failures=setup.env_failure_limit, info_keys=setup.info_keys)
+            group_class.from_spec(setup.env.env, per_split, seed=setup.seed, worker_index=setup.worker_index,
+                                  first_env_index=s * per_split, env_kwargs=setup.env.env_kwargs,
+                                  spaces=setup.spaces, max_consecutive_failures=setup.env_failure_limit,
+                                  info_keys=setup.info_keys)
             for s in range(setup.num_splits)
         ]
         self.layout = SlotLayout.for_worker(setup.spaces, setup.num_envs, setup.num_splits, setup.rollout,

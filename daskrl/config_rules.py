@@ -1,0 +1,94 @@
+"""Checks across options: values each fine alone that do not fit together (splits and envs, learners and batch
+sizes, devices, elastic runs, recurrent sequences), and names that must be known components (--env-packages imported
+first). Each problem is one line that names the options and a value that would work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from daskrl.config import Config
+
+
+def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Problems of ``config`` beyond the single-option ones already ``found`` (option -> problem)."""
+    problems = []
+    s = config.sampler
+    splits_valid = "worker_num_splits" not in found and "num_envs_per_worker" not in found
+    if splits_valid and s.worker_num_splits > 0 and s.num_envs_per_worker % s.worker_num_splits:
+        problems.append(
+            f"--worker-num-splits {s.worker_num_splits} does not divide --num-envs-per-worker "
+            f"{s.num_envs_per_worker}: each split needs the same number of envs (try --worker-num-splits "
+            f"{_divisor_hint(s.num_envs_per_worker, s.worker_num_splits)})"
+        )
+    problems += _combination_problems(config, found)
+    problems += _recurrent_problems(config, found)
+    problems += _import_problems(config, found)
+    return problems
+
+
+def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Options that do not fit together: --num-learners, the devices, --elastic and --adapt."""
+    s, lrn, out = config.sampler, config.learner, []
+    k = lrn.num_learners
+    if found:
+        return out
+    r = config.run
+    if r.adapt:
+        low, high = (int(x) for x in r.adapt.split(":"))
+        if low > high or high < 2:
+            out.append(f"--adapt {r.adapt}: MIN must not exceed MAX, and MAX must be at least 2 (a learner and a "
+                       "rollout worker)")
+        if r.scheduler:
+            out.append("--adapt is for the embedded cluster; on your own cluster call cluster.adapt(...) and run with "
+                       "--elastic")
+    if (r.elastic or r.adapt) and lrn.sync:
+        out.append("--elastic/--adapt cannot change the rollout workers of a --sync run (a training step takes every "
+                   "slot of a fixed set); leave out --sync or --elastic")
+    if k == 1 and s.inference_device in ("auto", "cpu"):
+        return out
+    if k > 1 and lrn.batch_size % k:
+        out.append(f"--batch-size {lrn.batch_size} does not split over --num-learners {k}: each learner trains on "
+                   f"an equal share of every minibatch (try --batch-size {lrn.batch_size // k * k or k})")
+    slots = s.num_workers * s.num_splits() * s.slots_per_split
+    if k > 1 and lrn.sync and slots % k:
+        out.append(f"--sync trains on all {slots} trajectory slots at once, which do not split evenly over "
+                   f"--num-learners {k}; change --num-workers, --slots-per-split or --num-learners")
+    if s.inference == "inline" and s.inference_device.startswith("cuda"):
+        out.append(f"--inference-device {s.inference_device} is for remote inference workers, and inline samplers act "
+                   "on the CPU: add --inference remote, or leave --inference-device at auto")
+    return out
+
+
+def _import_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """Imports --env-packages (the ids and model components they register count from then on), then looks up the
+    components --encoder and --rnn name. Imported here, not at the top: both modules import this one."""
+    if found:
+        return []
+    from daskrl.envs.packages import env_package_problems
+    from daskrl.models.registry import model_name_problems
+
+    m = config.model
+    return env_package_problems(config.env.env_packages) or model_name_problems(m.encoder, m.rnn, m.key_encoders)
+
+
+def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """--recurrence, --rollout and --batch-size must cut every slot into whole sequences and every minibatch too."""
+    if found or config.model.rnn == "none":
+        return []
+    rollout, lrn = config.sampler.rollout, config.learner
+    length = lrn.recurrence or rollout
+    if rollout % length:
+        return [f"--recurrence {length} does not divide --rollout {rollout}: each slot is cut into whole sequences "
+                f"(try --recurrence {_divisor_hint(rollout, length)})"]
+    per_learner = lrn.batch_size // lrn.num_learners
+    if per_learner % length:
+        return [f"--batch-size {lrn.batch_size} does not hold whole sequences of --recurrence {length} (per learner: "
+                f"{per_learner} samples); try --batch-size {max(per_learner // length, 1) * length * lrn.num_learners}"]
+    return []
+
+
+def _divisor_hint(n: int, near: int) -> int:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - near))
