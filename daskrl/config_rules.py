@@ -5,10 +5,10 @@ first). Each problem is one line that names the options and a value that would w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from daskrl.config import Config
+# ``config`` below is a daskrl.config.Config; typed Any because that module imports this one (no import cycle)
+Config = Any
 
 
 def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:

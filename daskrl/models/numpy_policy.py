@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from torch import nn
 
 from daskrl.models.actor_critic import ActorCritic
 from daskrl.models.encoders import MlpEncoder
@@ -51,7 +52,8 @@ class NumpyPolicy:
     def supports(model: ActorCritic) -> bool:
         if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.spaces.is_dict:
             return False  # Dict observations (packed records, per-key encoders) stay with torch
-        if model.recurrent and type(model.core) is not RecurrentCore:
+        if model.recurrent and (type(model.core) is not RecurrentCore
+                                or type(model.core.rnn) not in (nn.LSTM, nn.GRU)):
             return False  # a registered core: only torch knows it
         if model.spaces.action_kind == "box" and model.actor.distribution not in (None, ClippedGaussian):
             return False  # tanh squashing stays with torch
@@ -247,7 +249,7 @@ class _NumpyCell:
     the flat states ``[n, S]`` (h then c, layer after layer: the core's layout), written back in place."""
 
     def __init__(self, core: RecurrentCore) -> None:
-        self.lstm = core.kind == "lstm"
+        self.lstm = isinstance(core.rnn, nn.LSTM)
         self.layers, self.size = core.layers, core.size
         rnn = core.rnn
 
