@@ -127,7 +127,10 @@ def run_daskrl(game: str, seconds: float, warmup: float, tmp: str, extra: list[s
     dt = float(last["time_s"]) - float(first["time_s"]) or float("nan")
     trained = (int(last["policy_version"]) - int(first["policy_version"])) * per_step / dt
     sampled = (int(last["env_steps"]) - int(first["env_steps"])) / dt
+    curve = [[round(float(r["time_s"])), int(r["env_steps"]), _number(r["episode_return_mean"])]
+             for r in rows[::max(1, len(rows) // 20)] + rows[-1:]]  # about 20 points: the learning curve
     return {"trained_env_steps_per_s": round(trained, 1), "sampled_env_steps_per_s": round(sampled, 1),
+            "curve_time_steps_return": curve,
             "env_steps": int(last["env_steps"]), "trained_samples": int(last["policy_version"]) * per_step,
             "return_mean_last_100": _number(last["episode_return_mean"]), "measured_s": round(dt, 1),
             "exit_code": proc.returncode, **peaks}
@@ -235,6 +238,8 @@ def main() -> None:
               f"{r['peak_rss_mb']:,} | {r['peak_pss_mb']:,} |")
     if "daskrl" in results:
         print(f"  daskrl sampled {results['daskrl']['sampled_env_steps_per_s']:,.0f} env steps/s")
+        print("  daskrl's curve (s, env steps, mean return of the last 100 episodes): "
+              + ", ".join(f"{t} s {n:,} {r}" for t, n, r in results["daskrl"]["curve_time_steps_return"]))
     if args.json:
         print(json.dumps({"benchmark": "atari", "game": args.game, "seconds": args.seconds, "warmup": args.warmup,
                           "cores": os.cpu_count(), **results}))
