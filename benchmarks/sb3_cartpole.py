@@ -8,33 +8,16 @@ n_epochs 20, ent_coef 0.0, learning_rate lin_0.001, clip_range lin_0.2, n_timest
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 T0 = time.time()
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sb3_common import StopAt, linear  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-
-
-class StopAt(BaseCallback):
-    def __init__(self, threshold: float) -> None:
-        super().__init__()
-        self.threshold = threshold
-        self.reached_at: float | None = None
-
-    def _on_step(self) -> bool:
-        buf = self.model.ep_info_buffer
-        if len(buf) >= 100 and sum(e["r"] for e in buf) / len(buf) >= self.threshold:
-            self.reached_at = time.time() - T0
-            print("reached 475", flush=True)
-            return False
-        return True
-
-
-def linear(start: float):
-    return lambda progress: progress * start
 
 
 def main() -> None:
@@ -43,7 +26,7 @@ def main() -> None:
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                 ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed, verbose=0)
-    callback = StopAt(475.0)
+    callback = StopAt(475.0, T0)
     t = time.time()
     model.learn(total_timesteps=int(budget), callback=callback)
     steps = model.num_timesteps

@@ -16,32 +16,14 @@ import time
 
 T0 = time.time()
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sb3_common import StopAt, linear  # noqa: E402
 from sb3_contrib import RecurrentPPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from cartpole_no_velocity import cartpole_no_velocity  # noqa: E402
-
-
-class StopAt(BaseCallback):
-    def __init__(self, threshold: float) -> None:
-        super().__init__()
-        self.threshold = threshold
-        self.reached_at: float | None = None
-
-    def _on_step(self) -> bool:
-        buf = self.model.ep_info_buffer
-        if len(buf) >= 100 and sum(e["r"] for e in buf) / len(buf) >= self.threshold:
-            self.reached_at = time.time() - T0
-            print("reached 475", flush=True)
-            return False
-        return True
-
-
-def linear(start: float):
-    return lambda progress: progress * start
 
 
 def main() -> None:
@@ -51,7 +33,7 @@ def main() -> None:
     model = RecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                          ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed, verbose=0,
                          policy_kwargs={"lstm_hidden_size": 64, "enable_critic_lstm": True, "ortho_init": False})
-    callback = StopAt(475.0)
+    callback = StopAt(475.0, T0)
     t = time.time()
     model.learn(total_timesteps=int(budget), callback=callback)
     steps = model.num_timesteps
