@@ -72,6 +72,7 @@ def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     fps = [float(r["fps"]) for r in rows if float(r["fps"]) > 0]
     return {"seconds_to_475": run["marked_s"], "fps": statistics.median(fps) if fps else 0.0,
+            "env_steps": int(rows[-1]["env_steps"]) if rows else None,  # at the stop: where 475 was reached
             "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
 
 
@@ -110,8 +111,8 @@ def sb3_run(seed: int, limit_s: float, script: str = "sb3_cartpole.py") -> dict 
                        marker="reached 475")
     line = [x for x in run["out"].strip().splitlines() if x.startswith("{")]
     result = json.loads(line[-1]) if line else {"seconds_to_475": None, "fps": 0.0}
-    return {"seconds_to_475": run["marked_s"], "fps": result["fps"], "peak_pss_mb": run["peak_pss_mb"],
-            "wall_s": run["wall_s"]}
+    return {"seconds_to_475": run["marked_s"], "fps": result["fps"], "env_steps": result.get("env_steps"),
+            "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
 
 
 def main() -> None:
@@ -136,8 +137,9 @@ def main() -> None:
         systems[name] = sb3
     result = {}
     print(f"{title}, time from launch to a mean return >= 475 (last 100 episodes); {os.cpu_count()} cores\n")
-    print("| system | seconds to 475 (per seed) | median | training frames/s | peak PSS (MB) |")
-    print("|---|---|---|---|---|")
+    print("| system | seconds to 475 (per seed) | median | env steps at the stop (per seed) | training frames/s | "
+          "peak PSS (MB) |")
+    print("|---|---|---|---|---|---|")
     for name, runs in systems.items():
         times = [r["seconds_to_475"] for r in runs]
         solved = [t for t in times if t is not None]
@@ -145,9 +147,12 @@ def main() -> None:
         fps = statistics.median(r["fps"] for r in runs)
         peak = max(r["peak_pss_mb"] for r in runs)
         shown = ", ".join("not reached" if t is None else f"{t:.1f}" for t in times)
-        print(f"| {name} | {shown} | {'n/a' if median is None else f'{median:.1f}'} | {fps:,.0f} | {peak:,.0f} |")
+        steps = [r.get("env_steps") for r in runs]
+        shown_steps = ", ".join("?" if n is None else f"{n:,}" for n in steps)
+        print(f"| {name} | {shown} | {'n/a' if median is None else f'{median:.1f}'} | {shown_steps} | {fps:,.0f} | "
+              f"{peak:,.0f} |")
         result[name] = {"seconds_to_475": [None if t is None else round(t, 2) for t in times],
-                        "fps": round(fps), "peak_pss_mb": round(peak)}
+                        "env_steps": steps, "fps": round(fps), "peak_pss_mb": round(peak)}
     if args.json:
         print(json.dumps(result))
 
