@@ -533,3 +533,35 @@ def test_doom_health_gathering_adds_one_per_health_gain_and_reports_the_game_ret
         assert info["episode_extra_stats"]["true_objective"] == pytest.approx(shaped)
     env.close()
     assert gains > 0  # the shaping was exercised
+
+
+def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
+    """``game_variables``: a Dict of the frame and the scenario's variables (health here), packed into the slots as
+    any Dict observation is; the values in the slot are the ones the game reports in ``info``; a short training run
+    builds the CNN plus MLP model and samples with it."""
+    pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    from daskrl.config import Config
+    from daskrl.envs.dict_obs import unpack
+    from daskrl.runner import train
+
+    assert probe_env("doom/health_gathering").is_image  # off by default
+    kwargs = {"game_variables": True}
+    spaces = probe_env("doom/health_gathering", kwargs)
+    assert [k.name for k in spaces.obs_keys] == ["game_variables", "screen"]
+    assert spaces.key("screen").shape == (72, 128, 3) and spaces.key("game_variables").shape == (1,)
+    env = make_env("doom/health_gathering", seed=1, env_kwargs=kwargs)
+    group = EnvGroup([env], spaces=spaces)
+    obs = np.zeros((1, *spaces.obs_shape), np.uint8)
+    rew, term, trunc = np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool)
+    group.reset(obs)
+    healths = []
+    for _ in range(40):  # health falls over time in health gathering (the floor hurts)
+        group.step(np.array([0]), obs, rew, term, trunc)
+        healths.append(float(unpack(obs, spaces.obs_keys)["game_variables"][0, 0]))
+        assert healths[-1] == env.unwrapped._variables["HEALTH"]
+    assert healths[0] > healths[-1] and unpack(obs, spaces.obs_keys)["screen"].std() > 10
+    group.close()
+    summary = train(Config().replace(env="doom/health_gathering", env_kwargs=kwargs, sampling_only=True,
+                                     train_for_seconds=8.0, train_dir=str(tmp_path), experiment="doomvars",
+                                     dashboard_address="", num_envs_per_worker=4, num_workers=1))
+    assert summary["env_steps"] > 100 and not any(summary["incidents"].values()), summary

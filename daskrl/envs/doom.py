@@ -9,9 +9,12 @@ reported as ``info['episode_extra_stats']['true_objective']``, so ``info/true_ob
 small rewards for gaining health and ammunition. Basic and deadly corridor rewards are in the hundreds: their
 family defaults (daskrl/env_defaults.py) scale them by 0.01 for training, the logged returns stay raw.
 
-Game variables (health, ammunition, ...) are not part of the observation: daskrl has no dict observations yet, and
-appending numbers to an image would mix two kinds of input in one array. They are in the step's ``info`` under
-their vizdoom names (``HEALTH``, ``AMMO2``, ...), so ``--info-keys HEALTH`` logs them per episode.
+Game variables (health, ammunition, ...) are in every step's ``info`` under their vizdoom names (``HEALTH``,
+``AMMO2``, ...), so ``--info-keys HEALTH`` logs them per episode. With ``--env-kwargs '{"game_variables": true}'``
+they are observed too, as Sample Factory's "measurements": the observation becomes a Dict of ``screen`` (the frame)
+and ``game_variables`` (float32, the scenario's variables in its .cfg order), which the model encodes with the CNN
+and an MLP (daskrl/models/dict_encoder.py). Off by default: the documented doom results are the frame's alone, and a
+scenario without variables (my_way_home) keeps its plain frames either way.
 
 Scenario files come with vizdoom (``vizdoom.scenarios_path``), except battle, which Sample Factory ships and
 vizdoom does not: ``doom/battle`` takes its .cfg through ``--env-kwargs '{"cfg": "/path/battle.cfg"}'``.
@@ -74,7 +77,7 @@ class DoomEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": GAME_TICS_PER_SECOND // 4}
 
     def __init__(self, scenario: str, frameskip: int = 4, width: int = 128, height: int = 72,
-                 cfg: str | None = None, render_mode: str | None = None) -> None:
+                 cfg: str | None = None, render_mode: str | None = None, game_variables: bool = False) -> None:
         try:
             import cv2  # noqa: F401  (the resize)
             import vizdoom
@@ -94,7 +97,12 @@ class DoomEnv(gym.Env):
         self.buttons = [b for group in self.spec_.groups for b in group]
         nvec = [len(group) + 1 for group in self.spec_.groups]
         self.action_space = gym.spaces.Discrete(nvec[0]) if len(nvec) == 1 else gym.spaces.MultiDiscrete(nvec)
-        self.observation_space = gym.spaces.Box(0, 255, (self.size[1], self.size[0], 3), dtype=np.uint8)
+        screen = gym.spaces.Box(0, 255, (self.size[1], self.size[0], 3), dtype=np.uint8)
+        self._names = _variable_names(self.cfg_path)
+        self.observe_variables = bool(game_variables) and bool(self._names)
+        self.observation_space = gym.spaces.Dict({
+            "screen": screen, "game_variables": gym.spaces.Box(-np.inf, np.inf, (len(self._names),), np.float32)
+        }) if self.observe_variables else screen
         self.game = None
         self._seed: int | None = None
         self._frame = np.zeros((120, 160, 3), np.uint8)  # the game's last screen (what render shows)
@@ -181,10 +189,14 @@ class DoomEnv(gym.Env):
             extra += delta * up if delta > 0 else delta * down
         return extra
 
-    def _observation(self) -> np.ndarray:
+    def _observation(self) -> np.ndarray | dict[str, np.ndarray]:
         import cv2
 
-        return cv2.resize(self._frame, self.size, interpolation=cv2.INTER_AREA)
+        screen = cv2.resize(self._frame, self.size, interpolation=cv2.INTER_AREA)
+        if not self.observe_variables:
+            return screen
+        values = np.array([self._variables.get(name, 0.0) for name in self._names], np.float32)
+        return {"screen": screen, "game_variables": values}
 
     def render(self) -> np.ndarray | None:
         return self._frame.copy() if self.render_mode == "rgb_array" else None
@@ -193,6 +205,15 @@ class DoomEnv(gym.Env):
         if self.game is not None:
             self.game.close()
             self.game = None
+
+
+def _variable_names(cfg_path: str) -> list[str]:
+    """The game variables a scenario file declares, read without starting the game (so spaces are known at once)."""
+    import vizdoom
+
+    game = vizdoom.DoomGame()
+    game.load_config(cfg_path)
+    return [str(v).split(".")[-1] for v in game.get_available_game_variables()]
 
 
 def make_doom(scenario: str, **kwargs: Any) -> DoomEnv:

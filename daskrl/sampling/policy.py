@@ -40,7 +40,8 @@ def resolve_precision(setting: str, spaces: EnvSpaces) -> str:
     if setting not in INFERENCE_PRECISIONS:
         raise ValueError(f"inference precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {setting!r}")
     if setting == "auto":
-        return "bfloat16" if spaces.is_image and cpu_has_native_bfloat16() else "float32"
+        has_image = spaces.is_image or any(k.kind == "image" for k in spaces.feature_keys)  # a Dict's image keys too
+        return "bfloat16" if has_image and cpu_has_native_bfloat16() else "float32"
     return setting
 
 
