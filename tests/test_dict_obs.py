@@ -274,3 +274,15 @@ def test_minigrid_trains_from_its_gymnasium_module_id(tmp_path):
     returns = [r["episode_return_mean"] for r in rows if r["episodes"] >= 100]
     assert summary["env_steps"] >= 60_000
     assert returns and summary["episode_return_mean"] >= min(returns) + 0.3, (min(returns), summary)
+
+
+def test_auto_precision_takes_bfloat16_for_large_image_keys_only():
+    """--inference-precision auto: a Dict whose image key the Nature CNN encodes samples in bfloat16 where the CPU
+    has it (as a plain image env does); small views (MiniGrid's, CueEnv's 3x3) stay float32."""
+    from daskrl.sampling.policy import cpu_has_native_bfloat16, resolve_precision
+
+    big = EnvSpaces.from_spaces(gym.spaces.Dict({"screen": gym.spaces.Box(0, 255, (72, 128, 3), np.uint8),
+                                                 "health": gym.spaces.Box(0, 100, (1,), np.float32)}),
+                                gym.spaces.Discrete(3))
+    assert resolve_precision("auto", big) == ("bfloat16" if cpu_has_native_bfloat16() else "float32")
+    assert resolve_precision("auto", probe_env(CUE)) == "float32"

@@ -40,7 +40,9 @@ def resolve_precision(setting: str, spaces: EnvSpaces) -> str:
     if setting not in INFERENCE_PRECISIONS:
         raise ValueError(f"inference precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {setting!r}")
     if setting == "auto":
-        has_image = spaces.is_image or any(k.kind == "image" for k in spaces.feature_keys)  # a Dict's image keys too
+        # a Dict's image keys too, where the Nature CNN encodes them (the measured gain: docs/performance.md); MiniGrid's
+        # small views keep float32, as measured
+        has_image = spaces.is_image or any(k.kind == "image" and min(k.shape[:2]) >= 36 for k in spaces.feature_keys)
         return "bfloat16" if has_image and cpu_has_native_bfloat16() else "float32"
     return setting
 
