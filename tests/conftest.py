@@ -28,6 +28,22 @@ def workers(session):
     return sorted(session.client.scheduler_info()["workers"])
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """A 3-worker embedded cluster of worker processes (what this process registers does not reach them by itself);
+    checks nothing of its run is left in /dev/shm after close."""
+    s = connect_cluster(n_workers=3, dashboard_address=None)
+    yield s
+    run_id = s.run_id
+    s.close()
+    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
+
+
+@pytest.fixture(scope="module")
+def hosts(cluster):
+    return sorted(cluster.client.scheduler_info()["workers"])
+
+
 @pytest.fixture
 def inproc():
     """A fresh 2-worker cluster in this process (see the module docstring); checks its segments are gone after."""

@@ -29,9 +29,7 @@ from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import install_components, lookup, pack_components
 from daskrl.runner import train
-from daskrl.runtime import connect_cluster
 from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.shm import list_segments
 
 CARTPOLE = probe_env("CartPole-v1")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -264,16 +262,6 @@ def test_the_numpy_fast_path_leaves_a_registered_mlp_subclass_to_torch():
 
 
 # ---- on a cluster of worker processes ----
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """Worker processes (not threads): what this process registers does not reach them by itself."""
-    s = connect_cluster(n_workers=3, dashboard_address=None)
-    yield s
-    run_id = s.run_id
-    s.close()
-    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
 
 
 def run_config(tmp_path, **kw) -> Config:

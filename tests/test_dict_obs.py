@@ -27,7 +27,6 @@ from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runner import train
 from daskrl.runtime import connect_cluster, spawn, spawn_all
-from daskrl.runtime.shm import list_segments
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.setups import role_setups
@@ -125,15 +124,6 @@ def test_small_images_get_the_small_cnn_and_a_too_small_image_is_one_readable_li
         train(Config.from_flat({"env": CUE, "encoder": "cnn", "dashboard_address": "", "train_dir": str(tmp_path),
                                 "experiment": "refused"}))
     assert not (tmp_path / "refused" / "config.json").exists()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    s = connect_cluster(n_workers=3, dashboard_address=None)
-    yield s
-    run_id = s.run_id
-    s.close()
-    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
 
 
 @pytest.mark.parametrize("inference", ["inline", "remote"])

@@ -269,20 +269,6 @@ def test_evaluation_carries_the_state_across_steps_and_resets_it_per_episode():
 # ---- on a real cluster ----
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    s = connect_cluster(n_workers=3, dashboard_address=None)
-    yield s
-    run_id = s.run_id
-    s.close()
-    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
-
-
-@pytest.fixture(scope="module")
-def hosts(cluster):
-    return sorted(cluster.client.scheduler_info()["workers"])
-
-
 def replay_slot(model, s, state):
     """Log-probs [T, B] of a slot's actions from ``state`` (its stored start), step by step with resets after each
     ended episode, and the state the slot leaves for the next one (reset where the last step ended an episode)."""

@@ -46,21 +46,6 @@ _ids = itertools.count()
 # ---- fixtures and helpers ----
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A 3-worker embedded cluster; checks nothing of its run is left in /dev/shm after close."""
-    s = connect_cluster(n_workers=3, dashboard_address=None)
-    yield s
-    run_id = s.run_id
-    s.close()
-    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
-
-
-@pytest.fixture(scope="module")
-def hosts(cluster):
-    return sorted(cluster.client.scheduler_info()["workers"])
-
-
 def spawn_one(cluster, cls, worker, setup):
     return spawn(cluster.client, cls, f"{cls.__name__.lower()}{next(_ids)}", run_id=cluster.run_id, worker=worker,
                  setup=setup)

@@ -167,7 +167,9 @@ class PackedDictObservations(gym.ObservationWrapper):
         self.keys = tuple(keys)
         size = record_size(self.keys)
         self.observation_space = gym.spaces.Box(0, 255, (size,), np.uint8)
-        self._size = size
+        self._row = np.zeros(size, np.uint8)
 
     def observation(self, observation: Mapping[str, Any]) -> np.ndarray:
-        return pack_into(np.zeros(self._size, np.uint8), observation, self.keys)
+        """The packed record, in one buffer reused every step (no allocation per step): read it before the next
+        step, as the env group does when it copies it into the slot (a kept final observation is copied too)."""
+        return pack_into(self._row, observation, self.keys)

@@ -28,6 +28,7 @@ import numpy as np
 from daskrl.envs.atari import PREFIX
 from daskrl.envs.registry import env_seed
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.vector import EpisodeRecords
 from daskrl.errors import EnvError
 
 #: daskrl's atari/<Game> options (--env-kwargs) -> envpool's names for them
@@ -75,7 +76,7 @@ def check_backend(backend: str, env: str, env_kwargs: dict[str, Any] | None) -> 
         raise EnvError(f"envpool {envpool.__version__} has no {task} for {env!r}")
 
 
-class EnvpoolGroup:
+class EnvpoolGroup(EpisodeRecords):
     """The envs of one rollout-worker split as one envpool (the interface of :class:`daskrl.envs.vector.EnvGroup`):
     ``step`` writes observations, rewards and episode ends into the slot's arrays, and an env whose episode ended
     already holds its next episode's first observation, as in EnvGroup."""
@@ -156,18 +157,6 @@ class EnvpoolGroup:
 
     def pop_failures(self) -> list:
         return []
-
-    def pop_episode_stats(self) -> list[tuple[float, int]]:
-        stats, self.finished_episodes = self.finished_episodes, []
-        return stats
-
-    def pop_episode_extras(self) -> list[dict[str, float]]:
-        extras, self.episode_extras = self.episode_extras, []
-        return extras
-
-    def pop_truncations(self) -> list[tuple[int, np.ndarray]]:
-        truncations, self.truncations = self.truncations, []
-        return truncations
 
     def close(self) -> None:
         self.pool.close()

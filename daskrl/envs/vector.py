@@ -38,7 +38,31 @@ class EnvFailure:
         self.env_index, self.phase, self.summary = env_index, phase, summary
 
 
-class EnvGroup:
+class EpisodeRecords:
+    """What a group of envs reports about finished episodes, drained by its owner: (return, length) pairs, the info
+    numbers at their ends, and the final observations of those a time limit cut. Shared by every env backend."""
+
+    finished_episodes: list[tuple[float, int]]
+    episode_extras: list[dict[str, float]]
+    truncations: list[tuple[int, np.ndarray]]
+
+    def pop_episode_extras(self) -> list[dict[str, float]]:
+        """Return and clear the info numbers of episodes finished since the last call (see ``episode_extras``)."""
+        extras, self.episode_extras = self.episode_extras, []
+        return extras
+
+    def pop_truncations(self) -> list[tuple[int, np.ndarray]]:
+        """Return and clear the (env index, final observation) of episodes cut by a time limit since the last call."""
+        truncations, self.truncations = self.truncations, []
+        return truncations
+
+    def pop_episode_stats(self) -> list[tuple[float, int]]:
+        """Return and clear the (return, length) of episodes finished since the last call."""
+        stats, self.finished_episodes = self.finished_episodes, []
+        return stats
+
+
+class EnvGroup(EpisodeRecords):
     """Envs of one rollout-worker split; `step` writes obs/reward/terminated/truncated in place.
 
     After an episode ends, `obs_out[i]` holds the first observation of the next
@@ -219,20 +243,6 @@ class EnvGroup:
         if numbers:
             self.episode_extras.append(numbers)
 
-    def pop_episode_extras(self) -> list[dict[str, float]]:
-        """Return and clear the info numbers of episodes finished since the last call (see ``episode_extras``)."""
-        extras, self.episode_extras = self.episode_extras, []
-        return extras
-
-    def pop_truncations(self) -> list[tuple[int, np.ndarray]]:
-        """Return and clear the (env index, final observation) of episodes cut by a time limit since the last call."""
-        truncations, self.truncations = self.truncations, []
-        return truncations
-
-    def pop_episode_stats(self) -> list[tuple[float, int]]:
-        """Return and clear the (return, length) of episodes finished since the last call."""
-        stats, self.finished_episodes = self.finished_episodes, []
-        return stats
 
     def close(self) -> None:
         for env in self.envs:
