@@ -189,6 +189,27 @@ class LearnerConfig(Section):
 
 
 @dataclass
+class PolicyConfig(Section):
+    num_policies: int = opt(1, "policies trained side by side, each with its own learner (one Dask worker), "
+                               "parameters, checkpoints and logs", low=1, high=64)
+    policy_mapping: str = opt("auto", "which policy acts for each agent: 'shared' (policy 0 for every agent), "
+                                      "'round_robin' (agents, and episodes, spread over the policies), "
+                                      "'module:function' (called as function(agent_id, episode_index) -> policy "
+                                      "index), or 'auto' (round_robin with several policies, else shared)", low=1)
+    self_play_snapshots: int = opt(0, "two-player envs: keep this many frozen past versions of policy 0 as "
+                                      "opponents (0: none; opponents are the other policies)", low=0, high=64)
+    self_play_snapshot_every: int = opt(50, "policy versions between two self-play snapshots", low=1)
+    pbt: bool = opt(False, "population-based training over the --num-policies policies (needs 2 or more)")
+    pbt_period_env_steps: int = opt(200_000, "env steps (of the whole run) between two PBT rounds", low=1)
+    pbt_replace_fraction: float = opt(0.25, "worst fraction of the population replaced in each PBT round",
+                                      low=0, high=0.5, low_open=True)
+    pbt_perturb_factor: float = opt(1.2, "a mutated hyperparameter is multiplied or divided by this", low=1,
+                                    low_open=True)
+    pbt_mutation_rate: float = opt(0.5, "chance that each hyperparameter of a replaced policy is mutated", low=0,
+                                   high=1)
+
+
+@dataclass
 class RunConfig(Section):
     experiment: str = opt("", "experiment name (default: the env id and a timestamp)")
     train_dir: str = opt("train_dir", "directory that holds experiment directories", low=1)
@@ -254,7 +275,7 @@ class RunConfig(Section):
 
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,
-            "run": RunConfig}
+            "policies": PolicyConfig, "run": RunConfig}
 
 
 @dataclass
@@ -263,6 +284,7 @@ class Config:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    policies: PolicyConfig = field(default_factory=PolicyConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     # ---- flat access: cfg.get("rollout"), Config.from_flat({...}) ----
