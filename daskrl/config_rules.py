@@ -24,8 +24,32 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
         )
     problems += _combination_problems(config, found)
     problems += _recurrent_problems(config, found)
+    problems += _policy_problems(config, found)
     problems += _import_problems(config, found)
     return problems
+
+
+def _policy_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """--num-policies and what it does not combine with yet, --pbt, --policy-mapping's form."""
+    p, out = config.policies, []
+    if found:
+        return out
+    n = p.num_policies
+    if p.pbt and n < 2:
+        out.append(f"--pbt needs a population: --num-policies 2 or more (got {n}); try --num-policies 4")
+    if n > 1 and config.sampler.inference == "remote":
+        out.append(f"--num-policies {n} runs each policy inline in the rollout workers; remote inference serves one "
+                   "policy for now: use --inference inline")
+    if n > 1 and config.learner.num_learners > 1:
+        out.append(f"--num-policies {n} gives each policy one learner; --num-learners {config.learner.num_learners} "
+                   "(a data-parallel group per policy) is not supported with several policies: use --num-learners 1")
+    if n > 1 and config.learner.sync:
+        out.append(f"--sync trains one policy in lockstep with its samplers; with --num-policies {n} leave it off")
+    mapping = p.policy_mapping
+    if mapping not in ("auto", "shared", "round_robin") and (":" not in mapping or mapping.startswith(":")
+                                                              or mapping.endswith(":")):
+        out.append(f"--policy-mapping must be auto, shared, round_robin or module:function, got {mapping!r}")
+    return out
 
 
 def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:

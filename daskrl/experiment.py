@@ -111,8 +111,11 @@ def checkpoint_file(path: str) -> str:
 
 
 def has_checkpoint(directory: str) -> bool:
-    checkpoints = os.path.join(directory, "checkpoints")
-    return os.path.isdir(checkpoints) and any(n.startswith("checkpoint_") for n in os.listdir(checkpoints))
+    """A checkpoint to resume from: in ``checkpoints/``, or with several policies in ``checkpoints/policy_0/``."""
+    for checkpoints in (os.path.join(directory, "checkpoints"), os.path.join(directory, "checkpoints", "policy_0")):
+        if os.path.isdir(checkpoints) and any(n.startswith("checkpoint_") for n in os.listdir(checkpoints)):
+            return True
+    return False
 
 
 def _holds_files(directory: str) -> bool:

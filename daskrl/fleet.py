@@ -37,6 +37,9 @@ class Fleet:
         self.config, self.spaces, self.placement = config, spaces, placement
         self.learner: ComponentHandle | None = None  # the only learner, or the leader of the learner group
         self.learner_members: list[ComponentHandle] = []  # ranks 1.. of the group (--num-learners)
+        # each policy's learner, by policy (--num-policies; the first is ``learner``)
+        self.policy_learners: list[ComponentHandle] = []
+        self.policy_params: list[dict | None] = []  # each policy's parameter block (the first is ``params``)
         self.group_generation = 0  # bumped each time the learner group is formed
         self._rollout_indices = config.sampler.num_workers  # rollout_0.. at the start; an elastic run adds more
         self.sink: ComponentHandle | None = None
@@ -50,19 +53,27 @@ class Fleet:
 
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (the parameter block changes when the learner restarts)."""
-        return role_setups(self.config, self.spaces, self.params, self.remote_params)
+        return role_setups(self.config, self.spaces, self.policy_params or self.params, self.remote_params)
 
     # ---- who is who ----
 
     def components(self) -> list[ComponentHandle]:
-        return [h for h in (self.learner, self.sink) if h is not None] + self.learner_members + self.rollout \
-            + self.inference
+        return [h for h in (self.learner, self.sink) if h is not None] + self.policy_learners[1:] \
+            + self.learner_members + self.rollout + self.inference
+
+    def learners(self) -> list[ComponentHandle]:
+        """Every learner: each policy's, and the members of policy 0's group."""
+        return self.policy_learners + self.learner_members
+
+    def policy_of(self, name: str) -> int:
+        """The policy a learner trains (0 for anything else)."""
+        return next((k for k, h in enumerate(self.policy_learners) if h.name == name), 0)
 
     def samplers(self) -> list[ComponentHandle]:
         return self.rollout + self.inference
 
     def role_of(self, name: str) -> Role | None:
-        if self.learner is not None and name == self.learner.name:
+        if any(h.name == name for h in self.policy_learners):
             return Role.LEARNER
         if self.sink is not None and name == self.sink.name:
             return Role.SINK
@@ -91,17 +102,25 @@ class Fleet:
             self.sink = self._spawn(SamplingSink, "sink", p.rollout[0], None)
         else:
             created: list[ComponentHandle] = []
+            policies = self.config.policies.num_policies
             try:
-                spawn_all(self.client, [(Learner, _learner_name(rank), host, setup) for rank, (host, setup)
-                                        in enumerate(zip(p.learners, self.setups().learners, strict=True))],
+                spawn_all(self.client, [(Learner, _learner_name(setup.rank, setup.policy_index, policies), host, setup)
+                                        for host, setup in zip(p.learners, self.setups().learners, strict=True)],
                           run_id=self.run_id, created=created)
             finally:  # what was created is stopped with the rest, even when a later one failed
-                self.learner, self.learner_members = (created[0] if created else None), created[1:]
-            if resume_state is not None:
-                self.learner.call("load_state", resume_state, int(resume_state.get("env_steps", 0)), timeout=120)
-            elif init_weights is not None:
-                self.learner.call("load_weights", init_weights["version"], init_weights["weights"], 0, timeout=120)
-            self.params = self.learner.call("params_desc")
+                if policies > 1:
+                    self.policy_learners = created
+                else:
+                    self.policy_learners, self.learner_members = created[:1], created[1:]
+                self.learner = created[0] if created else None
+            states = resume_state if isinstance(resume_state, list) else [resume_state] * policies
+            for k, learner in enumerate(self.policy_learners):
+                if states[k] is not None:
+                    learner.call("load_state", states[k], int(states[k].get("env_steps", 0)), timeout=120)
+                elif init_weights is not None:
+                    learner.call("load_weights", init_weights["version"], init_weights["weights"], 0, timeout=120)
+            self.policy_params = [h.call("params_desc") for h in self.policy_learners]
+            self.params = self.policy_params[0]
         setups = self.setups()
         spawn_all(self.client, [(RolloutWorker, f"rollout_{i}", host, setup)
                                 for i, (host, setup) in enumerate(zip(p.rollout, setups.rollout, strict=True))],
@@ -113,13 +132,14 @@ class Fleet:
                                     for j, host in enumerate(p.inference)], run_id=self.run_id, created=self.inference)
             for handle in self.inference:
                 handle.call("attach_workers", self.buffers)
-        wire_sampling_graph(self.client, self.rollout, self.inference, self._consumer_slot(), policy_queue())
-        for handle in [h for h in (self.learner,) if h is not None] + self.learner_members:
+        wire_sampling_graph(self.client, self.rollout, self.inference, self._consumer_slots(), policy_queue())
+        for handle in self.learners():
             handle.call("attach_workers", self.buffers)
         if self.learner_members:
             wire_learner_group(self.client, self.learner, self.learner_members)
             self.form_learner_group()
-        for handle in [self.consumer, *self.learner_members, *self.inference, *self.rollout]:
+        for handle in [self.consumer, *self.policy_learners[1:], *self.learner_members, *self.inference,
+                       *self.rollout]:
             handle.call("start")
 
     def form_learner_group(self) -> None:
@@ -140,13 +160,13 @@ class Fleet:
         the learner (every member of its group) and its requests to the inference workers from now on."""
         index = self.next_rollout_index()
         self._reach_params_from(worker)
-        setup = rollout_setup(self.config, self.spaces, self.params, index)
+        setup = rollout_setup(self.config, self.spaces, self.policy_params or self.params, index)
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup)
         self.rollout.append(new)
         buffers = self.buffers[new.name] = new.call("buffers")
-        for handle in [h for h in (self.learner,) if h is not None] + self.learner_members + self.inference:
+        for handle in self.learners() + self.inference:
             handle.call("attach_workers", {new.name: buffers})
-        wire_rollout(self.client, new, self._consumer_slot())
+        wire_rollout(self.client, new, self._consumer_slots())
         new.call("start")
         return new
 
@@ -187,8 +207,8 @@ class Fleet:
             index = self.rollout.index(handle)
             new = self._spawn(handle.cls, handle.name, worker, self.setups().rollout[index])
             buffers = self.buffers[handle.name] = new.call("buffers")
-            if self.learner is not None:
-                self.learner.call("attach_workers", {handle.name: buffers})
+            for learner in self.policy_learners:
+                learner.call("attach_workers", {handle.name: buffers})
             self._each(self.inference, "attach_workers", {handle.name: buffers})
             self.rollout[index] = new
         elif role is Role.INFERENCE:
@@ -211,37 +231,41 @@ class Fleet:
         return new
 
     def recreate_learner(self, worker: str, state: dict | None = None, weights: dict | None = None,
-                         env_steps: int = 0) -> ComponentHandle:
-        """Restart the learner on ``worker`` from a checkpoint ``state``, or from published ``weights``
-        (``{"version", "weights"}``), or from its initial weights; then every sampler follows its parameters."""
-        assert self.learner is not None
-        new = self._spawn(self.learner.cls, self.learner.name, worker, self.setups().learner)
+                         env_steps: int = 0, policy: int = 0) -> ComponentHandle:
+        """Restart ``policy``'s learner on ``worker`` from a checkpoint ``state``, or from published ``weights``
+        (``{"version", "weights"}``), or from its initial weights; then every sampler follows its parameters. The
+        other policies' learners go on untouched."""
+        old = self.policy_learners[policy]
+        setup = next(s for s in self.setups().learners if s.policy_index == policy and s.rank == 0)
+        new = self._spawn(old.cls, old.name, worker, setup)
         if state is not None:
             new.call("load_state", state, env_steps, timeout=120)
         elif weights is not None:
             new.call("load_weights", weights["version"], weights["weights"], env_steps, timeout=120)
-        self.params = new.call("params_desc")
+        self.policy_params[policy] = new.call("params_desc")
+        self.params = self.policy_params[0]
         new.call("attach_workers", self.buffers)
-        self.learner = new
+        self.policy_learners[policy] = new
+        self.learner = self.policy_learners[0]
         if self.learner_members:
             self.form_learner_group()  # the members go on from the new leader's weights
         new.call("start")
-        self._each(self.samplers(), "set_params", self.params)
-        self._reclaim_slots()  # the slots the dead learner held are never coming back
+        self._each(self.samplers(), "set_params", self.policy_params[policy], policy)
+        # the slots the dead learner held are never coming back (with several policies: only what it owed)
+        self._each(self.rollout, "reclaim_slots", *((policy,) if len(self.policy_learners) > 1 else ()))
         return new
 
     def learner_devices(self) -> dict[str, str]:
         """Each learner's torch device, as its worker resolved it (``auto`` becomes cuda or cpu there)."""
-        learners = [h for h in (self.learner,) if h is not None] + self.learner_members
-        return {h.name: h.call("stats")["device"] for h in learners}
+        return {h.name: h.call("stats")["device"] for h in self.learners()}
 
-    def newest_policy_weights(self) -> dict[str, Any] | None:
+    def newest_policy_weights(self, policy: int = 0) -> dict[str, Any] | None:
         """The newest ``{"version", "weights"}`` any sampler acts with (None when none answers): what a learner
         lost before its first checkpoint published last, as far as it reached the samplers."""
         newest = None
         for component in self.samplers():
             try:
-                got = component.call("policy_weights", timeout=30)
+                got = component.call("policy_weights", policy, timeout=30)
             except ComponentError:  # a sampler lost at the same time: the others may have it
                 continue
             if got is not None and (newest is None or got["version"] > newest["version"]):
@@ -267,15 +291,19 @@ class Fleet:
         return spawn(self.client, cls, name, run_id=self.run_id, worker=worker, setup=setup)
 
     def _reach_params_from(self, worker: str) -> None:
-        """A sampler is about to run on ``worker``: if that is another host than the learner's, and parameters
-        were published through shared memory only, have the learner publish them over comms too."""
-        if self.learner is None or self.remote_params or host_of(worker) == host_of(self.learner.address):
+        """A sampler is about to run on ``worker``: if that is another host than a learner's, and parameters
+        were published through shared memory only, have the learners publish them over comms too."""
+        if self.learner is None or self.remote_params or all(
+                host_of(worker) == host_of(h.address) for h in self.policy_learners):
             return
-        self.params = self.learner.call("enable_remote_params")  # samplers here keep reading shared memory
+        # samplers here keep reading shared memory
+        self.policy_params = [h.call("enable_remote_params") for h in self.policy_learners]
+        self.params = self.policy_params[0]
         self.remote_params = True
 
-    def _consumer_slot(self) -> SlotRef:
-        return self.consumer.on_trajectory
+    def _consumer_slots(self) -> list[SlotRef]:
+        """Where full slots are announced: every policy's learner (each takes its own), or the sink."""
+        return [h.on_trajectory for h in self.policy_learners] if self.policy_learners else [self.consumer.on_trajectory]
 
     def _reclaim_slots(self) -> None:
         self._each(self.rollout, "reclaim_slots")
@@ -290,6 +318,9 @@ class Fleet:
                 self.warn(f"{handle.name} did not take {method}(): {exc}")
 
 
-def _learner_name(rank: int) -> str:
-    """The leader keeps the name a single learner has; members are learner_1, learner_2, ..."""
+def _learner_name(rank: int, policy: int = 0, num_policies: int = 1) -> str:
+    """The leader keeps the name a single learner has; members are learner_1, learner_2, ...; with several
+    policies each policy's learner is learner_p0, learner_p1, ..."""
+    if num_policies > 1:
+        return f"learner_p{policy}"
     return "learner" if rank == 0 else f"learner_{rank}"

@@ -35,7 +35,7 @@ ROLES = ("learner", "rollout", "inference")  # the roles that need a worker proc
 
 @dataclass
 class Placement:
-    learners: list[str]  # by rank: the first is the group's leader
+    learners: list[str]  # by policy, then rank: the first is policy 0's (its group's leader)
     rollout: list[str]
     inference: list[str]
     names: dict[str, str] = field(default_factory=dict)  # address -> worker name (stable across restarts)
@@ -48,7 +48,8 @@ class Placement:
 
 def role_counts(config: Config) -> dict[str, int]:
     s = config.sampler
-    return {"learner": 0 if config.run.sampling_only else config.learner.num_learners, "rollout": s.num_workers,
+    learners = config.learner.num_learners * config.policies.num_policies
+    return {"learner": 0 if config.run.sampling_only else learners, "rollout": s.num_workers,
             "inference": s.num_inference_workers if s.inference == "remote" else 0}
 
 
@@ -65,7 +66,7 @@ def place(workers: dict[str, dict], config: Config) -> Placement:
         raise ConfigError([
             f"the cluster has {len(workers)} worker processes but this run needs {need} (one per busy component: "
             f"{counts['rollout']} rollout, {counts['inference']} inference, {counts['learner']} learner); add "
-            "workers or lower --num-workers / --num-inference-workers / --num-learners"
+            "workers or lower --num-workers / --num-inference-workers / --num-learners / --num-policies"
         ])
     order = sorted(workers, key=lambda a: (str(workers[a].get("name", a)), a))
     free = list(order)

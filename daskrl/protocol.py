@@ -28,9 +28,9 @@ from daskrl.runtime.wiring import add_consumer, connect
 # ---- queue names ----
 
 
-def policy_queue(policy: str = "default") -> str:
+def policy_queue(policy: int = 0) -> str:
     """Inference requests for one policy; its inference workers take them."""
-    return f"policy:{policy}"
+    return "policy:default" if policy == 0 else f"policy:{policy}"
 
 
 def actions_queue(worker: str) -> str:
@@ -73,6 +73,7 @@ class TrajectoryReady(TypedDict):
     slot: int
     frames: int
     inc: str
+    policies: NotRequired[list[int]]  # several policies: those that acted in the slot (their learners take it)
 
 
 class FreeSlots(TypedDict):
@@ -82,6 +83,7 @@ class FreeSlots(TypedDict):
     slots: list[int]
     inc: str
     version: NotRequired[int]
+    policy: NotRequired[int]  # several policies: whose learner is done with them (each one that took them frees)
 
 
 class SharesAssigned(TypedDict):
@@ -101,9 +103,11 @@ class ParamsUpdated(TypedDict):
 # ---- wiring ----
 
 
-def wire_rollout(client: Any, rollout: ComponentHandle, consumer: SlotRef) -> None:
-    """Full slots of ``rollout`` go to ``consumer``; freed slots and inference answers come back to it."""
-    connect(rollout.trajectory_ready, consumer, client)
+def wire_rollout(client: Any, rollout: ComponentHandle, consumer: SlotRef | list[SlotRef]) -> None:
+    """Full slots of ``rollout`` go to ``consumer`` (with several policies: to each policy's learner, which takes
+    the slots its policy acted in); freed slots and inference answers come back to it."""
+    for each in consumer if isinstance(consumer, list) else [consumer]:
+        connect(rollout.trajectory_ready, each, client)
     add_consumer(free_queue(rollout.name), rollout.on_free, client)
     add_consumer(actions_queue(rollout.name), rollout.on_actions, client)
 
@@ -114,7 +118,7 @@ def wire_inference(client: Any, inference: ComponentHandle, queue: str) -> None:
 
 
 def wire_sampling_graph(client: Any, rollout: list[ComponentHandle], inference: list[ComponentHandle],
-                        consumer: SlotRef, queue: str) -> None:
+                        consumer: SlotRef | list[SlotRef], queue: str) -> None:
     """Every connection of the data path (see the module docstring), in force everywhere on return."""
     for handle in inference:
         wire_inference(client, handle, queue)

@@ -27,11 +27,13 @@ from daskrl.runtime.incidents import Incidents
 class Recovery:
     """Finds lost components (the registry's fault events) and brings them back through the fleet."""
 
-    def __init__(self, fleet: Fleet, store: CheckpointStore, max_learner_restarts: int, incidents: Incidents,
-                 shrink_when_full: bool = False, rollout_wait_s: float = 15.0) -> None:
-        """``shrink_when_full`` (elastic runs): a rollout worker lost while no worker is idle is not recreated
+    def __init__(self, fleet: Fleet, store: CheckpointStore | list[CheckpointStore], max_learner_restarts: int,
+                 incidents: Incidents, shrink_when_full: bool = False, rollout_wait_s: float = 15.0) -> None:
+        """``store``: the checkpoints, or with several policies each policy's (by policy).
+        ``shrink_when_full`` (elastic runs): a rollout worker lost while no worker is idle is not recreated
         once ``rollout_wait_s`` passed without its worker coming back under its name."""
-        self.fleet, self.store, self.incidents = fleet, store, incidents
+        self.fleet, self.incidents = fleet, incidents
+        self.stores = store if isinstance(store, list) else [store]
         self.shrink_when_full, self.rollout_wait_s = shrink_when_full, rollout_wait_s
         self.max_learner_restarts = max_learner_restarts
         self.events_seen = time.time()
@@ -84,7 +86,7 @@ class Recovery:
             return None
         if role is Role.LEARNER:
             self.learner_restarts += 1
-            new = self._restart_learner(worker, env_steps)
+            new = self._restart_learner(worker, env_steps, self.fleet.policy_of(handle.name))
         else:
             new = self.fleet.recreate(handle, worker)
         seconds = time.monotonic() - t0
@@ -93,25 +95,28 @@ class Recovery:
         say(f"daskrl: recovered {handle.name} on {worker} in {seconds:.2f} s")
         return new
 
-    def _restart_learner(self, worker: str, env_steps: int) -> ComponentHandle:
-        """From the newest checkpoint; before the first one, from the newest parameters a sampler acts with (what
-        the lost learner published last), which loses only its optimizer state; else from the initial weights."""
-        latest = self.store.latest()
+    def _restart_learner(self, worker: str, env_steps: int, policy: int = 0) -> ComponentHandle:
+        """From the newest checkpoint (of ``policy``); before the first one, from the newest parameters a sampler
+        acts with (what the lost learner published last), which loses only its optimizer state; else from the
+        initial weights. Only that policy's learner restarts: the other policies train on."""
+        store = self.stores[policy]
+        who = "learner" if len(self.stores) == 1 else f"policy {policy}'s learner"
+        latest = store.latest()
         if latest is not None:
-            state = self.store.load(latest)
+            state = store.load(latest)
             steps = int(state.get("env_steps", 0))
-            new = self.fleet.recreate_learner(worker, state=state, env_steps=steps)
-            say(f"daskrl: learner restarts from {latest.name} ({steps:,} env steps, policy version "
+            new = self.fleet.recreate_learner(worker, state=state, env_steps=steps, policy=policy)
+            say(f"daskrl: {who} restarts from {latest.name} ({steps:,} env steps, policy version "
                 f"{state.get('policy_version', 0)})")
             return new
-        weights = self.fleet.newest_policy_weights()
+        weights = self.fleet.newest_policy_weights(policy)
         if weights is not None and weights["version"] > 0:
-            new = self.fleet.recreate_learner(worker, weights=weights, env_steps=env_steps)
-            say(f"daskrl: learner restarts from the newest published parameters (policy version {weights['version']}, "
+            new = self.fleet.recreate_learner(worker, weights=weights, env_steps=env_steps, policy=policy)
+            say(f"daskrl: {who} restarts from the newest published parameters (policy version {weights['version']}, "
                 "as the samplers hold them): no checkpoint was written yet, so its optimizer state starts afresh")
             return new
-        new = self.fleet.recreate_learner(worker, env_steps=env_steps)
-        say("daskrl: learner restarts from its initial weights (no checkpoint was written, and no sampler holds "
+        new = self.fleet.recreate_learner(worker, env_steps=env_steps, policy=policy)
+        say(f"daskrl: {who} restarts from its initial weights (no checkpoint was written, and no sampler holds "
             "a published version)")
         return new
 

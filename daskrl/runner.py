@@ -12,8 +12,6 @@ import json
 import logging
 import math
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,13 +36,14 @@ from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.logs import route_logs
+from daskrl.runtime.stop_signals import StopOnSignals
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_locked)
     from daskrl.elastic import Elastic
     from daskrl.evaluator import Evaluator
     from daskrl.fleet import Fleet
-    from daskrl.learning.checkpoints import CheckpointStore
     from daskrl.monitor.tensorboard_log import TensorBoardLog
+    from daskrl.policies import PolicyBook
     from daskrl.recovery import Recovery
 
 logger = logging.getLogger(__name__)
@@ -90,13 +89,14 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
                                timeout=config.run.connect_timeout, log_path=run_log_path(exp_dir))
         try:
             from daskrl.fleet import Fleet  # noqa: F401  (torch and the components, imported now: used in start)
-            from daskrl.learning.checkpoints import CheckpointStore, initial_weights
+            from daskrl.learning.checkpoints import initial_weights
             from daskrl.models.actor_critic import check_model
             from daskrl.monitor.tensorboard_log import TensorBoardLog
+            from daskrl.policies import PolicyBook
 
             check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
-            store = CheckpointStore(os.path.join(exp_dir, "checkpoints"), keep=config.run.keep_checkpoints)
-            resume_state = store.load("latest") if config.run.resume else None  # open_experiment checked it is there
+            book = PolicyBook(config, resuming=config.run.resume)
+            resume_state = book.resume_states()  # open_experiment checked they are there
             init_weights = initial_weights(config.run.init_checkpoint) if resume_state is None \
                 and config.run.init_checkpoint else None
         except BaseException:
@@ -115,13 +115,13 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
             f.write(config.to_json())
     state = RunState()
     if resume_state is not None:
-        state.env_steps_offset = int(resume_state.get("env_steps", 0))
-        state.elapsed_offset = float(resume_state.get("elapsed_s", 0.0))
-        state.best_return = float(resume_state.get("best_return", -math.inf))
+        first = resume_state[0] if isinstance(resume_state, list) else resume_state  # every policy's: same moment
+        state.env_steps_offset = int(first.get("env_steps", 0))
+        state.elapsed_offset = float(first.get("elapsed_s", 0.0))
     csv_log = CsvLog(os.path.join(exp_dir, "metrics.csv"), append=resume_state is not None)
     tb_log = TensorBoardLog(os.path.join(exp_dir, "tensorboard"))
-    run = _Run(config, session, spaces, store, csv_log, tb_log, state, on_report)
-    stop_signals = _StopOnSignals()
+    run = _Run(config, session, spaces, book, csv_log, tb_log, state, on_report)
+    stop_signals = StopOnSignals()
     try:
         run.start(placement, resume_state, init_weights)
         run.loop(stop_signals)
@@ -132,29 +132,10 @@ def _train_locked(config: Config, client, spaces: EnvSpaces, on_report) -> dict[
             run.shutdown()
         finally:
             csv_log.close()
+            book.close()
             tb_log.close()
             session.close()
     return run.summary()
-
-
-class _StopOnSignals:
-    """Ctrl-C and SIGTERM ask the loop to stop (checkpoint, stop components, exit 0) instead of raising."""
-
-    def __init__(self) -> None:
-        self.requested = ""
-        self._previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:  # a second Ctrl-C: stop waiting politely
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def _close_when_started(starting) -> None:
@@ -166,10 +147,10 @@ def _close_when_started(starting) -> None:
 
 
 class _Run:
-    def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, store: CheckpointStore,
+    def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, book: PolicyBook,
                  csv_log: CsvLog, tb_log: TensorBoardLog, state: RunState, on_report) -> None:
         self.config, self.session, self.spaces = config, session, spaces
-        self.store, self.csv_log, self.tb_log = store, csv_log, tb_log
+        self.book, self.csv_log, self.tb_log = book, csv_log, tb_log
         self.state, self.on_report = state, on_report
         self.client = session.client
         self.fleet: Fleet | None = None
@@ -200,7 +181,7 @@ class _Run:
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=lambda m: say(f"daskrl: warning: {m}"))
         elastic = elastic_enabled(c)
-        self.recovery = Recovery(self.fleet, self.store, c.run.max_learner_restarts, self.incidents,
+        self.recovery = Recovery(self.fleet, self.book.stores, c.run.max_learner_restarts, self.incidents,
                                  shrink_when_full=elastic, rollout_wait_s=10.0 if elastic else 15.0)
         self.fleet.create(resume_state, init_weights)
         self.elastic = Elastic(self.fleet, c, elastic, say, self.incidents)
@@ -209,14 +190,14 @@ class _Run:
         learners = self.fleet.learner_devices()
         if len(learners) > 1 or any(device != "cpu" for device in learners.values()):
             say("daskrl: " + ", ".join(f"{name} trains on {device}" for name, device in learners.items())
-                + (f" (a data-parallel group of {len(learners)})" if len(learners) > 1 else ""))
+                + (f" (a data-parallel group of {len(learners)})" if self.fleet.learner_members else ""))
         self.state.fps.add(self.state.env_steps_offset)
         every = c.run.keep_checkpoint_every_env_steps
         self.last_milestone = self.state.env_steps_offset // every if every else 0
 
     # ---- the loop ----
 
-    def loop(self, stop_signals: _StopOnSignals) -> None:
+    def loop(self, stop_signals: StopOnSignals) -> None:
         c = self.config
         next_report = time.monotonic() + c.run.report_interval
         while True:
@@ -261,6 +242,9 @@ class _Run:
         self._keep_stats(stats)
         if fleet.learner is not None:
             state.learner = next((s for s in stats if s.get("name") == fleet.learner.name), state.learner)
+            for s in stats:
+                if fleet.role_of(s.get("name", "")) is Role.LEARNER:
+                    self.book.note_learner(fleet.policy_of(s["name"]), s)
         for s in stats:
             if s.get("state") == "failed":
                 self.failed = True
@@ -272,6 +256,7 @@ class _Run:
             if fleet.role_of(s["name"]) is not None and "env_steps" in s:
                 state.tally.update(s["name"], s["env_steps"])
             state.episodes.extend(s.get("episodes", []))
+            self.book.add_episodes(s.get("episodes", []))
             state.add_extras(s.get("episode_extras", []))
         state.env_steps = state.env_steps_offset + state.tally.total
         state.fps.add(state.env_steps)
@@ -333,11 +318,14 @@ class _Run:
         row = self.state.row()
         self.csv_log.write(row)
         self.tb_log.write(row, self.state.shares)
+        policy_rows = self.book.rows(row["time_s"], row["env_steps"])
+        self.book.write(policy_rows, self.tb_log)
         with open(os.path.join(self.config.experiment_dir, "time_breakdown.jsonl"), "a") as f:
             f.write(json.dumps({"time_s": row["time_s"], "env_steps": row["env_steps"],
                                 "shares": self.state.shares}) + "\n")
         self._log_event(METRICS_TOPIC, {
             "run": self.config.run.experiment, "env": self.config.env.env, "row": _finite(row),
+            "policies": [_finite(r) for r in policy_rows],
             "shares": self.state.shares, "incidents": self.state.incidents,
             "stop_at": {"env_steps": self.config.run.train_for_env_steps, "seconds": self.config.run.train_for_seconds}})
         self.console.update(row)
@@ -353,18 +341,13 @@ class _Run:
             self.incidents.note(f"event-not-sent:{topic}", exc)
 
     def checkpoint(self) -> None:
+        """Every policy's learner state, taken one after the other and written together (see PolicyBook)."""
         state = self.state
-        snapshot = self.fleet.learner.call("checkpoint_state", timeout=120)
-        mean = state.episodes.mean_return
-        best = not math.isnan(mean) and len(state.episodes.returns) >= 10 and mean > state.best_return
-        if best:
-            state.best_return = mean
-        snapshot.update({"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
-                         "best_return": state.best_return, "episode_return_mean": mean,
-                         "config": self.config.to_json()})
+        snapshots = [h.call("checkpoint_state", timeout=120) for h in self.fleet.policy_learners]
         every = self.config.run.keep_checkpoint_every_env_steps
         milestone = bool(every) and state.env_steps // every > self.last_milestone
-        self.store.save(snapshot, state.env_steps, tag_best=best, score=mean if best else None, milestone=milestone)
+        for policy, snapshot in enumerate(snapshots):
+            self.book.save(policy, snapshot, state, milestone)
         if milestone:
             self.last_milestone = state.env_steps // every
         self.last_checkpoint = time.monotonic()
@@ -384,12 +367,14 @@ class _Run:
         problems += [s["error"] for s in final if "error" in s]
         if fleet.learner is not None and not self.failed:
             try:
-                self.state.learner = fleet.learner.call("stats", timeout=30)
-                self._keep_stats([self.state.learner])
+                for policy, learner in enumerate(fleet.policy_learners):
+                    self.book.note_learner(policy, learner.call("stats", timeout=30))
+                    self._keep_stats([self.book.learners[policy]])
+                self.state.learner = self.book.learners[0]
                 self.checkpoint()
             except Exception as exc:
                 problems.append(f"final checkpoint skipped ({exc}); the previous checkpoint is intact")
-        consumers = fleet.stop([h for h in (fleet.learner, fleet.sink) if h is not None] + fleet.learner_members)
+        consumers = fleet.stop(fleet.learners() + ([fleet.sink] if fleet.sink is not None else []))
         problems += [s["error"] for s in consumers if "error" in s]
         for p in problems:
             say(f"daskrl: warning: {p}")
@@ -435,6 +420,7 @@ class _Run:
             "elastic": list(self.elastic.history) if self.elastic is not None else [],
             "incidents": dict(state.incidents),
             "data_path": self.data_path(),
+            **({"policies": self.book.summary()} if self.book.num_policies > 1 else {}),
         }
 
 

@@ -54,6 +54,12 @@ class RolloutSetup:
     rnn_state_size: int  # floats of recurrent state per env, kept in the slots (0: feed-forward)
     policy_queue: str
     policy: PolicySetup | None
+    # several policies or a multi-agent env: the slots say who acted (daskrl/sampling/trajectories.py)
+    tagged: bool
+    num_policies: int
+    policy_mapping: str  # --policy-mapping (daskrl/sampling/policy_map.py)
+    run_envs: int  # the run's env count, which numbers episodes run-wide for the mapping
+    policy_params: tuple[dict | None, ...]  # inline: each policy's parameter block (policy 0's is policy.params)
 
 
 @dataclass(frozen=True)
@@ -78,12 +84,14 @@ class LearnerSetup:
     remote_params: bool  # readers on other hosts: parameters are also published over Dask comms
     rank: int  # in the learner group: 0 is the leader (the only learner with one)
     num_learners: int
+    policy_index: int  # which of --num-policies this learner trains (on its columns of tagged slots)
+    tagged: bool  # slots say who acted: train on this policy's steps only
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
 
 
 @dataclass(frozen=True)
 class RoleSetups:
-    learners: tuple[LearnerSetup, ...]  # by rank; empty when sampling only
+    learners: tuple[LearnerSetup, ...]  # by policy, then rank; empty when sampling only
     rollout: tuple[RolloutSetup, ...]
     inference: InferenceSetup | None
 
@@ -93,30 +101,48 @@ class RoleSetups:
         return self.learners[0] if self.learners else None
 
 
-def role_setups(config: Config, spaces: EnvSpaces, params: dict | None, remote_params: bool) -> RoleSetups:
+def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | None] | None,
+                remote_params: bool) -> RoleSetups:
     """Every component's setup for this run; ``params`` describes the learner's parameter block (None before the
-    learner exists, and in sampling-only runs)."""
+    learner exists, and in sampling-only runs), or with several policies each one's (a list, by policy)."""
     c, s = config, config.sampler
+    policy_params = _by_policy(config, params)
+    params = policy_params[0]
     model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
     components = pack_components()
 
     def policy(seed: int, device: str = "cpu") -> PolicySetup:
         return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision, device, components)
 
-    rollout = tuple(rollout_setup(config, spaces, params, index) for index in range(s.num_workers))
+    rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
     inference = InferenceSetup(policy_queue(), policy(c.run.seed, s.inference_device)) \
         if s.inference == "remote" else None
     learners = () if c.run.sampling_only else tuple(LearnerSetup(
         spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
-        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed, remote_params=remote_params, rank=rank,
-        num_learners=c.learner.num_learners, components=components) for rank in range(c.learner.num_learners))
+        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params, rank=rank,
+        num_learners=c.learner.num_learners, components=components, policy_index=policy, tagged=is_tagged(c, spaces))
+        for policy in range(c.policies.num_policies) for rank in range(c.learner.num_learners))
     return RoleSetups(learners, rollout, inference)
 
 
-def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | None, index: int) -> RolloutSetup:
+def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
+    """Whether slots record who acted per column: several policies, or agents that may sit steps out."""
+    return config.policies.num_policies > 1 or getattr(spaces, "num_agents", 1) > 1
+
+
+def _by_policy(config: Config, params: dict | list[dict | None] | None) -> tuple[dict | None, ...]:
+    if isinstance(params, (list, tuple)):
+        return tuple(params)
+    return (params,) + (None,) * (config.policies.num_policies - 1)
+
+
+def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | list[dict | None] | None,
+                  index: int) -> RolloutSetup:
     """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``)."""
     c, s = config, config.sampler
+    policy_params = _by_policy(config, params)
+    params = policy_params[0]
     policy = PolicySetup(spaces, dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes)), params,
                          c.run.seed + 1000 * index, s.numpy_inference, s.inference_precision, "cpu",
                          pack_components()) \
@@ -126,7 +152,9 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | None, index:
                         num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
                         slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
                         info_keys=tuple(s.info_keys), rnn_state_size=rnn_state_size(c.model, spaces),
-                        policy_queue=policy_queue(), policy=policy)
+                        policy_queue=policy_queue(), policy=policy, tagged=is_tagged(c, spaces),
+                        num_policies=c.policies.num_policies, policy_mapping=c.policies.policy_mapping,
+                        run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params)
 
 
 def _round_size(config: Config) -> int:

@@ -50,6 +50,8 @@ class TrajectoryBatch:
     final_index: np.ndarray | None = None
     # a recurrent policy's state entering step 0 of each column [N, S] (see daskrl/algo/recurrent.py)
     rnn_states: np.ndarray | None = None
+    # [T, N] bool: the steps this policy took (several policies share slots; an agent may sit steps out); None: all
+    valid: np.ndarray | None = None
 
     @property
     def num_samples(self) -> int:
@@ -94,8 +96,10 @@ class APPOTrainer:
             # return statistics and make every later step non-finite (and skipped) too.
             return self._skip_step(batch, current_version, env_steps)
         obs_np = batch.obs
+        mine = None if batch.valid is None else batch.valid.reshape(-1)  # this policy's steps (None: all)
         if self.obs_rms is not None:
-            self._update_stats(self.obs_rms, model.obs_for_stats(obs_np[:-1].reshape(T * N, *obs_np.shape[2:])))
+            seen = obs_np[:-1].reshape(T * N, *obs_np.shape[2:])
+            self._update_stats(self.obs_rms, model.obs_for_stats(seen if mine is None else seen[mine]))
             model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
         obs = self._tensor(obs_np)
         actions = self._tensor(batch.actions).reshape(T * N, *batch.actions.shape[2:])
@@ -126,13 +130,19 @@ class APPOTrainer:
                 advantages, targets = gae(rewards, raw_values, raw_next, dones, cfg.gamma, cfg.gae_lambda,
                                           truncated=truncated)
             if self.returns is not None:
-                self._update_stats(self.returns.stats, targets.reshape(-1))
+                flat_targets = targets.reshape(-1)
+                self._update_stats(self.returns.stats, flat_targets if mine is None
+                                   else flat_targets[torch.as_tensor(mine, device=self.device)])
                 targets = self.returns.normalize(targets)
                 stats = self.returns.stats
                 model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
         versions = self._tensor(batch.policy_version.astype(np.int64))
         valid = policy_lag_mask(versions, current_version, cfg.max_policy_lag).reshape(-1)
         lag = (current_version - versions).float()
+        if mine is not None:  # another policy's steps (or nobody's) are no sample of this one
+            valid = valid & torch.as_tensor(mine, device=self.device)
+            lag = lag.reshape(-1)[torch.as_tensor(mine, device=self.device)]
+            lag = lag if lag.numel() else torch.zeros(1, device=self.device)
 
         flat = {
             "obs": obs_flat, "actions": actions, "old_lp": behaviour.reshape(-1), "adv": advantages.reshape(-1),
@@ -170,7 +180,8 @@ class APPOTrainer:
                     sums[k] = sums.get(k, 0.0) + v
         self.train_steps += 1
         self.skipped_steps += skipped
-        self.samples_trained += total * self.group.world  # the group's samples: each member trained on its share
+        # the group's samples (each member trained on its share); with several policies, this one's steps
+        self.samples_trained += (total if mine is None else int(mine.sum())) * self.group.world
         metrics = {k: v / max(updates, 1) for k, v in sums.items()}
         metrics.update({
             "lr": lr, "updates": updates, "skipped_updates": skipped, "valid_fraction": float(valid.float().mean()),

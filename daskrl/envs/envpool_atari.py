@@ -100,7 +100,7 @@ class EnvpoolGroup(EpisodeRecords):
                            f"{env} with these options {tuple(spaces.obs_shape)} with {spaces.num_actions}")
         self.info_keys = tuple(info_keys)
         self.failures: list = []  # envpool's emulators do not raise into Python: nothing to rebuild
-        self.finished_episodes: list[tuple[float, int]] = []
+        self.finished_episodes: list[tuple[float, int, int]] = []
         self.episode_extras: list[dict[str, float]] = []
         self.truncations: list[tuple[int, np.ndarray]] = []
         self._ep_return = np.zeros(num_envs, np.float64)
@@ -144,7 +144,7 @@ class EnvpoolGroup(EpisodeRecords):
         """Record the episodes that ended, keep the final observations of those cut by the time limit, and start
         the next episodes now (envpool would on the next call, taking that call's action for the reset)."""
         for i in ended:
-            self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
+            self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i]), i))
             extras = {k: float(np.asarray(info[k])[i]) for k in self.info_keys if k in info}
             if extras:
                 self.episode_extras.append(extras)

@@ -42,7 +42,7 @@ class EpisodeRecords:
     """What a group of envs reports about finished episodes, drained by its owner: (return, length) pairs, the info
     numbers at their ends, and the final observations of those a time limit cut. Shared by every env backend."""
 
-    finished_episodes: list[tuple[float, int]]
+    finished_episodes: list[tuple[float, int, int]]  # (return, length, env column)
     episode_extras: list[dict[str, float]]
     truncations: list[tuple[int, np.ndarray]]
 
@@ -56,8 +56,8 @@ class EpisodeRecords:
         truncations, self.truncations = self.truncations, []
         return truncations
 
-    def pop_episode_stats(self) -> list[tuple[float, int]]:
-        """Return and clear the (return, length) of episodes finished since the last call."""
+    def pop_episode_stats(self) -> list[tuple[float, int, int]]:
+        """Return and clear the (return, length, env column) of episodes finished since the last call."""
         stats, self.finished_episodes = self.finished_episodes, []
         return stats
 
@@ -66,7 +66,7 @@ class EnvGroup(EpisodeRecords):
     """Envs of one rollout-worker split; `step` writes obs/reward/terminated/truncated in place.
 
     After an episode ends, `obs_out[i]` holds the first observation of the next
-    episode and the finished (return, length) is appended to `finished_episodes`; when it ended at a time limit
+    episode and the finished (return, length, i) is appended to `finished_episodes`; when it ended at a time limit
     (truncated, not terminated), its real final observation is appended to `truncations` as `(i, obs)`, for the
     learner to bootstrap from (a time limit is no death).
     """
@@ -85,7 +85,7 @@ class EnvGroup(EpisodeRecords):
         self.num_envs = len(self.envs)
         self.spaces = spaces if spaces is not None else EnvSpaces.from_env(self.envs[0])
         self.envs = [self._packed(env) for env in self.envs]
-        self.finished_episodes: list[tuple[float, int]] = []
+        self.finished_episodes: list[tuple[float, int, int]] = []
         # numbers the env reports at an episode's end: info["episode_extra_stats"] (Sample Factory's convention) and
         # the info keys asked for; one dict per finished episode that had any, drained with pop_episode_extras
         self.info_keys = tuple(info_keys)
@@ -179,7 +179,7 @@ class EnvGroup(EpisodeRecords):
                 ep_return[i] += reward
                 ep_length[i] += 1
                 if terminated or truncated:
-                    self.finished_episodes.append((float(ep_return[i]), ep_length[i]))
+                    self.finished_episodes.append((float(ep_return[i]), ep_length[i], i))
                     if info:
                         self._keep_extras(info)
                     if truncated and not terminated:

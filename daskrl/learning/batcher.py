@@ -35,18 +35,23 @@ SLOT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "log_prob
                "final_obs")
 #: and of a recurrent policy's slot: the state each env's first step was acted from (the learner starts there)
 RNN_FIELDS = ("rnn_states",)
+#: and of a tagged slot (several policies, multi-agent envs): who acted, per column and step
+TAG_FIELDS = ("policy_id",)
 
 
 class Batcher:
     def __init__(self, learner, samples_per_batch: int, deliver: Callable[[Delivery], None],
                  hold_slots: bool, max_ready: int = 1,
                  group: Callable[[], tuple[int, int]] = lambda: (0, 1),
-                 assign: Callable[[int, list[list]], None] | None = None) -> None:
+                 assign: Callable[[int, list[list]], None] | None = None, policy: int | None = None) -> None:
         """``deliver(delivery)`` hands a batch to the learner; with ``hold_slots`` (``--sync``) the slots are not
         handed back when copied but listed in ``delivery.held`` as ``(worker, slot, incarnation)``, for the learner
         to free once it has trained on them and published the new version. ``group()`` is the learner group's
-        ``(generation, size)`` now; ``assign(generation, shares)`` sends members 1.. their shares (a leader's)."""
+        ``(generation, size)`` now; ``assign(generation, shares)`` sends members 1.. their shares (a leader's).
+        ``policy``: tagged slots (several policies, multi-agent envs) are cut down to the columns that policy played
+        in, with a mask of its own steps; None: every column and step is the learner's."""
         self.learner = learner
+        self.policy = policy
         self.group = group
         self.assign = assign
         self.samples_per_batch = samples_per_batch
@@ -159,6 +164,8 @@ class Batcher:
     def _return(self, slots: list[tuple[str, int, str]]) -> None:
         for worker, slot, incarnation in slots:
             freed: FreeSlots = {"slots": [slot], "inc": incarnation}
+            if self.policy is not None:
+                freed["policy"] = self.policy
             self.learner.put(free_queue(worker), freed)
 
     def _slot_samples(self, worker: str) -> int:
@@ -171,7 +178,8 @@ class Batcher:
         remote = hasattr(arrays["rewards"], "read")  # a RemoteArray: the owner is on another host
         t0 = time.perf_counter()
         try:
-            return self._read_slot(arrays, slot)
+            part = self._read_slot(arrays, slot)
+            return part if self.policy is None else _policy_columns(part, self.policy)
         finally:
             if remote:
                 self.slots_comms += 1
@@ -182,7 +190,8 @@ class Batcher:
 
     @staticmethod
     def _read_slot(arrays: dict[str, Any], slot: int) -> dict[str, np.ndarray]:
-        fields = SLOT_FIELDS + RNN_FIELDS if "rnn_states" in arrays else SLOT_FIELDS
+        fields = SLOT_FIELDS + (RNN_FIELDS if "rnn_states" in arrays else ()) \
+            + (TAG_FIELDS if "policy_id" in arrays else ())
         if hasattr(arrays["rewards"], "read"):  # another host: every field in one round trip
             out = dict(zip(fields, read_together([arrays[name] for name in fields], slot), strict=True))
         else:
@@ -191,6 +200,25 @@ class Batcher:
         out["final_obs"] = out["final_obs"][:used]
         out["final_at"] = out["final_at"][:used]
         return out
+
+
+def _policy_columns(part: dict[str, np.ndarray], policy: int) -> dict[str, np.ndarray]:
+    """The columns of a tagged slot that ``policy`` acted in at least once, with ``valid`` marking its own steps
+    (the other steps of those columns belong to another policy's episode, or to an agent that sat out)."""
+    ids = part.pop("policy_id")  # [T, B]
+    mine = ids == policy
+    columns = np.flatnonzero(mine.any(axis=0))
+    width = ids.shape[1]
+    out = {name: part[name][:, columns] for name in ("obs", "actions", "rewards", "terminated", "truncated",
+                                                     "log_probs", "policy_version")}
+    out["valid"] = mine[:, columns]
+    if "rnn_states" in part:
+        out["rnn_states"] = part["rnn_states"][columns]
+    t, b = np.divmod(part["final_at"].astype(np.int64), width)  # time-limit finals of the kept columns, renumbered
+    keep = np.isin(b, columns)
+    out["final_obs"] = part["final_obs"][keep]
+    out["final_at"] = (t[keep] * len(columns) + np.searchsorted(columns, b[keep])).astype(np.int32)
+    return out
 
 
 @dataclass
@@ -210,7 +238,8 @@ def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
     of the batch."""
     T = parts[0]["rewards"].shape[0]
     N = sum(p["rewards"].shape[1] for p in parts)
-    versions = [np.broadcast_to(p["policy_version"][:, None], p["rewards"].shape) for p in parts]
+    versions = [p["policy_version"] if p["policy_version"].ndim == 2 else
+                np.broadcast_to(p["policy_version"][:, None], p["rewards"].shape) for p in parts]
     final_index, offset = [], 0
     for p in parts:
         width = p["rewards"].shape[1]
@@ -227,4 +256,5 @@ def _join(parts: list[dict[str, np.ndarray]]) -> TrajectoryBatch:
         final_obs=np.concatenate([p["final_obs"] for p in parts], axis=0),
         final_index=np.concatenate(final_index),
         rnn_states=np.concatenate([p["rnn_states"] for p in parts], axis=0) if "rnn_states" in parts[0] else None,
+        valid=np.concatenate([p["valid"] for p in parts], axis=1) if "valid" in parts[0] else None,
     )

@@ -63,8 +63,11 @@ class Learner(Component):
         self.version = self.publisher.publish(self.model.state_dict_numpy()) if self.publisher else 0
         self.generation = 0  # of the learner group this learner trains with (0: none yet)
         self.group_store = None  # the leader's TCPStore while it has a group
+        self.policy_index = setup.policy_index
+        self.tagged = setup.tagged  # slots say who acted: this learner takes only its policy's steps
         self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
-                               group=self._group_now, assign=self._assign)
+                               group=self._group_now, assign=self._assign,
+                               policy=setup.policy_index if setup.tagged else None)
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
@@ -183,6 +186,8 @@ class Learner(Component):
 
     @slot
     def on_trajectory(self, payload: TrajectoryReady) -> None:
+        if "policies" in payload and self.policy_index not in payload["policies"]:
+            return  # another policy's slot: its learner takes it
         self.batcher.add(payload["worker"], payload["slot"], payload["inc"])
 
     @slot
@@ -255,12 +260,14 @@ class Learner(Component):
             freed: FreeSlots = {"slots": indices, "inc": incarnation}
             if version is not None:
                 freed["version"] = version
+            if self.tagged:
+                freed["policy"] = self.policy_index
             self.put(free_queue(worker), freed)
 
     def extra_stats(self) -> dict:
         return {
             "max_policy_lag_seen": self.max_lag_seen,
-            "policy_version": self.version, "train_steps": self.trainer.train_steps,
+            "policy_version": self.version, "train_steps": self.trainer.train_steps, "policy": self.policy_index,
             "remote_params": bool(self.publisher and self.publisher.remote),  # also scattered for other hosts
             "device": str(self.device),
             "group": {"rank": self.rank, "size": self.world, "generation": self.generation,

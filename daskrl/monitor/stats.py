@@ -25,9 +25,11 @@ class EpisodeWindow:
         self.lengths = deque(maxlen=self.size)
 
     def extend(self, episodes: list) -> None:
-        for ret, length in episodes:
-            self.returns.append(float(ret))
-            self.lengths.append(int(length))
+        """``episodes``: (return, length, ...) records; what follows the length (the policy that played) is not
+        this window's business."""
+        for episode in episodes:
+            self.returns.append(float(episode[0]))
+            self.lengths.append(int(episode[1]))
         self.total += len(episodes)
 
     @property

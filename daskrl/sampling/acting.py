@@ -13,8 +13,9 @@ strategy when to begin, turns its hot loop through it, and says when a split has
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,6 +24,7 @@ from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest
 from daskrl.runtime.timing import Timing
 from daskrl.sampling.policy import SamplingPolicy
+from daskrl.sampling.policy_map import columns_by_policy
 from daskrl.setups import PolicySetup
 
 #: seconds after which an unanswered inference request is sent again (its inference worker may have died)
@@ -42,12 +44,16 @@ class RolloutWorker(Protocol):
     log_probs: np.ndarray
     values: np.ndarray
     policy_version: np.ndarray
+    policy_id: np.ndarray | None  # tagged slots (several policies, multi-agent envs): who acted, per column
     rnn_live: np.ndarray | None  # recurrent policies: the states to act from, per slot (see trajectories.py)
     timing: Timing
     counters: dict[str, float]
 
     def step_split(self, s: int) -> bool:
         """Step split ``s`` with the actions written at its current step; True when that filled its slot."""
+
+    def acting_policies(self, s: int) -> np.ndarray:
+        """The policy id of each column of split ``s`` at its current step (-1: it does not act); tagged only."""
 
     def put(self, queue_name: str, payload: Any) -> int:
         """Hand ``payload`` to one consumer of a work queue."""
@@ -60,11 +66,14 @@ class RolloutWorker(Protocol):
 
 
 class InlineActing:
-    """The rollout worker runs its own copy of the policy (see the module docstring)."""
+    """The rollout worker runs its own copy of the policy, or of each policy (see the module docstring)."""
 
-    def __init__(self, worker: RolloutWorker, setup: PolicySetup) -> None:
+    def __init__(self, worker: RolloutWorker, setup: PolicySetup, policy_params: Sequence[dict | None] = ()) -> None:
+        """``policy_params``: with several policies, each one's parameter block (policy 0's is ``setup.params``)."""
         self.worker = worker
         self.policy = SamplingPolicy(worker, setup)
+        self.policies = [self.policy] + [SamplingPolicy(worker, dataclasses.replace(setup, params=params))
+                                         for params in policy_params[1:]]
         self.min_version = 0  # --sync: act only once the policy has this version
 
     def begin(self) -> None:
@@ -73,7 +82,8 @@ class InlineActing:
     def run_once(self) -> bool:
         w = self.worker
         with w.timing("params"):
-            self.policy.refresh()
+            for policy in self.policies:
+                policy.refresh()
         if self.policy.version < self.min_version:  # --sync: the learner published it; it shows up at once
             return False
         worked = False
@@ -82,16 +92,38 @@ class InlineActing:
             if slot_index is None:  # waiting for a free slot
                 continue
             t = w.split_t[s]
-            with w.timing("inference"):
-                actions, log_probs, values = self.policy.act(
-                    w.obs[slot_index, t], None if w.rnn_live is None else w.rnn_live[slot_index])
-            w.actions[slot_index, t] = actions
-            w.log_probs[slot_index, t] = log_probs
-            w.values[slot_index, t] = values
-            w.policy_version[slot_index, t] = self.policy.version
+            if w.policy_id is not None:
+                self._act_tagged(s, slot_index, t)
+            else:
+                with w.timing("inference"):
+                    actions, log_probs, values = self.policy.act(
+                        w.obs[slot_index, t], None if w.rnn_live is None else w.rnn_live[slot_index])
+                w.actions[slot_index, t] = actions
+                w.log_probs[slot_index, t] = log_probs
+                w.values[slot_index, t] = values
+                w.policy_version[slot_index, t] = self.policy.version
             w.step_split(s)
             worked = True
         return worked
+
+    def _act_tagged(self, s: int, slot_index: int, t: int) -> None:
+        """Each policy acts for its own columns; a column nobody plays this step keeps a zero action (ignored)."""
+        w = self.worker
+        ids = w.acting_policies(s)
+        w.policy_id[slot_index, t] = ids
+        obs = w.obs[slot_index, t]
+        states = None if w.rnn_live is None else w.rnn_live[slot_index]
+        with w.timing("inference"):
+            for k, columns in columns_by_policy(ids):
+                policy = self.policies[k]
+                state = None if states is None else states[columns]
+                actions, log_probs, values = policy.act(obs[columns], state)
+                if state is not None and not isinstance(columns, slice):
+                    states[columns] = state  # a gathered copy: the next states go back into the slot
+                w.actions[slot_index, t, columns] = actions
+                w.log_probs[slot_index, t, columns] = log_probs
+                w.values[slot_index, t, columns] = values
+                w.policy_version[slot_index, t, columns] = policy.version
 
     def slot_started(self, s: int) -> None:
         """The next turn of the hot loop acts for it."""
@@ -99,14 +131,15 @@ class InlineActing:
     def on_actions(self, payload: ActionsReady) -> None:
         self.worker.counters["unexpected_answers"] += 1  # nobody is asked for actions: an answer is a wiring bug
 
-    def follow(self, params: dict) -> None:
-        self.policy.follow(self.worker, params)
+    def follow(self, params: dict, policy: int = 0) -> None:
+        self.policies[policy].follow(self.worker, params)
 
-    def weights(self) -> dict[str, Any] | None:
-        return self.policy.weights()
+    def weights(self, policy: int = 0) -> dict[str, Any] | None:
+        return self.policies[policy].weights()
 
     def stats(self) -> dict[str, Any]:
-        return {"policy_version": self.policy.version, "inference_precision": self.policy.precision}
+        return {"policy_version": self.policy.version, "inference_precision": self.policy.precision,
+                "policy_versions": [p.version for p in self.policies]}
 
 
 class RemoteActing:
@@ -131,6 +164,8 @@ class RemoteActing:
     def request(self, s: int) -> None:
         w = self.worker
         self.requested_at[s] = time.monotonic()
+        if w.policy_id is not None:  # one policy (several are inline only): who acts, for the learner's mask
+            w.policy_id[w.split_slot[s], w.split_t[s]] = w.acting_policies(s)
         request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}
         if self.min_version:
             request["v"] = self.min_version
@@ -160,10 +195,10 @@ class RemoteActing:
                 w.counters["requests_resent"] += 1
                 self.request(s)
 
-    def follow(self, params: dict) -> None:
+    def follow(self, params: dict, policy: int = 0) -> None:
         """No policy here: the inference workers follow the new parameters."""
 
-    def weights(self) -> dict[str, Any] | None:
+    def weights(self, policy: int = 0) -> dict[str, Any] | None:
         return None
 
     def stats(self) -> dict[str, Any]:

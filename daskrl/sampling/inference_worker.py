@@ -41,11 +41,12 @@ class InferenceWorker(Component):
 
         return await self.on_own_thread(attach)
 
-    async def set_params(self, desc: dict) -> None:
-        """Read parameters from a new publisher (a restarted learner)."""
+    async def set_params(self, desc: dict, policy: int = 0) -> None:
+        """Read parameters from a new publisher (a restarted learner); this worker serves policy 0 only (remote
+        inference is for one policy: config_rules refuses it with several)."""
         await self.on_own_thread(self.policy.follow, self, desc)
 
-    async def policy_weights(self) -> dict:
+    async def policy_weights(self, policy: int = 0) -> dict:
         """The version and weights this worker's policy acts with."""
         return await self.on_own_thread(self.policy.weights)
 

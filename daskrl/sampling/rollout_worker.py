@@ -30,6 +30,7 @@ from daskrl.protocol import ENV_ERRORS_TOPIC, ActionsReady, FreeSlots, Trajector
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
+from daskrl.sampling.policy_map import PolicyMap
 from daskrl.sampling.trajectories import SlotLayout, create_slots
 from daskrl.setups import RolloutSetup
 
@@ -57,8 +58,9 @@ class RolloutWorker(Component):
                                   info_keys=setup.info_keys)
             for s in range(setup.num_splits)
         ]
-        self.layout = SlotLayout.for_worker(setup.spaces, setup.num_envs, setup.num_splits, setup.rollout,
-                                            setup.slots_per_split, setup.rnn_state_size)
+        columns = sum(g.num_envs for g in self.groups)  # with a multi-agent env, one per agent of each env
+        self.layout = SlotLayout.for_worker(setup.spaces, columns, setup.num_splits, setup.rollout,
+                                            setup.slots_per_split, setup.rnn_state_size, setup.tagged)
         self.shared = create_slots(self, self.layout)
         a = {name: arr.array for name, arr in self.shared.items()}
         self.obs, self.actions, self.rewards = a["obs"], a["actions"], a["rewards"]
@@ -66,7 +68,14 @@ class RolloutWorker(Component):
         self.log_probs, self.values, self.policy_version = a["log_probs"], a["values"], a["policy_version"]
         self.final_obs, self.final_at = a["final_obs"], a["final_at"]
         self.rnn_states, self.rnn_live = a.get("rnn_states"), a.get("rnn_live")  # None: a feed-forward policy
-        per_env_state = (per_split, setup.rnn_state_size)
+        self.policy_id = a.get("policy_id")  # None: one policy acts for every column at every step
+        self.num_policies = setup.num_policies
+        agents = [list(getattr(g, "agent_ids", None) or ["agent_0"] * g.num_envs) for g in self.groups]
+        self.maps = [PolicyMap(setup.policy_mapping, setup.num_policies, agents[s],
+                               [setup.worker_index * setup.num_envs + s * per_split + i for i in range(per_split)],
+                               setup.run_envs) for s in range(setup.num_splits)] if setup.tagged else []
+        self.owed: dict[int, set[int]] = {}  # a tagged slot -> the policies whose learners still have to free it
+        per_env_state = (self.layout.envs_per_split, setup.rnn_state_size)
         self.rnn_carry = [np.zeros(per_env_state, np.float32) for _ in range(setup.num_splits)] \
             if self.rnn_live is not None else []  # the states that start each split's next slot
         self.finals_in_slot = [0] * self.layout.num_slots  # final observations written into each slot
@@ -82,7 +91,7 @@ class RolloutWorker(Component):
         self.draining = False  # leaving: no new slot is started (see drain)
         self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
         self._seen_failures: set[str] = set()
-        self.acting = InlineActing(self, setup.policy) if setup.policy is not None \
+        self.acting = InlineActing(self, setup.policy, setup.policy_params) if setup.policy is not None \
             else RemoteActing(self, setup.policy_queue)
 
     async def buffers(self) -> dict:
@@ -91,13 +100,13 @@ class RolloutWorker(Component):
         out["_incarnation"] = self.incarnation
         return out
 
-    async def set_params(self, desc: dict) -> None:
-        """Read parameters from a new publisher (a restarted learner); take whatever version it has."""
-        await self.on_own_thread(self.acting.follow, desc)
+    async def set_params(self, desc: dict, policy: int = 0) -> None:
+        """Read ``policy``'s parameters from a new publisher (a restarted learner); take whatever version it has."""
+        await self.on_own_thread(self.acting.follow, desc, policy)
 
-    async def policy_weights(self) -> dict | None:
+    async def policy_weights(self, policy: int = 0) -> dict | None:
         """The version and weights the inline policy acts with (None with remote inference)."""
-        return await self.on_own_thread(self.acting.weights)
+        return await self.on_own_thread(self.acting.weights, policy)
 
     async def drain(self, timeout: float = 10.0) -> dict:
         """Leave without losing a sample (the worker is going away gracefully): finish the slots being filled,
@@ -117,12 +126,17 @@ class RolloutWorker(Component):
     def _drained(self) -> bool:
         return all(s is None for s in self.split_slot) and len(self.free) == self.layout.num_slots
 
-    async def reclaim_slots(self) -> int:
-        """Take back every slot not being filled (their consumer died before handing them back)."""
+    async def reclaim_slots(self, policy: int | None = None) -> int:
+        """Take back every slot not being filled (their consumer died before handing them back); with ``policy``,
+        only what that policy's (lost) learner owed: the other policies' learners still hand theirs back."""
 
         def reclaim() -> int:
+            if policy is not None and self.policy_id is not None:
+                self._freed([slot for slot, owed in self.owed.items() if policy in owed], policy)
+                return len(self.free)
             in_use = {i for i in self.split_slot if i is not None}
             self.free = deque(i for i in range(self.layout.num_slots) if i not in in_use)
+            self.owed.clear()
             self._serve_waiting()
             return len(self.free)
 
@@ -135,6 +149,8 @@ class RolloutWorker(Component):
             slot_index = self.free.popleft()
             with self.timing("env"):
                 group.reset(self.obs[slot_index, 0])
+            if hasattr(group, "pop_new_episodes"):
+                group.pop_new_episodes()  # the first episodes: their policies were chosen with the map
             self._begin_slot(s, slot_index)
         self.acting.begin()
 
@@ -171,9 +187,16 @@ class RolloutWorker(Component):
             self._keep_final_observations(slot_index, t, group.pop_truncations())
         self.env_steps += group.num_envs
         if group.finished_episodes:
-            self.episodes.extend(group.pop_episode_stats())
+            policies = self.maps[s].column_policy if self.maps else None
+            self.episodes.extend((ret, length, 0 if policies is None else int(policies[column]))
+                                 for ret, length, column in group.pop_episode_stats())
             if group.episode_extras:
                 self.episode_extras.extend(group.pop_episode_extras())
+        if self.maps:  # the envs that began an episode get its policies (after its ended one was credited)
+            began = group.pop_new_episodes() if hasattr(group, "pop_new_episodes") else \
+                np.flatnonzero(self.terminated[slot_index, t] | self.truncated[slot_index, t])
+            if len(began):
+                self.maps[s].episodes_began(began)
         t += 1
         if t < self.rollout:
             self.split_t[s] = t
@@ -183,13 +206,29 @@ class RolloutWorker(Component):
         if self.rnn_live is not None:
             self.rnn_carry[s][...] = self.rnn_live[slot_index]
         self.slots_filled += 1
-        ready: TrajectoryReady = {"worker": self.name, "slot": slot_index, "frames": self.rollout * group.num_envs,
-                                  "inc": self.incarnation}
-        self.trajectory_ready(ready)
+        self._announce(slot_index, self.rollout * group.num_envs)
         self.split_slot[s] = None
         self.waiting.append(s)
         self._serve_waiting()
         return True
+
+    def acting_policies(self, s: int) -> np.ndarray:
+        """The policy id of each column of split ``s`` at its current step (-1: that agent does not act)."""
+        return self.maps[s].acting(getattr(self.groups[s], "active", None))
+
+    def _announce(self, slot_index: int, frames: int) -> None:
+        """Tell the consumers a slot is full. A tagged slot goes to the learners of the policies that acted in it,
+        and is free again once each of them handed it back (a slot nobody trains on is free at once)."""
+        ready: TrajectoryReady = {"worker": self.name, "slot": slot_index, "frames": frames, "inc": self.incarnation}
+        if self.policy_id is not None:
+            present = np.unique(self.policy_id[slot_index])
+            policies = [int(p) for p in present if 0 <= p < self.num_policies]
+            if not policies:
+                self.free.append(slot_index)
+                return
+            self.owed[slot_index] = set(policies)
+            ready["policies"] = policies
+        self.trajectory_ready(ready)
 
     def _keep_final_observations(self, slot_index: int, t: int, truncations: list) -> None:
         """Write the real final observation of each episode a time limit cut at step ``t`` into the slot, for the
@@ -238,7 +277,25 @@ class RolloutWorker(Component):
             return
         if "version" in payload:  # --sync: these slots are to be filled by this policy version or a newer one
             self.acting.min_version = max(self.acting.min_version, payload["version"])
+        if self.policy_id is not None:
+            self._freed(payload["slots"], payload.get("policy"))
+            return
         self.free.extend(payload["slots"])
+        self._serve_waiting()
+
+    def _freed(self, slots: list[int], policy: int | None) -> None:
+        """``policy``'s learner is done with these tagged slots: free those no other learner still reads (None:
+        the only consumer, a sampling-only sink, is done with them)."""
+        for slot_index in slots:
+            owed = self.owed.get(slot_index)
+            if owed is None or (policy is not None and policy not in owed):
+                continue  # not announced to that policy (or already handed back)
+            if policy is None:
+                owed.clear()
+            owed.discard(policy)
+            if not owed:
+                del self.owed[slot_index]
+                self.free.append(slot_index)
         self._serve_waiting()
 
     def extra_stats(self) -> dict:

@@ -12,6 +12,14 @@ A rollout worker owns ``num_splits * slots_per_split`` slots. A slot holds ``rol
     final_at    [slots, B] int32                 slot (``obs[t + 1]`` is already the next episode's first): at
                                                  ``t * B + b``, -1 where unused; room for one per env and slot
 
+With several policies (``--num-policies``), or agents that may sit a step out (multi-agent envs), the slot says who
+acted, per env column and step, and ``policy_version`` becomes per column too:
+
+    policy_id   [slots, T, B] int8               the policy that chose the action at t (-1: nobody; an agent that
+                                                 finished before its env did, or an untrained opponent): each
+                                                 policy's learner trains on its own steps only
+    policy_version                               [slots, T, B] int32 (the version of that policy)
+
 With a recurrent policy (``--rnn``; ``S`` floats of state per env) two more fields:
 
     rnn_states  [slots, B, S] float32            the state each env's step 0 of the slot was acted from (after the
@@ -46,18 +54,21 @@ class SlotLayout:
     action_shape: tuple
     action_dtype: str
     rnn_state_size: int = 0  # floats of recurrent state per env (0: a feed-forward policy, no state fields)
+    tagged: bool = False  # each column and step says which policy acted (several policies or multi-agent envs)
 
     @classmethod
     def for_worker(cls, spaces: EnvSpaces, num_envs: int, num_splits: int, rollout: int, slots_per_split: int,
-                   rnn_state_size: int = 0) -> SlotLayout:
+                   rnn_state_size: int = 0, tagged: bool = False) -> SlotLayout:
+        """``num_envs`` counts env columns: with a multi-agent env, one per agent of each env."""
         return cls(num_splits * slots_per_split, rollout, num_envs // num_splits, tuple(spaces.obs_shape),
-                   spaces.obs_dtype, tuple(spaces.action_shape), spaces.action_dtype, rnn_state_size)
+                   spaces.obs_dtype, tuple(spaces.action_shape), spaces.action_dtype, rnn_state_size, tagged)
 
     def shapes(self) -> dict[str, tuple[tuple, str]]:
         n, t, b = self.num_slots, self.rollout, self.envs_per_split
         obs_dtype = self.obs_dtype if np.dtype(self.obs_dtype) == np.uint8 else "float32"
         rnn = {"rnn_states": ((n, b, self.rnn_state_size), "float32"),
                "rnn_live": ((n, b, self.rnn_state_size), "float32")} if self.rnn_state_size else {}
+        tags = {"policy_id": ((n, t, b), "int8")} if self.tagged else {}
         return {
             "obs": ((n, t + 1, b, *self.obs_shape), obs_dtype),
             "actions": ((n, t, b, *self.action_shape), self.action_dtype),
@@ -66,10 +77,11 @@ class SlotLayout:
             "truncated": ((n, t, b), "uint8"),
             "log_probs": ((n, t, b), "float32"),
             "values": ((n, t, b), "float32"),
-            "policy_version": ((n, t), "int32"),
+            "policy_version": ((n, t, b) if self.tagged else (n, t), "int32"),
             "final_obs": ((n, b, *self.obs_shape), obs_dtype),
             "final_at": ((n, b), "int32"),
             **rnn,
+            **tags,
         }
 
 

@@ -1,0 +1,131 @@
+"""The run's policies as the driver keeps them: each policy's episodes, learner statistics, checkpoints and log rows.
+
+With one policy this is what the runner always kept (``checkpoints/``, the run's rows in ``metrics.csv``). With
+``--num-policies N`` each policy has its own checkpoints (``checkpoints/policy_<k>/``, written together at every
+checkpoint, so a resume continues every policy from the same moment), its own recent episodes (each episode is
+credited to the policy that played it) and one row per report in ``policies.csv`` (a ``policy`` column) and under
+``policy_<k>/`` in TensorBoard, next to the run's rows, which stay the run's totals.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from daskrl.config import Config
+from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.monitor.csv_log import CsvLog
+from daskrl.monitor.stats import EpisodeWindow
+
+if TYPE_CHECKING:
+    from daskrl.monitor.run_state import RunState
+    from daskrl.monitor.tensorboard_log import TensorBoardLog
+
+#: the per-policy columns of ``policies.csv`` (and TensorBoard tags under ``policy_<k>/``) taken from the learner
+LEARNER_COLUMNS = {"loss": "loss", "entropy": "entropy", "approx_kl": "approx_kl", "learning_rate": "lr",
+                   "valid_fraction": "valid_fraction"}
+
+
+def checkpoint_dirs(experiment_dir: str, num_policies: int) -> list[str]:
+    """Where each policy's checkpoints go (one policy: ``checkpoints/`` itself)."""
+    root = os.path.join(experiment_dir, "checkpoints")
+    return [root] if num_policies == 1 else [os.path.join(root, f"policy_{k}") for k in range(num_policies)]
+
+
+class PolicyBook:
+    """See the module docstring."""
+
+    def __init__(self, config: Config, resuming: bool) -> None:
+        self.config = config
+        self.num_policies = n = config.policies.num_policies
+        self.stores = [CheckpointStore(d, keep=config.run.keep_checkpoints)
+                       for d in checkpoint_dirs(config.experiment_dir, n)]
+        self.episodes = [EpisodeWindow() for _ in range(n)]
+        self.learners: list[dict[str, Any]] = [{} for _ in range(n)]  # each policy's newest learner stats
+        self.best = [-math.inf] * n
+        self.csv = CsvLog(os.path.join(config.experiment_dir, "policies.csv"), append=resuming) if n > 1 else None
+
+    # ---- resume ----
+
+    def resume_states(self) -> dict | list[dict] | None:
+        """The newest checkpoint of each policy (one policy: its state; none written: None)."""
+        if not self.config.run.resume:
+            return None
+        states = [store.load("latest") for store in self.stores]
+        for k, state in enumerate(states):
+            self.best[k] = float(state.get("best_return", -math.inf))
+        return states[0] if self.num_policies == 1 else states
+
+    # ---- what the components report ----
+
+    def add_episodes(self, episodes: list) -> None:
+        """Episodes as rollout workers report them: (return, length, policy)."""
+        if self.num_policies == 1:
+            return  # the run's window is this policy's
+        for episode in episodes:
+            policy = int(episode[2]) if len(episode) > 2 else 0
+            if 0 <= policy < self.num_policies:
+                self.episodes[policy].extend([episode])
+
+    def note_learner(self, policy: int, stats: dict[str, Any]) -> None:
+        self.learners[policy] = stats
+
+    def window(self, policy: int, state: RunState) -> EpisodeWindow:
+        return state.episodes if self.num_policies == 1 else self.episodes[policy]
+
+    def mean_returns(self) -> dict[int, float]:
+        """Each policy's mean return over its recent episodes (NaN: none finished yet)."""
+        return {k: window.mean_return for k, window in enumerate(self.episodes)}
+
+    # ---- rows ----
+
+    def rows(self, time_s: float, env_steps: int) -> list[dict[str, Any]]:
+        """One row per policy (several policies only)."""
+        if self.num_policies == 1:
+            return []
+        out = []
+        for k, (window, learner) in enumerate(zip(self.episodes, self.learners, strict=True)):
+            metrics = learner.get("metrics", {})
+            out.append({"time_s": time_s, "env_steps": env_steps, "policy": k,
+                        "episode_return_mean": window.mean_return, "episode_length_mean": window.mean_length,
+                        "episodes": window.total, "policy_version": learner.get("policy_version", 0),
+                        "samples_trained": learner.get("samples_trained", 0),
+                        **{column: metrics.get(key, math.nan) for column, key in LEARNER_COLUMNS.items()},
+                        **{f"hp/{name}": value for name, value in sorted(learner.get("hyperparams", {}).items())}})
+        return out
+
+    def write(self, rows: list[dict[str, Any]], tb_log: TensorBoardLog) -> None:
+        for row in rows:
+            if self.csv is not None:
+                self.csv.write(row)
+            for column, value in row.items():
+                if column not in ("time_s", "env_steps", "policy") and isinstance(value, (int, float)) \
+                        and not math.isnan(value):
+                    tb_log.writer.add_scalar(f"policy_{row['policy']}/{column}", value, int(row["env_steps"]))
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Each policy's standing for the run's summary."""
+        return [{"policy": k, "episode_return_mean": window.mean_return, "episodes": window.total,
+                 "policy_version": learner.get("policy_version", 0),
+                 "hyperparams": learner.get("hyperparams", {})}
+                for k, (window, learner) in enumerate(zip(self.episodes, self.learners, strict=True))]
+
+    # ---- checkpoints ----
+
+    def save(self, policy: int, snapshot: dict[str, Any], state: RunState, milestone: bool) -> None:
+        """Write ``policy``'s learner snapshot, tagged best when its recent mean return is its best so far."""
+        window = self.window(policy, state)
+        mean = window.mean_return
+        best = not math.isnan(mean) and len(window.returns) >= 10 and mean > self.best[policy]
+        if best:
+            self.best[policy] = mean
+        snapshot.update({"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
+                         "best_return": self.best[policy], "episode_return_mean": mean, "policy": policy,
+                         "config": self.config.to_json()})
+        self.stores[policy].save(snapshot, state.env_steps, tag_best=best, score=mean if best else None,
+                                 milestone=milestone)
+
+    def close(self) -> None:
+        if self.csv is not None:
+            self.csv.close()

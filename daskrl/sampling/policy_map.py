@@ -1,0 +1,133 @@
+"""Which policy acts for each env column of a rollout-worker split (``--policy-mapping``).
+
+A column is one agent of one env (a single-agent env has one column per env). Its policy is chosen when its env
+starts an episode and kept for the whole episode, so every episode is played, and credited, by one policy per
+agent. The mapping is asked ``(agent_id, episode_index)``; episode indices are unique in the run: the episodes of
+the env with global index ``g`` are numbered ``g, g + E, g + 2E, ...`` where ``E`` is the run's env count, so
+consecutive numbers are episodes played at the same time.
+
+Mappings: ``shared`` (policy 0 for every agent), ``round_robin`` (single-agent envs: env ``g`` is played by
+policy ``g % N`` throughout, so each trajectory slot's columns keep their policy; multi-agent envs: agent at
+position ``a`` of env ``g`` in that env's ``k``-th episode is played by policy ``(g + k + a) % N``, so with two
+players and two policies the seats alternate between episodes), ``module:function`` (the user's function), and
+``auto`` (round_robin with several policies, else shared).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from daskrl.errors import ConfigError
+
+Mapping = Callable[[str, int], int]
+
+#: the policy id of a column whose agent does not act at a step (it finished before its env did)
+NOBODY = -1
+
+
+def resolve_mapping(spec: str, num_policies: int) -> tuple[str, Mapping | None]:
+    """``(kind, function)``: kind is 'shared', 'round_robin' or 'custom' (with the imported function)."""
+    if spec == "auto":
+        spec = "round_robin" if num_policies > 1 else "shared"
+    if spec in ("shared", "round_robin"):
+        return spec, None
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError([f"--policy-mapping must be shared, round_robin, auto or module:function, got {spec!r}"])
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError([f"--policy-mapping {spec!r} cannot be imported ({type(exc).__name__}: {exc}); name a "
+                           "function as module:function, in a module the workers can import too"]) from exc
+    if not callable(fn):
+        raise ConfigError([f"--policy-mapping {spec!r} is not a function"])
+    return "custom", fn
+
+
+def check_mapping(spec: str, num_policies: int, agent_ids: Sequence[str]) -> None:
+    """Call the mapping once per agent before any process starts: a bad answer is one line now, not a dead worker
+    later."""
+    kind, fn = resolve_mapping(spec, num_policies)
+    if fn is None:
+        return
+    for agent in agent_ids:
+        _checked(fn, spec, num_policies, agent, 0)
+
+
+def _checked(fn: Mapping, spec: str, num_policies: int, agent: str, episode: int) -> int:
+    try:
+        policy = fn(agent, episode)
+    except Exception as exc:
+        raise ConfigError([f"--policy-mapping {spec!r} raised for agent {agent!r}, episode {episode}: "
+                           f"{type(exc).__name__}: {exc}"]) from exc
+    if isinstance(policy, bool) or not isinstance(policy, (int, np.integer)) or not 0 <= policy < num_policies:
+        raise ConfigError([f"--policy-mapping {spec!r} returned {policy!r} for agent {agent!r}, episode {episode}; "
+                           f"it must return a policy index in 0..{num_policies - 1} (--num-policies {num_policies})"])
+    return int(policy)
+
+
+class PolicyMap:
+    """The policy of each column of one split, remapped when an env starts an episode (see the module docstring)."""
+
+    def __init__(self, spec: str, num_policies: int, agent_ids: Sequence[str], env_indices: Sequence[int],
+                 run_envs: int) -> None:
+        """``agent_ids``: one per column (env-major: column ``c`` is agent ``c % A`` of env ``c // A``);
+        ``env_indices``: the run-wide index of each env of the split; ``run_envs``: the run's env count."""
+        self.spec, self.num_policies = spec, num_policies
+        self.kind, self.fn = resolve_mapping(spec, num_policies)
+        self.agent_ids = list(agent_ids)
+        self.agents_per_env = len(self.agent_ids) // len(env_indices)
+        self.env_indices = list(env_indices)
+        self.run_envs = max(run_envs, 1)
+        self.episodes_started = [0] * len(self.env_indices)
+        self.column_policy = np.zeros(len(self.agent_ids), np.int8)
+        for env in range(len(self.env_indices)):
+            self._assign(env)
+
+    def episode_index(self, env: int) -> int:
+        """The run-wide index of the episode env ``env`` (of this split) plays now."""
+        return self.env_indices[env] + (self.episodes_started[env] - 1) * self.run_envs
+
+    def episodes_began(self, envs: Sequence[int] | np.ndarray) -> None:
+        """These envs started a new episode: choose their agents' policies for it."""
+        for env in envs:
+            self._assign(int(env))
+
+    def _assign(self, env: int) -> None:
+        episode = self.env_indices[env] + self.episodes_started[env] * self.run_envs
+        self.episodes_started[env] += 1
+        if self.kind == "shared":
+            return  # every column stays policy 0
+        first = env * self.agents_per_env
+        for position in range(self.agents_per_env):
+            column = first + position
+            if self.kind == "round_robin":
+                turn = 0 if self.agents_per_env == 1 else self.episodes_started[env] - 1 + position
+                policy = (self.env_indices[env] + turn) % self.num_policies
+            else:
+                policy = _checked(self.fn, self.spec, self.num_policies, self.agent_ids[column], episode)
+            self.column_policy[column] = policy
+
+    def acting(self, active: np.ndarray | None) -> np.ndarray:
+        """The policy id of each column at this step: its policy, or :data:`NOBODY` where it does not act."""
+        if active is None:
+            return self.column_policy
+        return np.where(active, self.column_policy, NOBODY).astype(np.int8)
+
+
+def columns_by_policy(ids: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
+    """``[(policy, columns)]`` for the policies present in ``ids`` (one step's policy ids); a policy's columns are a
+    slice when they are one contiguous run (a view instead of a copy on the hot path)."""
+    out: list[tuple[int, np.ndarray | slice]] = []
+    for policy in np.unique(ids):
+        if policy < 0:
+            continue
+        columns = np.flatnonzero(ids == policy)
+        if columns[-1] - columns[0] + 1 == len(columns):
+            out.append((int(policy), slice(int(columns[0]), int(columns[-1]) + 1)))
+        else:
+            out.append((int(policy), columns))
+    return out
