@@ -1,9 +1,11 @@
-"""Turn an env spec string into a gymnasium env, with errors a user can act on.
+"""Turn an env spec string into a gymnasium env (or a PettingZoo multi-agent env), with errors a user can act on.
 
 A spec is resolved in this order: a name given to `register_env`, a
 'package.module:factory' path (or gymnasium's 'module:EnvId'), then a gymnasium id
 (also those a module named by --env-packages registered: daskrl/envs/packages.py).
-Specs are strings (not callables) so they travel to remote workers as plain config.
+Specs are strings (not callables) so they travel to remote workers as plain config. A factory may return a
+PettingZoo ``ParallelEnv`` or ``AECEnv`` (``mpe2.simple_spread_v3:parallel_env``); it is returned unwrapped
+(daskrl/envs/multi_agent.py steps it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from daskrl.config import MAX_ENVS_PER_WORKER, MAX_ROLLOUT_WORKERS
+from daskrl.envs.agent_spaces import is_multi_agent, multi_agent_spaces, seed_multi_agent
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvError
 
@@ -49,11 +52,12 @@ def make_env(
     seed: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     render_mode: str | None = None,
-) -> gym.Env:
+) -> Any:
     """Build one env from `spec`; with `seed` the env and its action space are seeded.
 
     Gymnasium only seeds through `reset(seed=...)`, so a seeded env gets that one
     reset here; later plain `reset()` calls continue the seeded RNG deterministically.
+    A multi-agent (PettingZoo) env is returned as the factory made it, seeded the same way.
     """
     if not isinstance(spec, str) or not spec:
         raise EnvError(f"Environment spec must be a non-empty string, got {spec!r}")
@@ -68,11 +72,19 @@ def make_env(
     else:
         raise EnvError(_unknown_message(spec))
 
+    if is_multi_agent(env):
+        if seed is not None:
+            try:
+                seed_multi_agent(env, seed)
+            except Exception as exc:
+                env.close()
+                raise EnvError(f"Environment {spec!r} failed to reset with seed {seed}: {_describe(exc)}") from exc
+        return env
     missing = [a for a in ("reset", "step", "observation_space", "action_space") if not hasattr(env, a)]
     if missing:
         raise EnvError(
             f"Environment {spec!r} built a {type(env).__name__}, which lacks {', '.join(missing)}; "
-            "the factory must return a gymnasium.Env."
+            "the factory must return a gymnasium.Env (or a PettingZoo ParallelEnv or AECEnv)."
         )
     if seed is not None:
         try:
@@ -105,12 +117,16 @@ def probe_env(spec: str, env_kwargs: dict[str, Any] | None = None, obs_keys: Seq
               action_mask_key: str = "") -> EnvSpaces:
     """Build one env just to read its spaces, so spec errors surface before any worker starts. Remembered per spec
     and kwargs (an Atari env takes a noticeable fraction of a second to build), until the spec is registered anew.
-    ``obs_keys`` and ``action_mask_key`` select the keys of Dict observations (see :meth:`EnvSpaces.from_spaces`)."""
+    ``obs_keys`` and ``action_mask_key`` select the keys of Dict observations (see :meth:`EnvSpaces.from_spaces`).
+    A multi-agent env's spaces are its agents' shared ones, with ``num_agents`` and ``agent_ids`` set."""
     key = (spec, json.dumps([env_kwargs or {}, list(obs_keys), action_mask_key], sort_keys=True, default=repr))
     if key not in _PROBED:
         env = make_env(spec, env_kwargs=env_kwargs)
         try:
-            _PROBED[key] = EnvSpaces.from_env(env, obs_keys, action_mask_key)
+            if is_multi_agent(env):
+                _PROBED[key] = multi_agent_spaces(env, obs_keys, action_mask_key)
+            else:
+                _PROBED[key] = EnvSpaces.from_env(env, obs_keys, action_mask_key)
         finally:
             env.close()
     return _PROBED[key]

@@ -38,6 +38,10 @@ class EnvSpaces:
     obs_keys: tuple[ObsKey, ...] = ()
     dropped_obs_keys: tuple[str, ...] = ()
     action_mask_key: str | None = None
+    # multi-agent envs (daskrl/envs/multi_agent.py): every agent shares the spaces above; a rollout worker steps one
+    # column per (env, agent), so its slots are num_agents times as wide as its env count
+    num_agents: int = 1
+    agent_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.action_kind not in ACTION_KINDS:
@@ -107,6 +111,8 @@ class EnvSpaces:
             "obs_keys": [k.to_dict() for k in self.obs_keys],
             "dropped_obs_keys": list(self.dropped_obs_keys),
             "action_mask_key": self.action_mask_key,
+            "num_agents": self.num_agents,
+            "agent_ids": list(self.agent_ids),
         }
 
     @classmethod
@@ -124,6 +130,8 @@ class EnvSpaces:
             obs_keys=tuple(ObsKey.from_dict(k) for k in d.get("obs_keys") or ()),
             dropped_obs_keys=tuple(str(k) for k in d.get("dropped_obs_keys") or ()),
             action_mask_key=d.get("action_mask_key"),
+            num_agents=int(d.get("num_agents", 1)),
+            agent_ids=tuple(str(a) for a in d.get("agent_ids") or ()),
         )
 
 

@@ -144,3 +144,151 @@ class CueEnv(gym.Env):
 def cue(n: int = 3, length: int = 8, memory: bool = False, masked: bool = False,
         render_mode: str | None = None) -> gym.Env:
     return CueEnv(n, length, memory, masked, render_mode)
+
+
+class StaggeredAgentsEnv:
+    """A multi-agent env in PettingZoo's Parallel API (duck-typed: no pettingzoo needed) whose answers are known:
+    agent ``k`` (of ``len(lengths)``) acts ``lengths[k]`` steps and then leaves, terminated (the last agent is
+    truncated instead, a time limit, when ``truncate_last``). At its step ``t`` (1, 2, ...) it gets reward
+    ``100 * (k + 1) + t``, so its return is ``100 * (k + 1) * L + L * (L + 1) / 2``; its observation is ``[k, t]``
+    and its last info ``{"steps": L}`` (with ``dict_obs``, ``{"state": [k, t], "action_mask": all ones}``). Strict
+    like a real env: an action for an agent that is not there, or none for one that is, raises; so does
+    ``fail_action`` (a way to make one env fail on purpose)."""
+
+    metadata: dict[str, Any] = {"name": "staggered"}
+
+    def __init__(self, lengths: tuple[int, ...] = (2, 3, 4), truncate_last: bool = True, fail_action: int = -1,
+                 dict_obs: bool = False, render_mode: str | None = None) -> None:
+        self.lengths = tuple(int(n) for n in lengths)
+        self.truncate_last, self.fail_action, self.dict_obs = bool(truncate_last), int(fail_action), bool(dict_obs)
+        self.render_mode = render_mode
+        self.possible_agents = [f"a{k}" for k in range(len(self.lengths))]
+        self.agents: list[str] = []
+        state = gym.spaces.Box(0.0, 1000.0, (2,), np.float32)
+        self._obs_space: gym.Space = gym.spaces.Dict({"state": state, "action_mask": gym.spaces.MultiBinary(3)}) \
+            if self.dict_obs else state
+        self._act_space = gym.spaces.Discrete(3)
+        self._t = 0
+        self.resets = 0
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._act_space
+
+    def _obs(self, agent: str) -> Any:
+        state = np.array([self.possible_agents.index(agent), self._t], np.float32)
+        return {"state": state, "action_mask": np.ones(3, np.int8)} if self.dict_obs else state
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.resets += 1
+        self._t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        if set(actions) != set(self.agents):
+            raise ValueError(f"actions for {sorted(actions)}, but the agents are {self.agents}")
+        if any(int(a) == self.fail_action for a in actions.values()):
+            raise RuntimeError(f"action {self.fail_action} breaks this env")
+        self._t += 1
+        obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
+        for agent in self.agents:
+            k = self.possible_agents.index(agent)
+            done = self._t >= self.lengths[k]
+            last = k == len(self.lengths) - 1
+            obs[agent] = self._obs(agent)
+            rewards[agent] = float(100 * (k + 1) + self._t)
+            terms[agent] = done and not (last and self.truncate_last)
+            truncs[agent] = done and last and self.truncate_last
+            infos[agent] = {"steps": self._t} if done else {}
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        pass
+
+
+def staggered(lengths: tuple[int, ...] = (2, 3, 4), truncate_last: bool = True, fail_action: int = -1,
+              dict_obs: bool = False, render_mode: str | None = None) -> StaggeredAgentsEnv:
+    return StaggeredAgentsEnv(lengths, truncate_last, fail_action, dict_obs, render_mode)
+
+
+class TakeTurnsEnv:
+    """A two-player turn-based game in PettingZoo's AEC API (duck-typed), ``moves`` moves long (``p0`` moves first
+    and they alternate). A move with action ``a`` gives the mover 10 and the other player ``-(a + 1)``; the game's
+    end gives ``p0`` +100 and ``p1`` -100, both terminated (truncated with ``truncate=True``). Each player's return
+    thus depends on the other's moves, which is what crediting rewards between turns has to get right. The
+    observation is ``[player, moves so far]``. The move with action ``fail_action`` raises."""
+
+    metadata: dict[str, Any] = {"name": "take_turns"}
+
+    def __init__(self, moves: int = 5, truncate: bool = False, fail_action: int = -1,
+                 render_mode: str | None = None) -> None:
+        self.moves, self.truncate, self.render_mode = int(moves), bool(truncate), render_mode
+        self.fail_action = int(fail_action)
+        self.possible_agents = ["p0", "p1"]
+        self._obs_space = gym.spaces.Box(0.0, 1000.0, (2,), np.float32)
+        self._act_space = gym.spaces.Discrete(3)
+        self.agents: list[str] = []
+        self._moved = 0
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._act_space
+
+    def observe(self, agent: str) -> np.ndarray:
+        return np.array([self.possible_agents.index(agent), self._moved], np.float32)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.agents = list(self.possible_agents)
+        self._moved = 0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos: dict[str, dict] = {a: {} for a in self.agents}
+        self.agent_selection = "p0"
+
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict]:
+        a = self.agent_selection
+        return (self.observe(a) if observe else None, self._cumulative_rewards[a], self.terminations[a],
+                self.truncations[a], self.infos[a])
+
+    def step(self, action: Any) -> None:
+        mover = self.agent_selection
+        if self.terminations[mover] or self.truncations[mover]:
+            if action is not None:
+                raise ValueError("a finished agent's only action is None")
+            self.agents.remove(mover)
+            for d in (self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos):
+                del d[mover]
+            if self.agents:
+                self.agent_selection = self.agents[0]
+            return
+        if int(action) == self.fail_action:
+            raise RuntimeError(f"action {self.fail_action} breaks this env")
+        other = "p1" if mover == "p0" else "p0"
+        self._cumulative_rewards[mover] = 0.0
+        self.rewards = {mover: 10.0, other: -(int(action) + 1.0)}
+        self._moved += 1
+        if self._moved >= self.moves:
+            self.rewards["p0"] += 100.0
+            self.rewards["p1"] -= 100.0
+            flags = self.truncations if self.truncate else self.terminations
+            for agent in self.agents:
+                flags[agent] = True
+        for agent, reward in self.rewards.items():
+            self._cumulative_rewards[agent] += reward
+        self.agent_selection = other
+
+    def close(self) -> None:
+        pass
+
+
+def take_turns(moves: int = 5, truncate: bool = False, fail_action: int = -1,
+               render_mode: str | None = None) -> TakeTurnsEnv:
+    return TakeTurnsEnv(moves, truncate, fail_action, render_mode)
