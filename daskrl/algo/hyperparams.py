@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
@@ -45,3 +45,14 @@ def checked(values: Mapping[str, float]) -> dict[str, float]:
     if problems:
         raise ValueError("; ".join(problems))
     return out
+
+
+def resumed(state: Mapping[str, Any], cfg: LearnerConfig) -> dict[str, float]:
+    """The values to go on with from a trainer's state dict: the state's own (a policy's mutated values survive a
+    resume), except where the option was changed since (``--resume --learning-rate 1e-4`` wins over the saved
+    value, as it did before the values were mutable) or the state has none (a checkpoint from before them)."""
+    now = from_config(cfg)
+    saved = checked(state.get("hyperparams") or {})
+    saved_config = state.get("hyperparams_config") or {}
+    return {name: saved[name] if name in saved and saved_config.get(name, now[name]) == now[name] else now[name]
+            for name in MUTABLE}

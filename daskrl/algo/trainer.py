@@ -346,7 +346,7 @@ class APPOTrainer:
             "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None,
             "returns": self.returns.state_dict() if self.returns else None,
             "train_steps": self.train_steps, "samples_trained": self.samples_trained,
-            "hyperparams": dict(self.hp),
+            "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg),
         }
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
@@ -368,8 +368,7 @@ class APPOTrainer:
             self.returns.load_state_dict({"shape": [], "mean": mean, "var": var, "count": count})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # a checkpoint from before mutable hyperparameters: the run's options, which that run trained with
-        hp = {**hyperparams.from_config(self.cfg), **hyperparams.checked(state.get("hyperparams") or {})}
+        hp = hyperparams.resumed(state, self.cfg)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.obs_rms is not None and state.get("obs_rms"):
