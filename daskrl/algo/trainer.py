@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from daskrl.algo import hyperparams
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
@@ -70,18 +71,30 @@ class APPOTrainer:
         #: the learner group this trainer belongs to (the learner swaps it when the group is formed again)
         self.group: Group = SoloGroup()
         self.cfg = cfg
+        #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/algo/hyperparams.py):
+        #: read from here, not from ``cfg``, which only gives their starting values
+        self.hp = hyperparams.from_config(cfg)
         self.total_env_steps = total_env_steps
         # foreach: one multi-tensor update instead of a Python loop over parameters; on CPU torch defaults to the
         # loop, and the small CartPole learner step is faster this way (same arithmetic, same state dict)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5, foreach=True)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], eps=1e-5, foreach=True)
         self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0
 
+    def hyperparams(self) -> dict[str, float]:
+        """This policy's current mutable hyperparameters (a copy)."""
+        return dict(self.hp)
+
+    def set_hyperparams(self, values: dict[str, float]) -> None:
+        """Train with these values from the next step on (any subset of :data:`hyperparams.MUTABLE`; all are
+        checked before any is set)."""
+        self.hp.update(hyperparams.checked(values))
+
     def learning_rate(self, env_steps: int) -> float:
-        lr = self.cfg.learning_rate
+        lr = self.hp["learning_rate"]
         if self.cfg.lr_schedule == "linear" and self.total_env_steps > 0:
             lr *= max(0.05, 1.0 - env_steps / self.total_env_steps)
         return lr
@@ -125,9 +138,9 @@ class APPOTrainer:
                 raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
             if cfg.advantage == "vtrace":
                 targets, advantages = vtrace(behaviour, target_lp.reshape(T, N), rewards, raw_values, raw_next,
-                                             dones, cfg.gamma, cfg.vtrace_rho, cfg.vtrace_c, truncated=truncated)
+                                             dones, self.hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c, truncated=truncated)
             else:
-                advantages, targets = gae(rewards, raw_values, raw_next, dones, cfg.gamma, cfg.gae_lambda,
+                advantages, targets = gae(rewards, raw_values, raw_next, dones, self.hp["gamma"], cfg.gae_lambda,
                                           truncated=truncated)
             if self.returns is not None:
                 flat_targets = targets.reshape(-1)
@@ -265,8 +278,8 @@ class APPOTrainer:
         if adv_moments is not None:
             adv = (adv - adv_moments[0]) / (adv_moments[1] + 1e-8)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
-                        clip_ratio=cfg.clip_ratio, value_clip=cfg.value_clip or math.inf,
-                        entropy_coef=cfg.entropy_coef, value_coef=cfg.value_coef)
+                        clip_ratio=self.hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
+                        entropy_coef=self.hp["entropy_coef"], value_coef=cfg.value_coef)
         finite = bool(torch.isfinite(out.total))
         if self.group.world == 1 and not finite:
             return None
@@ -344,6 +357,7 @@ class APPOTrainer:
             "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None,
             "returns": self.returns.state_dict() if self.returns else None,
             "train_steps": self.train_steps, "samples_trained": self.samples_trained,
+            "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg),
         }
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
@@ -365,6 +379,7 @@ class APPOTrainer:
             self.returns.load_state_dict({"shape": [], "mean": mean, "var": var, "count": count})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        hp = hyperparams.resumed(state, self.cfg)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.obs_rms is not None and state.get("obs_rms"):
@@ -376,6 +391,7 @@ class APPOTrainer:
             self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
         self.train_steps = state.get("train_steps", 0)
         self.samples_trained = state.get("samples_trained", 0)
+        self.hp = hp
 
 
 def _finite_inputs(batch: TrajectoryBatch) -> bool:

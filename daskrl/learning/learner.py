@@ -16,15 +16,18 @@ whose group broke trains alone, and a member waits.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import time
 from collections import deque
+from typing import Any
 
 import numpy as np
 import torch
 
 from daskrl import devices
+from daskrl.algo.hyperparams import checked
 from daskrl.algo.trainer import APPOTrainer
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import GroupBroken, LearnerGroup, SoloGroup, open_store
@@ -179,6 +182,47 @@ class Learner(Component):
         state["policy_version"] = self.version
         return state
 
+    # ---- population-based training: another policy's state, other hyperparameters ----
+
+    async def hyperparams(self) -> dict[str, float]:
+        """The learning rate, entropy coefficient, clip ratio and gamma this policy trains with now."""
+        return self.trainer.hyperparams()
+
+    async def set_hyperparams(self, values: dict[str, float]) -> dict[str, float]:
+        """Train with these values from the next step on (set between two steps); returns all of them."""
+
+        def set_() -> dict[str, float]:
+            self.trainer.set_hyperparams(values)
+            return self.trainer.hyperparams()
+
+        return await self.on_own_thread(set_)
+
+    async def export_training_state(self) -> dict:
+        """This policy's whole training state (weights, optimizer, normalizers, hyperparameters, policy version),
+        taken between two training steps, as CPU copies that share nothing with the live model: for PBT to
+        :meth:`import_training_state` into another policy's learner."""
+        return await self.on_own_thread(lambda: export_state(self.trainer, self.version))  # version read there too
+
+    async def import_training_state(self, state: dict, hyperparams: dict[str, float]) -> int:
+        """Continue from another policy's :meth:`export_training_state` with ``hyperparams``: its weights,
+        optimizer state and normalizers, loaded between two training steps (no step mixes old and new weights).
+        This learner's own counters go on: its policy version (the loaded weights are published as its next one,
+        so its samplers take them), train steps and samples trained (its env steps). Returns the new version.
+        With a learner group, call it on the leader, then form the group again (:meth:`join_group` gives the
+        members the leader's whole state)."""
+
+        def load() -> int:
+            import_state(self.trainer, state, hyperparams)
+            self.bad_steps = 0
+            if self.publisher is None:
+                self.version += 1  # a member: the leader publishes
+                return self.version
+            self.version = self.publisher.publish(self.model.state_dict_numpy())
+            self.params_updated({"version": self.version})
+            return self.version
+
+        return await self.on_own_thread(load)
+
     # ---- the loop ----
 
     def on_start(self) -> None:
@@ -279,12 +323,49 @@ class Learner(Component):
                         "slots_by_worker": dict(self.batcher.slots_by_worker),
                         "copy_s_shm": self.batcher.copy_s_shm, "copy_s_comms": self.batcher.copy_s_comms,
                         "blocked_s": self.batcher.wait_s, "pending_slots": self.batcher.incoming.qsize()},
+            "hyperparams": self.trainer.hyperparams(),
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),
         }
 
     def on_stop(self) -> None:
         self.batcher.stop()
+
+
+def export_state(trainer: APPOTrainer, version: int) -> dict:
+    """``trainer``'s state dict and ``version`` (as a checkpoint holds them), every tensor copied to the CPU: the
+    copy shares no storage with the live model or optimizer, which go on training."""
+    state = _cpu_copy(trainer.state_dict())
+    state["policy_version"] = int(version)
+    return state
+
+
+def import_state(trainer: APPOTrainer, state: dict, hyperparams: dict[str, float]) -> None:
+    """Load another policy's trainer state (:meth:`APPOTrainer.state_dict`) into ``trainer`` with ``hyperparams``,
+    keeping ``trainer``'s own counters. Loaded from a copy: a state handed over without serialization (in-process
+    workers) or imported by two policies must not share tensors, or their optimizers would update each other's
+    moments. Nothing changes when it fails (a state of another network, a bad hyperparameter)."""
+    new_hp = checked(hyperparams)  # before anything changes
+    own = (trainer.train_steps, trainer.skipped_steps, trainer.samples_trained)
+    backup = _cpu_copy(trainer.state_dict())
+    try:
+        trainer.load_state_dict(copy.deepcopy(state))
+    except Exception:
+        trainer.load_state_dict(backup)
+        raise
+    trainer.train_steps, trainer.skipped_steps, trainer.samples_trained = own
+    trainer.set_hyperparams(new_hp)  # over the source's (loaded with its state): names not given keep those
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """``obj`` with every tensor copied to the CPU (dicts, lists and tuples walked; the rest kept)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
 
 
 def _pack(obj: dict) -> bytes:
