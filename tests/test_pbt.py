@@ -380,7 +380,9 @@ def test_pbt_log_writes_a_header_then_one_row_per_replacement(tmp_path):
 
 def learner_setup(spaces) -> LearnerSetup:
     learner = dataclasses.replace(LearnerConfig(), learning_rate=1e-3)
-    return LearnerSetup(spaces, ModelConfig(), learner, T * N, 0, 0, False, 0, 1, pack_components())
+    return LearnerSetup(spaces=spaces, model=ModelConfig(), learner=learner, samples_per_batch=T * N,
+                        total_env_steps=0, seed=0, remote_params=False, rank=0, num_learners=1, policy_index=0,
+                        tagged=False, components=pack_components())
 
 
 def published(desc: dict) -> tuple[int, dict[str, np.ndarray]]:
