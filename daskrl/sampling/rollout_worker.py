@@ -203,6 +203,8 @@ class RolloutWorker(Component):
             return False
         self.split_t[s] = 0
         self.carry[s][...] = self.obs[slot_index, t]
+        if self.policy_id is not None:  # who acts at obs[T] (the next slot's first step), for the learner
+            self.policy_id[slot_index, t] = self.acting_policies(s)
         if self.rnn_live is not None:
             self.rnn_carry[s][...] = self.rnn_live[slot_index]
         self.slots_filled += 1
@@ -221,7 +223,7 @@ class RolloutWorker(Component):
         and is free again once each of them handed it back (a slot nobody trains on is free at once)."""
         ready: TrajectoryReady = {"worker": self.name, "slot": slot_index, "frames": frames, "inc": self.incarnation}
         if self.policy_id is not None:
-            present = np.unique(self.policy_id[slot_index])
+            present = np.unique(self.policy_id[slot_index, :self.rollout])  # step T is the next slot's
             policies = [int(p) for p in present if 0 <= p < self.num_policies]
             if not policies:
                 self.free.append(slot_index)

@@ -15,9 +15,12 @@ A rollout worker owns ``num_splits * slots_per_split`` slots. A slot holds ``rol
 With several policies (``--num-policies``), or agents that may sit a step out (multi-agent envs), the slot says who
 acted, per env column and step, and ``policy_version`` becomes per column too:
 
-    policy_id   [slots, T, B] int8               the policy that chose the action at t (-1: nobody; an agent that
-                                                 finished before its env did, or an untrained opponent): each
-                                                 policy's learner trains on its own steps only
+    policy_id   [slots, T + 1, B] int8           the policy that chose the action at t (-1: nobody; an agent that
+                                                 finished before its env did, an untrained opponent, or a player
+                                                 waiting for its turn): each policy's learner trains on its own
+                                                 steps only. Step T, like ``obs[T]``, is who acts first in the
+                                                 next slot: the learner needs it to tell whether ``obs[T]`` is a
+                                                 turn-based player's own observation (daskrl/learning/turns.py)
     policy_version                               [slots, T, B] int32 (the version of that policy)
 
 With a recurrent policy (``--rnn``; ``S`` floats of state per env) two more fields:
@@ -68,7 +71,7 @@ class SlotLayout:
         obs_dtype = self.obs_dtype if np.dtype(self.obs_dtype) == np.uint8 else "float32"
         rnn = {"rnn_states": ((n, b, self.rnn_state_size), "float32"),
                "rnn_live": ((n, b, self.rnn_state_size), "float32")} if self.rnn_state_size else {}
-        tags = {"policy_id": ((n, t, b), "int8")} if self.tagged else {}
+        tags = {"policy_id": ((n, t + 1, b), "int8")} if self.tagged else {}
         return {
             "obs": ((n, t + 1, b, *self.obs_shape), obs_dtype),
             "actions": ((n, t, b, *self.action_shape), self.action_dtype),
