@@ -26,6 +26,7 @@ import numpy as np
 
 from daskrl.algo.trainer import TrajectoryBatch
 from daskrl.learning.learner_group import split_slots
+from daskrl.learning.turns import compact_turns
 from daskrl.protocol import FreeSlots, free_queue
 from daskrl.runtime.shm import read_together
 from daskrl.sampling.trajectories import attach_slots
@@ -204,21 +205,24 @@ class Batcher:
 
 def _policy_columns(part: dict[str, np.ndarray], policy: int) -> dict[str, np.ndarray]:
     """The columns of a tagged slot that ``policy`` acted in at least once, with ``valid`` marking its own steps
-    (the other steps of those columns belong to another policy's episode, or to an agent that sat out)."""
-    ids = part.pop("policy_id")  # [T, B]
+    (the other steps of those columns belong to another policy's episode, or to an agent that sat out). A turn-based
+    player's column has its own steps moved to the front, each with what the others' moves gave it
+    (:func:`~daskrl.learning.turns.compact_turns`)."""
+    ids = part.pop("policy_id")  # [T + 1, B]: step T is who acts first in the next slot
     mine = ids == policy
-    columns = np.flatnonzero(mine.any(axis=0))
+    T = part["rewards"].shape[0]
+    columns = np.flatnonzero(mine[:T].any(axis=0))
     width = ids.shape[1]
     out = {name: part[name][:, columns] for name in ("obs", "actions", "rewards", "terminated", "truncated",
                                                      "log_probs", "policy_version")}
-    out["valid"] = mine[:, columns]
+    out["valid"] = mine[:T, columns]
     if "rnn_states" in part:
         out["rnn_states"] = part["rnn_states"][columns]
     t, b = np.divmod(part["final_at"].astype(np.int64), width)  # time-limit finals of the kept columns, renumbered
     keep = np.isin(b, columns)
     out["final_obs"] = part["final_obs"][keep]
     out["final_at"] = (t[keep] * len(columns) + np.searchsorted(columns, b[keep])).astype(np.int32)
-    return out
+    return compact_turns(out, mine[T, columns])
 
 
 @dataclass
