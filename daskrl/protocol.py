@@ -142,10 +142,13 @@ RECOVERIES_TOPIC = "daskrl-recoveries"
 HEARTBEATS_TOPIC = "daskrl-heartbeats"
 #: an env that raised and was rebuilt (first report of each distinct error)
 ENV_ERRORS_TOPIC = "daskrl-env-errors"
+#: one PBT replacement (``daskrl.pbt.Exploit.as_dict()`` plus ``run`` and ``time_s``), from the runner to the page
+PBT_TOPIC = "daskrl-pbt"
 
 __all__ = [
-    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "RECOVERIES_TOPIC",
-    "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "SharesAssigned", "TrajectoryReady",
+    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
+    "RECOVERIES_TOPIC", "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "SharesAssigned",
+    "TrajectoryReady",
     "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",
     "wire_sampling_graph",
 ]
