@@ -113,11 +113,10 @@ def policy_figures(source, sources: Mapping[int, Any], pbt_source, x: str = "tim
         for k, policy_source in sorted(sources.items()):
             per_policy[name].line(x, column, source=policy_source, line_width=2, color=policy_color(k),
                                   legend_label=policy_label(k))
-    for f in per_policy.values():
-        f.legend.location = "top_left"
+    for f in per_policy.values():  # beside the plot: a legend of many policies would hide the lines
         f.legend.click_policy = "hide"
-        f.legend.background_fill_alpha = 0.5  # the lines stay visible behind a long legend
-    ret.legend.location = "bottom_right"
+        f.legend.location = "top_left"
+        f.add_layout(f.legend[0], "right")
     add_hover(per_policy.values(), [("policy", "@policy")])
     return {**figs, **per_policy}
 
@@ -127,25 +126,30 @@ def _value(value: Any, spec: str = ".4g") -> str:
     return "n/a" if math.isnan(number) else format(number, spec)
 
 
+def _changed(before: Any, after: Any) -> bool:
+    a, b = as_number(before), as_number(after)
+    return not (math.isnan(a) and math.isnan(b)) and a != b
+
+
 _TABLE_STYLE = ("<style>.daskrl-pbt table {border-collapse: collapse} .daskrl-pbt th, .daskrl-pbt td "
                 "{padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd}</style>")
 
 
 def pbt_table_html(events: list[dict[str, Any]], limit: int = 10) -> str:
     """The latest ``limit`` PBT replacements, newest first, as an HTML table (empty text: none yet). The
-    hyperparameters PBT perturbed (``mutated``; the others are the source's, copied) are marked with * (events
-    read back from ``pbt.csv`` do not say which)."""
+    hyperparameters that changed are listed; those PBT perturbed (``mutated``; the others are the source's, copied)
+    are marked with * (events read back from ``pbt.csv`` do not say which)."""
     if not events:
         return ""
     head = "".join(f"<th>{h}</th>" for h in ("round", "env steps", "policy", "return",
-                                              "hyperparameters (before → after)"))
+                                              "hyperparameters that changed (before → after)"))
     lines = []
     for e in reversed(events[-limit:]):
         before, after = e.get("before") or {}, e.get("after") or {}
         mutated = set(e.get("mutated") or ())
         params = ", ".join(f"{html.escape(str(n))}{'*' if n in mutated else ''} {_value(before.get(n))} → "
                            f"{_value(after.get(n))}" for n in sorted(set(before) | set(after))
-                           if not (math.isnan(as_number(before.get(n))) and math.isnan(as_number(after.get(n)))))
+                           if _changed(before.get(n), after.get(n))) or "unchanged"
         values = [str(int(as_number(e.get("round"), 0))), f"{as_number(e.get('env_steps'), 0):,.0f}",
                   f"policy {int(as_number(e.get('target'), 0))} ← policy {int(as_number(e.get('source'), 0))}",
                   f"{_value(e.get('target_return'), '.1f')} → {_value(e.get('source_return'), '.1f')}", params]
