@@ -15,13 +15,29 @@ from daskrl.config import Config
 from daskrl.env_defaults import apply_env_defaults
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.envs.envpool_atari import check_backend
+from daskrl.errors import ConfigError
 from daskrl.experiment import checkpoint_file
 from daskrl.placement import workers_needed
+from daskrl.sampling.policy_map import check_mapping
 from daskrl.sizing import check_fits_this_machine
 
 
 def default_experiment_name(env: str) -> str:
     return f"{env.replace('/', '_').replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
+
+
+def check_policies(config: Config, spaces: EnvSpaces) -> None:
+    """What a multi-agent env or several policies need: a mapping that answers, and the parts that play one
+    agent (evaluation, videos, envpool) left out."""
+    agents = spaces.agent_ids or ("agent_0",)
+    check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents)
+    if spaces.num_agents > 1:
+        problems = [f"{flag} plays single-agent episodes; {config.env.env!r} is a multi-agent env "
+                    f"({spaces.num_agents} agents): leave {flag} at 0" for flag, value in
+                    (("--eval-interval-env-steps", config.run.eval_interval_env_steps),
+                     ("--save-video-every-env-steps", config.run.save_video_every_env_steps)) if value]
+        if problems:
+            raise ConfigError(problems)
 
 
 def preflight(config: Config, client: object = None) -> EnvSpaces:
@@ -35,6 +51,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         checkpoint_file(config.run.init_checkpoint)  # there to start from
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
+    check_policies(config, spaces)
     if config.run.save_video_every_env_steps and not config.run.sampling_only:
         from daskrl.video import check_can_record
 

@@ -142,9 +142,12 @@ RECOVERIES_TOPIC = "daskrl-recoveries"
 HEARTBEATS_TOPIC = "daskrl-heartbeats"
 #: an env that raised and was rebuilt (first report of each distinct error)
 ENV_ERRORS_TOPIC = "daskrl-env-errors"
+#: a PBT replacement (--pbt): target <- source, their returns, the hyperparameters before and after
+PBT_TOPIC = "daskrl-pbt"
 
 __all__ = [
-    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "RECOVERIES_TOPIC",
+    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
+    "RECOVERIES_TOPIC",
     "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "SharesAssigned", "TrajectoryReady",
     "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",
     "wire_sampling_graph",

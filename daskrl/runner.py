@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _train_
     from daskrl.evaluator import Evaluator
     from daskrl.fleet import Fleet
     from daskrl.monitor.tensorboard_log import TensorBoardLog
+    from daskrl.pbt_driver import PBTDriver
     from daskrl.policies import PolicyBook
     from daskrl.recovery import Recovery
 
@@ -162,6 +163,7 @@ class _Run:
         self.last_milestone = 0  # multiples of --keep-checkpoint-every-env-steps passed so far
         self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
         self.evaluator: Evaluator | None = None  # evaluation episodes and videos (daskrl/evaluator.py)
+        self.pbt: PBTDriver | None = None  # --pbt (daskrl/pbt_driver.py)
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
@@ -187,6 +189,11 @@ class _Run:
         self.elastic = Elastic(self.fleet, c, elastic, say, self.incidents)
         self.evaluator = Evaluator.for_run(c, self.spaces, self.state, self.incidents,
                                            lambda m: say(f"daskrl: warning: {m}"))
+        if c.policies.pbt:
+            from daskrl.pbt_driver import PBTDriver
+
+            self.pbt = PBTDriver(self.fleet, c, self.book, self.state.env_steps_offset, resume_state is not None, say,
+                                 self._log_event)
         learners = self.fleet.learner_devices()
         if len(learners) > 1 or any(device != "cpu" for device in learners.values()):
             say("daskrl: " + ", ".join(f"{name} trains on {device}" for name, device in learners.items())
@@ -205,6 +212,8 @@ class _Run:
             self.poll()
             if self.evaluator is not None:
                 self.evaluator.poll(self.state, self.fleet.learner)
+            if self.pbt is not None:
+                self.pbt.poll(self.state.env_steps, self.state.elapsed + self.state.elapsed_offset)
             now = time.monotonic()
             reason = self.stop_condition() or (f"{stop_signals.requested} received" if stop_signals.requested else "")
             if now >= next_report or reason:
@@ -360,6 +369,8 @@ class _Run:
         fleet, problems = self.fleet, []
         if self.evaluator is not None:
             self.evaluator.close()
+        if self.pbt is not None:
+            self.pbt.close()
         if fleet is None:
             return
         final = fleet.stop(fleet.samplers())
@@ -421,6 +432,7 @@ class _Run:
             "incidents": dict(state.incidents),
             "data_path": self.data_path(),
             **({"policies": self.book.summary()} if self.book.num_policies > 1 else {}),
+            **({"pbt": list(self.pbt.exploits)} if self.pbt is not None else {}),
         }
 
 

@@ -19,6 +19,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import Shipped, pack_components
 from daskrl.protocol import policy_queue
+from daskrl.sampling.policy_map import slots_tagged
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | No
 
 def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
     """Whether slots record who acted per column: several policies, or agents that may sit steps out."""
-    return config.policies.num_policies > 1 or getattr(spaces, "num_agents", 1) > 1
+    return slots_tagged(config.policies.num_policies, spaces.num_agents)
 
 
 def _by_policy(config: Config, params: dict | list[dict | None] | None) -> tuple[dict | None, ...]:

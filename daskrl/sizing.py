@@ -18,6 +18,7 @@ from daskrl.config import Config
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.models.recurrent import rnn_state_size
+from daskrl.sampling.policy_map import slots_tagged
 from daskrl.sampling.trajectories import SlotLayout
 
 SHM_DIR = "/dev/shm"
@@ -29,8 +30,10 @@ BATCH_COPIES = 4
 def slot_bytes(config: Config, spaces: EnvSpaces) -> int:
     """Shared memory of one rollout worker's trajectory slots."""
     s = config.sampler
-    layout = SlotLayout.for_worker(spaces, s.num_envs_per_worker, s.num_splits(), s.rollout, s.slots_per_split,
-                                   rnn_state_size(config.model, spaces))
+    columns = s.num_envs_per_worker * spaces.num_agents  # a multi-agent env: one column per agent
+    layout = SlotLayout.for_worker(spaces, columns, s.num_splits(), s.rollout, s.slots_per_split,
+                                   rnn_state_size(config.model, spaces),
+                                   slots_tagged(config.policies.num_policies, spaces.num_agents))
     return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                for shape, dtype in layout.shapes().values())
 
@@ -38,7 +41,7 @@ def slot_bytes(config: Config, spaces: EnvSpaces) -> int:
 def batch_bytes(config: Config, spaces: EnvSpaces) -> int:
     """The learner's working copies of one training batch (whole slots, so rounded up to them)."""
     s, lr = config.sampler, config.learner
-    per_slot = s.rollout * (s.num_envs_per_worker // s.num_splits())
+    per_slot = s.rollout * (s.num_envs_per_worker // s.num_splits()) * spaces.num_agents
     samples = math.ceil(lr.batch_size * lr.num_batches_per_epoch / per_slot) * per_slot
     obs = int(np.prod(spaces.obs_shape, dtype=np.int64)) * 4  # float32 in the learner, whatever the slot's dtype
     return BATCH_COPIES * samples * (obs + 4 * 8)  # + actions, rewards, log-probs, values, targets, ...

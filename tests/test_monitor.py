@@ -219,11 +219,12 @@ class Browser:
             time.sleep(0.1)
         self.port = int(active.read_text().split()[0])
 
-    def inspect(self, url: str, until, timeout: float = 60.0) -> tuple[dict, bytes]:
-        """Load ``url``, evaluate PAGE_PROBE until ``until(probe)`` holds; returns the probe and a PNG."""
-        return asyncio.run(self._inspect(url, until, timeout))
+    def inspect(self, url: str, until, timeout: float = 60.0, probe: str = PAGE_PROBE) -> tuple[dict, bytes]:
+        """Load ``url``, evaluate ``probe`` (a JavaScript expression) until ``until(its value)`` holds; returns
+        the value and a PNG."""
+        return asyncio.run(self._inspect(url, until, timeout, probe))
 
-    async def _inspect(self, url: str, until, timeout: float) -> tuple[dict, bytes]:
+    async def _inspect(self, url: str, until, timeout: float, expression: str) -> tuple[dict, bytes]:
         from tornado.websocket import websocket_connect
 
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?{url}", method="PUT")
@@ -249,7 +250,7 @@ class Browser:
             deadline = time.monotonic() + timeout
             probe: dict = {}
             while time.monotonic() < deadline:
-                result = await call("Runtime.evaluate", expression=PAGE_PROBE, returnByValue=True)
+                result = await call("Runtime.evaluate", expression=expression, returnByValue=True)
                 probe = result["result"].get("value") or {}
                 if probe and until(probe):
                     break

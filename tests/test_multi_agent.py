@@ -270,3 +270,59 @@ def test_tictactoe_random_legal_games_are_zero_sum_per_game():
             n1 = first[1] if first[2] == 0 else second[1]  # player_1 moves first: as many moves or one more
             assert n1 - (first[1] + second[1] - n1) in (0, 1)
     assert b["rew"].sum() == 0 and not b["trunc"].any()
+
+
+# ---- through a real rollout worker: who acted, and each agent's episode ----
+
+
+def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_agents_episode(cluster, hosts):
+    """Staggered agents (2, 3 and 4 steps per episode of 4 steps): in the slots a real rollout worker fills, an agent's
+    column says policy 0 exactly while it acts and nobody (-1) after it left; every agent's episode is reported
+    with its exact return, its own length and the policy that played it; env steps count envs, not agents."""
+    from daskrl.config import Config
+    from daskrl.protocol import wire_rollout
+    from daskrl.runtime.handles import spawn, spawn_all
+    from daskrl.sampling.rollout_worker import RolloutWorker
+    from daskrl.setups import role_setups
+    from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
+
+    from .conftest import wait_for
+
+    spec = "daskrl.testing.envs:staggered"
+    config = Config.from_flat({"env": spec, "num_workers": 1, "num_envs_per_worker": 2, "rollout": 5,
+                               "slots_per_split": 2}).validate()
+    spaces = probe_env(spec)
+    assert spaces.num_agents == 3
+    source = spawn(cluster.client, PolicySource, "ma_source", run_id=cluster.run_id, worker=hosts[0],
+                   setup=PolicySourceSetup(spaces, config.model))
+    source.call("publish")
+    collector = spawn(cluster.client, SlotCollector, "ma_collector", run_id=cluster.run_id, worker=hosts[1],
+                      setup=CollectorSetup(max_keep=8))
+    setup = role_setups(config, spaces, source.call("desc"), remote_params=False).rollout[0]
+    handles = []
+    try:
+        spawn_all(cluster.client, [(RolloutWorker, "ma_rollout", hosts[2], setup)], run_id=cluster.run_id,
+                  created=handles)
+        wire_rollout(cluster.client, handles[0], collector.on_trajectory)
+        collector.call("attach_workers", {handles[0].name: handles[0].call("buffers")})
+        collector.call("start")
+        handles[0].call("start")
+        wait_for(lambda: collector.call("stats")["kept"] >= 8, what="8 slots")
+        kept = [k["arrays"] for k in collector.call("collected")]
+        final = handles[0].call("stop", timeout=30)
+    finally:
+        for h in handles + [collector, source]:
+            try:
+                h.call("stop", timeout=30)
+            except Exception:
+                pass
+    lengths = (2, 3, 4)
+    for i, slot in enumerate(kept):
+        for t in range(5):
+            step = (i * 5 + t) % 4  # the step of the 4-step episode both envs are at
+            expected = [0 if step < lengths[k] else -1 for k in range(3)] * 2
+            assert slot["policy_id"][t].tolist() == expected, (i, t)
+            assert (slot["rewards"][t][np.array(expected) < 0] == 0).all()
+    episodes = sorted(set(map(tuple, final["episodes"])))
+    assert episodes == [(203.0, 2, 0), (606.0, 3, 0), (1210.0, 4, 0)], episodes
+    assert final["env_steps"] % 2 == 0 and final["slots_filled"] * 5 * 2 <= final["env_steps"]

@@ -7,9 +7,11 @@ the same page works for an embedded ``LocalCluster`` and for a ``dask scheduler`
 (with daskrl importable there):
 
 - ``<dashboard>/daskrl``: a Bokeh page (frames/s, episode return with its spread, policy lag, losses and KL,
-  where each component's time goes), refreshed every second;
+  where each component's time goes), refreshed every second; with several policies, one line per policy of each
+  per-policy quantity, and the PBT replacements (``daskrl-pbt`` events, :data:`~daskrl.protocol.PBT_TOPIC`) as
+  markers on the return plot and a table;
 - ``<dashboard>/daskrl/api/latest`` and ``<dashboard>/daskrl/api/history``: JSON (``?run=NAME`` picks a run;
-  the default is the run that started last);
+  the default is the run that started last), with each policy's rows and the PBT replacements;
 - ``<dashboard>/metrics``: ``daskrl_*`` gauges labelled by run, next to Dask's own.
 
 It reaches the scheduler's dashboard through :mod:`daskrl.runtime.dask_internals` only. Importing this module is
@@ -32,8 +34,9 @@ from tornado import web
 
 from daskrl.monitor.history import MetricsStore, RunHistory, history_payload, json_safe, latest_payload
 from daskrl.monitor.plots import series, share_bars, shares_figure, time_figures
+from daskrl.monitor.policy_plots import pbt_series, pbt_table_html, policy_figures, policy_series, split_policies
 from daskrl.monitor.stats import as_number
-from daskrl.protocol import METRICS_TOPIC
+from daskrl.protocol import METRICS_TOPIC, PBT_TOPIC
 from daskrl.runtime import dask_internals
 from daskrl.runtime.dask_internals import SchedulerPlugin
 
@@ -107,9 +110,12 @@ class DashboardPlugin(SchedulerPlugin):
         self.installed = False
 
     async def start(self, scheduler) -> None:
-        # no await in here: no event can slip between reading the log and receiving log_event() calls
-        for stamp, msg in scheduler.get_events(METRICS_TOPIC):
-            self.store.add(msg, stamp)
+        # no await in here: no event can slip between reading the log and receiving log_event() calls; both
+        # topics in the order they came (a run started again drops the PBT events of its previous life)
+        logged = [(stamp, topic, msg) for topic in (METRICS_TOPIC, PBT_TOPIC)
+                  for stamp, msg in scheduler.get_events(topic)]
+        for stamp, topic, msg in sorted(logged, key=lambda event: event[0]):
+            self.log_event(topic, msg, stamp)
         dask_app = dask_internals.dashboard_bokeh_app(scheduler)
         if dask_app is None:
             logger.info("daskrl dashboard: the scheduler serves no Dask dashboard; no daskrl page either")
@@ -135,9 +141,11 @@ class DashboardPlugin(SchedulerPlugin):
         except Exception:  # e.g. prometheus_client missing, or daskrl_* names taken by another collector
             logger.warning("daskrl dashboard: no daskrl gauges on /metrics", exc_info=True)
 
-    def log_event(self, topic: str, msg: Any) -> None:
+    def log_event(self, topic: str, msg: Any, stamp: float | None = None) -> None:
         if topic == METRICS_TOPIC:
-            self.store.add(msg)
+            self.store.add(msg, stamp)
+        elif topic == PBT_TOPIC:
+            self.store.add_pbt(msg, stamp)
 
     async def close(self) -> None:
         if _COLLECTOR is not None:
@@ -175,29 +183,51 @@ class _JsonHandler(web.RequestHandler):
 
 
 class RunPage:
-    """One browser session of ``/daskrl``: a run chooser, a summary line and the live plots."""
+    """One browser session of ``/daskrl``: a run chooser, a summary line, the live plots and, with PBT, a table of
+    its latest replacements. The plots are rebuilt when the chosen run's policies change (another run chosen, or
+    the first report of a run with several): each policy has a source of its own and a line in each plot."""
 
     LATEST = "(latest run)"
 
     def __init__(self, store: MetricsStore) -> None:
-        from bokeh.layouts import column, gridplot, row
+        from bokeh.layouts import column, row
         from bokeh.models import ColumnDataSource, Div, Select
 
         self.store = store
         self.source = ColumnDataSource(series([]), name="daskrl-series")
         self.share_source = ColumnDataSource(share_bars({}))
+        self.pbt_source = ColumnDataSource(pbt_series([]), name="daskrl-pbt")
+        self.policy_sources: dict[int, Any] = {}
         self.chooser = Select(title="run", value=self.LATEST, options=[self.LATEST], width=320)
         self.summary = Div(text="waiting for the first report of a daskrl run…", sizing_mode="stretch_width")
-        self.figures = time_figures(self.source)
-        self.shares = shares_figure(self.share_source, [])
+        self.pbt_table = Div(text="", visible=False, sizing_mode="stretch_width", name="daskrl-pbt-table")
+        self.body = column(sizing_mode="stretch_width")
+        self.layout_for: tuple[int, ...] | None = None
         self.key: tuple | None = None
+        self.pbt_key: tuple | None = None
         self.seen = 0
-        f = self.figures
-        grid = gridplot([[f["fps"], f["return"]], [f["policy_lag"], f["losses"]], [f["kl"], self.shares]],
-                        sizing_mode="stretch_width", merge_tools=False, toolbar_options={"logo": None})
-        self.root = column(row(self.chooser, self.summary, sizing_mode="stretch_width"), grid,
+        self.layout(())
+        self.root = column(row(self.chooser, self.summary, sizing_mode="stretch_width"), self.body, self.pbt_table,
                            sizing_mode="stretch_width")
         self.update()
+
+    def layout(self, policies: tuple[int, ...]) -> None:
+        """The plots for a run with these policies (none: a one-policy run), with empty policy sources."""
+        from bokeh.layouts import gridplot
+        from bokeh.models import ColumnDataSource
+
+        self.policy_sources = {k: ColumnDataSource(policy_series([]), name=f"daskrl-policy-{k}") for k in policies}
+        self.shares = shares_figure(self.share_source, [])
+        if policies:
+            f = self.figures = policy_figures(self.source, self.policy_sources, self.pbt_source)
+            rows = [[f["fps"], f["return"]], [f["length"], f["policy_lag"]], [f["losses"], f["entropy"]],
+                    [f["kl"], f["learning_rate"]], [f["policy_version"], self.shares]]
+        else:
+            f = self.figures = time_figures(self.source)
+            rows = [[f["fps"], f["return"]], [f["policy_lag"], f["losses"]], [f["kl"], self.shares]]
+        self.body.children = [gridplot(rows, sizing_mode="stretch_width", merge_tools=False,
+                                       toolbar_options={"logo": None})]
+        self.layout_for, self.key = policies, None
 
     def update(self) -> None:
         names = self.store.names()
@@ -206,13 +236,26 @@ class RunPage:
         hist = self.store.get(None if self.chooser.value == self.LATEST else self.chooser.value)
         if hist is None:
             return
+        policies = tuple(hist.policy_ids())
+        if policies != self.layout_for:
+            self.layout(policies)
         key = (hist.run, id(hist), hist.generation)
         if key != self.key:
             self.key, self.seen = key, len(hist.rows)
             self.source.data = series(hist.rows)
+            by_policy = split_policies(hist.policy_rows())
+            for k, source in self.policy_sources.items():
+                source.data = policy_series(by_policy.get(k, []))
         elif len(hist.rows) > self.seen:
             self.source.stream(series(hist.rows[self.seen:]))
+            for k, rows in split_policies(hist.policy_rows(self.seen)).items():
+                self.policy_sources[k].stream(policy_series(rows))
             self.seen = len(hist.rows)
+        if (key, hist.pbt_count) != self.pbt_key:
+            self.pbt_key = (key, hist.pbt_count)
+            self.pbt_source.data = pbt_series(hist.pbt)
+            self.pbt_table.text = pbt_table_html(hist.pbt)
+            self.pbt_table.visible = bool(hist.pbt)
         bars = share_bars(hist.shares)
         components = sorted(hist.shares)
         if list(self.shares.y_range.factors) != components:
@@ -237,6 +280,7 @@ def summary_html(hist: RunHistory) -> str:
     if evaluated is not None:
         parts.append(f"evaluation return {as_number(evaluated['eval_return_mean']):.1f}")
     parts += [f"{html.escape(k)} {as_number(v):.3g}" for k, v in sorted(row.items()) if k.startswith("info/")]
+    parts += policies_summary(hist)
     incidents = int(as_number(row.get("incidents"), 0))
     if incidents:
         parts.append(f"<span title='failures survived on purpose; see the run log'>{incidents} incidents</span>")
@@ -246,6 +290,23 @@ def summary_html(hist: RunHistory) -> str:
     if time.time() - hist.updated > 30:
         parts.append(f"last report {time.time() - hist.updated:,.0f} s ago")
     return "<p style='font-size:14px'>" + " &nbsp;|&nbsp; ".join(p for p in parts if p) + "</p>"
+
+
+def policies_summary(hist: RunHistory) -> list[str]:
+    """With several policies: how many, the best one now, and the PBT replacements so far."""
+    rows = hist.latest_policies()
+    if not rows:
+        return []
+    parts = [f"{len(rows)} policies"]
+    ranked = [(as_number(r.get("episode_return_mean")), r["policy"]) for r in rows]
+    ranked = [(ret, k) for ret, k in ranked if not math.isnan(ret)]
+    if ranked:
+        ret, k = max(ranked)
+        parts.append(f"best: policy {k} (return {ret:.1f})")
+    if hist.pbt:
+        n = len(hist.pbt)
+        parts.append(f"{n} PBT replacement{'s' if n > 1 else ''} (last in round {hist.pbt[-1].get('round', '?')})")
+    return parts
 
 
 def budget_fraction(row: dict[str, Any], stop_at: dict[str, Any]) -> float | None:

@@ -1,5 +1,6 @@
-"""What a scheduler remembers of the runs on it: a bounded history of report rows per run, from the runner's
-metrics events, and the JSON views of it that the dashboard serves."""
+"""What a scheduler remembers of the runs on it: a bounded history of report rows per run (with each policy's rows
+when the run trains several), from the runner's metrics events, its PBT replacements, from the PBT events, and the
+JSON views of it that the dashboard serves."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ from daskrl.monitor.stats import as_number
 
 MAX_ROWS = 4000  # per run; older rows are thinned (every other one dropped), so a long run keeps its shape
 MAX_RUNS = 20  # runs remembered by one scheduler; the oldest is forgotten first
+MAX_PBT_EVENTS = 2000  # per run; the oldest are dropped first (a round every ~1e5 env steps: far more than a run has)
+LATEST_PBT_EVENTS = 10  # PBT replacements in /daskrl/api/latest (the history has them all)
 
 
 @dataclass
 class RunHistory:
-    """The reports of one run, oldest first, plus its latest time shares."""
+    """The reports of one run, oldest first, plus its latest time shares. ``policies[i]``: the policy rows of the
+    report ``rows[i]`` (empty with one policy), so thinning keeps them together; ``pbt``: the PBT replacements."""
 
     run: str
     env: str = ""
     rows: list[dict[str, Any]] = field(default_factory=list)
+    policies: list[list[dict[str, Any]]] = field(default_factory=list)
+    pbt: list[dict[str, Any]] = field(default_factory=list)
+    pbt_count: int = 0  # PBT events ever added (grows when the oldest are dropped too): views compare it
+    policy_set: set[int] = field(default_factory=set)  # the policies the run reported rows of
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
     stop_at: dict[str, Any] = field(default_factory=dict)
     updated: float = 0.0  # wall time of the last report
@@ -29,19 +37,42 @@ class RunHistory:
     def add(self, msg: dict[str, Any], stamp: float) -> None:
         row = dict(msg["row"])
         if self.rows and as_number(row.get("time_s")) < as_number(self.rows[-1].get("time_s")):
-            self.rows = []  # the same experiment name started again from scratch
+            self.rows, self.policies, self.pbt = [], [], []  # the same experiment name started again from scratch
+            self.policy_set = set()
             self.generation += 1
+            self.pbt_count += 1
         self.rows.append(row)
+        self.policies.append([{**r, "policy": k} for r in msg.get("policies") or [] if (k := _policy_id(r)) is not None])
+        self.policy_set.update(r["policy"] for r in self.policies[-1])
         self.env = str(msg.get("env") or self.env)
         self.shares = msg.get("shares") or {}
         self.stop_at = msg.get("stop_at") or {}
         self.updated = stamp
         if len(self.rows) > MAX_ROWS:
-            self.rows = self.rows[::2]
+            self.rows, self.policies = self.rows[::2], self.policies[::2]
             self.generation += 1
+
+    def add_pbt(self, msg: dict[str, Any]) -> None:
+        """One PBT replacement (``Exploit.as_dict()`` plus ``run`` and ``time_s``)."""
+        self.pbt.append(dict(msg))
+        self.pbt_count += 1
+        if len(self.pbt) > MAX_PBT_EVENTS:
+            del self.pbt[: len(self.pbt) - MAX_PBT_EVENTS]
 
     def latest_row(self) -> dict[str, Any] | None:
         return self.rows[-1] if self.rows else None
+
+    def latest_policies(self) -> list[dict[str, Any]]:
+        """Each policy's row of the latest report (empty with one policy)."""
+        return self.policies[-1] if self.policies else []
+
+    def policy_rows(self, start: int = 0) -> list[dict[str, Any]]:
+        """The policy rows of the reports from ``rows[start]`` on, oldest first (as ``policies.csv`` holds them)."""
+        return [r for report in self.policies[start:] for r in report]
+
+    def policy_ids(self) -> list[int]:
+        """The policies the run reported rows of (empty with one policy)."""
+        return sorted(self.policy_set)
 
 
 class MetricsStore:
@@ -64,6 +95,18 @@ class MetricsStore:
         hist.add(msg, time.time() if stamp is None else stamp)
         return True
 
+    def add_pbt(self, msg: Any, stamp: float | None = None) -> bool:
+        """Record one ``daskrl-pbt`` event (a malformed one is ignored). A run not seen yet is started with it."""
+        if not isinstance(msg, dict) or not msg.get("run") or "target" not in msg or "source" not in msg:
+            return False
+        name = str(msg["run"])
+        if name not in self.runs:
+            self.runs[name] = RunHistory(name, updated=time.time() if stamp is None else stamp)
+            while len(self.runs) > self.max_runs:
+                del self.runs[next(iter(self.runs))]
+        self.runs[name].add_pbt(msg)
+        return True
+
     def get(self, run: str | None = None) -> RunHistory | None:
         """A run by name, or the one that started last."""
         if run:
@@ -75,16 +118,23 @@ class MetricsStore:
 
 
 def latest_payload(store: MetricsStore, run: str | None = None) -> dict[str, Any]:
+    """The latest report of a run: its row, each policy's row (``policies``) and the latest PBT replacements."""
     hist = store.get(run)
     return {"run": hist.run if hist else None, "env": hist.env if hist else None,
             "time": hist.updated if hist else None, "row": _clean(hist.latest_row()) if hist else None,
+            "policies": [_clean(r) for r in hist.latest_policies()] if hist else [],
+            "pbt": json_safe(hist.pbt[-LATEST_PBT_EVENTS:]) if hist else [],
             "shares": hist.shares if hist else {}, "stop_at": hist.stop_at if hist else {}, "runs": store.names()}
 
 
 def history_payload(store: MetricsStore, run: str | None = None) -> dict[str, Any]:
+    """Every report of a run kept: its rows, the policy rows of all of them (``policies``, one list with a
+    ``policy`` column, as ``policies.csv``) and its PBT replacements, oldest first."""
     hist = store.get(run)
     return {"run": hist.run if hist else None, "env": hist.env if hist else None,
-            "rows": [_clean(r) for r in hist.rows] if hist else [], "shares": hist.shares if hist else {},
+            "rows": [_clean(r) for r in hist.rows] if hist else [],
+            "policies": [_clean(r) for r in hist.policy_rows()] if hist else [],
+            "pbt": json_safe(hist.pbt) if hist else [], "shares": hist.shares if hist else {},
             "stop_at": hist.stop_at if hist else {}, "runs": store.names()}
 
 
@@ -97,6 +147,12 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+def _policy_id(row: Any) -> int | None:
+    """The policy index of a policy row, or None for a row that names none."""
+    k = as_number(row.get("policy")) if isinstance(row, dict) else math.nan
+    return int(k) if math.isfinite(k) and k >= 0 and k == int(k) else None
 
 
 def _clean(row: dict[str, Any] | None) -> dict[str, Any] | None:

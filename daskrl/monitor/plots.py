@@ -51,39 +51,60 @@ def share_bars(shares: dict[str, dict[str, float]]) -> dict[str, list]:
     return cols
 
 
-def time_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode: str = "stretch_width"):
-    """The time-series figures shared by the live page and the HTML report."""
-    from bokeh.models import HoverTool
+def new_figure(title: str, y_label: str, x_label: str = "seconds", width_mode: str = "stretch_width", x_range=None,
+               **options: Any):
+    """A time-series figure as every plot of daskrl draws it (the x range shared when given)."""
     from bokeh.plotting import figure
 
-    def fig(title: str, y_label: str, x_range=None):
-        f = figure(title=title, height=230, sizing_mode=width_mode, x_axis_label=x_label, y_axis_label=y_label,
-                   tools="pan,wheel_zoom,box_zoom,reset,save", **({"x_range": x_range} if x_range else {}))
-        f.toolbar.logo = None
-        return f
+    f = figure(title=title, height=230, sizing_mode=width_mode, x_axis_label=x_label, y_axis_label=y_label,
+               tools="pan,wheel_zoom,box_zoom,reset,save", **({"x_range": x_range} if x_range else {}), **options)
+    f.toolbar.logo = None
+    return f
 
-    fps = fig("Environment frames per second", "frames/s")
+
+def add_hover(figures, extra: list[tuple[str, str]] | None = None) -> None:
+    """The same tooltips on every time series (env steps, time, the value under the cursor)."""
+    from bokeh.models import HoverTool
+
+    for f in figures:
+        f.add_tools(HoverTool(tooltips=[*(extra or []), ("env steps", "@env_steps{0,0}"), ("time", "@time_s{0.0} s"),
+                                        ("value", "$y{0.000}")], mode="vline"))
+
+
+def run_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode: str = "stretch_width"):
+    """The figures of the run as a whole (frames/s, policy lag), whatever its number of policies."""
+    fps = new_figure("Environment frames per second", "frames/s", x_label, width_mode)
     fps.line(x, "fps", source=source, line_width=2, color=FPS_COLOR)
-    ret = fig("Episode return (mean ± std of the last 100 episodes)", "return", fps.x_range)
+    lag = new_figure("Policy lag (versions between acting and training)", "versions", x_label, width_mode, fps.x_range)
+    lag.line(x, "policy_lag", source=source, line_width=2, color=LAG_COLOR)
+    add_hover([fps, lag])
+    return {"fps": fps, "policy_lag": lag}
+
+
+def time_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode: str = "stretch_width"):
+    """The time-series figures of a one-policy run, shared by the live page and the HTML report (several
+    policies: :func:`daskrl.monitor.policy_plots.policy_figures`)."""
+    figs = run_figures(source, x, x_label, width_mode)
+
+    def fig(title: str, y_label: str):
+        return new_figure(title, y_label, x_label, width_mode, figs["fps"].x_range)
+
+    ret = fig("Episode return (mean ± std of the last 100 episodes)", "return")
     ret.varea(x=x, y1="return_low", y2="return_high", source=source, fill_color=RETURN_COLOR, fill_alpha=0.2)
     ret.line(x, "episode_return_mean", source=source, line_width=2, color=RETURN_COLOR)
     eval_points(ret, x, source)
-    lag = fig("Policy lag (versions between acting and training)", "versions", fps.x_range)
-    lag.line(x, "policy_lag", source=source, line_width=2, color=LAG_COLOR)
-    loss = fig("Learner losses and policy entropy", "value", fps.x_range)
+    loss = fig("Learner losses and policy entropy", "value")
     for key, color in (("loss", "#d62728"), ("policy_loss", "#ff7f0e"), ("value_loss", "#8c564b"),
                        ("entropy", "#e377c2")):
         loss.line(x, key, source=source, line_width=2, color=color, legend_label=key)
-    kl = fig("Approximate KL and clip fraction", "value", fps.x_range)
+    kl = fig("Approximate KL and clip fraction", "value")
     for key, color in (("approx_kl", "#17becf"), ("clip_fraction", "#bcbd22")):
         kl.line(x, key, source=source, line_width=2, color=color, legend_label=key)
     for f in (loss, kl):
         f.legend.location = "top_right"
         f.legend.click_policy = "hide"
-    for f in (fps, ret, lag, loss, kl):
-        f.add_tools(HoverTool(tooltips=[("env steps", "@env_steps{0,0}"), ("time", "@time_s{0.0} s"),
-                                        ("value", "$y{0.000}")], mode="vline"))
-    return {"fps": fps, "return": ret, "policy_lag": lag, "losses": loss, "kl": kl}
+    add_hover([ret, loss, kl])
+    return {**figs, "return": ret, "losses": loss, "kl": kl}
 
 
 def eval_points(fig, x: str, source) -> None:

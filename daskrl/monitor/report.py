@@ -4,7 +4,9 @@ The live page disappears with the cluster; this one is a single file (BokehJS in
 that can be attached to an issue or archived with the checkpoints. It reads ``metrics.csv`` (one row per
 report) and ``time_breakdown.jsonl`` (the time shares at each report) and draws the same plots as the live page,
 plus the learning curve against env steps (with the evaluation returns, when the run evaluated), and embeds the
-newest video of ``videos/`` (``--save-video-every-env-steps``) in the page itself.
+newest video of ``videos/`` (``--save-video-every-env-steps``) in the page itself. A run with several policies
+also wrote ``policies.csv`` (one row per policy and report): its plots then have one line per policy, and the PBT
+replacements of ``pbt.csv`` are marked on the return plots and listed in a table.
 """
 
 from __future__ import annotations
@@ -20,9 +22,20 @@ from typing import Any
 
 from daskrl.config import ConfigError
 from daskrl.monitor.plots import RETURN_COLOR, eval_points, series, share_bars, shares_figure, time_figures
+from daskrl.monitor.policy_plots import (
+    pbt_marks,
+    pbt_series,
+    pbt_table_html,
+    policy_figures,
+    policy_series,
+    return_lines,
+    split_policies,
+)
 
 #: a newer video than this is linked (by its path next to the report) rather than embedded
 MAX_EMBEDDED_VIDEO_BYTES = 32 * 2**20
+#: PBT replacements listed in the report's table (the newest; pbt.csv has them all)
+MAX_PBT_ROWS = 100
 
 
 def read_metrics(experiment_dir: str) -> list[dict[str, Any]]:
@@ -37,6 +50,35 @@ def read_metrics(experiment_dir: str) -> list[dict[str, Any]]:
     if not rows:
         raise ConfigError([f"experiment {experiment_dir!r} has no reports in metrics.csv yet"])
     return rows
+
+
+def read_policies(experiment_dir: str) -> list[dict[str, Any]]:
+    """The rows of ``policies.csv`` as numbers (empty: a one-policy run, which writes none)."""
+    path = os.path.join(experiment_dir, "policies.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{k: _float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def read_pbt(experiment_dir: str) -> list[dict[str, Any]]:
+    """The replacements in ``pbt.csv`` (:class:`daskrl.pbt.PBTLog`) as the events the runner logs (``before`` and
+    ``after`` from the ``<name>_before`` / ``<name>_after`` columns; which were perturbed is not in the file)."""
+    path = os.path.join(experiment_dir, "pbt.csv")
+    if not os.path.exists(path):
+        return []
+    events = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            event: dict[str, Any] = {"before": {}, "after": {}}
+            for column, value in r.items():
+                name, _, when = (column or "").rpartition("_")
+                if when in ("before", "after") and name:
+                    event[when][name] = _float(value)
+                else:
+                    event[column] = _float(value)
+            events.append(event)
+    return events
 
 
 def read_shares(experiment_dir: str) -> dict[str, dict[str, float]]:
@@ -66,24 +108,41 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
 
     rows = read_metrics(experiment_dir)
     shares = read_shares(experiment_dir)
+    by_policy = split_policies(read_policies(experiment_dir))
+    events = read_pbt(experiment_dir)
     output = output or os.path.join(experiment_dir, "report.html")
     source = ColumnDataSource(series(rows))
-    figs = time_figures(source)
-    curve = figure(title="Learning curve: episode return (mean ± std of the last 100 episodes) vs env steps",
+    sources = {k: ColumnDataSource(policy_series(policy_rows)) for k, policy_rows in sorted(by_policy.items())}
+    pbt_source = ColumnDataSource(pbt_series(events))
+    figs = policy_figures(source, sources, pbt_source) if sources else time_figures(source)
+    several = " of each policy (mean of its last 100 episodes)" if sources else \
+        " (mean ± std of the last 100 episodes)"
+    curve = figure(title=f"Learning curve: episode return{several} vs env steps",
                    height=230, sizing_mode="stretch_width", x_axis_label="env steps", y_axis_label="return",
                    tools="pan,wheel_zoom,box_zoom,reset,save")
     curve.toolbar.logo = None
-    curve.varea(x="env_steps", y1="return_low", y2="return_high", source=source, fill_color=RETURN_COLOR,
-                fill_alpha=0.2)
-    curve.line("env_steps", "episode_return_mean", source=source, line_width=2, color=RETURN_COLOR)
+    if sources:
+        return_lines(curve, "env_steps", sources)
+    else:
+        curve.varea(x="env_steps", y1="return_low", y2="return_high", source=source, fill_color=RETURN_COLOR,
+                    fill_alpha=0.2)
+        curve.line("env_steps", "episode_return_mean", source=source, line_width=2, color=RETURN_COLOR)
     eval_points(curve, "eval_env_steps", source)
+    if sources:
+        pbt_marks(curve, "env_steps", pbt_source)
     curve.xaxis.formatter.use_scientific = False
     breakdown = shares_figure(ColumnDataSource(share_bars(shares)), sorted(shares)) if shares else \
         Div(text="<p>no time breakdown recorded (time_breakdown.jsonl is missing or empty)</p>")
-    grid = gridplot([[curve, figs["return"]], [figs["fps"], figs["policy_lag"]], [figs["losses"], figs["kl"]]],
-                    sizing_mode="stretch_width", merge_tools=False, toolbar_options={"logo": None})
+    if sources:
+        grid_rows = [[curve, figs["return"]], [figs["fps"], figs["policy_lag"]], [figs["length"], figs["policy_version"]],
+                     [figs["losses"], figs["entropy"]], [figs["kl"], figs["learning_rate"]]]
+    else:
+        grid_rows = [[curve, figs["return"]], [figs["fps"], figs["policy_lag"]], [figs["losses"], figs["kl"]]]
+    grid = gridplot(grid_rows, sizing_mode="stretch_width", merge_tools=False, toolbar_options={"logo": None})
     name = os.path.basename(os.path.normpath(experiment_dir))
-    layout = column(Div(text=_header(name, experiment_dir, rows), sizing_mode="stretch_width"), grid, breakdown,
+    header = _header(name, experiment_dir, rows) + _policies_header(by_policy, events)
+    table = [Div(text=pbt_table_html(events, limit=MAX_PBT_ROWS), sizing_mode="stretch_width")] if events else []
+    layout = column(Div(text=header, sizing_mode="stretch_width"), grid, *table, breakdown,
                     sizing_mode="stretch_width")
     page = file_html(layout, resources=INLINE, title=f"daskrl report: {name}")
     video = latest_video(experiment_dir)
@@ -136,6 +195,22 @@ def _header(name: str, experiment_dir: str, rows: list[dict[str, Any]]) -> str:
     return (f"<h2>daskrl report: {html.escape(name)}</h2><p>{' &nbsp;|&nbsp; '.join(f for f in facts if f)}</p>"
             f"<p style='color:#777'>from {html.escape(os.path.abspath(experiment_dir))}, "
             f"{time.strftime('%Y-%m-%d %H:%M')}</p>")
+
+
+def _policies_header(by_policy: dict[int, list[dict[str, Any]]], events: list[dict[str, Any]]) -> str:
+    """With several policies: each one's final and best return, and the PBT replacements."""
+    if not by_policy:
+        return ""
+    facts = []
+    for k, policy_rows in sorted(by_policy.items()):
+        returns = [r["episode_return_mean"] for r in policy_rows if not math.isnan(r.get("episode_return_mean", math.nan))]
+        facts.append(f"policy {k}: final return {returns[-1]:.1f}, best {max(returns):.1f}" if returns else
+                     f"policy {k}: no finished episode")
+    if events:
+        rounds = len({e.get("round") for e in events})
+        facts.append(f"{len(events)} PBT replacement{'s' if len(events) > 1 else ''} in {rounds} "
+                     f"round{'s' if rounds > 1 else ''}")
+    return f"<p>{len(by_policy)} policies: {' &nbsp;|&nbsp; '.join(facts)}</p>"
 
 
 def _last_eval(rows: list[dict[str, Any]]) -> str:

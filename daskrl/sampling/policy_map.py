@@ -28,6 +28,11 @@ Mapping = Callable[[str, int], int]
 NOBODY = -1
 
 
+def slots_tagged(num_policies: int, num_agents: int) -> bool:
+    """Whether slots record who acted per column and step: several policies, or agents that may sit steps out."""
+    return num_policies > 1 or num_agents > 1
+
+
 def resolve_mapping(spec: str, num_policies: int) -> tuple[str, Mapping | None]:
     """``(kind, function)``: kind is 'shared', 'round_robin' or 'custom' (with the imported function)."""
     if spec == "auto":

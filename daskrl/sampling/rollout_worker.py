@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.envs.envpool_atari import EnvpoolGroup
+from daskrl.envs.multi_agent import MultiAgentGroup
 from daskrl.envs.packages import import_env_packages
 from daskrl.envs.registry import register_env
 from daskrl.envs.vector import EnvGroup
@@ -50,7 +51,9 @@ class RolloutWorker(Component):
         self.incarnation = os.urandom(4).hex()  # tells this worker's slots from a predecessor's after a restart
         self.rollout = setup.rollout
         per_split = setup.num_envs // setup.num_splits
-        group_class = EnvpoolGroup if setup.env.env_backend == "envpool" else EnvGroup
+        group_class = EnvpoolGroup if setup.env.env_backend == "envpool" else \
+            MultiAgentGroup if setup.spaces.num_agents > 1 else EnvGroup
+        self.agents_per_env = setup.spaces.num_agents  # a multi-agent env's group has a column per agent
         self.groups = [
             group_class.from_spec(setup.env.env, per_split, seed=setup.seed, worker_index=setup.worker_index,
                                   first_env_index=s * per_split, env_kwargs=setup.env.env_kwargs,
@@ -185,7 +188,7 @@ class RolloutWorker(Component):
             self._note_env_failures(s, group.pop_failures())
         if group.truncations:
             self._keep_final_observations(slot_index, t, group.pop_truncations())
-        self.env_steps += group.num_envs
+        self.env_steps += group.num_envs // self.agents_per_env  # env steps, not agent steps
         if group.finished_episodes:
             policies = self.maps[s].column_policy if self.maps else None
             self.episodes.extend((ret, length, 0 if policies is None else int(policies[column]))

@@ -1,0 +1,249 @@
+"""Several policies (--num-policies): who acts for which column, where each slot goes, and that each policy keeps
+its own parameters, optimizer, checkpoints and logs; a lost learner takes only its own policy down for a moment.
+
+The mapping and the batcher's cut are checked by hand-built examples; the rest on real clusters: a rollout worker
+acting for two policy sources whose parameters are told apart by their values, and real training runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from daskrl import train
+from daskrl.config import Config
+from daskrl.envs import probe_env
+from daskrl.errors import ConfigError
+from daskrl.learning.batcher import _policy_columns
+from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.protocol import wire_rollout
+from daskrl.runtime.handles import spawn, spawn_all
+from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
+from daskrl.sampling.rollout_worker import RolloutWorker
+from daskrl.setups import role_setups
+from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
+
+from .conftest import wait_for
+from .test_faults import Killer, recovery_of
+
+_ids = itertools.count()
+STAGGERED = "daskrl.testing.envs:staggered"
+
+
+# ---- the mapping ----
+
+
+def test_round_robin_keeps_each_env_on_one_policy_and_alternates_two_players_seats():
+    single = PolicyMap("round_robin", 4, ["agent_0"] * 8, list(range(8, 16)), run_envs=64)
+    assert single.column_policy.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    single.episodes_began([0, 5])
+    assert single.column_policy.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]  # a slot's columns keep their policy
+    assert single.episode_index(0) == 8 + 64 and single.episode_index(1) == 9
+
+    players = PolicyMap("round_robin", 2, ["p0", "p1"] * 2, [0, 1], run_envs=2)
+    assert players.column_policy.tolist() == [0, 1, 1, 0]
+    players.episodes_began([0])
+    assert players.column_policy.tolist() == [1, 0, 1, 0]  # env 0's seats swapped for its second episode
+    shared = PolicyMap("shared", 1, ["p0", "p1"], [0], run_envs=1)
+    assert shared.column_policy.tolist() == [0, 0]
+    assert shared.acting(np.array([True, False])).tolist() == [0, NOBODY]
+
+
+def test_a_custom_mapping_is_asked_per_agent_and_episode_and_a_bad_one_is_one_line(monkeypatch):
+    module = types.ModuleType("mapping_for_test")
+    asked = []
+
+    def by_agent(agent_id, episode_index):
+        asked.append((agent_id, episode_index))
+        return 1 if agent_id == "hunter" else 0
+
+    module.by_agent = by_agent
+    module.out_of_range = lambda agent_id, episode_index: 7
+    monkeypatch.setitem(sys.modules, "mapping_for_test", module)
+    mapping = PolicyMap("mapping_for_test:by_agent", 2, ["hunter", "prey"] * 2, [4, 5], run_envs=10)
+    assert mapping.column_policy.tolist() == [1, 0, 1, 0]
+    mapping.episodes_began([1])
+    assert asked[-2:] == [("hunter", 15), ("prey", 15)]  # env 5's second episode: 5 + 10
+    check_mapping("mapping_for_test:by_agent", 2, ["hunter", "prey"])
+    with pytest.raises(ConfigError, match=r"returned 7 for agent 'hunter'.*0\.\.1 \(--num-policies 2\)"):
+        check_mapping("mapping_for_test:out_of_range", 2, ["hunter"])
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        check_mapping("no_such_module_here:fn", 2, ["hunter"])
+
+
+def test_columns_by_policy_uses_slices_for_runs_and_skips_nobody():
+    got = columns_by_policy(np.array([0, 0, 1, -1, 1, 2], np.int8))
+    assert got[0] == (0, slice(0, 2)) and got[2] == (2, slice(5, 6))
+    assert got[1][0] == 1 and got[1][1].tolist() == [2, 4]
+
+
+# ---- the learner's cut of a shared slot ----
+
+
+def test_a_learner_takes_the_columns_its_policy_played_with_its_own_steps_marked():
+    T, B = 4, 5
+    ids = np.array([[0, 1, 1, 0, -1],
+                    [0, 1, 1, 0, -1],
+                    [0, 1, 0, 0, 1],  # column 2's episode ended at step 1: policy 0 plays its next one
+                    [0, 1, 0, 0, 1]], np.int8)
+    part = {"obs": np.arange((T + 1) * B, dtype=np.float32).reshape(T + 1, B, 1),
+            "actions": np.arange(T * B).reshape(T, B), "rewards": np.arange(T * B, dtype=np.float32).reshape(T, B),
+            "terminated": np.zeros((T, B), np.uint8), "truncated": np.zeros((T, B), np.uint8),
+            "log_probs": np.zeros((T, B), np.float32), "policy_version": np.full((T, B), 3, np.int32),
+            "policy_id": ids, "final_at": np.array([1 * B + 2, 3 * B + 1], np.int32),
+            "final_obs": np.array([[-1.0], [-2.0]], np.float32)}
+    part["truncated"][1, 2] = 1
+    part["truncated"][3, 1] = 1
+    mine = _policy_columns(dict(part), 1)
+    np.testing.assert_array_equal(mine["obs"][..., 0], part["obs"][:, [1, 2, 4], 0])
+    np.testing.assert_array_equal(mine["valid"], ids[:, [1, 2, 4]] == 1)
+    # the time-limit finals of its columns, renumbered to the cut's width; column 1 is now 0, column 2 is now 1
+    assert sorted(mine["final_at"].tolist()) == [1 * 3 + 1, 3 * 3 + 0]
+    assert sorted(mine["final_obs"][:, 0].tolist()) == [-2.0, -1.0]
+    other = _policy_columns(dict(part), 0)
+    np.testing.assert_array_equal(other["actions"], part["actions"][:, [0, 2, 3]])
+    assert other["valid"][:, 1].tolist() == [False, False, True, True]
+
+
+# ---- acting: each policy's parameters act for its own columns ----
+
+
+def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, hosts):
+    """Two parameter sources whose value heads output their version (1 for policy 0, 4 for policy 1): in every
+    slot a rollout worker fills, a column's values and versions name the policy its id says acted."""
+    config = Config.from_flat({"env": "CartPole-v1", "num_workers": 1, "num_envs_per_worker": 6, "rollout": 8,
+                               "slots_per_split": 2, "num_policies": 2}).validate()
+    spaces = probe_env("CartPole-v1")
+    sources = [spawn(cluster.client, PolicySource, f"mpsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
+                     setup=PolicySourceSetup(spaces, config.model, seed=k)) for k in range(2)]
+    sources[0].call("publish")
+    for _ in range(4):
+        sources[1].call("publish")
+    collector = spawn(cluster.client, SlotCollector, f"mpcollector{next(_ids)}", run_id=cluster.run_id,
+                      worker=hosts[1], setup=CollectorSetup(max_keep=10))
+    setups = role_setups(config, spaces, [s.call("desc") for s in sources], remote_params=False)
+    handles = []
+    try:
+        spawn_all(cluster.client, [(RolloutWorker, f"mp{next(_ids)}_rollout", hosts[2], setups.rollout[0])],
+                  run_id=cluster.run_id, created=handles)
+        wire_rollout(cluster.client, handles[0], collector.on_trajectory)
+        collector.call("attach_workers", {handles[0].name: handles[0].call("buffers")})
+        for handle in [collector, *handles]:
+            handle.call("start")
+        wait_for(lambda: collector.call("stats")["kept"] >= 10, what="10 slots")
+        kept = [k["arrays"] for k in collector.call("collected")]
+        stats = handles[0].call("stats")
+    finally:
+        for h in handles + [collector, *sources]:
+            try:
+                h.call("stop", timeout=30)
+            except Exception:
+                pass
+    assert stats["policy_versions"] == [1, 4]
+    for slot in kept:
+        ids = slot["policy_id"]
+        assert ids.tolist() == [[0, 1, 0, 1, 0, 1]] * 8  # round_robin: env g is policy g % 2 throughout
+        np.testing.assert_array_equal(slot["values"], np.where(ids == 0, 1.0, 4.0))
+        np.testing.assert_array_equal(slot["policy_version"], np.where(ids == 0, 1, 4))
+
+
+# ---- training: apart, logged apart, recovered apart ----
+
+
+def _config(tmp_path: Path, name: str, **options) -> Config:
+    return Config().replace(train_dir=str(tmp_path), experiment=name, dashboard_address="", report_interval=0.5,
+                            env="CartPole-v1", num_workers=1, **options)
+
+
+def _adam_moments(state: dict) -> torch.Tensor:
+    return torch.cat([s["exp_avg"].reshape(-1) for s in state["optimizer"]["state"].values()])
+
+
+def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp_path):
+    budget = 120_000
+    config = _config(tmp_path, "two", num_policies=2, train_for_env_steps=budget, train_for_seconds=120)
+    summary = train(config)
+    assert summary["env_steps"] >= budget and summary["stop_reason"].startswith("reached"), summary
+    exp = Path(config.experiment_dir)
+    states = [CheckpointStore(exp / "checkpoints" / f"policy_{k}").load("latest") for k in range(2)]
+    assert [s["policy"] for s in states] == [0, 1]
+    assert not list((exp / "checkpoints").glob("checkpoint_*.pt")), "one policy's checkpoints live in policy_<k>/"
+    # never the same parameters or optimizer state: each learner trained its own policy on its own samples
+    for key in states[0]["model"]:
+        if states[0]["model"][key].dtype.is_floating_point and states[0]["model"][key].numel() > 1:
+            assert not torch.equal(states[0]["model"][key], states[1]["model"][key]), key
+    assert not torch.allclose(_adam_moments(states[0]), _adam_moments(states[1]))
+    # round_robin over one worker's 32 envs: each policy played half the columns, and trained on only those
+    trained = [s["samples_trained"] for s in states]
+    assert all(0.4 * sum(trained) <= n <= 0.6 * sum(trained) for n in trained), trained
+    assert sum(trained) <= summary["env_steps"]
+    with open(exp / "policies.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["policy"] for r in rows} == {"0", "1"}
+    last = {r["policy"]: r for r in rows[-2:]}
+    assert all(int(last[k]["episodes"]) > 0 and float(last[k]["episode_return_mean"]) > 20 for k in "01"), last
+    assert [p["policy"] for p in summary["policies"]] == [0, 1]
+    events = list((exp / "tensorboard").glob("events.out.tfevents.*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = EventAccumulator(str(events[0])).Reload().Tags()["scalars"]
+    assert {"policy_0/episode_return_mean", "policy_1/episode_return_mean"} <= set(tags)
+
+    # --resume: each policy goes on from its own checkpoint (its version and Adam steps continue)
+    resumed = train(config.replace(resume=True, train_for_env_steps=budget + 40_000))
+    after = [CheckpointStore(exp / "checkpoints" / f"policy_{k}").load("latest") for k in range(2)]
+    for before, now in zip(states, after, strict=True):
+        assert now["policy_version"] > before["policy_version"]
+        assert now["train_steps"] > before["train_steps"]
+    assert resumed["env_steps"] >= budget + 40_000
+
+
+def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
+    budget = 250_000
+    config = _config(tmp_path, "lose_p1", num_policies=2, train_for_env_steps=budget, train_for_seconds=150,
+                     checkpoint_interval=1.0)
+    killer = Killer("learner_p1", ready=lambda row: row["env_steps"] >= 60_000)
+    summary = train(config, on_report=killer)
+    out = capsys.readouterr().out
+    killer.check()
+    assert summary["stop_reason"].startswith("reached") and summary["env_steps"] >= budget, summary
+    assert [r["component"] for r in summary["recoveries"]] == ["learner_p1"]
+    assert recovery_of(summary, "learner_p1")["role"] == "learner"
+    assert "policy 1's learner restarts from checkpoint_" in out, out
+    with open(Path(config.experiment_dir) / "policies.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    versions_p0 = [int(r["policy_version"]) for r in rows if r["policy"] == "0"]
+    assert versions_p0 == sorted(versions_p0), "policy 0's learner never restarted: its versions only grow"
+    p1 = [(float(r["time_s"]), int(r["policy_version"])) for r in rows if r["policy"] == "1"]
+    assert p1[-1][1] > max(v for _, v in p1[: len(p1) // 3]), "policy 1 trained on after its restart"
+    assert all(s["episode_return_mean"] > 20 for s in summary["policies"]), summary["policies"]
+
+
+def test_pbt_replaces_the_worst_policy_with_a_mutated_copy_of_a_better_one(tmp_path):
+    config = _config(tmp_path, "pbt", num_policies=3, pbt=True, pbt_period_env_steps=40_000,
+                     train_for_env_steps=200_000, train_for_seconds=120)
+    summary = train(config)
+    exp = Path(config.experiment_dir)
+    with open(exp / "pbt.csv", newline="") as f:
+        events = list(csv.DictReader(f))
+    assert events and summary["pbt"], "no exploit event in 200k steps of 3 CartPole policies"
+    for e in events:
+        assert e["target"] != e["source"] and float(e["target_return"]) < float(e["source_return"]), e
+        assert 1e-5 <= float(e["learning_rate_after"]) <= 1e-2 and 0.05 <= float(e["clip_ratio_after"]) <= 0.5
+        assert 0.9 <= float(e["gamma_after"]) < 1.0
+    # the hyperparameters a replaced policy ended with are those of its last replacement, unless replaced again
+    last = {}
+    for e in events:
+        last[int(e["target"])] = e
+    final = {p["policy"]: p["hyperparams"] for p in summary["policies"]}
+    for target, e in last.items():
+        for name in ("learning_rate", "entropy_coef", "clip_ratio", "gamma"):
+            assert math.isclose(final[target][name], float(e[f"{name}_after"]), rel_tol=1e-12), (target, name)
