@@ -93,7 +93,8 @@ def test_a_learner_takes_the_columns_its_policy_played_with_its_own_steps_marked
     ids = np.array([[0, 1, 1, 0, -1],
                     [0, 1, 1, 0, -1],
                     [0, 1, 0, 0, 1],  # column 2's episode ended at step 1: policy 0 plays its next one
-                    [0, 1, 0, 0, 1]], np.int8)
+                    [0, 1, 0, 0, 1],
+                    [0, 1, 0, 0, 1]], np.int8)  # step T: who acts first in the next slot
     part = {"obs": np.arange((T + 1) * B, dtype=np.float32).reshape(T + 1, B, 1),
             "actions": np.arange(T * B).reshape(T, B), "rewards": np.arange(T * B, dtype=np.float32).reshape(T, B),
             "terminated": np.zeros((T, B), np.uint8), "truncated": np.zeros((T, B), np.uint8),
@@ -104,7 +105,7 @@ def test_a_learner_takes_the_columns_its_policy_played_with_its_own_steps_marked
     part["truncated"][3, 1] = 1
     mine = _policy_columns(dict(part), 1)
     np.testing.assert_array_equal(mine["obs"][..., 0], part["obs"][:, [1, 2, 4], 0])
-    np.testing.assert_array_equal(mine["valid"], ids[:, [1, 2, 4]] == 1)
+    np.testing.assert_array_equal(mine["valid"], ids[:T, [1, 2, 4]] == 1)
     # the time-limit finals of its columns, renumbered to the cut's width; column 1 is now 0, column 2 is now 1
     assert sorted(mine["final_at"].tolist()) == [1 * 3 + 1, 3 * 3 + 0]
     assert sorted(mine["final_obs"][:, 0].tolist()) == [-2.0, -1.0]
@@ -149,8 +150,8 @@ def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, h
                 pass
     assert stats["policy_versions"] == [1, 4]
     for slot in kept:
-        ids = slot["policy_id"]
-        assert ids.tolist() == [[0, 1, 0, 1, 0, 1]] * 8  # round_robin: env g is policy g % 2 throughout
+        assert slot["policy_id"].tolist() == [[0, 1, 0, 1, 0, 1]] * 9  # round_robin: env g is policy g % 2 throughout
+        ids = slot["policy_id"][:8]  # (step T: who acts first in the next slot)
         np.testing.assert_array_equal(slot["values"], np.where(ids == 0, 1.0, 4.0))
         np.testing.assert_array_equal(slot["policy_version"], np.where(ids == 0, 1, 4))
 

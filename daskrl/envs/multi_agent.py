@@ -9,6 +9,8 @@ Reward rule, the same for both APIs: a column's reward rows from a step at which
 next acting step, and the terminated/truncated flags among them, belong to that acting step's action. In a parallel
 env every live agent acts every step, so that is just its own row; in a turn-based game the rewards other agents'
 moves gave an agent are credited on the row of the step after which it is about to act again (or on which it ends).
+The learner moves a turn-based player's own rows together, with those credits, before V-trace
+(:mod:`daskrl.learning.turns`); the waiting rows' zero observations are never bootstrapped from.
 """
 
 from __future__ import annotations
