@@ -17,6 +17,7 @@ from daskrl.config import LearnerConfig, ModelConfig
 from daskrl.envs.dict_obs import unpack
 from daskrl.envs.multi_agent import MultiAgentGroup, multi_agent_spaces
 from daskrl.learning.batcher import SLOT_FIELDS, _join, _policy_columns
+from daskrl.learning.turns import interleaved
 from daskrl.models.actor_critic import build_model
 from daskrl.sampling.trajectories import SlotLayout
 from daskrl.testing.envs import staggered, take_turns
@@ -111,11 +112,20 @@ def test_columns_without_turns_cost_nothing_but_the_check():
             "policy_version": rng.integers(0, 9, (T, 6)).astype(np.int32), "final_at": np.zeros(0, np.int32),
             "final_obs": np.zeros((0, 3), np.float32), "policy_id": ids}
     for policy in (0, 1):
+        assert not interleaved(ids == policy, done.astype(bool)).any()  # the one check they cost
         got = cut(part, policy)
         columns = np.flatnonzero((ids[:T] == policy).any(0))
         for name in ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version"):
             assert np.array_equal(got[name], part[name][:, columns]), name
         assert np.array_equal(got["valid"], ids[:T, columns] == policy)
+
+
+def test_a_recurrent_players_state_starts_afresh_when_its_episode_ended_before_its_first_turn():
+    part = turn_slot(time_limit=False)
+    part["terminated"][0, 1] = 1  # player 2's last game ended on step 0, player 1's move: its state was reset there
+    part["rnn_states"] = np.ones((B, 3), np.float32)
+    assert cut(part, 1)["rnn_states"].tolist() == [[0, 0, 0], [1, 1, 1]]  # columns 1 and 3
+    assert cut(part, 0)["rnn_states"].tolist() == [[1, 1, 1], [1, 1, 1]]  # columns 0 and 2
 
 
 def record(group: MultiAgentGroup, policies: list[int], slots: int, seed: int) -> tuple[dict, list, list]:
