@@ -193,9 +193,11 @@ class PolicyConfig(Section):
     num_policies: int = opt(1, "policies trained side by side, each with its own learner (one Dask worker), "
                                "parameters, checkpoints and logs", low=1, high=64)
     policy_mapping: str = opt("auto", "which policy acts for each agent: 'shared' (policy 0 for every agent), "
-                                      "'round_robin' (agents, and episodes, spread over the policies), "
+                                      "'round_robin' (agents, and episodes, spread over the policies), 'self_play' "
+                                      "(one seat per env to a trained policy, the others to self-play snapshots), "
                                       "'module:function' (called as function(agent_id, episode_index) -> policy "
-                                      "index), or 'auto' (round_robin with several policies, else shared)", low=1)
+                                      "index), or 'auto' (self_play with snapshots, round_robin with several "
+                                      "policies, else shared)", low=1)
     self_play_snapshots: int = opt(0, "two-player envs: keep this many frozen past versions of policy 0 as "
                                       "opponents (0: none; opponents are the other policies)", low=0, high=64)
     self_play_snapshot_every: int = opt(50, "policy versions between two self-play snapshots", low=1)

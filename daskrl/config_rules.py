@@ -46,9 +46,11 @@ def _policy_problems(config: Config, found: dict[str, str]) -> list[str]:
     if n > 1 and config.learner.sync:
         out.append(f"--sync trains one policy in lockstep with its samplers; with --num-policies {n} leave it off")
     mapping = p.policy_mapping
-    if mapping not in ("auto", "shared", "round_robin") and (":" not in mapping or mapping.startswith(":")
-                                                              or mapping.endswith(":")):
-        out.append(f"--policy-mapping must be auto, shared, round_robin or module:function, got {mapping!r}")
+    if mapping not in ("auto", "shared", "round_robin", "self_play") and (
+            ":" not in mapping or mapping.startswith(":") or mapping.endswith(":")):
+        out.append(f"--policy-mapping must be auto, shared, round_robin, self_play or module:function, got {mapping!r}")
+    if p.self_play_snapshots and config.sampler.inference == "remote":
+        out.append("--self-play-snapshots act inline in the rollout workers; use --inference inline")
     return out
 
 

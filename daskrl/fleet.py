@@ -40,6 +40,7 @@ class Fleet:
         # each policy's learner, by policy (--num-policies; the first is ``learner``)
         self.policy_learners: list[ComponentHandle] = []
         self.policy_params: list[dict | None] = []  # each policy's parameter block (the first is ``params``)
+        self.snapshot_params: list[dict] = []  # self-play: the blocks of policy 0's frozen past versions
         self.group_generation = 0  # bumped each time the learner group is formed
         self._rollout_indices = config.sampler.num_workers  # rollout_0.. at the start; an elastic run adds more
         self.sink: ComponentHandle | None = None
@@ -53,7 +54,11 @@ class Fleet:
 
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (the parameter block changes when the learner restarts)."""
-        return role_setups(self.config, self.spaces, self.policy_params or self.params, self.remote_params)
+        return role_setups(self.config, self.spaces, self._acting_params(), self.remote_params)
+
+    def _acting_params(self) -> list[dict | None] | dict | None:
+        """Every acting policy's parameter block: the trained policies', then the self-play snapshots'."""
+        return self.policy_params + self.snapshot_params if self.policy_params else self.params
 
     # ---- who is who ----
 
@@ -121,6 +126,7 @@ class Fleet:
                     learner.call("load_weights", init_weights["version"], init_weights["weights"], 0, timeout=120)
             self.policy_params = [h.call("params_desc") for h in self.policy_learners]
             self.params = self.policy_params[0]
+            self.snapshot_params = self.learner.call("snapshot_descs")
         setups = self.setups()
         spawn_all(self.client, [(RolloutWorker, f"rollout_{i}", host, setup)
                                 for i, (host, setup) in enumerate(zip(p.rollout, setups.rollout, strict=True))],
@@ -160,7 +166,7 @@ class Fleet:
         the learner (every member of its group) and its requests to the inference workers from now on."""
         index = self.next_rollout_index()
         self._reach_params_from(worker)
-        setup = rollout_setup(self.config, self.spaces, self.policy_params or self.params, index)
+        setup = rollout_setup(self.config, self.spaces, self._acting_params(), index)
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup)
         self.rollout.append(new)
         buffers = self.buffers[new.name] = new.call("buffers")
@@ -251,6 +257,10 @@ class Fleet:
             self.form_learner_group()  # the members go on from the new leader's weights
         new.call("start")
         self._each(self.samplers(), "set_params", self.policy_params[policy], policy)
+        if policy == 0 and self.snapshot_params:  # the snapshots lived in the lost learner: new blocks, new weights
+            self.snapshot_params = new.call("snapshot_descs")
+            for j, desc in enumerate(self.snapshot_params):
+                self._each(self.samplers(), "set_params", desc, len(self.policy_learners) + j)
         # the slots the dead learner held are never coming back (with several policies: only what it owed)
         self._each(self.rollout, "reclaim_slots", *((policy,) if len(self.policy_learners) > 1 else ()))
         return new
@@ -299,6 +309,7 @@ class Fleet:
         # samplers here keep reading shared memory
         self.policy_params = [h.call("enable_remote_params") for h in self.policy_learners]
         self.params = self.policy_params[0]
+        self.snapshot_params = self.learner.call("snapshot_descs")
         self.remote_params = True
 
     def _consumer_slots(self) -> list[SlotRef]:

@@ -5,6 +5,10 @@ With one policy this is what the runner always kept (``checkpoints/``, the run's
 checkpoint, so a resume continues every policy from the same moment), its own recent episodes (each episode is
 credited to the policy that played it) and one row per report in ``policies.csv`` (a ``policy`` column) and under
 ``policy_<k>/`` in TensorBoard, next to the run's rows, which stay the run's totals.
+
+With self-play (``--self-play-snapshots K``) each report also adds one row per opponent met since the last report to
+``selfplay.csv``: the games a trained policy finished against it, won (return > 0), drawn (0) and lost (< 0), with
+the policy version the opponent held (snapshots are refreshed in turn, so a version is one fixed opponent).
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ class PolicyBook:
         self.learners: list[dict[str, Any]] = [{} for _ in range(n)]  # each policy's newest learner stats
         self.best = [-math.inf] * n
         self.csv = CsvLog(os.path.join(config.experiment_dir, "policies.csv"), append=resuming) if n > 1 else None
+        self.self_play = config.policies.self_play_snapshots > 0
+        # (policy, opponent, opponent version) -> [wins, draws, losses] since the last report
+        self.games: dict[tuple[int, int, int], list[int]] = {}
+        self.self_play_csv = CsvLog(os.path.join(config.experiment_dir, "selfplay.csv"), append=resuming) \
+            if self.self_play else None
+        self.self_play_rows: list[dict[str, Any]] = []  # the newest report's
 
     # ---- resume ----
 
@@ -59,14 +69,23 @@ class PolicyBook:
 
     # ---- what the components report ----
 
+    def trained(self, episodes: list) -> list:
+        """The episodes a trained policy played (not a self-play snapshot's side of a game)."""
+        if not self.self_play:
+            return episodes
+        return [e for e in episodes if len(e) < 3 or e[2] < self.num_policies]
+
     def add_episodes(self, episodes: list) -> None:
-        """Episodes as rollout workers report them: (return, length, policy)."""
-        if self.num_policies == 1:
-            return  # the run's window is this policy's
+        """Episodes as rollout workers report them: (return, length, policy[, opponent, opponent version])."""
         for episode in episodes:
             policy = int(episode[2]) if len(episode) > 2 else 0
-            if 0 <= policy < self.num_policies:
+            if not 0 <= policy < self.num_policies:
+                continue  # a snapshot's side of a self-play game
+            if self.num_policies > 1:  # with one policy the run's window is this policy's
                 self.episodes[policy].extend([episode])
+            if self.self_play and len(episode) > 4:
+                result = self.games.setdefault((policy, int(episode[3]), int(episode[4])), [0, 0, 0])
+                result[0 if episode[0] > 0 else 1 if episode[0] == 0 else 2] += 1
 
     def note_learner(self, policy: int, stats: dict[str, Any]) -> None:
         self.learners[policy] = stats
@@ -94,6 +113,28 @@ class PolicyBook:
                         **{column: metrics.get(key, math.nan) for column, key in LEARNER_COLUMNS.items()},
                         **{f"hp/{name}": value for name, value in sorted(learner.get("hyperparams", {}).items())}})
         return out
+
+    def self_play_report(self, time_s: float, env_steps: int, tb_log: TensorBoardLog) -> list[dict[str, Any]]:
+        """The self-play rows of this report (see the module docstring), written and returned; the games counted
+        start afresh."""
+        rows = []
+        for (policy, opponent, version), (won, drew, lost) in sorted(self.games.items()):
+            games = won + drew + lost
+            snapshot = opponent - self.num_policies
+            rows.append({"time_s": time_s, "env_steps": env_steps, "policy": policy,
+                         "opponent": f"snapshot_{snapshot}" if snapshot >= 0 else f"policy_{opponent}",
+                         "opponent_version": version, "games": games, "win_rate": won / games,
+                         "draw_rate": drew / games, "loss_rate": lost / games})
+        self.games = {}
+        if rows:
+            total = sum(r["games"] for r in rows)
+            tb_log.writer.add_scalar("self_play/win_rate", sum(r["win_rate"] * r["games"] for r in rows) / total,
+                                     env_steps)
+        for row in rows:
+            if self.self_play_csv is not None:
+                self.self_play_csv.write(row)
+        self.self_play_rows = rows
+        return rows
 
     def write(self, rows: list[dict[str, Any]], tb_log: TensorBoardLog) -> None:
         for row in rows:
@@ -127,5 +168,6 @@ class PolicyBook:
                                  milestone=milestone)
 
     def close(self) -> None:
-        if self.csv is not None:
-            self.csv.close()
+        for log in (self.csv, self.self_play_csv):
+            if log is not None:
+                log.close()

@@ -30,7 +30,8 @@ def check_policies(config: Config, spaces: EnvSpaces) -> None:
     """What a multi-agent env or several policies need: a mapping that answers, and the parts that play one
     agent (evaluation, videos, envpool) left out."""
     agents = spaces.agent_ids or ("agent_0",)
-    check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents)
+    check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents,
+                  config.policies.self_play_snapshots)
     if spaces.num_agents > 1:
         problems = [f"{flag} plays single-agent episodes; {config.env.env!r} is a multi-agent env "
                     f"({spaces.num_agents} agents): leave {flag} at 0" for flag, value in

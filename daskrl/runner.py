@@ -264,7 +264,7 @@ class _Run:
             self.check_heartbeat(s)
             if fleet.role_of(s["name"]) is not None and "env_steps" in s:
                 state.tally.update(s["name"], s["env_steps"])
-            state.episodes.extend(s.get("episodes", []))
+            state.episodes.extend(self.book.trained(s.get("episodes", [])))
             self.book.add_episodes(s.get("episodes", []))
             state.add_extras(s.get("episode_extras", []))
         state.env_steps = state.env_steps_offset + state.tally.total
@@ -291,7 +291,7 @@ class _Run:
         it (an elastic run) or recreate it elsewhere (a fixed fleet)."""
         if final.get("env_steps") is not None:
             self.state.tally.update(handle.name, final["env_steps"])
-        self.state.episodes.extend(final.get("episodes", []))
+        self.state.episodes.extend(self.book.trained(final.get("episodes", [])))
         self._keep_stats([final] if final.get("name") else [])
         self.state.tally.lose(handle.name)
         if self.elastic.enabled:
@@ -329,6 +329,7 @@ class _Run:
         self.tb_log.write(row, self.state.shares)
         policy_rows = self.book.rows(row["time_s"], row["env_steps"])
         self.book.write(policy_rows, self.tb_log)
+        self.book.self_play_report(row["time_s"], row["env_steps"], self.tb_log)
         with open(os.path.join(self.config.experiment_dir, "time_breakdown.jsonl"), "a") as f:
             f.write(json.dumps({"time_s": row["time_s"], "env_steps": row["env_steps"],
                                 "shares": self.state.shares}) + "\n")

@@ -58,9 +58,11 @@ class RolloutSetup:
     # several policies or a multi-agent env: the slots say who acted (daskrl/sampling/trajectories.py)
     tagged: bool
     num_policies: int
+    snapshots: int  # self-play opponents: frozen past versions of policy 0, acting as policies N.. (no learner)
     policy_mapping: str  # --policy-mapping (daskrl/sampling/policy_map.py)
     run_envs: int  # the run's env count, which numbers episodes run-wide for the mapping
-    policy_params: tuple[dict | None, ...]  # inline: each policy's parameter block (policy 0's is policy.params)
+    # inline: each policy's parameter block (policy 0's is policy.params), then each self-play snapshot's
+    policy_params: tuple[dict | None, ...]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class LearnerSetup:
     num_learners: int
     policy_index: int  # which of --num-policies this learner trains (on its columns of tagged slots)
     tagged: bool  # slots say who acted: train on this policy's steps only
+    snapshots: int  # self-play: frozen past versions of this policy kept in parameter blocks (policy 0 only)
+    snapshot_every: int  # policy versions between two snapshots
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
 
 
@@ -122,7 +126,9 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | No
         spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params, rank=rank,
-        num_learners=c.learner.num_learners, components=components, policy_index=policy, tagged=is_tagged(c, spaces))
+        num_learners=c.learner.num_learners, components=components, policy_index=policy, tagged=is_tagged(c, spaces),
+        snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
+        snapshot_every=c.policies.self_play_snapshot_every)
         for policy in range(c.policies.num_policies) for rank in range(c.learner.num_learners))
     return RoleSetups(learners, rollout, inference)
 
@@ -133,9 +139,10 @@ def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
 
 
 def _by_policy(config: Config, params: dict | list[dict | None] | None) -> tuple[dict | None, ...]:
-    if isinstance(params, (list, tuple)):
-        return tuple(params)
-    return (params,) + (None,) * (config.policies.num_policies - 1)
+    """Parameter blocks by acting policy: the trained ones, then the self-play snapshots (None: not yet known)."""
+    acting = config.policies.num_policies + config.policies.self_play_snapshots
+    given = tuple(params) if isinstance(params, (list, tuple)) else (params,)
+    return given + (None,) * (acting - len(given))
 
 
 def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | list[dict | None] | None,
@@ -154,7 +161,8 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | list[dict | 
                         slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
                         info_keys=tuple(s.info_keys), rnn_state_size=rnn_state_size(c.model, spaces),
                         policy_queue=policy_queue(), policy=policy, tagged=is_tagged(c, spaces),
-                        num_policies=c.policies.num_policies, policy_mapping=c.policies.policy_mapping,
+                        num_policies=c.policies.num_policies, snapshots=c.policies.self_play_snapshots,
+                        policy_mapping=c.policies.policy_mapping,
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params)
 
 

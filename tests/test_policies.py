@@ -248,3 +248,38 @@ def test_pbt_replaces_the_worst_policy_with_a_mutated_copy_of_a_better_one(tmp_p
     for target, e in last.items():
         for name in ("learning_rate", "entropy_coef", "clip_ratio", "gamma"):
             assert math.isclose(final[target][name], float(e[f"{name}_after"]), rel_tol=1e-12), (target, name)
+
+
+# ---- self-play ----
+
+
+def test_self_play_beats_its_frozen_snapshots_more_and_more_and_never_trains_on_their_moves(tmp_path):
+    """Race to ten (a turn game with a perfect strategy): policy 0 plays one seat, two frozen snapshots of itself,
+    refreshed every 5 versions, the other; selfplay.csv names each opponent by the version it holds."""
+    budget = 80_000
+    config = Config().replace(train_dir=str(tmp_path), experiment="selfplay", dashboard_address="",
+                              report_interval=0.5, env="daskrl.testing.envs:race_to_ten", num_workers=1,
+                              num_envs_per_worker=16, self_play_snapshots=2, self_play_snapshot_every=5,
+                              entropy_coef=0.01, train_for_env_steps=budget, train_for_seconds=150)
+    summary = train(config)
+    assert summary["env_steps"] >= budget, summary
+    with open(Path(config.experiment_dir) / "selfplay.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["opponent"] for r in rows} == {"snapshot_0", "snapshot_1"}
+    versions = {int(r["opponent_version"]) for r in rows}
+    assert all(v == 1 or v % 5 == 0 for v in versions) and len(versions) > 3, versions
+    assert all(r["policy"] == "0" for r in rows)
+    # against each frozen opponent the win rate rises while it stays frozen (the first player can always win, so
+    # once both sides play well it settles at one half: the seats alternate)
+    by_version: dict[int, list[dict]] = {}
+    for r in rows:
+        by_version.setdefault(int(r["opponent_version"]), []).append(r)
+    tenures = [(v, float(rs[0]["win_rate"]), float(rs[-1]["win_rate"])) for v, rs in sorted(by_version.items())
+               if len(rs) >= 2 and min(int(r["games"]) for r in rs) >= 50]
+    assert tenures and sum(last - first for _, first, last in tenures) > 0, tenures
+    assert max(float(r["win_rate"]) for r in by_version[1]) >= 0.75, by_version[1]  # the initial weights: beaten
+    # a game is one move per env step, half of them policy 0's: it trained on its own moves only
+    state = CheckpointStore(Path(config.experiment_dir) / "checkpoints").load("latest")
+    assert 0.3 * summary["env_steps"] <= state["samples_trained"] <= 0.55 * summary["env_steps"], \
+        (state["samples_trained"], summary["env_steps"])
+    assert summary["episode_return_mean"] > 0, "the run's return is policy 0's side of its games"

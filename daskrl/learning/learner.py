@@ -64,6 +64,15 @@ class Learner(Component):
         self.publisher = ParameterPublisher(self, self.model.state_dict_numpy(), remote=setup.remote_params) \
             if self.rank == 0 else None
         self.version = self.publisher.publish(self.model.state_dict_numpy()) if self.publisher else 0
+        # self-play: frozen past versions, each in a parameter block of its own, refreshed in turn (a block's version
+        # is the policy version it holds); they start as the initial weights
+        self.snapshot_every = setup.snapshot_every
+        self.snapshots = [ParameterPublisher(self, self.model.state_dict_numpy(), remote=setup.remote_params)
+                          for _ in range(setup.snapshots)]
+        self.snapshot_weights = [self.model.state_dict_numpy() for _ in self.snapshots]  # what each block holds
+        self.snapshots_taken = 0
+        for snapshot, weights in zip(self.snapshots, self.snapshot_weights, strict=True):
+            snapshot.publish(weights)
         self.generation = 0  # of the learner group this learner trains with (0: none yet)
         self.group_store = None  # the leader's TCPStore while it has a group
         self.policy_index = setup.policy_index
@@ -125,6 +134,20 @@ class Learner(Component):
         assert self.publisher is not None, "the group leader (rank 0) publishes the parameters"
         return self.publisher.desc
 
+    async def snapshot_descs(self) -> list[dict]:
+        """The self-play snapshots' parameter blocks, as samplers attach them (empty without self-play)."""
+        return [snapshot.desc for snapshot in self.snapshots]
+
+    def _take_snapshot(self) -> None:
+        """Every ``snapshot_every`` versions, the oldest snapshot block takes the current weights."""
+        if not self.snapshots or self.version % self.snapshot_every:
+            return
+        j = self.snapshots_taken % len(self.snapshots)
+        self.snapshot_weights[j] = self.model.state_dict_numpy()
+        self.snapshots[j].version = self.version - 1  # the block's version names the policy version it holds
+        self.snapshots[j].publish(self.snapshot_weights[j])
+        self.snapshots_taken += 1
+
     async def enable_remote_params(self) -> dict:
         """Also publish every version over Dask comms from now on (a reader joined on another host: an elastic run
         grew there, or a component was recreated there); returns the new parameter block description."""
@@ -134,6 +157,9 @@ class Learner(Component):
             if not self.publisher.remote:
                 self.publisher.remote = True
                 self.publisher.publish_remote_now(self.model.state_dict_numpy())
+                for snapshot, weights in zip(self.snapshots, self.snapshot_weights, strict=True):
+                    snapshot.remote = True
+                    snapshot.publish_remote_now(weights)
             return self.publisher.desc
 
         return await self.on_own_thread(enable)
@@ -264,6 +290,7 @@ class Learner(Component):
                 self.version = self.publisher.publish(self.model.state_dict_numpy())
             updated: ParamsUpdated = {"version": self.version}
             self.params_updated(updated)
+            self._take_snapshot()
         else:
             self.version += 1  # a member: the leader published the same weights as this version
         if self.world > 1:
@@ -312,6 +339,7 @@ class Learner(Component):
         return {
             "max_policy_lag_seen": self.max_lag_seen,
             "policy_version": self.version, "train_steps": self.trainer.train_steps, "policy": self.policy_index,
+            "snapshot_versions": [snapshot.version for snapshot in self.snapshots],
             "remote_params": bool(self.publisher and self.publisher.remote),  # also scattered for other hosts
             "device": str(self.device),
             "group": {"rank": self.rank, "size": self.world, "generation": self.generation,

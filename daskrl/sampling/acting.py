@@ -137,6 +137,10 @@ class InlineActing:
     def weights(self, policy: int = 0) -> dict[str, Any] | None:
         return self.policies[policy].weights()
 
+    def version_of(self, policy: int) -> int:
+        """The version acting policy ``policy`` (a trained one, or a self-play snapshot) acts with now."""
+        return self.policies[policy].version
+
     def stats(self) -> dict[str, Any]:
         return {"policy_version": self.policy.version, "inference_precision": self.policy.precision,
                 "policy_versions": [p.version for p in self.policies]}
@@ -200,6 +204,9 @@ class RemoteActing:
 
     def weights(self, policy: int = 0) -> dict[str, Any] | None:
         return None
+
+    def version_of(self, policy: int) -> int:
+        return -1  # the inference workers know (remote inference serves one policy and no snapshots)
 
     def stats(self) -> dict[str, Any]:
         return {"policy_version": None, "inference_precision": None}

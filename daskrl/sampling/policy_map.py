@@ -10,7 +10,10 @@ Mappings: ``shared`` (policy 0 for every agent), ``round_robin`` (single-agent e
 policy ``g % N`` throughout, so each trajectory slot's columns keep their policy; multi-agent envs: agent at
 position ``a`` of env ``g`` in that env's ``k``-th episode is played by policy ``(g + k + a) % N``, so with two
 players and two policies the seats alternate between episodes), ``module:function`` (the user's function), and
-``auto`` (round_robin with several policies, else shared).
+``auto`` (self_play with self-play snapshots, else round_robin with several policies, else shared), and
+``self_play`` (``--self-play-snapshots K``: in env ``g``'s ``k``-th episode the agent at position ``(g + k) % A``
+is played by policy ``g % N`` and every other agent by a frozen snapshot of policy 0, acting as policy
+``N + (episode_index % K)``, so the learner's seat alternates and the snapshots take turns as opponents).
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ def slots_tagged(num_policies: int, num_agents: int) -> bool:
     return num_policies > 1 or num_agents > 1
 
 
-def resolve_mapping(spec: str, num_policies: int) -> tuple[str, Mapping | None]:
-    """``(kind, function)``: kind is 'shared', 'round_robin' or 'custom' (with the imported function)."""
+def resolve_mapping(spec: str, num_policies: int, snapshots: int = 0) -> tuple[str, Mapping | None]:
+    """``(kind, function)``: kind is 'shared', 'round_robin', 'self_play' or 'custom' (with the imported
+    function)."""
     if spec == "auto":
-        spec = "round_robin" if num_policies > 1 else "shared"
-    if spec in ("shared", "round_robin"):
+        spec = "self_play" if snapshots else "round_robin" if num_policies > 1 else "shared"
+    if spec == "self_play" and not snapshots:
+        raise ConfigError(["--policy-mapping self_play needs opponents: --self-play-snapshots 1 or more"])
+    if spec in ("shared", "round_robin", "self_play"):
         return spec, None
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -52,14 +58,17 @@ def resolve_mapping(spec: str, num_policies: int) -> tuple[str, Mapping | None]:
     return "custom", fn
 
 
-def check_mapping(spec: str, num_policies: int, agent_ids: Sequence[str]) -> None:
+def check_mapping(spec: str, num_policies: int, agent_ids: Sequence[str], snapshots: int = 0) -> None:
     """Call the mapping once per agent before any process starts: a bad answer is one line now, not a dead worker
-    later."""
-    kind, fn = resolve_mapping(spec, num_policies)
+    later. Self-play needs an env with two or more agents."""
+    kind, fn = resolve_mapping(spec, num_policies, snapshots)
+    if kind == "self_play" and len(agent_ids) < 2:
+        raise ConfigError([f"--self-play-snapshots {snapshots} needs an env with two or more agents (a PettingZoo "
+                           "env); this one has one"])
     if fn is None:
         return
     for agent in agent_ids:
-        _checked(fn, spec, num_policies, agent, 0)
+        _checked(fn, spec, num_policies + snapshots, agent, 0)
 
 
 def _checked(fn: Mapping, spec: str, num_policies: int, agent: str, episode: int) -> int:
@@ -70,7 +79,8 @@ def _checked(fn: Mapping, spec: str, num_policies: int, agent: str, episode: int
                            f"{type(exc).__name__}: {exc}"]) from exc
     if isinstance(policy, bool) or not isinstance(policy, (int, np.integer)) or not 0 <= policy < num_policies:
         raise ConfigError([f"--policy-mapping {spec!r} returned {policy!r} for agent {agent!r}, episode {episode}; "
-                           f"it must return a policy index in 0..{num_policies - 1} (--num-policies {num_policies})"])
+                           f"it must return a policy index in 0..{num_policies - 1} (--num-policies, plus "
+                           "--self-play-snapshots: the snapshots act as the policies after the trained ones)"])
     return int(policy)
 
 
@@ -78,11 +88,12 @@ class PolicyMap:
     """The policy of each column of one split, remapped when an env starts an episode (see the module docstring)."""
 
     def __init__(self, spec: str, num_policies: int, agent_ids: Sequence[str], env_indices: Sequence[int],
-                 run_envs: int) -> None:
+                 run_envs: int, snapshots: int = 0) -> None:
         """``agent_ids``: one per column (env-major: column ``c`` is agent ``c % A`` of env ``c // A``);
-        ``env_indices``: the run-wide index of each env of the split; ``run_envs``: the run's env count."""
-        self.spec, self.num_policies = spec, num_policies
-        self.kind, self.fn = resolve_mapping(spec, num_policies)
+        ``env_indices``: the run-wide index of each env of the split; ``run_envs``: the run's env count;
+        ``snapshots``: self-play opponents, acting as policies ``num_policies ..``."""
+        self.spec, self.num_policies, self.snapshots = spec, num_policies, snapshots
+        self.kind, self.fn = resolve_mapping(spec, num_policies, snapshots)
         self.agent_ids = list(agent_ids)
         self.agents_per_env = len(self.agent_ids) // len(env_indices)
         self.env_indices = list(env_indices)
@@ -112,8 +123,13 @@ class PolicyMap:
             if self.kind == "round_robin":
                 turn = 0 if self.agents_per_env == 1 else self.episodes_started[env] - 1 + position
                 policy = (self.env_indices[env] + turn) % self.num_policies
+            elif self.kind == "self_play":
+                seat = (self.env_indices[env] + self.episodes_started[env] - 1) % self.agents_per_env
+                policy = self.env_indices[env] % self.num_policies if position == seat \
+                    else self.num_policies + episode % self.snapshots
             else:
-                policy = _checked(self.fn, self.spec, self.num_policies, self.agent_ids[column], episode)
+                policy = _checked(self.fn, self.spec, self.num_policies + self.snapshots, self.agent_ids[column],
+                                  episode)
             self.column_policy[column] = policy
 
     def acting(self, active: np.ndarray | None) -> np.ndarray:

@@ -76,7 +76,7 @@ class RolloutWorker(Component):
         agents = [list(getattr(g, "agent_ids", None) or ["agent_0"] * g.num_envs) for g in self.groups]
         self.maps = [PolicyMap(setup.policy_mapping, setup.num_policies, agents[s],
                                [setup.worker_index * setup.num_envs + s * per_split + i for i in range(per_split)],
-                               setup.run_envs) for s in range(setup.num_splits)] if setup.tagged else []
+                               setup.run_envs, setup.snapshots) for s in range(setup.num_splits)] if setup.tagged else []
         self.owed: dict[int, set[int]] = {}  # a tagged slot -> the policies whose learners still have to free it
         per_env_state = (self.layout.envs_per_split, setup.rnn_state_size)
         self.rnn_carry = [np.zeros(per_env_state, np.float32) for _ in range(setup.num_splits)] \
@@ -190,9 +190,7 @@ class RolloutWorker(Component):
             self._keep_final_observations(slot_index, t, group.pop_truncations())
         self.env_steps += group.num_envs // self.agents_per_env  # env steps, not agent steps
         if group.finished_episodes:
-            policies = self.maps[s].column_policy if self.maps else None
-            self.episodes.extend((ret, length, 0 if policies is None else int(policies[column]))
-                                 for ret, length, column in group.pop_episode_stats())
+            self.episodes.extend(self._credited(s, group.pop_episode_stats()))
             if group.episode_extras:
                 self.episode_extras.extend(group.pop_episode_extras())
         if self.maps:  # the envs that began an episode get its policies (after its ended one was credited)
@@ -216,6 +214,21 @@ class RolloutWorker(Component):
         self.waiting.append(s)
         self._serve_waiting()
         return True
+
+    def _credited(self, s: int, finished: list[tuple[float, int, int]]) -> list[tuple]:
+        """Each finished episode as (return, length, policy), and in a multi-agent env also the policy of the first
+        other agent of its env and that policy's version (self-play: which snapshot it lost or won against)."""
+        if not self.maps:
+            return [(ret, length, 0) for ret, length, _ in finished]
+        policies, agents = self.maps[s].column_policy, self.agents_per_env
+        if agents == 1:
+            return [(ret, length, int(policies[column])) for ret, length, column in finished]
+        out = []
+        for ret, length, column in finished:
+            first = column - column % agents
+            other = int(policies[first + 1 if column == first else first])
+            out.append((ret, length, int(policies[column]), other, self.acting.version_of(other)))
+        return out
 
     def acting_policies(self, s: int) -> np.ndarray:
         """The policy id of each column of split ``s`` at its current step (-1: that agent does not act)."""

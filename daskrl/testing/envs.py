@@ -292,3 +292,116 @@ class TakeTurnsEnv:
 def take_turns(moves: int = 5, truncate: bool = False, fail_action: int = -1,
                render_mode: str | None = None) -> TakeTurnsEnv:
     return TakeTurnsEnv(moves, truncate, fail_action, render_mode)
+
+
+class TwinCartPoles:
+    """Two agents in PettingZoo's Parallel API (duck-typed), each balancing its own CartPole: a multi-agent env
+    whose agents finish at different times and that a working multi-agent path learns as fast as CartPole."""
+
+    metadata: dict[str, Any] = {"name": "twin_cartpoles"}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.possible_agents = ["left", "right"]
+        self.poles = {a: gym.make("CartPole-v1") for a in self.possible_agents}
+        self.agents: list[str] = []
+        self.render_mode = render_mode
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.poles[agent].observation_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.poles[agent].action_space
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents = list(self.possible_agents)
+        obs = {}
+        for i, agent in enumerate(self.agents):
+            obs[agent], _ = self.poles[agent].reset(seed=None if seed is None else seed + i)
+        return obs, {a: {} for a in self.agents}
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        out: tuple[dict, dict, dict, dict, dict] = ({}, {}, {}, {}, {})
+        for agent in self.agents:
+            obs, reward, terminated, truncated, _ = self.poles[agent].step(int(actions[agent]))
+            for field, value in zip(out, (obs, reward, terminated, truncated, {}), strict=True):
+                field[agent] = value
+        self.agents = [a for a in self.agents if not (out[2][a] or out[3][a])]
+        return out
+
+    def close(self) -> None:
+        for pole in self.poles.values():
+            pole.close()
+
+
+def twin_cartpoles(render_mode: str | None = None) -> TwinCartPoles:
+    return TwinCartPoles(render_mode)
+
+
+class RaceToTenEnv:
+    """A two-player zero-sum game in PettingZoo's AEC API (duck-typed): players take turns adding 1 or 2 to a count
+    from 0; whoever brings it to 10 wins (+1, the other -1). It has a known perfect strategy (leave the count at 1,
+    4 or 7), random play wins half the games, and a policy learns to beat weaker past versions of itself within
+    seconds: the self-play tests' game. The observation is the count, one-hot (11 floats)."""
+
+    metadata: dict[str, Any] = {"name": "race_to_ten"}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.possible_agents = ["first", "second"]
+        self._obs_space = gym.spaces.Box(0.0, 1.0, (11,), np.float32)
+        self._act_space = gym.spaces.Discrete(2)
+        self.agents: list[str] = []
+        self.count = 0
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._act_space
+
+    def observe(self, agent: str) -> np.ndarray:
+        obs = np.zeros(11, np.float32)
+        obs[min(self.count, 10)] = 1.0
+        return obs
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.agents = list(self.possible_agents)
+        self.count = 0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos: dict[str, dict] = {a: {} for a in self.agents}
+        self.agent_selection = "first"
+
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict]:
+        a = self.agent_selection
+        return (self.observe(a) if observe else None, self._cumulative_rewards[a], self.terminations[a],
+                self.truncations[a], self.infos[a])
+
+    def step(self, action: Any) -> None:
+        mover = self.agent_selection
+        if self.terminations[mover] or self.truncations[mover]:  # PettingZoo's dead step: the agent leaves
+            self.agents.remove(mover)
+            for d in (self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos):
+                del d[mover]
+            if self.agents:
+                self.agent_selection = self.agents[0]
+            return
+        other = "second" if mover == "first" else "first"
+        self._cumulative_rewards[mover] = 0.0
+        self.count += int(action) + 1
+        self.rewards = {mover: 0.0, other: 0.0}
+        if self.count >= 10:
+            self.rewards = {mover: 1.0, other: -1.0}
+            self.terminations = dict.fromkeys(self.agents, True)
+        for agent, reward in self.rewards.items():
+            self._cumulative_rewards[agent] += reward
+        self.agent_selection = other
+
+    def close(self) -> None:
+        pass
+
+
+def race_to_ten(render_mode: str | None = None) -> RaceToTenEnv:
+    return RaceToTenEnv(render_mode)
