@@ -33,11 +33,13 @@ from common import tree_pss_mb  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_measured(cmd: list[str], timeout: float, marker: str | None = None) -> dict:
+def run_measured(cmd: list[str], timeout: float, marker: str | None = None, env: dict | None = None,
+                 cwd: str | None = None) -> dict:
     """Run ``cmd``; return its output, wall seconds, peak summed PSS (MB) and, when ``marker`` is given, the
     seconds from launch until the first output line containing it."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
+                            cwd=cwd)
     peak = [0.0]
     done = threading.Event()
 
@@ -62,11 +64,13 @@ def run_measured(cmd: list[str], timeout: float, marker: str | None = None) -> d
     return {"out": "".join(lines), "wall_s": time.monotonic() - t0, "peak_pss_mb": peak[0], "marked_s": marked}
 
 
-def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float) -> dict:
+def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float, env: dict | None = None) -> dict:
     """Run a daskrl training command that writes experiment ``bench`` under ``tmp``; seconds from launch to 475,
     median training frames/s of its CSV rows, peak memory and wall time."""
     try:
-        run = run_measured(cmd, timeout=limit_s + 60, marker="reached --stop-at-return")
+        # run from the scratch directory: `python -m` puts the working directory first on the import path, which
+        # would shadow the baseline's source tree with this one when run from a checkout
+        run = run_measured(cmd, timeout=limit_s + 60, marker="reached --stop-at-return", env=env, cwd=tmp)
         rows = _csv_rows(os.path.join(tmp, "bench", "metrics.csv"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -76,11 +80,13 @@ def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float) -> dict:
             "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
 
 
-def daskrl_run(seed: int, limit_s: float) -> dict:
+def daskrl_run(seed: int, limit_s: float, checkout: str | None = None) -> dict:
+    """``checkout``: run the daskrl of another source tree (a git worktree of an older commit) instead of this one."""
     tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
+    env = None if checkout is None else {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
     return _timed_daskrl([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--stop-at-return",
                           "475", "--train-for-seconds", str(limit_s), "--seed", str(seed), "--train-dir", tmp,
-                          "--experiment", "bench", "--dashboard-address", ""], tmp, limit_s)
+                          "--experiment", "bench", "--dashboard-address", ""], tmp, limit_s, env)
 
 
 def daskrl_no_velocity_run(seed: int, limit_s: float) -> dict:
@@ -122,11 +128,18 @@ def main() -> None:
                                                                    "60 for cartpole, 300 for cartpole_no_velocity)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     parser.add_argument("--task", default="cartpole", choices=["cartpole", "cartpole_no_velocity"])
+    parser.add_argument("--baseline", default=None, help="cartpole: also run the daskrl of this source tree (e.g. "
+                                                         "`git worktree add /tmp/base <commit>`), seed by seed in turn "
+                                                         "with this one, and print the frames/s ratio")
     args = parser.parse_args()
     if args.limit is None:
         args.limit = 60.0 if args.task == "cartpole" else 300.0
     if args.task == "cartpole":
-        systems = {"daskrl": [daskrl_run(s, args.limit) for s in args.seeds]}
+        systems = {"daskrl": [], **({"daskrl_baseline": []} if args.baseline else {})}
+        for s in args.seeds:  # in turn, so a drift of the machine's speed hits both alike
+            systems["daskrl"].append(daskrl_run(s, args.limit))
+            if args.baseline:
+                systems["daskrl_baseline"].append(daskrl_run(s, args.limit, args.baseline))
         sb3 = [sb3_run(s, args.limit) for s in args.seeds]
         name, title = "sb3_ppo_rlzoo", "CartPole-v1"
     else:
@@ -153,6 +166,10 @@ def main() -> None:
               f"{peak:,.0f} |")
         result[name] = {"seconds_to_475": [None if t is None else round(t, 2) for t in times],
                         "env_steps": steps, "fps": round(fps), "peak_pss_mb": round(peak)}
+    if "daskrl_baseline" in result:
+        ratio = result["daskrl"]["fps"] / max(result["daskrl_baseline"]["fps"], 1)
+        result["fps_ratio_to_baseline"] = round(ratio, 3)
+        print(f"\ntraining frames/s, this tree / baseline ({args.baseline}): {ratio:.3f}")
     if args.json:
         print(json.dumps(result))
 
