@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     enjoy.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     enjoy.add_argument("--episodes", type=int, default=10, help="episodes to run")
     enjoy.add_argument("--checkpoint", default="latest", help="'latest', 'best' or a checkpoint file")
+    enjoy.add_argument("--policy", type=int, default=0, help="with --num-policies: which policy plays")
     enjoy.add_argument("--render", action="store_true", help="render episodes (envs with render_mode='human')")
     enjoy.add_argument("--deterministic", action="store_true", help="take the most likely action")
     enjoy.add_argument("--seed", type=int, default=12345, help="seed of the evaluation env")
@@ -174,7 +175,8 @@ def _enjoy(args: argparse.Namespace) -> int:
     from daskrl.evaluation import enjoy
 
     result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
-                   render=args.render, deterministic=args.deterministic, seed=args.seed, video=args.video)
+                   render=args.render, deterministic=args.deterministic, seed=args.seed, video=args.video,
+                   policy=args.policy)
     print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
           f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
           f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")

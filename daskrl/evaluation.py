@@ -20,17 +20,23 @@ from daskrl.envs.packages import import_env_packages
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import model_name_problems
+from daskrl.policies import checkpoint_dirs
 
 
-def load_policy(experiment_dir: str, which: str = "latest"):
-    """(config, model, checkpoint) of an experiment; ``which`` is 'latest', 'best' or a checkpoint path."""
+def load_policy(experiment_dir: str, which: str = "latest", policy: int = 0):
+    """(config, model, checkpoint) of an experiment; ``which`` is 'latest', 'best' or a checkpoint path; ``policy``:
+    which of several policies (``--num-policies``)."""
     config_path = os.path.join(experiment_dir, "config.json")
     if not os.path.exists(config_path):
         raise ConfigError([f"{experiment_dir!r} is not a daskrl experiment directory (no config.json): check "
                            "--experiment and --train-dir"])
     with open(config_path) as f:
         config = Config.from_json(f.read())
-    store = CheckpointStore(os.path.join(experiment_dir, "checkpoints"))
+    policies = config.policies.num_policies
+    if not 0 <= policy < policies:
+        raise ConfigError([f"--policy {policy}: experiment {experiment_dir!r} trained {policies} "
+                           f"polic{'y' if policies == 1 else 'ies'} (0..{policies - 1})"])
+    store = CheckpointStore(checkpoint_dirs(experiment_dir, policies)[policy])
     if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
         raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
     state = store.load(which)
@@ -39,6 +45,9 @@ def load_policy(experiment_dir: str, which: str = "latest"):
     if problems := model_name_problems(m.encoder, m.rnn, m.key_encoders):  # registered where it trained only
         raise ConfigError(problems)
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
+    if spaces.num_agents > 1:
+        raise ConfigError([f"{config.env.env!r} is a multi-agent env ({spaces.num_agents} agents); enjoy plays "
+                           "single-agent episodes (examples/self_play.py plays a trained policy in a PettingZoo game)"])
     model = build_model(spaces, config.model, config.run.seed)
     model.load_state_dict(state["model"])
     model.eval()
@@ -47,9 +56,10 @@ def load_policy(experiment_dir: str, which: str = "latest"):
 
 def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render: bool = False,
           deterministic: bool = False, seed: int = 12345, max_steps: int = 100_000,
-          video: str | None = None) -> dict[str, Any]:
-    """Run ``episodes`` with a trained policy; with ``video``, record them all to that .mp4 file."""
-    config, model, state = load_policy(experiment_dir, which)
+          video: str | None = None, policy: int = 0) -> dict[str, Any]:
+    """Run ``episodes`` with a trained policy (``policy``: which of several); with ``video``, record them all to
+    that .mp4 file."""
+    config, model, state = load_policy(experiment_dir, which, policy)
     if video:
         from daskrl.video import make_render_env
 
