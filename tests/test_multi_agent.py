@@ -326,3 +326,52 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
     episodes = sorted(set(map(tuple, final["episodes"])))
     assert episodes == [(203.0, 2, 0), (606.0, 3, 0), (1210.0, 4, 0)], episodes
     assert final["env_steps"] % 2 == 0 and final["slots_filled"] * 5 * 2 <= final["env_steps"]
+
+
+# ---- training runs ----
+
+
+@pytest.mark.parametrize("inference", ["inline", "remote"])
+def test_two_cartpoles_in_one_multi_agent_env_learn_like_cartpole(tmp_path, inference):
+    """Agents that fall at different times: masked steps, per-agent episodes and the learner's cut, end to end."""
+    from daskrl import train
+    from daskrl.config import Config
+
+    config = Config().replace(train_dir=str(tmp_path), experiment="twins", dashboard_address="", report_interval=0.5,
+                              env="daskrl.testing.envs:twin_cartpoles", inference=inference, stop_at_return=475,
+                              train_for_seconds=90)
+    summary = train(config)
+    assert summary["reached_return_at_s"] is not None, summary
+    assert summary["episode_return_mean"] >= 475
+
+
+def test_mpe2_simple_spread_trains_from_its_spec_with_the_mpe_defaults(tmp_path, capsys):
+    pytest.importorskip("mpe2", reason="the multiagent extra (pip install 'daskrl[multiagent]') is not installed")
+    from daskrl import train
+    from daskrl.config import Config
+
+    config = Config().replace(train_dir=str(tmp_path), experiment="spread", dashboard_address="", report_interval=0.5,
+                              env="mpe2.simple_spread_v3:parallel_env", num_workers=1, num_envs_per_worker=8,
+                              train_for_env_steps=6_000, train_for_seconds=90)
+    summary = train(config)
+    out = capsys.readouterr().out
+    assert "defaults for MPE (PettingZoo) envs: --rollout 25 --num-epochs 10" in out, out
+    assert summary["env_steps"] >= 6_000 and summary["policy_version"] > 2, summary
+    # every agent's episode is the env's 25 steps, 3 agents per env episode
+    assert summary["episodes"] >= 3 * 8 * (6_000 // 8 // 25) * 0.9, summary["episodes"]
+
+
+def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):
+    from daskrl.config import Config
+    from daskrl.errors import ConfigError
+    from daskrl.preflight import preflight
+
+    base = Config().replace(train_dir=str(tmp_path), experiment="refused")
+    with pytest.raises(ConfigError, match="--eval-interval-env-steps plays single-agent episodes.*multi-agent env"):
+        preflight(base.replace(env="daskrl.testing.envs:staggered", eval_interval_env_steps=1000))
+    with pytest.raises(ConfigError, match="--self-play-snapshots 2 needs an env with two or more agents"):
+        preflight(base.replace(env="CartPole-v1", self_play_snapshots=2))
+    with pytest.raises(ConfigError, match="remote inference serves one policy"):
+        preflight(base.replace(env="CartPole-v1", num_policies=2, inference="remote"))
+    with pytest.raises(ConfigError, match="--pbt needs a population"):
+        preflight(base.replace(env="CartPole-v1", pbt=True))
