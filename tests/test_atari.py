@@ -119,7 +119,7 @@ def test_envpool_keeps_the_final_observation_of_an_episode_cut_by_the_time_limit
     for i, final in finals:  # ...and the real last one is kept for the bootstrap: one step on from the one before
         assert not np.array_equal(final, first[i])
         np.testing.assert_array_equal(final[..., :3], before_end[i][..., 1:])
-    assert group.pop_episode_stats() == [(0.0, 20), (0.0, 20)]
+    assert group.pop_episode_stats() == [(0.0, 20, 0), (0.0, 20, 1)]  # (return, length, env column)
     group.close()
 
 

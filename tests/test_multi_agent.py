@@ -324,7 +324,8 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
             assert slot["policy_id"][t].tolist() == expected, (i, t)
             assert (slot["rewards"][t][np.array(expected) < 0] == 0).all()
     episodes = sorted(set(map(tuple, final["episodes"])))
-    assert episodes == [(203.0, 2, 0), (606.0, 3, 0), (1210.0, 4, 0)], episodes
+    # (return, own length, policy, the other agents' policy and its version): one shared policy, version 1
+    assert episodes == [(203.0, 2, 0, 0, 1), (606.0, 3, 0, 0, 1), (1210.0, 4, 0, 0, 1)], episodes
     assert final["env_steps"] % 2 == 0 and final["slots_filled"] * 5 * 2 <= final["env_steps"]
 
 

@@ -144,7 +144,7 @@ class EnvpoolGroup(EpisodeRecords):
         """Record the episodes that ended, keep the final observations of those cut by the time limit, and start
         the next episodes now (envpool would on the next call, taking that call's action for the reset)."""
         for i in ended:
-            self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i]), i))
+            self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i]), int(i)))
             extras = {k: float(np.asarray(info[k])[i]) for k in self.info_keys if k in info}
             if extras:
                 self.episode_extras.append(extras)
