@@ -6,9 +6,11 @@ checkpoint, so a resume continues every policy from the same moment), its own re
 credited to the policy that played it) and one row per report in ``policies.csv`` (a ``policy`` column) and under
 ``policy_<k>/`` in TensorBoard, next to the run's rows, which stay the run's totals.
 
-With self-play (``--self-play-snapshots K``) each report also adds one row per opponent met since the last report to
-``selfplay.csv``: the games a trained policy finished against it, won (return > 0), drawn (0) and lost (< 0), with
-the policy version the opponent held (snapshots are refreshed in turn, so a version is one fixed opponent).
+With self-play (``--self-play-snapshots K``), or several policies in a multi-agent env, each report also adds one row
+per (policy, opponent) pair met since the last report to ``selfplay.csv``: the games a trained policy finished
+against it, won (return > 0), drawn (0) and lost (< 0), with the policy version the opponent held (snapshots are
+refreshed in turn, so a version is one fixed opponent). An opponent is the policy of the first other agent of the
+env (the only other one in a two-player game).
 """
 
 from __future__ import annotations
@@ -50,10 +52,11 @@ class PolicyBook:
         self.best = [-math.inf] * n
         self.csv = CsvLog(os.path.join(config.experiment_dir, "policies.csv"), append=resuming) if n > 1 else None
         self.self_play = config.policies.self_play_snapshots > 0
-        # (policy, opponent, opponent version) -> [wins, draws, losses] since the last report
-        self.games: dict[tuple[int, int, int], list[int]] = {}
-        self.self_play_csv = CsvLog(os.path.join(config.experiment_dir, "selfplay.csv"), append=resuming) \
-            if self.self_play else None
+        self.tally_games = self.self_play or n > 1  # who beat whom: with opponents that are policies of their own
+        # (policy, opponent, snapshot version or -1) since the last report
+        self.games: dict[tuple[int, int, int], list[int]] = {}  # ... -> [wins, draws, losses, newest version]
+        self.resuming = resuming
+        self.self_play_csv: CsvLog | None = None  # selfplay.csv, from the first games counted
         self.self_play_rows: list[dict[str, Any]] = []  # the newest report's
 
     # ---- resume ----
@@ -83,9 +86,13 @@ class PolicyBook:
                 continue  # a snapshot's side of a self-play game
             if self.num_policies > 1:  # with one policy the run's window is this policy's
                 self.episodes[policy].extend([episode])
-            if self.self_play and len(episode) > 4:
-                result = self.games.setdefault((policy, int(episode[3]), int(episode[4])), [0, 0, 0])
+            if self.tally_games and len(episode) > 4:
+                # a snapshot is one fixed player per version; a trained opponent moves on at every step: one row
+                opponent, version = int(episode[3]), int(episode[4])
+                key = (policy, opponent, version if opponent >= self.num_policies else -1)
+                result = self.games.setdefault(key, [0, 0, 0, version])
                 result[0 if episode[0] > 0 else 1 if episode[0] == 0 else 2] += 1
+                result[3] = max(result[3], version)
 
     def note_learner(self, policy: int, stats: dict[str, Any]) -> None:
         self.learners[policy] = stats
@@ -118,7 +125,7 @@ class PolicyBook:
         """The self-play rows of this report (see the module docstring), written and returned; the games counted
         start afresh."""
         rows = []
-        for (policy, opponent, version), (won, drew, lost) in sorted(self.games.items()):
+        for (policy, opponent, _), (won, drew, lost, version) in sorted(self.games.items()):
             games = won + drew + lost
             snapshot = opponent - self.num_policies
             rows.append({"time_s": time_s, "env_steps": env_steps, "policy": policy,
@@ -130,9 +137,10 @@ class PolicyBook:
             total = sum(r["games"] for r in rows)
             tb_log.writer.add_scalar("self_play/win_rate", sum(r["win_rate"] * r["games"] for r in rows) / total,
                                      env_steps)
+        if rows and self.self_play_csv is None:
+            self.self_play_csv = CsvLog(os.path.join(self.config.experiment_dir, "selfplay.csv"), append=self.resuming)
         for row in rows:
-            if self.self_play_csv is not None:
-                self.self_play_csv.write(row)
+            self.self_play_csv.write(row)
         self.self_play_rows = rows
         return rows
 

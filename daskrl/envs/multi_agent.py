@@ -23,10 +23,10 @@ import numpy as np
 
 from daskrl.envs.agent_spaces import is_multi_agent, is_turn_based, multi_agent_spaces, seed_multi_agent
 from daskrl.envs.dict_obs import pack_into, record_size
-from daskrl.envs.registry import env_seed, make_env
+from daskrl.envs.registry import make_env
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.envs.vector import EnvFailure, EpisodeRecords, _summarize
-from daskrl.errors import EnvError, EnvStepError
+from daskrl.envs.vector import EnvFailure, EpisodeRecords, build_seeded, count_failure
+from daskrl.errors import EnvError
 
 __all__ = ["MultiAgentGroup", "is_multi_agent", "is_turn_based", "multi_agent_spaces", "seed_multi_agent"]
 
@@ -103,28 +103,14 @@ class MultiAgentGroup(EpisodeRecords):
                   info_keys: Sequence[str] = ()) -> MultiAgentGroup:
         """EnvGroup.from_spec's arguments; ``num_envs`` env instances are built (seeded
         ``env_seed(seed, worker_index, first_env_index + i)``), giving ``num_envs * num_agents`` columns."""
-        rebuilds = [0]
-
-        def build(i: int, generation: int = 0) -> Any:
-            s = None if seed is None else env_seed(seed + 7919 * generation, worker_index, first_env_index + i)
-            env = make_env(spec, seed=s, env_kwargs=env_kwargs)
+        def build(name: str, s: int | None) -> Any:
+            env = make_env(name, seed=s, env_kwargs=env_kwargs)
             if not is_multi_agent(env):
                 env.close()
                 raise EnvError(f"environment {spec!r} is not a multi-agent (PettingZoo) env")
             return env
 
-        def rebuild(i: int) -> Any:
-            rebuilds[0] += 1
-            return build(i, rebuilds[0])
-
-        envs: list[Any] = []
-        try:
-            for i in range(num_envs):
-                envs.append(build(i))
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
+        envs, rebuild = build_seeded(num_envs, spec, seed, worker_index, first_env_index, build)
         return cls(envs, spaces, rebuild if max_consecutive_failures > 0 else None, max_consecutive_failures,
                    info_keys)
 
@@ -313,13 +299,7 @@ class MultiAgentGroup(EpisodeRecords):
             self.active[c] = self._alive[c] = False
             self._ep_return[c], self._ep_length[c] = 0.0, 0
         while True:
-            summary = _summarize(exc)
-            if self.rebuild is None:
-                raise EnvStepError(e, phase, summary) from exc
-            self._consecutive[e] += 1
-            if self._consecutive[e] > self.max_consecutive_failures:
-                raise EnvStepError(e, phase, f"{summary} ({self._consecutive[e]} failures in a row; giving up)") from exc
-            self.failures.append(EnvFailure(e, phase, summary))
+            count_failure(self, e, phase, exc)
             try:
                 self.envs[e].close()
             except Exception:

@@ -8,7 +8,7 @@ most of SyncVectorEnv's per-step cost). Envs auto-reset in the same step they en
 from __future__ import annotations
 
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -27,6 +27,44 @@ def _summarize(exc: BaseException) -> str:
     if len(message) > 300:  # one line, not a dump of the offending value
         message = message[:300] + " ..."
     return f"{type(exc).__name__}: {message}{where}"
+
+
+def build_seeded(num_envs: int, spec: str, seed: int | None, worker_index: int, first_env_index: int,
+                 make: Callable[[str, int | None], Any]) -> tuple[list[Any], Callable[[int], Any]]:
+    """``num_envs`` envs made by ``make(spec, seed)`` with seeds ``env_seed(seed, worker_index, first_env_index +
+    i)`` (all closed again if one fails to build), and ``rebuild(i)``, which makes env ``i`` anew with a seed no
+    earlier build of it had: what every group of envs needs to build, and to rebuild an env that raised."""
+    rebuilds = [0]
+
+    def build(i: int, generation: int = 0) -> Any:
+        s = None if seed is None else env_seed(seed + 7919 * generation, worker_index, first_env_index + i)
+        return make(spec, s)
+
+    def rebuild(i: int) -> Any:
+        rebuilds[0] += 1
+        return build(i, rebuilds[0])
+
+    envs: list[Any] = []
+    try:
+        for i in range(num_envs):
+            envs.append(build(i))
+    except BaseException:
+        for env in envs:
+            env.close()
+        raise
+    return envs, rebuild
+
+
+def count_failure(group: Any, env: int, phase: str, exc: BaseException) -> None:
+    """Record that env ``env`` of ``group`` raised in ``phase``, to be rebuilt; raise :class:`EnvStepError` instead
+    when the group does not rebuild envs or this env failed ``max_consecutive_failures`` times in a row."""
+    summary = _summarize(exc)
+    if group.rebuild is None:
+        raise EnvStepError(env, phase, summary) from exc
+    group._consecutive[env] += 1
+    if group._consecutive[env] > group.max_consecutive_failures:
+        raise EnvStepError(env, phase, f"{summary} ({group._consecutive[env]} failures in a row; giving up)") from exc
+    group.failures.append(EnvFailure(env, phase, summary))
 
 
 class EnvFailure:
@@ -118,24 +156,9 @@ class EnvGroup(EpisodeRecords):
     ) -> EnvGroup:
         """Build `num_envs` envs with seeds `env_seed(seed, worker_index, first_env_index + i)`; with
         `max_consecutive_failures` > 0 an env that raises is rebuilt (with a new seed) instead of failing."""
-        envs: list[gym.Env] = []
-        rebuilds = [0]
-
-        def build(i: int, generation: int = 0) -> gym.Env:
-            s = None if seed is None else env_seed(seed + 7919 * generation, worker_index, first_env_index + i)
-            return make_env(spec, seed=s, env_kwargs=env_kwargs)  # packed by __init__ and _recover where needed
-
-        def rebuild(i: int) -> gym.Env:
-            rebuilds[0] += 1
-            return build(i, rebuilds[0])
-
-        try:
-            for i in range(num_envs):
-                envs.append(build(i))
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
+        # packed by __init__ and _recover where needed
+        envs, rebuild = build_seeded(num_envs, spec, seed, worker_index, first_env_index,
+                                     lambda name, s: make_env(name, seed=s, env_kwargs=env_kwargs))
         return cls(envs, spaces, rebuild if max_consecutive_failures > 0 else None, max_consecutive_failures,
                    info_keys)
 
@@ -204,13 +227,7 @@ class EnvGroup(EpisodeRecords):
         """Rebuild env ``i`` after it raised (dropping its episode) and return its first observation; raise
         :class:`EnvStepError` if rebuilding is off or the env keeps failing."""
         while True:
-            summary = _summarize(exc)
-            if self.rebuild is None:
-                raise EnvStepError(i, phase, summary) from exc
-            self._consecutive[i] += 1
-            if self._consecutive[i] > self.max_consecutive_failures:
-                raise EnvStepError(i, phase, f"{summary} ({self._consecutive[i]} failures in a row; giving up)") from exc
-            self.failures.append(EnvFailure(i, phase, summary))
+            count_failure(self, i, phase, exc)
             self._ep_return[i] = 0.0
             self._ep_length[i] = 0
             try:

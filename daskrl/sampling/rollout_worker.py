@@ -223,11 +223,12 @@ class RolloutWorker(Component):
         policies, agents = self.maps[s].column_policy, self.agents_per_env
         if agents == 1:
             return [(ret, length, int(policies[column])) for ret, length, column in finished]
-        out = []
+        out, agent_ids = [], self.maps[s].agent_ids
         for ret, length, column in finished:
             first = column - column % agents
             other = int(policies[first + 1 if column == first else first])
             out.append((ret, length, int(policies[column]), other, self.acting.version_of(other)))
+            self.episode_extras.append({f"return/{agent_ids[column]}": ret})  # each agent's own mean return
         return out
 
     def acting_policies(self, s: int) -> np.ndarray:
