@@ -37,9 +37,6 @@ def _policy_problems(config: Config, found: dict[str, str]) -> list[str]:
     n = p.num_policies
     if p.pbt and n < 2:
         out.append(f"--pbt needs a population: --num-policies 2 or more (got {n}); try --num-policies 4")
-    if n > 1 and config.sampler.inference == "remote":
-        out.append(f"--num-policies {n} runs each policy inline in the rollout workers; remote inference serves one "
-                   "policy for now: use --inference inline")
     if n > 1 and config.learner.num_learners > 1:
         out.append(f"--num-policies {n} gives each policy one learner; --num-learners {config.learner.num_learners} "
                    "(a data-parallel group per policy) is not supported with several policies: use --num-learners 1")

@@ -46,6 +46,7 @@ class Fleet:
         self.sink: ComponentHandle | None = None
         self.rollout: list[ComponentHandle] = []
         self.inference: list[ComponentHandle] = []
+        self.inference_policy: dict[str, int] = {}  # inference worker name -> the policy it serves
         self.params: dict | None = None  # the learner's parameter block, as readers attach it
         self.buffers: dict[str, dict] = {}  # rollout worker name -> its slot arrays
         # readers on another host than the learner need the parameters over Dask comms too
@@ -133,12 +134,18 @@ class Fleet:
                   run_id=self.run_id, created=self.rollout)
         for handle in self.rollout:
             self.buffers[handle.name] = handle.call("buffers")
-        if setups.inference is not None:
-            spawn_all(self.client, [(InferenceWorker, f"inference_{j}", host, setups.inference)
-                                    for j, host in enumerate(p.inference)], run_id=self.run_id, created=self.inference)
+        if setups.inference_by_policy:
+            per_policy = self.config.sampler.num_inference_workers
+            specs = [(InferenceWorker, self._inference_name(k, j), host, setups.inference_by_policy[k])
+                     for (k, j), host in zip(((k, j) for k in range(len(setups.inference_by_policy))
+                                              for j in range(per_policy)), p.inference, strict=True)]
+            self.inference_policy.update({name: setup.policy_index for _, name, _, setup in specs})
+            spawn_all(self.client, specs, run_id=self.run_id, created=self.inference)
             for handle in self.inference:
                 handle.call("attach_workers", self.buffers)
-        wire_sampling_graph(self.client, self.rollout, self.inference, self._consumer_slots(), policy_queue())
+        wire_sampling_graph(self.client, self.rollout, [], self._consumer_slots(), policy_queue())
+        for handle in self.inference:  # each policy's inference workers take the requests on its own queue
+            wire_inference(self.client, handle, policy_queue(self.inference_policy[handle.name]))
         for handle in self.learners():
             handle.call("attach_workers", self.buffers)
         if self.learner_members:
@@ -177,13 +184,20 @@ class Fleet:
         return new
 
     def add_inference(self, worker: str) -> ComponentHandle:
-        """One more inference worker on ``worker``, taking its share of the requests from now on."""
-        index = max((int(h.name.rsplit("_", 1)[1]) for h in self.inference), default=-1) + 1
+        """One more inference worker on ``worker``, taking its share of the requests from now on (with several
+        policies: of the policy with the fewest inference workers)."""
+        counts = [sum(1 for p in self.inference_policy.values() if p == k)
+                  for k in range(self.config.policies.num_policies)]
+        policy = counts.index(min(counts))
+        index = max((int(h.name.rsplit("_", 1)[1]) for h in self.inference
+                     if self.inference_policy.get(h.name) == policy), default=-1) + 1
         self._reach_params_from(worker)
-        new = self._spawn(InferenceWorker, f"inference_{index}", worker, self.setups().inference)
+        name = self._inference_name(policy, index)
+        new = self._spawn(InferenceWorker, name, worker, self.setups().inference_by_policy[policy])
+        self.inference_policy[name] = policy
         self.inference.append(new)
         new.call("attach_workers", self.buffers)
-        wire_inference(self.client, new, policy_queue())
+        wire_inference(self.client, new, policy_queue(policy))
         new.call("start")
         return new
 
@@ -218,7 +232,8 @@ class Fleet:
             self._each(self.inference, "attach_workers", {handle.name: buffers})
             self.rollout[index] = new
         elif role is Role.INFERENCE:
-            new = self._spawn(handle.cls, handle.name, worker, self.setups().inference)
+            new = self._spawn(handle.cls, handle.name, worker,
+                              self.setups().inference_by_policy[self.inference_policy.get(handle.name, 0)])
             new.call("attach_workers", self.buffers)
             self.inference[self.inference.index(handle)] = new
         elif role is Role.SINK:
@@ -312,6 +327,10 @@ class Fleet:
         self.snapshot_params = self.learner.call("snapshot_descs")
         self.remote_params = True
 
+    def _inference_name(self, policy: int, index: int) -> str:
+        """inference_0, inference_1, ...; with several policies inference_p<k>_0, ..."""
+        return _inference_name_for(policy, index, self.config.policies.num_policies)
+
     def _consumer_slots(self) -> list[SlotRef]:
         """Where full slots are announced: every policy's learner (each takes its own), or the sink."""
         return [h.on_trajectory for h in self.policy_learners] if self.policy_learners else [self.consumer.on_trajectory]
@@ -327,6 +346,10 @@ class Fleet:
                 handle.call(method, *args)
             except ComponentError as exc:
                 self.warn(f"{handle.name} did not take {method}(): {exc}")
+
+
+def _inference_name_for(policy: int, index: int, num_policies: int) -> str:
+    return f"inference_{index}" if num_policies == 1 else f"inference_p{policy}_{index}"
 
 
 def _learner_name(rank: int, policy: int = 0, num_policies: int = 1) -> str:

@@ -37,7 +37,7 @@ ROLES = ("learner", "rollout", "inference")  # the roles that need a worker proc
 class Placement:
     learners: list[str]  # by policy, then rank: the first is policy 0's (its group's leader)
     rollout: list[str]
-    inference: list[str]
+    inference: list[str]  # by policy, then index
     names: dict[str, str] = field(default_factory=dict)  # address -> worker name (stable across restarts)
 
     @property
@@ -50,7 +50,7 @@ def role_counts(config: Config) -> dict[str, int]:
     s = config.sampler
     learners = config.learner.num_learners * config.policies.num_policies
     return {"learner": 0 if config.run.sampling_only else learners, "rollout": s.num_workers,
-            "inference": s.num_inference_workers if s.inference == "remote" else 0}
+            "inference": s.num_inference_workers * config.policies.num_policies if s.inference == "remote" else 0}
 
 
 def workers_needed(config: Config) -> int:

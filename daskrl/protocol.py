@@ -55,6 +55,7 @@ class InferenceRequest(TypedDict):
     slot: int
     t: int
     v: NotRequired[int]  # --sync: act only with this policy version or a newer one
+    c: NotRequired[list[int]]  # several policies: the columns this policy acts for (absent: every column)
 
 
 class ActionsReady(TypedDict):
@@ -63,6 +64,7 @@ class ActionsReady(TypedDict):
     s: int
     slot: int
     t: int
+    p: NotRequired[int]  # the policy that answered (several policies: each answers for its own columns)
 
 
 class TrajectoryReady(TypedDict):

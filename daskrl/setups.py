@@ -67,10 +67,12 @@ class RolloutSetup:
 
 @dataclass(frozen=True)
 class InferenceSetup:
-    """One inference worker: the queue it takes requests from and the policy it runs."""
+    """One inference worker: the queue it takes requests from and the policy it runs (``policy_index``: which of
+    --num-policies)."""
 
     policy_queue: str
     policy: PolicySetup
+    policy_index: int
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ class LearnerSetup:
 class RoleSetups:
     learners: tuple[LearnerSetup, ...]  # by policy, then rank; empty when sampling only
     rollout: tuple[RolloutSetup, ...]
-    inference: InferenceSetup | None
+    inference: InferenceSetup | None  # policy 0's inference workers' (None: inline)
+    inference_by_policy: tuple[InferenceSetup, ...]  # each policy's (empty: inline)
 
     @property
     def learner(self) -> LearnerSetup | None:
@@ -116,12 +119,13 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | No
     model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
     components = pack_components()
 
-    def policy(seed: int, device: str = "cpu") -> PolicySetup:
-        return PolicySetup(spaces, model, params, seed, s.numpy_inference, s.inference_precision, device, components)
+    def policy(seed: int, device: str = "cpu", k: int = 0) -> PolicySetup:
+        return PolicySetup(spaces, model, policy_params[k], seed, s.numpy_inference, s.inference_precision, device,
+                           components)
 
     rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
-    inference = InferenceSetup(policy_queue(), policy(c.run.seed, s.inference_device)) \
-        if s.inference == "remote" else None
+    by_policy = tuple(InferenceSetup(policy_queue(k), policy(c.run.seed + 1009 * k, s.inference_device, k), k)
+                      for k in range(c.policies.num_policies)) if s.inference == "remote" else ()
     learners = () if c.run.sampling_only else tuple(LearnerSetup(
         spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
@@ -130,7 +134,7 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | No
         snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
         snapshot_every=c.policies.self_play_snapshot_every)
         for policy in range(c.policies.num_policies) for rank in range(c.learner.num_learners))
-    return RoleSetups(learners, rollout, inference)
+    return RoleSetups(learners, rollout, by_policy[0] if by_policy else None, by_policy)
 
 
 def is_tagged(config: Config, spaces: EnvSpaces) -> bool:

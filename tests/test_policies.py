@@ -24,8 +24,9 @@ from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
 from daskrl.learning.batcher import _policy_columns
 from daskrl.learning.checkpoints import CheckpointStore
-from daskrl.protocol import wire_rollout
+from daskrl.protocol import policy_queue, wire_inference, wire_rollout
 from daskrl.runtime.handles import spawn, spawn_all
+from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.setups import role_setups
@@ -117,11 +118,14 @@ def test_a_learner_takes_the_columns_its_policy_played_with_its_own_steps_marked
 # ---- acting: each policy's parameters act for its own columns ----
 
 
-def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, hosts):
+@pytest.mark.parametrize("inference", ["inline", "remote"])
+def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, hosts, inference):
     """Two parameter sources whose value heads output their version (1 for policy 0, 4 for policy 1): in every
-    slot a rollout worker fills, a column's values and versions name the policy its id says acted."""
+    slot a rollout worker fills, a column's values and versions name the policy its id says acted; with remote
+    inference each policy's inference worker answers its own queue for its own columns."""
     config = Config.from_flat({"env": "CartPole-v1", "num_workers": 1, "num_envs_per_worker": 6, "rollout": 8,
-                               "slots_per_split": 2, "num_policies": 2}).validate()
+                               "slots_per_split": 2, "num_policies": 2, "inference": inference,
+                               "worker_num_splits": 1}).validate()
     spaces = probe_env("CartPole-v1")
     sources = [spawn(cluster.client, PolicySource, f"mpsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
                      setup=PolicySourceSetup(spaces, config.model, seed=k)) for k in range(2)]
@@ -131,27 +135,40 @@ def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, h
     collector = spawn(cluster.client, SlotCollector, f"mpcollector{next(_ids)}", run_id=cluster.run_id,
                       worker=hosts[1], setup=CollectorSetup(max_keep=10))
     setups = role_setups(config, spaces, [s.call("desc") for s in sources], remote_params=False)
-    handles = []
+    handles, inference_handles = [], []
+    name = f"mp{next(_ids)}"
     try:
-        spawn_all(cluster.client, [(RolloutWorker, f"mp{next(_ids)}_rollout", hosts[2], setups.rollout[0])],
+        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[2], setups.rollout[0])],
                   run_id=cluster.run_id, created=handles)
+        buffers = {handles[0].name: handles[0].call("buffers")}
         wire_rollout(cluster.client, handles[0], collector.on_trajectory)
-        collector.call("attach_workers", {handles[0].name: handles[0].call("buffers")})
-        for handle in [collector, *handles]:
+        if inference == "remote":
+            spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_p{k}", hosts[k], setup)
+                                       for k, setup in enumerate(setups.inference_by_policy)],
+                      run_id=cluster.run_id, created=inference_handles)
+            for k, handle in enumerate(inference_handles):
+                handle.call("attach_workers", buffers)
+                wire_inference(cluster.client, handle, policy_queue(k))
+        collector.call("attach_workers", buffers)
+        for handle in [collector, *inference_handles, *handles]:
             handle.call("start")
         wait_for(lambda: collector.call("stats")["kept"] >= 10, what="10 slots")
         kept = [k["arrays"] for k in collector.call("collected")]
         stats = handles[0].call("stats")
+        served = [h.call("stats")["requests"] for h in inference_handles]
     finally:
-        for h in handles + [collector, *sources]:
+        for h in handles + inference_handles + [collector, *sources]:
             try:
                 h.call("stop", timeout=30)
             except Exception:
                 pass
-    assert stats["policy_versions"] == [1, 4]
+    if inference == "inline":
+        assert stats["policy_versions"] == [1, 4]
+    else:
+        assert min(served) > 0, served  # both policies' inference workers answered
     for slot in kept:
-        assert slot["policy_id"].tolist() == [[0, 1, 0, 1, 0, 1]] * 9  # round_robin: env g is policy g % 2 throughout
-        ids = slot["policy_id"][:8]  # (step T: who acts first in the next slot)
+        ids = slot["policy_id"][:8]
+        assert ids.tolist() == [[0, 1, 0, 1, 0, 1]] * 8  # round_robin: env g is policy g % 2 throughout
         np.testing.assert_array_equal(slot["values"], np.where(ids == 0, 1.0, 4.0))
         np.testing.assert_array_equal(slot["policy_version"], np.where(ids == 0, 1, 4))
 
@@ -205,6 +222,19 @@ def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp
         assert now["policy_version"] > before["policy_version"]
         assert now["train_steps"] > before["train_steps"]
     assert resumed["env_steps"] >= budget + 40_000
+
+
+def test_two_policies_with_remote_inference_each_have_their_own_inference_workers(tmp_path):
+    config = _config(tmp_path, "remote", num_policies=2, inference="remote", num_inference_workers=1,
+                     train_for_env_steps=60_000, train_for_seconds=120)
+    summary = train(config)
+    assert summary["env_steps"] >= 60_000, summary
+    trained = [p["policy_version"] for p in summary["policies"]]
+    assert all(v > 3 for v in trained), summary["policies"]
+    states = [CheckpointStore(Path(config.experiment_dir) / "checkpoints" / f"policy_{k}").load("latest")
+              for k in range(2)]
+    samples = [s["samples_trained"] for s in states]
+    assert all(0.4 * sum(samples) <= n <= 0.6 * sum(samples) for n in samples), samples
 
 
 def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from daskrl.errors import EnvStepError
-from daskrl.protocol import ActionsReady, InferenceRequest
+from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.timing import Timing
 from daskrl.sampling.policy import SamplingPolicy
 from daskrl.sampling.policy_map import columns_by_policy
@@ -147,12 +147,16 @@ class InlineActing:
 
 
 class RemoteActing:
-    """Inference workers act for the rollout worker (see the module docstring)."""
+    """Inference workers act for the rollout worker (see the module docstring). With several policies each policy's
+    inference workers take the requests on its own queue, each for its policy's columns of a split's step, and the
+    split steps once every policy acting there has answered."""
 
-    def __init__(self, worker: RolloutWorker, queue: str) -> None:
+    def __init__(self, worker: RolloutWorker, queue: str, num_policies: int = 1) -> None:
         self.worker, self.queue = worker, queue
+        self.queues = [policy_queue(k) for k in range(num_policies)] if num_policies > 1 else [queue]
         self.min_version = 0  # --sync: inference must act with this policy version or a newer one
         self.requested_at = [0.0] * len(worker.groups)  # when each split's pending request went out
+        self.waiting: list[set[int]] = [set() for _ in worker.groups]  # the policies each split still waits for
         worker.add_timer(1.0, self.resend_lost_requests)
 
     def begin(self) -> None:
@@ -168,12 +172,22 @@ class RemoteActing:
     def request(self, s: int) -> None:
         w = self.worker
         self.requested_at[s] = time.monotonic()
-        if w.policy_id is not None:  # one policy (several are inline only): who acts, for the learner's mask
-            w.policy_id[w.split_slot[s], w.split_t[s]] = w.acting_policies(s)
-        request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}
-        if self.min_version:
-            request["v"] = self.min_version
-        w.put(self.queue, request)
+        parts: list[tuple[int, np.ndarray | slice | None]] = [(0, None)]
+        if w.policy_id is not None:  # who acts, for the learners' masks; with several policies, who to ask
+            ids = w.acting_policies(s)
+            w.policy_id[w.split_slot[s], w.split_t[s]] = ids
+            if len(self.queues) > 1:
+                parts = columns_by_policy(ids) or parts  # nobody acts: policy 0 fills the ignored actions
+        self.waiting[s] = {k for k, _ in parts}
+        for k, columns in parts:
+            request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}
+            if self.min_version:
+                request["v"] = self.min_version
+            if columns is not None and not (isinstance(columns, slice) and columns.start == 0
+                                            and columns.stop == w.groups[s].num_envs):
+                request["c"] = list(range(columns.start, columns.stop)) if isinstance(columns, slice) \
+                    else [int(c) for c in columns]
+            w.put(self.queues[k], request)
 
     def on_actions(self, payload: ActionsReady) -> None:
         """Inference wrote actions for split ``s`` at its current step: step it and ask again."""
@@ -181,6 +195,9 @@ class RemoteActing:
         if payload["slot"] != w.split_slot[s] or payload["t"] != w.split_t[s]:
             w.counters["stale_answers"] += 1  # an answer to a request that was sent again
             return
+        self.waiting[s].discard(payload.get("p", 0))
+        if self.waiting[s]:
+            return  # another policy's columns of this step are still to come
         self.requested_at[s] = 0.0
         try:
             finished = w.step_split(s)

@@ -18,7 +18,7 @@ from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import slot
 from daskrl.sampling.policy import SamplingPolicy
-from daskrl.sampling.trajectories import attach_slots, read_slot, read_step, write_slot, write_step
+from daskrl.sampling.trajectories import attach_slots, read_slot, read_step, write_columns
 from daskrl.setups import InferenceSetup
 
 
@@ -27,6 +27,7 @@ class InferenceWorker(Component):
 
     def on_configure(self, setup: InferenceSetup) -> None:
         self.policy = SamplingPolicy(self, setup.policy)
+        self.policy_index = setup.policy_index  # with several policies: the one whose requests it takes
         self.pending: list[InferenceRequest] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.requests = 0
@@ -42,12 +43,14 @@ class InferenceWorker(Component):
         return await self.on_own_thread(attach)
 
     async def set_params(self, desc: dict, policy: int = 0) -> None:
-        """Read parameters from a new publisher (a restarted learner); this worker serves policy 0 only (remote
-        inference is for one policy: config_rules refuses it with several)."""
-        await self.on_own_thread(self.policy.follow, self, desc)
+        """Read ``policy``'s parameters from a new publisher (a restarted learner), if this worker serves it."""
+        if policy == self.policy_index:
+            await self.on_own_thread(self.policy.follow, self, desc)
 
-    async def policy_weights(self, policy: int = 0) -> dict:
-        """The version and weights this worker's policy acts with."""
+    async def policy_weights(self, policy: int = 0) -> dict | None:
+        """The version and weights this worker's policy acts with (None: it serves another policy)."""
+        if policy != self.policy_index:
+            return None
         return await self.on_own_thread(self.policy.weights)
 
     @slot
@@ -72,25 +75,27 @@ class InferenceWorker(Component):
             return False
         with self.timing("gather"):
             views = [self.workers[r["w"]] for r in batch]
-            obs = np.concatenate([read_step(v["obs"], r["slot"], r["t"]) for v, r in zip(views, batch, strict=True)])
-            states = np.concatenate([read_slot(v["rnn_live"], r["slot"]) for v, r in zip(views, batch, strict=True)]) \
+            # with several policies a request names its policy's columns ("c"); else it is for every column
+            obs = np.concatenate([_columns(read_step(v["obs"], r["slot"], r["t"]), r)
+                                  for v, r in zip(views, batch, strict=True)])
+            states = np.concatenate([_columns(read_slot(v["rnn_live"], r["slot"]), r)
+                                     for v, r in zip(views, batch, strict=True)]) \
                 if self.policy.model.recurrent else None
         with self.timing("inference"):
             actions, log_probs, values = self.policy.act(obs, states)
         with self.timing("scatter"):
             start = 0
             for v, r in zip(views, batch, strict=True):
-                slot_index, t = r["slot"], r["t"]
-                n = v["obs"].shape[2]
-                end = start + n
-                write_step(v["actions"], slot_index, t, actions[start:end])
-                write_step(v["log_probs"], slot_index, t, log_probs[start:end])
-                write_step(v["values"], slot_index, t, values[start:end])
-                write_step(v["policy_version"], slot_index, t, self.policy.version)
+                slot_index, t, columns = r["slot"], r["t"], r.get("c")
+                end = start + (v["obs"].shape[2] if columns is None else len(columns))
+                write_columns(v["actions"], (slot_index, t), columns, actions[start:end])
+                write_columns(v["log_probs"], (slot_index, t), columns, log_probs[start:end])
+                write_columns(v["values"], (slot_index, t), columns, values[start:end])
+                write_columns(v["policy_version"], (slot_index, t), columns, self.policy.version)
                 if states is not None:
-                    write_slot(v["rnn_live"], slot_index, states[start:end])
+                    write_columns(v["rnn_live"], (slot_index,), columns, states[start:end])
                 start = end
-                answer: ActionsReady = {"s": r["s"], "slot": slot_index, "t": t}
+                answer: ActionsReady = {"s": r["s"], "slot": slot_index, "t": t, "p": self.policy_index}
                 self.put(actions_queue(r["w"]), answer)
         self.requests += len(batch)
         self.batches += 1
@@ -100,3 +105,8 @@ class InferenceWorker(Component):
         return {"requests": self.requests, "batches": self.batches,
                 "mean_batch": self.requests / max(self.batches, 1), "policy_version": self.policy.version,
                 "inference_precision": self.policy.precision}
+
+
+def _columns(rows: np.ndarray, request: InferenceRequest) -> np.ndarray:
+    """The rows of the columns a request names (all of them when it names none)."""
+    return rows if "c" not in request else rows[np.asarray(request["c"], dtype=np.int64)]  # msgpack: a tuple

@@ -95,7 +95,7 @@ class RolloutWorker(Component):
         self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
         self._seen_failures: set[str] = set()
         self.acting = InlineActing(self, setup.policy, setup.policy_params) if setup.policy is not None \
-            else RemoteActing(self, setup.policy_queue)
+            else RemoteActing(self, setup.policy_queue, setup.num_policies)
 
     async def buffers(self) -> dict:
         """Descriptions of the slot arrays (plus this incarnation's id) for inference workers and the learner."""

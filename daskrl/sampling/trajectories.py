@@ -118,6 +118,17 @@ def write_step(array, slot: int, t: int, value) -> None:
         array.write((slot, t), value)
 
 
+def write_columns(array, index: tuple, columns: list[int] | None, value) -> None:
+    """``array[(*index, columns)] = value``: some env columns of one step (``index`` = (slot, t)) or of one slot's
+    states (``index`` = (slot,)), for a numpy view or a remote array (one RPC); ``columns`` None: all of them.
+    Inference workers of several policies write their own columns of the same step this way."""
+    full = index if columns is None else (*index, [int(c) for c in columns])  # msgpack may give a tuple
+    if isinstance(array, np.ndarray):
+        array[full] = value
+    else:
+        array.write(full, value)
+
+
 def read_slot(array, slot: int) -> np.ndarray:
     """``array[slot]`` for a numpy view (no copy) or a remote array (one RPC)."""
     return array[slot] if isinstance(array, np.ndarray) else array.read(slot)
