@@ -90,10 +90,18 @@ class MultiAgentGroup(EpisodeRecords):
         self._phase = "reset"
         kind = self.spaces.action_kind
         self._discrete, self._box = kind == "discrete", kind == "box"
+        # agents with different spaces: each one's observation fills the first obs_len of its row (zeros after),
+        # and takes the first act_dim of its Box action row, clipped to its own bounds
+        own = self.spaces.agent_spaces
+        self._obs_len = [a.obs_dim for a in own] if own else None
+        self._act_dim = [a.action_dim for a in own] if own and self._box else None
         if self._box:
             shape, dtype = self.spaces.action_shape, np.dtype(self.spaces.action_dtype)
             self._low = np.asarray(self.spaces.low, dtype=dtype).reshape(shape)
             self._high = np.asarray(self.spaces.high, dtype=dtype).reshape(shape)
+            if self._act_dim:
+                self._low, self._high = (np.tile(np.stack([np.pad(np.asarray(getattr(a, side), dtype), (
+                    0, shape[0] - a.action_dim)) for a in own]), (len(self.envs), 1)) for side in ("low", "high"))
             self._clipped = np.empty((self.num_envs, *shape), dtype=dtype)
 
     @classmethod
@@ -166,9 +174,10 @@ class MultiAgentGroup(EpisodeRecords):
         env, agents, active = self.envs[e], self._agents, self.active
         lo = e * self.num_agents
         actions = {}
+        dims = self._act_dim
         for k, agent in enumerate(agents):
             if active[lo + k]:
-                actions[agent] = acts[lo + k]
+                actions[agent] = acts[lo + k] if dims is None else acts[lo + k][:dims[k]]
         obs, rewards, terms, truncs, infos = env.step(actions)
         live = set(env.agents)
         ep_return, ep_length = self._ep_return, self._ep_length
@@ -186,6 +195,8 @@ class MultiAgentGroup(EpisodeRecords):
                 self._end(c, terminated, truncated, obs.get(agent), infos.get(agent), terminated_out, truncated_out)
             elif self._keys:
                 pack_into(obs_out[c], obs[agent], self._keys)
+            elif self._obs_len:
+                self._pad_into(obs_out[c], obs[agent], k)
             else:
                 obs_out[c] = obs[agent]
         if not live or not active[lo:lo + self.num_agents].any():
@@ -200,7 +211,7 @@ class MultiAgentGroup(EpisodeRecords):
         c = lo + self._slot[env.agent_selection]
         self.active[c] = False
         self._ep_length[c] += 1
-        env.step(acts[c])
+        env.step(acts[c] if self._act_dim is None else acts[c][:self._act_dim[c % self.num_agents]])
         for _ in range(2 * self.num_agents + 2):  # each dead step removes an agent
             if not env.agents:
                 self._phase = "reset"
@@ -234,8 +245,17 @@ class MultiAgentGroup(EpisodeRecords):
         self.active[c] = True
         if self._keys:
             pack_into(obs_out[c], obs, self._keys)
+        elif self._obs_len:
+            self._pad_into(obs_out[c], obs, c % self.num_agents)
         else:
             obs_out[c] = obs
+
+    def _pad_into(self, row: np.ndarray, obs: Any, agent: int) -> np.ndarray:
+        """An agent's observation in the first entries of its (wider) row, zeros after."""
+        n = self._obs_len[agent]  # type: ignore[index]
+        row[:n] = obs
+        row[n:] = 0
+        return row
 
     def _end(self, c: int, terminated: bool, truncated: bool, final_obs: Any, info: Any,
              terminated_out: np.ndarray, truncated_out: np.ndarray) -> None:
@@ -250,6 +270,8 @@ class MultiAgentGroup(EpisodeRecords):
         if truncated and not terminated and final_obs is not None:
             if self._keys:
                 row = pack_into(np.zeros(record_size(self._keys), np.uint8), final_obs, self._keys)
+            elif self._obs_len:
+                row = self._pad_into(np.empty(self.spaces.obs_shape, np.float32), final_obs, c % self.num_agents)
             else:
                 row = np.array(final_obs)  # a copy: the env may reuse its buffer
             self.truncations.append((c, row))

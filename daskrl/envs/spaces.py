@@ -42,6 +42,9 @@ class EnvSpaces:
     # column per (env, agent), so its slots are num_agents times as wide as its env count
     num_agents: int = 1
     agent_ids: tuple[str, ...] = ()
+    # agents whose spaces differ (daskrl/envs/agent_spaces.py): the spaces above are the slot layout (the union) and
+    # these each agent's own, in agent_ids order; empty when every agent has the spaces above
+    agent_spaces: tuple[EnvSpaces, ...] = ()
 
     def __post_init__(self) -> None:
         if self.action_kind not in ACTION_KINDS:
@@ -64,6 +67,19 @@ class EnvSpaces:
     def feature_keys(self) -> tuple[ObsKey, ...]:
         """The keys the model encodes (all but the action mask)."""
         return tuple(k for k in self.obs_keys if k.name != self.action_mask_key)
+
+    def spaces_of(self, agent: str) -> EnvSpaces:
+        """Agent ``agent``'s own spaces (the run's, unless its agents' spaces differ)."""
+        if not self.agent_spaces:
+            return self
+        return self.agent_spaces[self.agent_ids.index(agent)]
+
+    def cut_for(self, policy: EnvSpaces) -> tuple[int, int] | None:
+        """``(obs_len, act_dim)``: how much of this (slot) layout's observation and Box action rows ``policy``'s
+        spaces use (act_dim 0: Discrete, in range by construction); None when they are the same (nothing to slice)."""
+        if policy.obs_shape == self.obs_shape and policy.action_shape == self.action_shape:
+            return None
+        return policy.obs_dim, policy.action_dim if policy.action_kind == "box" else 0
 
     @property
     def obs_dim(self) -> int:
@@ -113,6 +129,7 @@ class EnvSpaces:
             "action_mask_key": self.action_mask_key,
             "num_agents": self.num_agents,
             "agent_ids": list(self.agent_ids),
+            "agent_spaces": [a.to_dict() for a in self.agent_spaces],
         }
 
     @classmethod
@@ -132,6 +149,7 @@ class EnvSpaces:
             action_mask_key=d.get("action_mask_key"),
             num_agents=int(d.get("num_agents", 1)),
             agent_ids=tuple(str(a) for a in d.get("agent_ids") or ()),
+            agent_spaces=tuple(EnvSpaces.from_dict(a) for a in d.get("agent_spaces") or ()),
         )
 
 
