@@ -19,6 +19,7 @@ from daskrl.errors import ConfigError
 from daskrl.experiment import checkpoint_file
 from daskrl.placement import workers_needed
 from daskrl.sampling.policy_map import check_mapping
+from daskrl.sampling.policy_spaces import policy_spaces
 from daskrl.sizing import check_fits_this_machine
 
 
@@ -27,11 +28,14 @@ def default_experiment_name(env: str) -> str:
 
 
 def check_policies(config: Config, spaces: EnvSpaces) -> None:
-    """What a multi-agent env or several policies need: a mapping that answers, and the parts that play one
-    agent (evaluation, videos, envpool) left out."""
+    """What a multi-agent env or several policies need: a mapping that answers (and, where agents' spaces differ,
+    gives each policy agents of one kind), and the parts that play one agent (evaluation, videos, envpool) left
+    out."""
     agents = spaces.agent_ids or ("agent_0",)
     check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents,
                   config.policies.self_play_snapshots)
+    policy_spaces(config.policies.policy_mapping, config.policies.num_policies, spaces,
+                  config.policies.self_play_snapshots)  # agents with different spaces: who each policy can get
     if spaces.num_agents > 1:
         problems = [f"{flag} plays single-agent episodes; {config.env.env!r} is a multi-agent env "
                     f"({spaces.num_agents} agents): leave {flag} at 0" for flag, value in

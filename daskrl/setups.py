@@ -20,6 +20,7 @@ from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import Shipped, pack_components
 from daskrl.protocol import policy_queue
 from daskrl.sampling.policy_map import slots_tagged
+from daskrl.sampling.policy_spaces import policy_spaces
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class PolicySetup:
     inference_precision: str
     device: str  # --inference-device for remote inference workers; inline samplers act on the CPU
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
+    # agents with different spaces: (obs_len, act_dim) of the slot rows this policy reads and writes (EnvSpaces.cut_for)
+    cut: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class RolloutSetup:
     run_envs: int  # the run's env count, which numbers episodes run-wide for the mapping
     # inline: each policy's parameter block (policy 0's is policy.params), then each self-play snapshot's
     policy_params: tuple[dict | None, ...]
+    policy_spaces: tuple[EnvSpaces, ...]  # by acting policy, like policy_params (the slots hold the union: spaces)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class LearnerSetup:
     snapshots: int  # self-play: frozen past versions of this policy kept in parameter blocks (policy 0 only)
     snapshot_every: int  # policy versions between two snapshots
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
+    cut: tuple[int, int] | None = None  # the policy's part of the slot rows, as PolicySetup.cut
 
 
 @dataclass(frozen=True)
@@ -118,16 +123,17 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | No
     params = policy_params[0]
     model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
     components = pack_components()
+    own = acting_spaces(config, spaces)
 
     def policy(seed: int, device: str = "cpu", k: int = 0) -> PolicySetup:
-        return PolicySetup(spaces, model, policy_params[k], seed, s.numpy_inference, s.inference_precision, device,
-                           components)
+        return PolicySetup(own[k], model, policy_params[k], seed, s.numpy_inference, s.inference_precision, device,
+                           components, spaces.cut_for(own[k]))
 
     rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
     by_policy = tuple(InferenceSetup(policy_queue(k), policy(c.run.seed + 1009 * k, s.inference_device, k), k)
                       for k in range(c.policies.num_policies)) if s.inference == "remote" else ()
     learners = () if c.run.sampling_only else tuple(LearnerSetup(
-        spaces=spaces, model=model, learner=dataclasses.replace(c.learner),
+        spaces=own[policy], cut=spaces.cut_for(own[policy]), model=model, learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params, rank=rank,
         num_learners=c.learner.num_learners, components=components, policy_index=policy, tagged=is_tagged(c, spaces),
@@ -135,6 +141,14 @@ def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | No
         snapshot_every=c.policies.self_play_snapshot_every)
         for policy in range(c.policies.num_policies) for rank in range(c.learner.num_learners))
     return RoleSetups(learners, rollout, by_policy[0] if by_policy else None, by_policy)
+
+
+def acting_spaces(config: Config, spaces: EnvSpaces) -> tuple[EnvSpaces, ...]:
+    """Each acting policy's spaces (the trained ones', then the self-play snapshots', which are policy 0's): the
+    slots' own unless the agents' spaces differ (daskrl/sampling/policy_spaces.py)."""
+    p = config.policies
+    own = policy_spaces(p.policy_mapping, p.num_policies, spaces, p.self_play_snapshots)
+    return own + (own[0],) * p.self_play_snapshots
 
 
 def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
@@ -155,9 +169,10 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | list[dict | 
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
     params = policy_params[0]
-    policy = PolicySetup(spaces, dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes)), params,
+    own = acting_spaces(config, spaces)
+    policy = PolicySetup(own[0], dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes)), params,
                          c.run.seed + 1000 * index, s.numpy_inference, s.inference_precision, "cpu",
-                         pack_components()) \
+                         pack_components(), spaces.cut_for(own[0])) \
         if s.inference == "inline" else None
     return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
@@ -167,7 +182,8 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | list[dict | 
                         policy_queue=policy_queue(), policy=policy, tagged=is_tagged(c, spaces),
                         num_policies=c.policies.num_policies, snapshots=c.policies.self_play_snapshots,
                         policy_mapping=c.policies.policy_mapping,
-                        run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params)
+                        run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
+                        policy_spaces=own)
 
 
 def _round_size(config: Config) -> int:

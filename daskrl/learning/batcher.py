@@ -44,7 +44,8 @@ class Batcher:
     def __init__(self, learner, samples_per_batch: int, deliver: Callable[[Delivery], None],
                  hold_slots: bool, max_ready: int = 1,
                  group: Callable[[], tuple[int, int]] = lambda: (0, 1),
-                 assign: Callable[[int, list[list]], None] | None = None, policy: int | None = None) -> None:
+                 assign: Callable[[int, list[list]], None] | None = None, policy: int | None = None,
+                 cut: tuple[int, int] | None = None) -> None:
         """``deliver(delivery)`` hands a batch to the learner; with ``hold_slots`` (``--sync``) the slots are not
         handed back when copied but listed in ``delivery.held`` as ``(worker, slot, incarnation)``, for the learner
         to free once it has trained on them and published the new version. ``group()`` is the learner group's
@@ -53,6 +54,7 @@ class Batcher:
         in, with a mask of its own steps; None: every column and step is the learner's."""
         self.learner = learner
         self.policy = policy
+        self.cut = cut  # agents with different spaces: this policy's part of the slot rows (EnvSpaces.cut_for)
         self.group = group
         self.assign = assign
         self.samples_per_batch = samples_per_batch
@@ -180,7 +182,7 @@ class Batcher:
         t0 = time.perf_counter()
         try:
             part = self._read_slot(arrays, slot)
-            return part if self.policy is None else _policy_columns(part, self.policy)
+            return part if self.policy is None else _policy_columns(part, self.policy, self.cut)
         finally:
             if remote:
                 self.slots_comms += 1
@@ -203,11 +205,13 @@ class Batcher:
         return out
 
 
-def _policy_columns(part: dict[str, np.ndarray], policy: int) -> dict[str, np.ndarray]:
+def _policy_columns(part: dict[str, np.ndarray], policy: int, cut: tuple[int, int] | None = None
+                    ) -> dict[str, np.ndarray]:
     """The columns of a tagged slot that ``policy`` acted in at least once, with ``valid`` marking its own steps
     (the other steps of those columns belong to another policy's episode, or to an agent that sat out). A turn-based
     player's column has its own steps moved to the front, each with what the others' moves gave it
-    (:func:`~daskrl.learning.turns.compact_turns`)."""
+    (:func:`~daskrl.learning.turns.compact_turns`). ``cut``: the policy's part of the observation and Box action
+    rows, where agents' spaces differ."""
     ids = part.pop("policy_id")  # [T + 1, B]: step T is who acts first in the next slot
     mine = ids == policy
     T = part["rewards"].shape[0]
@@ -222,6 +226,10 @@ def _policy_columns(part: dict[str, np.ndarray], policy: int) -> dict[str, np.nd
     keep = np.isin(b, columns)
     out["final_obs"] = part["final_obs"][keep]
     out["final_at"] = (t[keep] * len(columns) + np.searchsorted(columns, b[keep])).astype(np.int32)
+    if cut is not None:
+        out["obs"], out["final_obs"] = out["obs"][..., :cut[0]], out["final_obs"][..., :cut[0]]
+        if cut[1]:
+            out["actions"] = out["actions"][..., :cut[1]]
     return compact_turns(out, mine[T, columns])
 
 

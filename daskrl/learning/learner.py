@@ -79,7 +79,7 @@ class Learner(Component):
         self.tagged = setup.tagged  # slots say who acted: this learner takes only its policy's steps
         self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
                                group=self._group_now, assign=self._assign,
-                               policy=setup.policy_index if setup.tagged else None)
+                               policy=setup.policy_index if setup.tagged else None, cut=setup.cut)
         self.metrics: dict[str, float] = {}
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)

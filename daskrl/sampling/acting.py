@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.timing import Timing
@@ -68,12 +69,20 @@ class RolloutWorker(Protocol):
 class InlineActing:
     """The rollout worker runs its own copy of the policy, or of each policy (see the module docstring)."""
 
-    def __init__(self, worker: RolloutWorker, setup: PolicySetup, policy_params: Sequence[dict | None] = ()) -> None:
-        """``policy_params``: with several policies, each one's parameter block (policy 0's is ``setup.params``)."""
+    def __init__(self, worker: RolloutWorker, setup: PolicySetup, policy_params: Sequence[dict | None] = (),
+                 policy_spaces: Sequence[EnvSpaces] = (), slot_spaces: EnvSpaces | None = None) -> None:
+        """``policy_params``: with several policies, each one's parameter block (policy 0's is ``setup.params``);
+        ``policy_spaces``: each one's spaces, which differ from the slots' (``slot_spaces``) where agents' do."""
         self.worker = worker
         self.policy = SamplingPolicy(worker, setup)
-        self.policies = [self.policy] + [SamplingPolicy(worker, dataclasses.replace(setup, params=params))
-                                         for params in policy_params[1:]]
+        spaces = list(policy_spaces) or [setup.spaces] * max(len(policy_params), 1)
+        slot = slot_spaces or setup.spaces
+        self.policies = [self.policy] + [
+            SamplingPolicy(worker, dataclasses.replace(setup, params=params, spaces=spaces[k],
+                                                       cut=slot.cut_for(spaces[k])))
+            for k, params in enumerate(policy_params) if k > 0]
+        # each policy's part of a slot row (None: all of it; see EnvSpaces.cut_for)
+        self.cuts = [setup.cut] + [slot.cut_for(spaces[k]) for k in range(1, len(self.policies))]
         self.min_version = 0  # --sync: act only once the policy has this version
 
     def begin(self) -> None:
@@ -117,10 +126,16 @@ class InlineActing:
             for k, columns in columns_by_policy(ids):
                 policy = self.policies[k]
                 state = None if states is None else states[columns]
-                actions, log_probs, values = policy.act(obs[columns], state)
+                cut = self.cuts[k]
+                mine = obs[columns] if cut is None else obs[columns, :cut[0]]
+                actions, log_probs, values = policy.act(mine, state)
                 if state is not None and not isinstance(columns, slice):
                     states[columns] = state  # a gathered copy: the next states go back into the slot
-                w.actions[slot_index, t, columns] = actions
+                if cut is not None and cut[1]:  # a narrower Box action: the first act_dim of the row
+                    w.actions[slot_index, t, columns, :cut[1]] = actions
+                    w.actions[slot_index, t, columns, cut[1]:] = 0
+                else:
+                    w.actions[slot_index, t, columns] = actions
                 w.log_probs[slot_index, t, columns] = log_probs
                 w.values[slot_index, t, columns] = values
                 w.policy_version[slot_index, t, columns] = policy.version

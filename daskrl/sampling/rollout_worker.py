@@ -94,7 +94,8 @@ class RolloutWorker(Component):
         self.draining = False  # leaving: no new slot is started (see drain)
         self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
         self._seen_failures: set[str] = set()
-        self.acting = InlineActing(self, setup.policy, setup.policy_params) if setup.policy is not None \
+        self.acting = InlineActing(self, setup.policy, setup.policy_params, setup.policy_spaces,
+                                   setup.spaces) if setup.policy is not None \
             else RemoteActing(self, setup.policy_queue, setup.num_policies)
 
     async def buffers(self) -> dict:
