@@ -34,8 +34,14 @@ def check_policies(config: Config, spaces: EnvSpaces) -> None:
     agents = spaces.agent_ids or ("agent_0",)
     check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents,
                   config.policies.self_play_snapshots)
-    policy_spaces(config.policies.policy_mapping, config.policies.num_policies, spaces,
-                  config.policies.self_play_snapshots)  # agents with different spaces: who each policy can get
+    own = policy_spaces(config.policies.policy_mapping, config.policies.num_policies, spaces,
+                        config.policies.self_play_snapshots)  # agents with different spaces: who each policy can get
+    if any(o != own[0] for o in own):  # networks of different shapes: no weights pass from one policy to another
+        shared = [f"{flag} copies one network's weights into every policy, but this run's policies have different "
+                  f"spaces (their agents' spaces differ): leave {flag} out" for flag, value in
+                  (("--pbt", config.policies.pbt), ("--init-checkpoint", config.run.init_checkpoint)) if value]
+        if shared:
+            raise ConfigError(shared)
     if spaces.num_agents > 1:
         problems = [f"{flag} plays single-agent episodes; {config.env.env!r} is a multi-agent env "
                     f"({spaces.num_agents} agents): leave {flag} at 0" for flag, value in

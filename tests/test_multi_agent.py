@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import msgpack
@@ -185,18 +186,91 @@ def test_gymnasium_specs_are_unaffected():
 
 
 class _Mixed(StaggeredAgentsEnv):
+    def __init__(self, a1_obs: tuple[int, ...] = (3,)) -> None:
+        super().__init__()
+        self.a1_obs = a1_obs
+
     def observation_space(self, agent: str):
         import gymnasium as gym
 
-        return gym.spaces.Box(0.0, 1.0, (3 if agent == "a1" else 2,), np.float32)
+        return gym.spaces.Box(0.0, 1.0, self.a1_obs if agent == "a1" else (2,), np.float32)
 
 
-def test_agents_with_different_spaces_are_refused_in_one_line():
+class _Uneven:
+    """Two agents of different spaces (Parallel API, duck-typed): ``a0`` sees 2 floats and moves in a 1-D Box,
+    ``a1`` sees 4 and moves in a 3-D one; each observation is ``t + arange(len)``; both are cut at step 2."""
+
+    possible_agents = ["a0", "a1"]
+    metadata: dict = {"name": "uneven"}
+
+    def __init__(self) -> None:
+        import gymnasium as gym
+
+        self.obs = {"a0": gym.spaces.Box(-9.0, 9.0, (2,), np.float32), "a1": gym.spaces.Box(-9.0, 9.0, (4,), np.float32)}
+        self.act = {"a0": gym.spaces.Box(-1.0, 1.0, (1,), np.float32), "a1": gym.spaces.Box(-2.0, 2.0, (3,), np.float32)}
+        self.agents: list[str] = []
+        self.received: list[dict] = []
+        self.t = 0
+
+    def observation_space(self, agent: str):
+        return self.obs[agent]
+
+    def action_space(self, agent: str):
+        return self.act[agent]
+
+    def _obs(self) -> dict:
+        return {a: self.t + np.arange(self.obs[a].shape[0], dtype=np.float32) for a in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.t, self.agents = 0, list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict) -> tuple:
+        self.received.append({a: np.array(v) for a, v in actions.items()})
+        self.t += 1
+        obs, done = self._obs(), self.t >= 2
+        flags = {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, {a: 1.0 for a in flags}, {a: False for a in flags}, flags, {a: {} for a in flags}
+
+    def close(self) -> None:
+        pass
+
+
+def test_agents_with_spaces_a_slot_row_cannot_hold_are_refused_in_one_line():
     with pytest.raises(EnvError) as info:
-        multi_agent_spaces(_Mixed())
+        multi_agent_spaces(_Mixed((3, 3)))
     message = str(info.value)
-    assert "\n" not in message and "'a1'" in message and "(3,)" in message and "(2,)" in message
-    assert "not supported yet" in message and "pad" in message
+    assert "\n" not in message and "'a1'" in message and "(3, 3)" in message and "(2,)" in message
+    assert "flat 1-D float Boxes" in message and "pad" in message
+
+
+def test_agents_with_different_flat_spaces_get_the_union_and_their_own():
+    spaces = multi_agent_spaces(_Mixed())
+    assert (spaces.obs_shape, spaces.obs_dtype, spaces.num_actions, spaces.agent_ids) == ((3,), "float32", 3,
+                                                                                          ("a0", "a1", "a2"))
+    assert [a.obs_shape for a in spaces.agent_spaces] == [(2,), (3,), (2,)]
+    assert spaces.spaces_of("a1").obs_shape == (3,) and spaces.cut_for(spaces.spaces_of("a0")) == (2, 0)
+    assert EnvSpaces.from_dict(msgpack.unpackb(msgpack.packb(spaces.to_dict()))) == spaces
+    box = multi_agent_spaces(_Uneven())
+    assert (box.obs_shape, box.action_kind, box.action_shape) == ((4,), "box", (3,))
+    assert box.cut_for(box.spaces_of("a0")) == (2, 1) and box.cut_for(box.spaces_of("a1")) is None
+
+
+def test_each_agent_gets_its_observation_padded_and_its_part_of_a_box_action():
+    group = MultiAgentGroup([_Uneven(), _Uneven()])
+    b = buffers(group, 2)
+    actions = np.array([[5.0, 6.0, 7.0], [0.5, -5.0, 1.5]] * 2, np.float32)
+    run(group, [actions, actions], b)
+    np.testing.assert_array_equal(b["obs"][0, 0], [0, 1, 0, 0])  # a0: 2 floats, zeros after (no garbage)
+    np.testing.assert_array_equal(b["obs"][1, 1], [1, 2, 3, 4])
+    first = group.envs[0].received[0]
+    np.testing.assert_array_equal(first["a0"], [1.0])  # its own 1-D Box, clipped to its own bounds
+    np.testing.assert_array_equal(first["a1"], [0.5, -2.0, 1.5])
+    finals = dict(group.pop_truncations())
+    np.testing.assert_array_equal(finals[0], [2, 3, 0, 0])
+    np.testing.assert_array_equal(finals[1], [2, 3, 4, 5])
 
 
 # ---- real PettingZoo envs ----
@@ -231,11 +305,11 @@ def test_mpe2_continuous_actions_are_clipped_to_their_box():
     assert b["trunc"][1].all() and len(group.pop_episode_stats()) == 3
 
 
-def test_mpe2_agents_with_different_spaces_are_refused():
+def test_mpe2_simple_adversary_agents_share_the_union_of_their_spaces():
     pytest.importorskip("mpe2", reason="mpe2 (the multiagent extra) is not installed")
-    with pytest.raises(EnvError, match=r"^the agents of simple_adversary_v3 need one shared observation space: "
-                                       r"agent 'agent_0' has Box.*\(10,\).* but 'adversary_0' has Box.*\(8,\)"):
-        probe_env("mpe2.simple_adversary_v3:parallel_env")
+    spaces = probe_env("mpe2.simple_adversary_v3:parallel_env")
+    assert (spaces.obs_shape, spaces.num_actions, spaces.agent_ids) == ((10,), 5, ("adversary_0", "agent_0", "agent_1"))
+    assert [(a.obs_shape, a.num_actions) for a in spaces.agent_spaces] == [((8,), 5), ((10,), 5), ((10,), 5)]
 
 
 def test_tictactoe_random_legal_games_are_zero_sum_per_game():
@@ -360,6 +434,37 @@ def test_mpe2_simple_spread_trains_from_its_spec_with_the_mpe_defaults(tmp_path,
     assert summary["env_steps"] >= 6_000 and summary["policy_version"] > 2, summary
     # every agent's episode is the env's 25 steps, 3 agents per env episode
     assert summary["episodes"] >= 3 * 8 * (6_000 // 8 // 25) * 0.9, summary["episodes"]
+
+
+@pytest.mark.parametrize("inference", ["inline", "remote"])
+def test_agents_of_different_spaces_train_their_own_policies(tmp_path, inference):
+    """simple_adversary: the adversary (8 observations) is policy 0, the good agents (10) policy 1; each learner
+    and each sampler's copy builds its network from its own agents' spaces, on the padded slots."""
+    pytest.importorskip("mpe2", reason="the multiagent extra (pip install 'daskrl[multiagent]') is not installed")
+    import csv
+    from pathlib import Path
+
+    from daskrl import train
+    from daskrl.config import Config
+    from daskrl.learning.checkpoints import CheckpointStore
+
+    config = Config().replace(train_dir=str(tmp_path), experiment="adversary", dashboard_address="",
+                              report_interval=0.5, env="mpe2.simple_adversary_v3:parallel_env", num_policies=2,
+                              policy_mapping="daskrl.testing.mappings:by_role", inference=inference, num_workers=1,
+                              num_envs_per_worker=8, train_for_env_steps=20_000, train_for_seconds=120)
+    summary = train(config)
+    assert summary["stop_reason"].startswith("reached"), summary
+    exp = Path(config.experiment_dir)
+    states = [CheckpointStore(exp / "checkpoints" / f"policy_{k}").load("latest") for k in range(2)]
+    assert all(s["policy_version"] >= 2 for s in states), [s["policy_version"] for s in states]
+    first_layers = [next(v for k, v in s["model"].items() if k.endswith("weight") and v.ndim == 2) for s in states]
+    assert [w.shape[1] for w in first_layers] == [8, 10]
+    with open(exp / "policies.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = {r["policy"]: r for r in rows[-2:]}
+    assert set(last) == {"0", "1"} and all(int(last[k]["episodes"]) > 0 for k in "01"), last
+    assert int(last["1"]["episodes"]) == 2 * int(last["0"]["episodes"])  # two good agents per adversary
+    assert all(math.isfinite(float(last[k]["episode_return_mean"])) for k in "01")
 
 
 def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):

@@ -115,6 +115,56 @@ def test_a_learner_takes_the_columns_its_policy_played_with_its_own_steps_marked
     assert other["valid"][:, 1].tolist() == [False, False, True, True]
 
 
+def test_a_policy_of_narrower_spaces_takes_its_part_of_the_rows():
+    T, B = 2, 2
+    ids = np.array([[0, 1]] * (T + 1), np.int8)
+    part = {"obs": np.arange((T + 1) * B * 4, dtype=np.float32).reshape(T + 1, B, 4),
+            "actions": np.arange(T * B * 3, dtype=np.float32).reshape(T, B, 3),
+            "rewards": np.zeros((T, B), np.float32), "terminated": np.zeros((T, B), np.uint8),
+            "truncated": np.zeros((T, B), np.uint8), "log_probs": np.zeros((T, B), np.float32),
+            "policy_version": np.zeros((T, B), np.int32), "policy_id": ids,
+            "final_at": np.array([1 * B + 0], np.int32), "final_obs": np.array([[1.0, 2.0, 0.0, 0.0]], np.float32)}
+    mine = _policy_columns(dict(part), 0, (2, 1))
+    np.testing.assert_array_equal(mine["obs"], part["obs"][:, [0], :2])
+    np.testing.assert_array_equal(mine["actions"], part["actions"][:, [0], :1])
+    np.testing.assert_array_equal(mine["final_obs"], [[1.0, 2.0]])
+    wide = _policy_columns(dict(part), 1)
+    assert wide["obs"].shape == (T + 1, 1, 4) and wide["actions"].shape == (T, 1, 3)
+
+
+ADVERSARY = "mpe2.simple_adversary_v3:parallel_env"
+
+
+def test_agents_of_different_spaces_need_a_mapping_that_gives_each_policy_one_kind(tmp_path):
+    pytest.importorskip("mpe2", reason="mpe2 (the multiagent extra) is not installed")
+    from daskrl.preflight import preflight
+
+    base = Config().replace(train_dir=str(tmp_path), experiment="kinds", env=ADVERSARY)
+    for mapping, n in (("shared", 1), ("round_robin", 2)):
+        with pytest.raises(ConfigError, match=rf"^.*--policy-mapping {mapping} puts one policy on agents with "
+                                              r"different spaces: 'adversary_0' has observations \(8,\).* and "
+                                              r"'agent_0' observations \(10,\).*module:function"):
+            preflight(base.replace(num_policies=n, policy_mapping=mapping))
+    swap = "daskrl.testing.mappings:swap_every_episode"
+    with pytest.raises(ConfigError, match=r"gives policy 1 agents with different spaces: 'agent_0' "
+                                          r"\(observations \(10,\).*\) and 'adversary_0' \(observations \(8,\).*episode 1\)"
+                       ):
+        preflight(base.replace(num_policies=2, policy_mapping=swap))
+    with pytest.raises(ConfigError, match="gives policy 2 no agent in episodes 0..255"):
+        preflight(base.replace(num_policies=3, policy_mapping="daskrl.testing.mappings:by_role"))
+    by_role = base.replace(num_policies=2, policy_mapping="daskrl.testing.mappings:by_role")
+    with pytest.raises(ConfigError, match="--pbt copies one network's weights into every policy"):
+        preflight(by_role.replace(pbt=True))
+    spaces = preflight(by_role)
+    setups = role_setups(by_role, spaces, None, False)
+    assert [s.spaces.obs_shape for s in setups.learners] == [(8,), (10,)]
+    assert [s.cut for s in setups.learners] == [(8, 0), None]
+    rollout = setups.rollout[0]
+    assert rollout.spaces.obs_shape == (10,) and [s.obs_shape for s in rollout.policy_spaces] == [(8,), (10,)]
+    remote = role_setups(by_role.replace(inference="remote"), spaces, None, False).inference_by_policy
+    assert [(s.policy.spaces.obs_shape, s.policy.cut) for s in remote] == [((8,), (8, 0)), ((10,), None)]
+
+
 # ---- acting: each policy's parameters act for its own columns ----
 
 

@@ -12,7 +12,3 @@ def swap_every_episode(agent_id: str, episode_index: int) -> int:
     """by_role, with the roles' policies swapped in odd episodes (one policy meets both kinds of agent)."""
     return by_role(agent_id, episode_index) ^ (episode_index % 2)
 
-
-def adversary_only(agent_id: str, episode_index: int) -> int:
-    """Every agent is policy 0: policy 1 gets no agent."""
-    return 0
