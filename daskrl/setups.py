@@ -36,7 +36,7 @@ class PolicySetup:
     device: str  # --inference-device for remote inference workers; inline samplers act on the CPU
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
     # agents with different spaces: (obs_len, act_dim) of the slot rows this policy reads and writes (EnvSpaces.cut_for)
-    cut: tuple[int, int] | None = None
+    cut: tuple[int, int] | None
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class LearnerSetup:
     snapshots: int  # self-play: frozen past versions of this policy kept in parameter blocks (policy 0 only)
     snapshot_every: int  # policy versions between two snapshots
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
-    cut: tuple[int, int] | None = None  # the policy's part of the slot rows, as PolicySetup.cut
+    cut: tuple[int, int] | None  # the policy's part of the slot rows, as PolicySetup.cut
 
 
 @dataclass(frozen=True)
