@@ -24,16 +24,11 @@ from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.encoders import resolve_encoder_name
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
-from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runner import train
-from daskrl.runtime import connect_cluster, spawn, spawn_all
-from daskrl.sampling.inference_worker import InferenceWorker
-from daskrl.sampling.rollout_worker import RolloutWorker
-from daskrl.setups import role_setups
+from daskrl.runtime import connect_cluster, spawn
 from daskrl.testing.envs import CueEnv
-from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
+from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .conftest import wait_for
 from .test_faults import Killer, recovery_of
 from .test_monitor import get_json
 
@@ -141,35 +136,8 @@ def test_dict_records_round_trip_through_trajectory_slots(cluster, inference):
     source = spawn(cluster.client, PolicySource, f"dictsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
                    setup=PolicySourceSetup(spaces, config.model))
     source.call("publish")
-    collector = spawn(cluster.client, SlotCollector, f"dictcollector{next(_ids)}", run_id=cluster.run_id,
-                      worker=hosts[1], setup=CollectorSetup(max_keep=12))
-    setups = role_setups(config, spaces, source.call("desc"), remote_params=False)
-    name = f"dict{next(_ids)}"
-    handles, inference_handles = [], []
-    try:
-        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[0], setups.rollout[0])],
-                  run_id=cluster.run_id, created=handles)
-        buffers = {handles[0].name: handles[0].call("buffers")}
-        if inference == "remote":
-            spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_{j}", host, setups.inference)
-                                       for j, host in enumerate(hosts[1:])], run_id=cluster.run_id,
-                      created=inference_handles)
-            for handle in inference_handles:
-                handle.call("attach_workers", buffers)
-            wire_sampling_graph(cluster.client, handles, inference_handles, collector.on_trajectory, policy_queue())
-        else:
-            wire_rollout(cluster.client, handles[0], collector.on_trajectory)
-        collector.call("attach_workers", buffers)
-        for handle in [collector, *inference_handles, *handles]:
-            handle.call("start")
-        wait_for(lambda: collector.call("stats")["kept"] >= 12, what="12 slots")
-        kept = [k["arrays"] for k in collector.call("collected")]
-    finally:
-        for h in handles + inference_handles + [collector, source]:
-            try:
-                h.call("stop", timeout=30)
-            except Exception:
-                pass
+    kept = sample_slots(cluster, config, spaces, source.call("desc"), 12, f"dict{next(_ids)}").kept
+    source.call("stop", timeout=30)
     finals = 0
     for s in kept:
         fields = unpack(s["obs"], spaces.obs_keys)  # [T + 1, B, ...]

@@ -354,13 +354,8 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
     column says policy 0 exactly while it acts and nobody (-1) after it left; every agent's episode is reported
     with its exact return, its own length and the policy that played it; env steps count envs, not agents."""
     from daskrl.config import Config
-    from daskrl.protocol import wire_rollout
-    from daskrl.runtime.handles import spawn, spawn_all
-    from daskrl.sampling.rollout_worker import RolloutWorker
-    from daskrl.setups import role_setups
-    from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
-
-    from .conftest import wait_for
+    from daskrl.runtime.handles import spawn
+    from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
     spec = "daskrl.testing.envs:staggered"
     config = Config.from_flat({"env": spec, "num_workers": 1, "num_envs_per_worker": 2, "rollout": 5,
@@ -370,26 +365,9 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
     source = spawn(cluster.client, PolicySource, "ma_source", run_id=cluster.run_id, worker=hosts[0],
                    setup=PolicySourceSetup(spaces, config.model))
     source.call("publish")
-    collector = spawn(cluster.client, SlotCollector, "ma_collector", run_id=cluster.run_id, worker=hosts[1],
-                      setup=CollectorSetup(max_keep=8))
-    setup = role_setups(config, spaces, source.call("desc"), remote_params=False).rollout[0]
-    handles = []
-    try:
-        spawn_all(cluster.client, [(RolloutWorker, "ma_rollout", hosts[2], setup)], run_id=cluster.run_id,
-                  created=handles)
-        wire_rollout(cluster.client, handles[0], collector.on_trajectory)
-        collector.call("attach_workers", {handles[0].name: handles[0].call("buffers")})
-        collector.call("start")
-        handles[0].call("start")
-        wait_for(lambda: collector.call("stats")["kept"] >= 8, what="8 slots")
-        kept = [k["arrays"] for k in collector.call("collected")]
-        final = handles[0].call("stop", timeout=30)
-    finally:
-        for h in handles + [collector, source]:
-            try:
-                h.call("stop", timeout=30)
-            except Exception:
-                pass
+    sampled = sample_slots(cluster, config, spaces, source.call("desc"), 8, "ma")
+    source.call("stop", timeout=30)
+    kept, final = sampled.kept, sampled.final
     lengths = (2, 3, 4)
     for i, slot in enumerate(kept):
         for t in range(5):

@@ -24,15 +24,11 @@ from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
 from daskrl.learning.batcher import _policy_columns
 from daskrl.learning.checkpoints import CheckpointStore
-from daskrl.protocol import policy_queue, wire_inference, wire_rollout
-from daskrl.runtime.handles import spawn, spawn_all
-from daskrl.sampling.inference_worker import InferenceWorker
+from daskrl.runtime.handles import spawn
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
-from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.setups import role_setups
-from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector
+from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .conftest import wait_for
 from .test_faults import Killer, recovery_of
 
 _ids = itertools.count()
@@ -182,36 +178,10 @@ def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, h
     sources[0].call("publish")
     for _ in range(4):
         sources[1].call("publish")
-    collector = spawn(cluster.client, SlotCollector, f"mpcollector{next(_ids)}", run_id=cluster.run_id,
-                      worker=hosts[1], setup=CollectorSetup(max_keep=10))
-    setups = role_setups(config, spaces, [s.call("desc") for s in sources], remote_params=False)
-    handles, inference_handles = [], []
-    name = f"mp{next(_ids)}"
-    try:
-        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[2], setups.rollout[0])],
-                  run_id=cluster.run_id, created=handles)
-        buffers = {handles[0].name: handles[0].call("buffers")}
-        wire_rollout(cluster.client, handles[0], collector.on_trajectory)
-        if inference == "remote":
-            spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_p{k}", hosts[k], setup)
-                                       for k, setup in enumerate(setups.inference_by_policy)],
-                      run_id=cluster.run_id, created=inference_handles)
-            for k, handle in enumerate(inference_handles):
-                handle.call("attach_workers", buffers)
-                wire_inference(cluster.client, handle, policy_queue(k))
-        collector.call("attach_workers", buffers)
-        for handle in [collector, *inference_handles, *handles]:
-            handle.call("start")
-        wait_for(lambda: collector.call("stats")["kept"] >= 10, what="10 slots")
-        kept = [k["arrays"] for k in collector.call("collected")]
-        stats = handles[0].call("stats")
-        served = [h.call("stats")["requests"] for h in inference_handles]
-    finally:
-        for h in handles + inference_handles + [collector, *sources]:
-            try:
-                h.call("stop", timeout=30)
-            except Exception:
-                pass
+    sampled = sample_slots(cluster, config, spaces, [s.call("desc") for s in sources], 10, f"mp{next(_ids)}")
+    for source in sources:
+        source.call("stop", timeout=30)
+    kept, stats, served = sampled.kept, sampled.stats, sampled.served
     if inference == "inline":
         assert stats["policy_versions"] == [1, 4]
     else:

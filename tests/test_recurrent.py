@@ -23,17 +23,18 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.models.recurrent import rnn_state_size
-from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runner import train
-from daskrl.runtime import connect_cluster, spawn, spawn_all
+from daskrl.runtime import connect_cluster, spawn
 from daskrl.runtime.shm import list_segments
-from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.policy import SamplingPolicy
-from daskrl.sampling.rollout_worker import RolloutWorker
-from daskrl.setups import PolicySetup, role_setups
-from daskrl.testing.sampling import CollectorSetup, PolicySource, PolicySourceSetup, SlotCollector, source_weights
+from daskrl.setups import PolicySetup
+from daskrl.testing.sampling import (
+    PolicySource,
+    PolicySourceSetup,
+    sample_slots,
+    source_weights,
+)
 
-from .conftest import wait_for
 from .test_sampling import split_chains
 
 CARTPOLE = probe_env("CartPole-v1")
@@ -298,37 +299,10 @@ def test_samplers_store_each_slots_starting_state_and_reset_it_at_episode_starts
     source = spawn(cluster.client, PolicySource, f"rnnsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
                    setup=PolicySourceSetup(spaces, config.model, actor_scale=ACTOR_SCALE))
     source.call("publish")  # every step acts with version >= 1: the source's weights, known here
-    collector = spawn(cluster.client, SlotCollector, f"rnncollector{next(_ids)}", run_id=cluster.run_id,
-                      worker=hosts[1], setup=CollectorSetup(max_keep=16))
-    setups = role_setups(config, spaces, source.call("desc"), remote_params=False)
-    name = f"rnn{next(_ids)}"
-    handles, inference_handles = [], []
-    try:
-        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[0], setups.rollout[0])],
-                  run_id=cluster.run_id, created=handles)
-        buffers = {handles[0].name: handles[0].call("buffers")}
-        assert {"rnn_states", "rnn_live"} <= set(buffers[handles[0].name])
-        if inference == "remote":
-            spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_{j}", host, setups.inference)
-                                       for j, host in enumerate(hosts[1:])], run_id=cluster.run_id,
-                      created=inference_handles)
-            for handle in inference_handles:
-                handle.call("attach_workers", buffers)
-            wire_sampling_graph(cluster.client, handles, inference_handles, collector.on_trajectory, policy_queue())
-        else:
-            wire_rollout(cluster.client, handles[0], collector.on_trajectory)
-        collector.call("attach_workers", buffers)
-        for handle in [collector, *inference_handles, *handles]:
-            handle.call("start")
-        wait_for(lambda: collector.call("stats")["kept"] >= 16, what="16 slots")
-        kept = [k["arrays"] for k in collector.call("collected")]
-        served = [h.call("stats")["requests"] for h in inference_handles]
-    finally:
-        for h in handles + inference_handles + [collector, source]:
-            try:
-                h.call("stop", timeout=30)
-            except Exception:
-                pass
+    sampled = sample_slots(cluster, config, spaces, source.call("desc"), 16, f"rnn{next(_ids)}")
+    source.call("stop", timeout=30)
+    kept, served = sampled.kept, sampled.served
+    assert {"rnn_states", "rnn_live"} <= set(kept[0])
     if inference == "remote":
         assert all(n > 0 for n in served), f"both inference workers must act: {served}"
     model = build_model(spaces, config.model, 0)

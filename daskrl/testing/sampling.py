@@ -4,6 +4,7 @@ copies of what it receives, and a parameter source whose versions are recognizab
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,3 +175,67 @@ class PolicySource(Component):
 
     async def version(self) -> int:
         return self.publisher.version
+
+
+@dataclass
+class Sampled:
+    """What :func:`sample_slots` saw: the slot copies the collector kept, the rollout worker's stats once they were
+    in, its final stats (its last word, episodes included) and the requests each inference worker answered."""
+
+    kept: list[dict[str, np.ndarray]]
+    stats: dict[str, Any]
+    final: dict[str, Any]
+    served: list[int]
+
+
+def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: Any, slots: int, name: str,
+                 timeout: float = 30.0) -> Sampled:
+    """Run one real rollout worker of ``config`` (acting inline, or through ``--num-inference-workers`` inference
+    workers per policy, each policy's on its own queue) into a :class:`SlotCollector` until ``slots`` full slots
+    were copied, then stop them all. ``params``: the parameter block(s) to act with (see ``role_setups``). The
+    rollout worker runs on the cluster's first worker, the collector and inference workers on the others: the wiring
+    every sampling test needs, written once."""
+    from daskrl.protocol import policy_queue, wire_inference, wire_rollout
+    from daskrl.runtime.handles import spawn, spawn_all
+    from daskrl.sampling.inference_worker import InferenceWorker
+    from daskrl.sampling.rollout_worker import RolloutWorker
+    from daskrl.setups import role_setups
+
+    hosts = sorted(cluster.client.scheduler_info()["workers"])
+    setups = role_setups(config, spaces, params, remote_params=False)
+    collector = spawn(cluster.client, SlotCollector, f"{name}_collector", run_id=cluster.run_id, worker=hosts[1],
+                      setup=CollectorSetup(max_keep=slots))
+    rollout: list = []
+    inference: list = []
+    try:
+        spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[0], setups.rollout[0])],
+                  run_id=cluster.run_id, created=rollout)
+        buffers = {rollout[0].name: rollout[0].call("buffers")}
+        wire_rollout(cluster.client, rollout[0], collector.on_trajectory)
+        per_policy = config.sampler.num_inference_workers
+        specs = [(k, j) for k in range(len(setups.inference_by_policy)) for j in range(per_policy)]
+        spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_p{k}_{j}", hosts[1 + i % (len(hosts) - 1)],
+                                    setups.inference_by_policy[k]) for i, (k, j) in enumerate(specs)],
+                  run_id=cluster.run_id, created=inference)
+        for (k, _), handle in zip(specs, inference, strict=True):
+            handle.call("attach_workers", buffers)
+            wire_inference(cluster.client, handle, policy_queue(k))
+        collector.call("attach_workers", buffers)
+        for handle in [collector, *inference, *rollout]:
+            handle.call("start")
+        deadline = time.monotonic() + timeout
+        while collector.call("stats")["kept"] < slots:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{slots} slots not collected within {timeout} s")
+            time.sleep(0.05)
+        kept = [k["arrays"] for k in collector.call("collected")]
+        stats = rollout[0].call("stats")
+        served = [h.call("stats")["requests"] for h in inference]
+        final = rollout[0].call("stop", timeout=30)
+    finally:
+        for handle in rollout + inference + [collector]:
+            try:
+                handle.call("stop", timeout=30)
+            except Exception:  # stopped already, or lost: nothing left to stop
+                pass
+    return Sampled(kept, stats, final, served)
