@@ -13,14 +13,20 @@ from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments
 
 
-@pytest.fixture(scope="module")
-def session():
-    """A 2-worker embedded cluster with the daskrl plugins; checks nothing leaks in /dev/shm after close."""
-    s = connect_cluster(n_workers=2, dashboard_address=None)
+def _embedded(n_workers: int):
+    """An embedded cluster of ``n_workers`` worker processes with the daskrl plugins, closed after; checks nothing of
+    its run is left in /dev/shm."""
+    s = connect_cluster(n_workers=n_workers, dashboard_address=None)
     yield s
     run_id = s.run_id
     s.close()
     assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
+
+
+@pytest.fixture(scope="module")
+def session():
+    """A 2-worker embedded cluster (see _embedded)."""
+    yield from _embedded(2)
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +36,9 @@ def workers(session):
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A 3-worker embedded cluster of worker processes (what this process registers does not reach them by itself);
-    checks nothing of its run is left in /dev/shm after close."""
-    s = connect_cluster(n_workers=3, dashboard_address=None)
-    yield s
-    run_id = s.run_id
-    s.close()
-    assert list_segments(run_id) == [], "daskrl shared-memory segments left after the cluster closed"
+    """A 3-worker embedded cluster of worker processes (what this process registers does not reach them by
+    itself; see _embedded)."""
+    yield from _embedded(3)
 
 
 @pytest.fixture(scope="module")

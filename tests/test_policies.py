@@ -11,6 +11,7 @@ import csv
 import itertools
 import math
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -261,7 +262,14 @@ def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
     budget = 250_000
     config = _config(tmp_path, "lose_p1", num_policies=2, train_for_env_steps=budget, train_for_seconds=150,
                      checkpoint_interval=1.0)
-    killer = Killer("learner_p1", ready=lambda row: row["env_steps"] >= 60_000)
+    store = CheckpointStore(Path(config.experiment_dir) / "checkpoints" / "policy_1")
+
+    def after_policy_1s_first_checkpoint() -> None:  # a fast start reaches 60k steps before the first one
+        deadline = time.monotonic() + 60
+        while store.latest() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    killer = Killer("learner_p1", ready=lambda row: row["env_steps"] >= 60_000, wait=after_policy_1s_first_checkpoint)
     summary = train(config, on_report=killer)
     out = capsys.readouterr().out
     killer.check()

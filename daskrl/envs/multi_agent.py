@@ -125,8 +125,9 @@ class MultiAgentGroup(EpisodeRecords):
     def __len__(self) -> int:
         return self.num_envs
 
-    def pop_new_episodes(self) -> list[int]:
-        """Return and clear the envs (indices within the group) whose episode started since the last call."""
+    def pop_new_episodes(self, ended: np.ndarray | None = None) -> list[int]:
+        """Return and clear the envs (indices within the group) whose episode started since the last call (a
+        column's end is no env's start here: ``ended`` is not needed)."""
         started, self.new_episodes = self.new_episodes, []
         return started
 

@@ -94,6 +94,12 @@ class EpisodeRecords:
         truncations, self.truncations = self.truncations, []
         return truncations
 
+    def pop_new_episodes(self, ended: np.ndarray | None = None) -> Sequence[int]:
+        """The envs (indices within the group) whose episode started since the last call. Here one env is one
+        column and it starts its next episode in the step its last one ended (``ended``: that step's terminated |
+        truncated rows); a group whose envs hold several agents keeps its own record (MultiAgentGroup)."""
+        return () if ended is None else np.flatnonzero(ended)
+
     def pop_episode_stats(self) -> list[tuple[float, int, int]]:
         """Return and clear the (return, length, env column) of episodes finished since the last call."""
         stats, self.finished_episodes = self.finished_episodes, []

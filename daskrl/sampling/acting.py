@@ -25,7 +25,6 @@ from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.timing import Timing
 from daskrl.sampling.policy import SamplingPolicy
-from daskrl.sampling.policy_map import columns_by_policy
 from daskrl.setups import PolicySetup
 
 #: seconds after which an unanswered inference request is sent again (its inference worker may have died)
@@ -52,6 +51,9 @@ class RolloutWorker(Protocol):
 
     def step_split(self, s: int) -> bool:
         """Step split ``s`` with the actions written at its current step; True when that filled its slot."""
+
+    def acting_groups(self, s: int) -> list[tuple[int, np.ndarray | slice]]:
+        """Each policy acting in split ``s`` at its current step with its columns; tagged only."""
 
     def acting_policies(self, s: int) -> np.ndarray:
         """The policy id of each column of split ``s`` at its current step (-1: it does not act); tagged only."""
@@ -123,7 +125,7 @@ class InlineActing:
         obs = w.obs[slot_index, t]
         states = None if w.rnn_live is None else w.rnn_live[slot_index]
         with w.timing("inference"):
-            for k, columns in columns_by_policy(ids):
+            for k, columns in w.acting_groups(s):
                 policy = self.policies[k]
                 state = None if states is None else states[columns]
                 cut = self.cuts[k]
@@ -192,7 +194,7 @@ class RemoteActing:
             ids = w.acting_policies(s)
             w.policy_id[w.split_slot[s], w.split_t[s]] = ids
             if len(self.queues) > 1:
-                parts = columns_by_policy(ids) or parts  # nobody acts: policy 0 fills the ignored actions
+                parts = w.acting_groups(s) or parts  # nobody acts: policy 0 fills the ignored actions
         self.waiting[s] = {k for k, _ in parts}
         for k, columns in parts:
             request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}

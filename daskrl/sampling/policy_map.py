@@ -100,6 +100,7 @@ class PolicyMap:
         self.run_envs = max(run_envs, 1)
         self.episodes_started = [0] * len(self.env_indices)
         self.column_policy = np.zeros(len(self.agent_ids), np.int8)
+        self._groups: list[tuple[int, np.ndarray | slice]] | None = None  # columns_by_policy(column_policy)
         for env in range(len(self.env_indices)):
             self._assign(env)
 
@@ -130,13 +131,24 @@ class PolicyMap:
             else:
                 policy = _checked(self.fn, self.spec, self.num_policies + self.snapshots, self.agent_ids[column],
                                   episode)
-            self.column_policy[column] = policy
+            if self.column_policy[column] != policy:
+                self.column_policy[column] = policy
+                self._groups = None
 
     def acting(self, active: np.ndarray | None) -> np.ndarray:
         """The policy id of each column at this step: its policy, or :data:`NOBODY` where it does not act."""
         if active is None:
             return self.column_policy
         return np.where(active, self.column_policy, NOBODY).astype(np.int8)
+
+    def groups(self, active: np.ndarray | None) -> list[tuple[int, np.ndarray | slice]]:
+        """:func:`columns_by_policy` of this step's ids. With every agent acting (single-agent envs) they change only
+        when an episode start changes a column's policy, so they are worked out then, not at every step."""
+        if active is not None:
+            return columns_by_policy(self.acting(active))
+        if self._groups is None:
+            self._groups = columns_by_policy(self.column_policy)
+        return self._groups
 
 
 def columns_by_policy(ids: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:

@@ -153,8 +153,7 @@ class RolloutWorker(Component):
             slot_index = self.free.popleft()
             with self.timing("env"):
                 group.reset(self.obs[slot_index, 0])
-            if hasattr(group, "pop_new_episodes"):
-                group.pop_new_episodes()  # the first episodes: their policies were chosen with the map
+            group.pop_new_episodes()  # the first episodes: their policies were chosen with the map
             self._begin_slot(s, slot_index)
         self.acting.begin()
 
@@ -195,8 +194,7 @@ class RolloutWorker(Component):
             if group.episode_extras:
                 self.episode_extras.extend(group.pop_episode_extras())
         if self.maps:  # the envs that began an episode get its policies (after its ended one was credited)
-            began = group.pop_new_episodes() if hasattr(group, "pop_new_episodes") else \
-                np.flatnonzero(self.terminated[slot_index, t] | self.truncated[slot_index, t])
+            began = group.pop_new_episodes(self.terminated[slot_index, t] | self.truncated[slot_index, t])
             if len(began):
                 self.maps[s].episodes_began(began)
         t += 1
@@ -235,6 +233,10 @@ class RolloutWorker(Component):
     def acting_policies(self, s: int) -> np.ndarray:
         """The policy id of each column of split ``s`` at its current step (-1: that agent does not act)."""
         return self.maps[s].acting(getattr(self.groups[s], "active", None))
+
+    def acting_groups(self, s: int) -> list[tuple[int, np.ndarray | slice]]:
+        """Each policy acting in split ``s`` at its current step, with its columns (see PolicyMap.groups)."""
+        return self.maps[s].groups(getattr(self.groups[s], "active", None))
 
     def _announce(self, slot_index: int, frames: int) -> None:
         """Tell the consumers a slot is full. A tagged slot goes to the learners of the policies that acted in it,
