@@ -5,7 +5,7 @@ Run:  python benchmarks/bench_atari.py [--json] [--game Pong] [--seconds 600]
       [--sample-factory-venv /work/venv-sf] [--only daskrl|sample_factory]
 
 daskrl: ``daskrl train --env atari/<Game> --train-for-seconds S`` with the Atari family's defaults (what a user gets,
-daskrl/env_defaults.py), without sticky actions (``--env-kwargs '{"sticky_actions": 0}'``) so that both play the
+daskrl/config/env_defaults.py), without sticky actions (``--env-kwargs '{"sticky_actions": 0}'``) so that both play the
 same game: Sample Factory's ``sf_examples.atari`` plays ``<Game>NoFrameskip-v4`` (no sticky actions, up to 30 no-ops,
 4 frames a step with the max of the last two, 84x84 grayscale, 4 frames stacked, rewards clipped to +-1 for
 training; it also ends an episode for training at each lost life and presses FIRE after a reset, which daskrl does
@@ -101,7 +101,7 @@ def _finish(proc: subprocess.Popen, deadline_s: float) -> None:
 def run_daskrl(game: str, seconds: float, warmup: float, tmp: str, extra: list[str]) -> dict:
     """``daskrl train`` in a subprocess (its own process group); rates from its metrics.csv."""
     from daskrl.config import Config
-    from daskrl.env_defaults import apply_env_defaults
+    from daskrl.config.env_defaults import apply_env_defaults
 
     env = f"atari/{game}"
     cmd = [sys.executable, "-m", "daskrl.cli", "train", "--env", env, "--train-for-seconds", str(seconds),
@@ -139,7 +139,7 @@ def run_daskrl(game: str, seconds: float, warmup: float, tmp: str, extra: list[s
 def run_sample_factory(venv: str, game: str, seconds: float, warmup: float, tmp: str, extra: list[str]) -> dict:
     """``sf_examples.atari`` (through sf_atari.py) in its venv; rates and return from its log lines."""
     from daskrl.config import Config
-    from daskrl.env_defaults import apply_env_defaults
+    from daskrl.config.env_defaults import apply_env_defaults
 
     config = Config().replace(env=f"atari/{game}")
     apply_env_defaults(config)

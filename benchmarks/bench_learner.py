@@ -19,7 +19,7 @@ say):
 samples/s = samples of the whole batch x steps / seconds of the slowest member, after one warm-up step; a step
 trains ``--epochs`` passes over its samples (plus the one forward pass that computes V-trace's targets), so with
 more epochs a sample costs more. ``--samples``, ``--batch-size``, ``--epochs`` and ``--frame`` (the CNN's square frame
-side) replace a model's defaults, to price a candidate configuration (the Atari family's in daskrl/env_defaults.py).
+side) replace a model's defaults, to price a candidate configuration (the Atari family's in daskrl/config/env_defaults.py).
 """
 
 from __future__ import annotations

@@ -96,8 +96,8 @@ def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, start
     """Frames/s of a sampling-only run (or, with ``sampling_only=False``, a training run), measured for ``seconds``
     after a warm-up, and the run's summary; ``startup_s`` is what the run gets to build its envs before the warm-up
     can start."""
+    from daskrl import train
     from daskrl.config import Config
-    from daskrl.runner import train
 
     probe = RateProbe(warmup)
     with tempfile.TemporaryDirectory() as tmp:

@@ -62,8 +62,8 @@ class WindowProbe:
 
 
 def measure(seconds: float, warmup: float, **options) -> dict:
+    from daskrl import train
     from daskrl.config import Config
-    from daskrl.runner import train
 
     tmp = tempfile.mkdtemp(prefix="daskrl_scale_")
     try:
@@ -198,8 +198,8 @@ def measure_growing_hosts(hosts: int, period: float, settle: float) -> list[dict
     hosts, from ``settle`` seconds after the k-th host's rollout worker started."""
     import threading
 
+    from daskrl import train
     from daskrl.config import Config
-    from daskrl.runner import train
 
     with NetnsCluster(hosts) as cluster:
         cluster.worker(1, "a-learner", "--resources", "learner=1")

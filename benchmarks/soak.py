@@ -2,7 +2,7 @@
 
 Run:  python benchmarks/soak.py --minutes 30 [--env CartPole-v1] [--interval 10] [--json]
 
-The run is an ordinary ``daskrl.runner.train()`` (``--train-for-seconds`` = minutes x 60, no step limit, default
+The run is an ordinary ``daskrl.train()`` (``--train-for-seconds`` = minutes x 60, no step limit, default
 options otherwise), in this process. Every ``--interval`` seconds the RSS and PSS (proportional set size: pages
 shared between processes, such as the forkserver's preloaded torch, are split between their users, so the PSS of
 all processes adds up to the memory the run really holds) of the driver and all its descendants (scheduler and
@@ -113,8 +113,8 @@ def main() -> int:
     from daskrl.runtime.cluster import prestart_worker_server
 
     prestart_worker_server()  # as the CLI does: workers are forked from a preloaded forkserver
+    from daskrl import train
     from daskrl.config import Config
-    from daskrl.runner import train
 
     duration = args.minutes * 60.0
     baseline_s = min(300.0, duration / 6)

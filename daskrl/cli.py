@@ -18,8 +18,8 @@ import typing
 from typing import NoReturn
 
 from daskrl.config import SECTIONS, Config
+from daskrl.driver.experiment import ExperimentInUseError, run_log_path
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, TrainingError
-from daskrl.experiment import ExperimentInUseError, run_log_path
 
 
 class Parser(argparse.ArgumentParser):
@@ -157,14 +157,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(config: Config) -> int:
-    from daskrl.preflight import preflight
+    from daskrl.driver.preflight import preflight
 
     preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
     if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
         from daskrl.runtime.cluster import prestart_worker_server
 
         prestart_worker_server()  # the embedded cluster's workers import torch while we do
-    from daskrl.runner import train
+    from daskrl.api import train
 
     summary = train(config)
     _print_summary(summary, sampling=config.run.sampling_only)

@@ -7,7 +7,7 @@ import pytest
 
 from daskrl.cli import _config_from_args, build_parser
 from daskrl.config import Config
-from daskrl.env_defaults import apply_env_defaults, describe, family_of
+from daskrl.config.env_defaults import apply_env_defaults, describe, family_of
 from daskrl.envs import EnvError, EnvGroup, probe_env
 
 # ---- the Atari family: defaults sized for a 2-core CPU ----
@@ -141,7 +141,7 @@ def test_envpool_is_refused_in_one_line_where_it_cannot_play_as_the_gymnasium_pa
 
 def test_a_sampling_run_with_the_envpool_backend_fills_slots_and_ends_episodes(tmp_path):
     _needs_envpool()
-    from daskrl.runner import train
+    from daskrl import train
 
     config = Config().replace(env="atari/Breakout", env_backend="envpool", sampling_only=True, num_workers=1,
                               num_envs_per_worker=8, train_for_seconds=12.0, train_dir=str(tmp_path),

@@ -18,17 +18,18 @@ import pytest
 import torch
 from torch import nn
 
+from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
+from daskrl.driver.preflight import check_components
 from daskrl.envs import probe_env
 from daskrl.evaluation import enjoy
-from daskrl.evaluator import Evaluator
+from daskrl.evaluation.evaluator import Evaluator
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models import MlpEncoder, register_core, register_encoder, registry
 from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import install_components, lookup, pack_components
-from daskrl.runner import train
 from daskrl.runtime.incidents import Incidents
 
 CARTPOLE = probe_env("CartPole-v1")
@@ -149,7 +150,7 @@ def test_a_custom_core_steps_and_runs_sequences_like_a_loop():
 def test_unknown_and_unusable_components_are_one_line_each():
     register_encoder("test_resmlp", ResidualMlp)
     with pytest.raises(ConfigError) as info:
-        Config.from_flat({"encoder": "test_resmlpp", "rnn": "lstmm"}).validate()
+        check_components(Config.from_flat({"encoder": "test_resmlpp", "rnn": "lstmm"}))
     encoder_line, rnn_line = info.value.problems
     assert encoder_line.startswith("--encoder 'test_resmlpp': Unknown encoder 'test_resmlpp' (did you mean "
                                    "'test_resmlp'?): the registered encoders are auto, cnn, mlp,")
@@ -158,7 +159,7 @@ def test_unknown_and_unusable_components_are_one_line_each():
     assert rnn_line.startswith("--rnn 'lstmm': Unknown recurrent core 'lstmm' (did you mean 'lstm'?): the "
                                "registered recurrent cores are gru, lstm, none")
     assert "daskrl.models.register_core" in rnn_line
-    Config.from_flat({"encoder": "test_resmlp", "rnn": "gru"}).validate()
+    check_components(Config.from_flat({"encoder": "test_resmlp", "rnn": "gru"}))
     with pytest.raises(ValueError, match="^Unknown recurrent core 'nope'"):
         build_model(CARTPOLE, ModelConfig(rnn="nope"), 0)
     with pytest.raises(ValueError, match="register_core: a recurrent core needs a name other than none"):

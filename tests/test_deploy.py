@@ -1,7 +1,7 @@
 """Deployment: clusters started with the ``dask`` command, several hosts, and TLS.
 
 1. An existing cluster (``dask scheduler`` + three ``dask worker`` processes): training through
-   ``daskrl.runner.train`` with ``--scheduler``, role pinning by worker resources, a clear error for too few
+   ``daskrl.train`` with ``--scheduler``, role pinning by worker resources, a clear error for too few
    workers, and a cluster that is still there and usable afterwards.
 2. Two hosts: two Linux network namespaces, each with its own address, joined by a bridge; the driver (this
    process) reaches them through a veth end with an address of the same private test range. Same-host handoffs
@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from daskrl import train
 from daskrl.config import Config, ConfigError
 from daskrl.errors import ClusterAccessError
-from daskrl.runner import train
 from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.shm import list_segments, owner_pid

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.envs.dict_obs import pack_into, read_dict_space, record_size, unpack
@@ -24,7 +25,6 @@ from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.encoders import resolve_encoder_name
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
-from daskrl.runner import train
 from daskrl.runtime import connect_cluster, spawn
 from daskrl.testing.envs import CueEnv
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots

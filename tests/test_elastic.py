@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from daskrl import train
 from daskrl.config import Config
-from daskrl.runner import train
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
 from .test_deploy import Processes, dask_command, free_port, wait_for_cluster, worker_names

@@ -1,4 +1,5 @@
-"""``--env-packages``: modules imported before an env id is resolved, in the driver (config validation), in the
+"""``--env-packages``: modules imported before an env id is resolved, in the driver (preflight: never in
+``Config.validate()``, which imports no user code), in the
 rollout workers' own processes and in ``daskrl enjoy``; gymnasium's ``module:EnvId`` form; one-line refusals; the
 unknown-id hint; minigrid's ids (a probe only: its observations are dicts)."""
 
@@ -14,14 +15,15 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
+from daskrl import train
 from daskrl.cli import _config_from_args, build_parser, main
 from daskrl.config import Config, ConfigError
+from daskrl.driver.preflight import check_components
 from daskrl.envs import make_env, probe_env
 from daskrl.envs import registry as env_registry
 from daskrl.envs.packages import package_names
 from daskrl.errors import EnvError
 from daskrl.models import registry
-from daskrl.runner import train
 from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments
 
@@ -69,15 +71,18 @@ def test_gymnasiums_module_colon_id_form_imports_the_package(package):
     assert imported_here(PKG)
 
 
-def test_validation_imports_them_so_the_plain_id_resolves(package):
-    Config.from_flat({"env": ENV_ID, "env_packages": [PKG]}).validate()
+def test_preflight_imports_them_so_the_plain_id_resolves_and_validation_does_not(package):
+    config = Config.from_flat({"env": ENV_ID, "env_packages": [PKG]})
+    config.validate()
+    assert not imported_here(PKG)  # a validator checks values; it runs no user code
+    check_components(config)
     assert imported_here(PKG) and probe_env(ENV_ID).obs_shape == (4,)
 
 
 def test_modules_that_cannot_be_imported_are_one_line_each(package):
     with pytest.raises(ConfigError) as info:
-        Config.from_flat({"env_packages": ["daskrl_no_such_pkg.envs,daskrl_test_envpkg_broken", PKG,
-                                           "not a module"]}).validate()
+        check_components(Config.from_flat({"env_packages": ["daskrl_no_such_pkg.envs,daskrl_test_envpkg_broken", PKG,
+                                                             "not a module"]}))
     assert info.value.problems == [
         "--env-packages: cannot import 'daskrl_no_such_pkg.envs': no module named 'daskrl_no_such_pkg' "
         "(pip install daskrl_no_such_pkg)",
@@ -95,8 +100,8 @@ def test_a_module_they_name_may_register_model_components(package):
     registry._ENCODERS.pop("test_packaged", None)
     registry._USER.discard(("encoder", "test_packaged"))
     with pytest.raises(ConfigError, match="--encoder 'test_packaged': Unknown encoder"):
-        Config.from_flat({"encoder": "test_packaged"}).validate()
-    Config.from_flat({"encoder": "test_packaged", "env_packages": ["daskrl_test_modelpkg"]}).validate()
+        check_components(Config.from_flat({"encoder": "test_packaged"}))
+    check_components(Config.from_flat({"encoder": "test_packaged", "env_packages": ["daskrl_test_modelpkg"]}))
 
 
 def test_the_flag_takes_names_and_comma_separated_lists(capsys):

@@ -415,7 +415,7 @@ def test_atari_game_names_are_registered_and_a_typo_suggests_the_game():
 
 def test_a_family_fills_only_the_options_the_user_did_not_set():
     from daskrl.config import Config
-    from daskrl.env_defaults import apply_env_defaults, describe, family_of
+    from daskrl.config.env_defaults import apply_env_defaults, describe, family_of
 
     assert family_of("HalfCheetah-v5").name == "MuJoCo" and family_of("gymnasium:Walker2d-v5").name == "MuJoCo"
     assert family_of("Hopper-v5").name == "Hopper"  # a family of its own, ahead of MuJoCo's pattern
@@ -437,7 +437,7 @@ def test_a_family_fills_only_the_options_the_user_did_not_set():
 
 def test_every_family_sets_valid_options():
     from daskrl.config import Config
-    from daskrl.env_defaults import FAMILIES
+    from daskrl.config.env_defaults import FAMILIES
 
     defaults = Config().flat()
     for family in FAMILIES:
@@ -455,9 +455,9 @@ def test_every_family_sets_valid_options():
 def test_an_extras_env_trains_end_to_end_with_its_familys_defaults(tmp_path, capsys, env, module, extra):
     """The family's settings (synchronous, long rollouts, continuous actions) make a run that ends and checkpoints."""
     pytest.importorskip(module, reason=f"{module} is not installed (pip install 'daskrl[{extra}]')")
+    from daskrl import train
     from daskrl.config import Config
-    from daskrl.env_defaults import family_of
-    from daskrl.runner import train
+    from daskrl.config.env_defaults import family_of
 
     summary = train(Config().replace(env=env, train_dir=str(tmp_path), dashboard_address="", experiment="extra",
                                      train_for_env_steps=10_000, report_interval=1.0))
@@ -481,9 +481,9 @@ def test_an_unknown_doom_scenario_is_one_line_naming_the_known_ones():
 
 def test_doom_basic_slots_hold_its_frames_and_a_sampling_run_fills_them(tmp_path):
     pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    from daskrl import train
     from daskrl.config import Config
-    from daskrl.env_defaults import family_of
-    from daskrl.runner import train
+    from daskrl.config.env_defaults import family_of
     from daskrl.sampling.trajectories import SlotLayout
 
     spaces = probe_env("doom/basic")
@@ -540,9 +540,9 @@ def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
     any Dict observation is; the values in the slot are the ones the game reports in ``info``; a short training run
     builds the CNN plus MLP model and samples with it."""
     pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    from daskrl import train
     from daskrl.config import Config
     from daskrl.envs.dict_obs import unpack
-    from daskrl.runner import train
 
     assert probe_env("doom/health_gathering").is_image  # off by default
     kwargs = {"game_variables": True}

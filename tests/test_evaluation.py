@@ -1,5 +1,5 @@
 """Evaluation while training (--eval-interval-env-steps), videos (enjoy --video, --save-video-every-env-steps) and
-the report that embeds them: on real CartPole runs through daskrl.runner.train."""
+the report that embeds them: on real CartPole runs through daskrl.train."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def trained(tmp_path_factory):
     steps: a video of the solved policy takes seconds to render and encode, and the next waits for it)."""
     pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
     pytest.importorskip("pygame", reason="CartPole renders with pygame (pip install 'gymnasium[classic-control]')")
-    from daskrl.runner import train
+    from daskrl import train
 
     tmp = tmp_path_factory.mktemp("eval")
     config = Config().replace(env="CartPole-v1", train_dir=str(tmp), experiment="ev", dashboard_address="",
@@ -124,7 +124,7 @@ def test_a_failing_video_is_one_warning_and_training_and_evaluation_go_on(tmp_pa
     """An env with a known return (1 a step, cut at 20 steps) evaluates to exactly 20; its camera breaks after the
     check before the run, so every video fails: counted, said once, and the run ends as asked."""
     pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
-    from daskrl.runner import train
+    from daskrl import train
 
     config = Config().replace(env="daskrl.testing.envs:broken_camera", train_dir=str(tmp_path), experiment="cam",
                               dashboard_address="", num_workers=1, num_envs_per_worker=8, train_for_env_steps=60_000,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from daskrl import train
 from daskrl.config import Config, ConfigError
-from daskrl.experiment import ExperimentInUseError, ExperimentLock, open_experiment
-from daskrl.runner import train
+from daskrl.driver.experiment import ExperimentInUseError, ExperimentLock, open_experiment
 from daskrl.runtime.semaphores import mapped_semaphores, on_disk
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 

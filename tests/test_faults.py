@@ -31,10 +31,11 @@ import torch
 from distributed import default_client
 from distributed.actor import Actor
 
+from daskrl import train
 from daskrl.config import Config, ConfigError
+from daskrl.errors import TrainingError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.learning.learner import Learner
-from daskrl.runner import TrainingError, train
 from daskrl.runtime import ComponentError
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.shm import list_segments, owner_pid, sweep

@@ -19,11 +19,11 @@ import torch
 
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError
+from daskrl.driver.placement import place
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import LearnerGroup, open_store, split_slots
 from daskrl.models.actor_critic import build_model
-from daskrl.placement import place
 
 T, N, OBS = 8, 16, 4
 
@@ -244,7 +244,7 @@ def test_a_cuda_learner_step_matches_the_cpu_step():
 
 
 def test_setups_give_each_learner_its_rank():
-    from daskrl.setups import role_setups
+    from daskrl.driver.role_setups import role_setups
 
     setups = role_setups(Config().replace(num_learners=3, batch_size=513 * 3), _spaces(), None, False)
     assert [s.rank for s in setups.learners] == [0, 1, 2]
@@ -268,7 +268,7 @@ def _same_weights_after_every_step(learners: dict[str, dict]) -> int:
 
 
 def test_two_learners_solve_cartpole_holding_the_same_weights_after_every_step(tmp_path):
-    from daskrl.runner import train
+    from daskrl import train
 
     summary = train(_run_config(tmp_path, "two", num_learners=2, stop_at_return=475, train_for_seconds=120))
     assert summary["episode_return_mean"] >= 475, summary["stop_reason"]
@@ -284,7 +284,7 @@ def test_the_learner_lands_on_the_worker_that_declares_a_gpu(tmp_path):
     the CPU, which is all that worker has), the rollout workers elsewhere."""
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
-    from daskrl.runner import train
+    from daskrl import train
 
     workers = {f"w{i}": {"cls": Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1} if i == 2 else {}}}
                for i in range(3)}

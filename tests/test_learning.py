@@ -1,5 +1,5 @@
 """Learning: the APPO trainer's safety rules (policy lag, non-finite data) on a real actor-critic, and whole
-training runs through ``daskrl.runner.train`` on a real LocalCluster: back-pressure, learning CartPole, resume."""
+training runs through ``daskrl.train`` on a real LocalCluster: back-pressure, learning CartPole, resume."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from daskrl import train
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError, LearnerConfig, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
-from daskrl.runner import train
 
 T, N = 16, 8  # 128 samples: with batch_size 64 and 2 epochs, a training step is 4 minibatch updates
 BATCH_SIZE, EPOCHS = 64, 2
@@ -352,9 +352,10 @@ def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, 
 def test_init_checkpoint_starts_a_new_experiment_from_the_given_weights(tmp_path):
     teacher = train(run_config(tmp_path, experiment="teacher", train_for_env_steps=30_000))
     taught = CheckpointStore(Path(teacher["experiment_dir"]) / "checkpoints").load("latest")
-    # a training step of 65,536 samples does not come within the student's budget: it ends with the weights it got
+    # a training step of 524,288 samples (seconds of sampling) does not come within the student's budget, however far
+    # sampling overshoots it before the first poll (65,536 was reached at times): it ends with the weights it got
     student = train(run_config(tmp_path, experiment="student", init_checkpoint=teacher["experiment_dir"],
-                               batch_size=8192, num_batches_per_epoch=8, train_for_env_steps=2_000))
+                               batch_size=8192, num_batches_per_epoch=64, train_for_env_steps=2_000))
     state = CheckpointStore(Path(student["experiment_dir"]) / "checkpoints").load("latest")
     assert state["train_steps"] == 0 and state["policy_version"] == 1
     assert set(state["model"]) == set(taught["model"])

@@ -75,10 +75,10 @@ def small_config(tmp_path: Path, experiment: str, **options) -> Config:
 
 
 class Training:
-    """``daskrl.runner.train`` in a background thread."""
+    """``daskrl.train`` in a background thread."""
 
     def __init__(self, config: Config, client) -> None:
-        from daskrl.runner import train
+        from daskrl import train
 
         self.summary: dict | None = None
         self.error: BaseException | None = None

@@ -447,8 +447,8 @@ def test_agents_of_different_spaces_train_their_own_policies(tmp_path, inference
 
 def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):
     from daskrl.config import Config
+    from daskrl.driver.preflight import preflight
     from daskrl.errors import ConfigError
-    from daskrl.preflight import preflight
 
     base = Config().replace(train_dir=str(tmp_path), experiment="refused")
     with pytest.raises(ConfigError, match="--eval-interval-env-steps plays single-agent episodes.*multi-agent env"):

@@ -24,8 +24,8 @@ from daskrl.envs import probe_env
 from daskrl.learning.learner import Learner, export_state, import_state
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import pack_components
-from daskrl.pbt import Exploit, PBTLog, PBTRanges, PBTRound, mutate, perturb, spread
-from daskrl.pbt_controller import PBTController, exploits_of, pbt_setup
+from daskrl.pbt.controller import PBTController, exploits_of, pbt_setup
+from daskrl.pbt.population import Exploit, PBTLog, PBTRanges, PBTRound, mutate, perturb, spread
 from daskrl.runtime import shm
 from daskrl.runtime.handles import spawn
 from daskrl.setups import LearnerSetup

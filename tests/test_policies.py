@@ -21,13 +21,13 @@ import torch
 
 from daskrl import train
 from daskrl.config import Config
+from daskrl.driver.role_setups import role_setups
 from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
 from daskrl.learning.batcher import _policy_columns
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.runtime.handles import spawn
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
-from daskrl.setups import role_setups
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
 from .test_faults import Killer, recovery_of
@@ -134,7 +134,7 @@ ADVERSARY = "mpe2.simple_adversary_v3:parallel_env"
 
 def test_agents_of_different_spaces_need_a_mapping_that_gives_each_policy_one_kind(tmp_path):
     pytest.importorskip("mpe2", reason="mpe2 (the multiagent extra) is not installed")
-    from daskrl.preflight import preflight
+    from daskrl.driver.preflight import preflight
 
     base = Config().replace(train_dir=str(tmp_path), experiment="kinds", env=ADVERSARY)
     for mapping, n in (("shared", 1), ("round_robin", 2)):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from daskrl import train
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError, LearnerConfig, ModelConfig
@@ -23,7 +24,6 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.models.recurrent import rnn_state_size
-from daskrl.runner import train
 from daskrl.runtime import connect_cluster, spawn
 from daskrl.runtime.shm import list_segments
 from daskrl.sampling.policy import SamplingPolicy

@@ -16,15 +16,16 @@ import numpy as np
 import psutil
 import pytest
 
+from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
+from daskrl.driver.role_setups import role_setups
 from daskrl.envs import EnvError, probe_env
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
-from daskrl.runner import train
 from daskrl.runtime import connect_cluster, spawn, spawn_all
 from daskrl.runtime.shm import list_segments, owner_pid
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
-from daskrl.setups import RolloutSetup, role_setups
+from daskrl.setups import RolloutSetup
 from daskrl.testing.sampling import (
     CollectorSetup,
     PolicySource,

@@ -1,6 +1,7 @@
 """The shape of the code, checked: no import cycle between daskrl's modules (imports inside functions and under
-TYPE_CHECKING included: they only hide a loop), no module over 450 lines, no behaviour chosen by comparing class
-names, and one source of defaults (config.py) for everything a component is configured with."""
+TYPE_CHECKING included: they only hide a loop), no import from a lower layer up, at most 10 modules at the top, no
+module over 450 lines and no function over 60, no behaviour chosen by comparing class names, and one source of
+defaults (daskrl/config/options.py) for everything a component is configured with."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 import daskrl
 from daskrl import setups
-from daskrl.config import SECTIONS
+from daskrl.config.options import SECTIONS
 from daskrl.runtime.component import Component
 
 PACKAGE = Path(daskrl.__file__).parent
@@ -80,6 +81,69 @@ def test_no_import_cycle_between_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+#: daskrl's layers, bottom up: a module imports only from its own package or from a lower layer (the data path reads
+#: upward: env -> sampling -> learning; the driver sits on the components; features that watch a run sit on the driver)
+LAYERS = [
+    ("daskrl.errors",),
+    ("daskrl.config", "daskrl.runtime", "daskrl.devices"),
+    ("daskrl.envs", "daskrl.protocol"),
+    ("daskrl.models", "daskrl.monitor"),
+    ("daskrl.algo", "daskrl.setups"),
+    ("daskrl.sampling",),
+    ("daskrl.learning",),
+    ("daskrl.driver",),
+    ("daskrl.evaluation", "daskrl.pbt"),
+    ("daskrl.api", "daskrl.testing"),
+    ("daskrl.cli", "daskrl.runner", "daskrl.testing_faults", "daskrl"),
+]
+
+
+def part_of(module: str) -> tuple[int, str]:
+    """(layer, package) of a daskrl module: the longest prefix LAYERS names."""
+    found = [(len(p), layer, p) for layer, parts in enumerate(LAYERS) for p in parts
+             if module == p or module.startswith(p + ".")]
+    assert found, f"{module} is in no layer of LAYERS: give it one"
+    _, layer, package = max(found)
+    return layer, package
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a lower layer up, or sideways between two packages of one layer."""
+    out = []
+    for module, targets in graph.items():
+        layer, package = part_of(module)
+        for target in sorted(targets):
+            to_layer, to_package = part_of(target)
+            if to_layer > layer or (to_layer == layer and to_package != package):
+                out.append(f"{module} -> {target}")
+    return out
+
+
+def test_no_import_runs_from_a_lower_layer_up():
+    mods = modules()
+    graph = {name: imports(name, path, set(mods)) for name, path in mods.items()}
+    assert not upward_imports(graph)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert upward_imports({"daskrl.algo.trainer": {"daskrl.learning.learner_group"}}) == [
+        "daskrl.algo.trainer -> daskrl.learning.learner_group"]
+    assert upward_imports({"daskrl.envs.vector": {"daskrl.protocol"}}) == ["daskrl.envs.vector -> daskrl.protocol"]
+    assert upward_imports({"daskrl.learning.learner": {"daskrl.sampling.trajectories", "daskrl.learning.batcher"}}) == []
+
+
+def test_at_most_ten_modules_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, f"{len(top)} modules directly under daskrl/ (give each concern its folder): {top}"
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = [f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60]
+    assert not long, f"functions over 60 lines (split them by what they do): {long}"
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
@@ -125,7 +189,7 @@ def test_nothing_dispatches_on_a_class_name():
 
 CONFIG_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
                    for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
-CONFIGURED = ["daskrl.setups", "daskrl.fleet", "daskrl.sampling", "daskrl.learning", "daskrl.algo", "daskrl.models",
+CONFIGURED = ["daskrl.setups", "daskrl.driver", "daskrl.sampling", "daskrl.learning", "daskrl.algo", "daskrl.models",
               "daskrl.envs"]
 
 

@@ -268,11 +268,11 @@ def test_a_rollout_worker_says_who_acts_at_step_T(inproc):
     step 0 ones (written at the slot's end; the collector poisons every slot it hands back)."""
     pytest.importorskip("pettingzoo.classic", reason="pettingzoo's classic games are not installed")
     from daskrl.config import Config
+    from daskrl.driver.role_setups import role_setups
     from daskrl.envs import probe_env
     from daskrl.protocol import wire_rollout
     from daskrl.runtime import spawn
     from daskrl.sampling.rollout_worker import RolloutWorker
-    from daskrl.setups import role_setups
     from daskrl.testing.sampling import CollectorSetup, SlotCollector
 
     from .conftest import wait_for

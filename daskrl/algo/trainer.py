@@ -26,9 +26,9 @@ import torch
 from daskrl.algo import hyperparams
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
+from daskrl.algo.collectives import Collectives, SoloGroup
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
 from daskrl.algo.recurrent import SequenceBatch
-from daskrl.learning.learner_group import Group, SoloGroup
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
@@ -69,7 +69,7 @@ class APPOTrainer:
         self.device = device if device is not None else torch.device("cpu")
         self.model = model.to(self.device)
         #: the learner group this trainer belongs to (the learner swaps it when the group is formed again)
-        self.group: Group = SoloGroup()
+        self.group: Collectives = SoloGroup()
         self.cfg = cfg
         #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/algo/hyperparams.py):
         #: read from here, not from ``cfg``, which only gives their starting values

@@ -7,7 +7,7 @@ into discrete choices per scenario (a ``Discrete`` space for one group, ``MultiD
 "no button" or one of its buttons). Health gathering adds +1 whenever health goes up (the raw game reward is
 reported as ``info['episode_extra_stats']['true_objective']``, so ``info/true_objective`` shows it); battle adds
 small rewards for gaining health and ammunition. Basic and deadly corridor rewards are in the hundreds: their
-family defaults (daskrl/env_defaults.py) scale them by 0.01 for training, the logged returns stay raw.
+family defaults (daskrl/config/env_defaults.py) scale them by 0.01 for training, the logged returns stay raw.
 
 Game variables (health, ammunition, ...) are in every step's ``info`` under their vizdoom names (``HEALTH``,
 ``AMMO2``, ...), so ``--info-keys HEALTH`` logs them per episode. With ``--env-kwargs '{"game_variables": true}'``

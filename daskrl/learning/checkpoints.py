@@ -19,6 +19,8 @@ from typing import IO, Any
 
 import torch
 
+from daskrl.errors import ConfigError
+
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{12})\.pt$")
 _TMP_PREFIX = ".tmp_"
 BEST_NAME = "best.pt"
@@ -155,10 +157,28 @@ def _copy_into(source: Path, dest: IO[bytes]) -> None:
         shutil.copyfileobj(src, dest)
 
 
+def checkpoint_dirs(experiment_dir: str, num_policies: int) -> list[str]:
+    """Where each policy's checkpoints go (one policy: ``checkpoints/`` itself)."""
+    root = os.path.join(experiment_dir, "checkpoints")
+    return [root] if num_policies == 1 else [os.path.join(root, f"policy_{k}") for k in range(num_policies)]
+
+
+def checkpoint_file(path: str) -> str:
+    """The checkpoint ``--init-checkpoint`` names: a file, or the newest checkpoint of an experiment directory."""
+    if os.path.isfile(path):
+        return path
+    folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+    found = sorted(n for n in os.listdir(folder) if n.startswith("checkpoint_") and n.endswith(".pt")) \
+        if os.path.isdir(folder) else []
+    if not found:
+        raise ConfigError([f"--init-checkpoint {path!r} is neither a checkpoint file nor an experiment directory with "
+                           "checkpoints"])
+    return os.path.join(folder, found[-1])
+
+
 def initial_weights(path: str) -> dict[str, Any]:
     """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from, as
     ``{"version": 0, "weights": {name: array}}``; says which checkpoint it took."""
-    from daskrl.experiment import checkpoint_file
     from daskrl.monitor.console import say
 
     path = checkpoint_file(path)

@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 from daskrl import devices
+from daskrl.algo.collectives import GroupBroken, SoloGroup
 from daskrl.algo.hyperparams import checked
 from daskrl.algo.trainer import APPOTrainer
 from daskrl.learning.batcher import Batcher, Delivery
-from daskrl.learning.learner_group import GroupBroken, LearnerGroup, SoloGroup, open_store
+from daskrl.learning.learner_group import LearnerGroup, open_store
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import install_components
 from daskrl.protocol import FreeSlots, ParamsUpdated, SharesAssigned, TrajectoryReady, free_queue

@@ -19,30 +19,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from daskrl.algo.collectives import GroupBroken
+
 #: seconds a member waits for the others at formation and in each collective before the group counts as broken
 GROUP_TIMEOUT_S = 30.0
-
-
-class GroupBroken(RuntimeError):
-    """A collective failed or timed out: a member is gone. The learner stops training with the group until the
-    runner forms it again."""
-
-
-class SoloGroup:
-    """One learner: every collective is the identity, so the trainer's code is the same for 1 and K learners."""
-
-    rank = 0
-    world = 1
-    generation = 0
-
-    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def broadcast_(self, tensors: list[torch.Tensor]) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 class LearnerGroup:
@@ -84,9 +64,6 @@ class LearnerGroup:
     def close(self) -> None:
         self.pg = None
         self.store = None
-
-
-Group = SoloGroup | LearnerGroup
 
 
 def open_store(host: str, world: int) -> Any:

@@ -62,7 +62,7 @@ def read_policies(experiment_dir: str) -> list[dict[str, Any]]:
 
 
 def read_pbt(experiment_dir: str) -> list[dict[str, Any]]:
-    """The replacements in ``pbt.csv`` (:class:`daskrl.pbt.PBTLog`) as the events the runner logs (``before`` and
+    """The replacements in ``pbt.csv`` (:class:`daskrl.pbt.population.PBTLog`) as the events the runner logs (``before`` and
     ``after`` from the ``<name>_before`` / ``<name>_after`` columns; which were perturbed is not in the file)."""
     path = os.path.join(experiment_dir, "pbt.csv")
     if not os.path.exists(path):

@@ -13,7 +13,8 @@ from typing import Any
 from daskrl.monitor.stats import EpisodeWindow, FrameRate
 from daskrl.runtime.shm import host_of
 
-#: the row's evaluation columns (daskrl/evaluator.py): set in the first row after an evaluation ends, NaN in others
+#: the row's evaluation columns (daskrl/evaluation/evaluator.py): set in the first row after an evaluation ends, NaN
+#: in others
 EVAL_COLUMNS = ("eval_return_mean", "eval_return_std", "eval_length_mean", "eval_episodes", "eval_env_steps")
 
 

@@ -195,11 +195,11 @@ def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: Any, slot
     were copied, then stop them all. ``params``: the parameter block(s) to act with (see ``role_setups``). The
     rollout worker runs on the cluster's first worker, the collector and inference workers on the others: the wiring
     every sampling test needs, written once."""
+    from daskrl.driver.role_setups import role_setups
     from daskrl.protocol import policy_queue, wire_inference, wire_rollout
     from daskrl.runtime.handles import spawn, spawn_all
     from daskrl.sampling.inference_worker import InferenceWorker
     from daskrl.sampling.rollout_worker import RolloutWorker
-    from daskrl.setups import role_setups
 
     hosts = sorted(cluster.client.scheduler_info()["workers"])
     setups = role_setups(config, spaces, params, remote_params=False)

@@ -15,9 +15,9 @@ from typing import Any
 
 from daskrl.config import Config
 from daskrl.devices import check_cluster as check_devices
+from daskrl.driver.sizing import check_fits_cluster
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
-from daskrl.sizing import check_fits_cluster
 
 
 class Role(enum.Enum):

@@ -1,14 +1,25 @@
 """Checks across options: values each fine alone that do not fit together (splits and envs, learners and batch
-sizes, devices, elastic runs, recurrent sequences), and names that must be known components (--env-packages imported
-first). Each problem is one line that names the options and a value that would work.
+sizes, devices, elastic runs, recurrent sequences). Each problem is one line that names the options and a value that
+would work. Nothing here imports user code: the names that must be registered components (after --env-packages are
+imported) are checked in the driver's preflight (:func:`daskrl.driver.preflight.check_components`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
-# ``config`` below is a daskrl.config.Config; typed Any because that module imports this one (no import cycle)
-Config = Any
+from daskrl.config.options import EnvConfig, LearnerConfig, ModelConfig, PolicyConfig, RunConfig, SamplerConfig
+
+
+class Config(Protocol):
+    """The sections these rules read (a :class:`~daskrl.config.configuration.Config`, which calls them)."""
+
+    env: EnvConfig
+    sampler: SamplerConfig
+    model: ModelConfig
+    learner: LearnerConfig
+    policies: PolicyConfig
+    run: RunConfig
 
 
 def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
@@ -25,7 +36,6 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _combination_problems(config, found)
     problems += _recurrent_problems(config, found)
     problems += _policy_problems(config, found)
-    problems += _import_problems(config, found)
     return problems
 
 
@@ -82,18 +92,6 @@ def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
         out.append(f"--inference-device {s.inference_device} is for remote inference workers, and inline samplers act "
                    "on the CPU: add --inference remote, or leave --inference-device at auto")
     return out
-
-
-def _import_problems(config: Config, found: dict[str, str]) -> list[str]:
-    """Imports --env-packages (the ids and model components they register count from then on), then looks up the
-    components --encoder and --rnn name. Imported here, not at the top: both modules import this one."""
-    if found:
-        return []
-    from daskrl.envs.packages import env_package_problems
-    from daskrl.models.registry import model_name_problems
-
-    m = config.model
-    return env_package_problems(config.env.env_packages) or model_name_problems(m.encoder, m.rnn, m.key_encoders)
 
 
 def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:

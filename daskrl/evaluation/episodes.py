@@ -17,10 +17,9 @@ from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env, probe_env
 from daskrl.envs.dict_obs import pack_into
 from daskrl.envs.packages import import_env_packages
-from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import model_name_problems
-from daskrl.policies import checkpoint_dirs
 
 
 def load_policy(experiment_dir: str, which: str = "latest", policy: int = 0):
@@ -61,7 +60,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
     that .mp4 file."""
     config, model, state = load_policy(experiment_dir, which, policy)
     if video:
-        from daskrl.video import make_render_env
+        from daskrl.monitor.video import make_render_env
 
         env = make_render_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs)
     else:
@@ -71,7 +70,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
     try:
         returns, lengths = run_episodes(env, model, episodes, deterministic, max_steps, frames)
         if video:
-            from daskrl.video import video_fps, write_video
+            from daskrl.monitor.video import video_fps, write_video
 
             write_video(video, frames, video_fps(env))
     finally:
@@ -88,7 +87,7 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
     policy, not speed; a recurrent policy's state goes from step to step and starts each episode at zeros); with
     ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
     step) ends early, with the episodes finished so far. Returns (returns, lengths)."""
-    discrete = config_is_discrete(model)
+    discrete = model.spaces.action_kind == "discrete"  # one integer action, as gymnasium's Discrete takes it
     keys = model.spaces.obs_keys  # Dict observations are packed into records, as the samplers store them
     size = model.spaces.obs_shape[0] if keys else 0
     returns, lengths = [], []
@@ -113,7 +112,3 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
         returns.append(total)
         lengths.append(steps)
     return returns, lengths
-
-
-def config_is_discrete(model) -> bool:
-    return model.spaces.action_kind == "discrete"

@@ -4,7 +4,7 @@ Every ``--pbt-period-env-steps`` the policies are ranked by their recent mean re
 ``ceil(fraction * N)`` copies the whole training state of a randomly chosen one of the best as many (exploit) and
 trains on with that policy's hyperparameters, each multiplied or divided by ``--pbt-perturb-factor`` with
 probability ``--pbt-mutation-rate`` (explore). Everything here is pure (given a seeded ``random.Random``), so the
-rules are tested without a cluster; :mod:`daskrl.pbt_controller` runs it as a component and the runner moves the
+rules are tested without a cluster; :mod:`daskrl.pbt.controller` runs it as a component and the runner moves the
 weights (``Learner.export_training_state`` / ``Learner.import_training_state``).
 
 Rules that keep a round safe to apply in any order: a policy with no finished episode yet is neither ranked nor

@@ -1,25 +1,15 @@
-"""Every option of daskrl, defined once: typed dataclasses whose help text also makes the CLI flags.
+"""Every option of daskrl, defined once: typed dataclasses by section, whose help text also makes the CLI flags.
 
-`Config` groups the sections; field names are unique across sections, so the flag of `num_envs_per_worker`
-is `--num-envs-per-worker` whichever section holds it. Each field's metadata also holds its allowed range or
-choices, so `validate()` checks every value (type, finite, range, choices) from the fields themselves: a new
-option is one edit. It runs before any process starts and reports all problems at once, one readable line each.
+Field names are unique across sections, so the flag of `num_envs_per_worker` is `--num-envs-per-worker` whichever
+section holds it. Each field's metadata also holds its allowed range or choices, so
+:meth:`~daskrl.config.configuration.Config.validate` checks every value (type, finite, range, choices) from the
+fields themselves (:mod:`.checks`): a new option is one edit.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import difflib
-import json
-import math
-import os
-import re
-import typing
 from dataclasses import dataclass, field
 from typing import Any
-
-from daskrl.errors import ConfigError
 
 
 def opt(default: Any, help: str, *, low: float | None = None, high: float | None = None, low_open: bool = False,
@@ -46,7 +36,7 @@ MAX_ROLLOUT_WORKERS = 2**15
 
 class Section:
     """A config section that remembers which options were set after it was made (``from_flat``, the command line,
-    ``config.learner.gamma = ...``): those win over the defaults of the env's family (daskrl/env_defaults.py)."""
+    ``config.learner.gamma = ...``): those win over the defaults of the env's family (daskrl/config/env_defaults.py)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_explicit", set())
@@ -278,127 +268,3 @@ class RunConfig(Section):
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,
             "policies": PolicyConfig, "run": RunConfig}
-
-
-@dataclass
-class Config:
-    env: EnvConfig = field(default_factory=EnvConfig)
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
-    policies: PolicyConfig = field(default_factory=PolicyConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-
-    # ---- flat access: cfg.get("rollout"), Config.from_flat({...}) ----
-
-    def explicit(self) -> set[str]:
-        """Names of the options that were set, rather than left at their defaults."""
-        return set().union(*(getattr(self, section).explicit() for section in SECTIONS))
-
-    def flat(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for section in SECTIONS:
-            out.update(dataclasses.asdict(getattr(self, section)))
-        return out
-
-    @classmethod
-    def from_flat(cls, values: dict[str, Any]) -> Config:
-        """Build from a flat dict of option names; unknown names raise with a suggestion."""
-        return cls().replace(**values)
-
-    def replace(self, **values: Any) -> Config:
-        """A copy with these options set (and counted as set: see :class:`Section`)."""
-        known = {f.name: s for s, c in SECTIONS.items() for f in dataclasses.fields(c)}
-        unknown = [k for k in values if k not in known]
-        if unknown:
-            hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, 1)) else "")
-                     for k in unknown]
-            raise ConfigError([f"unknown option {h}" for h in hints])
-        cfg = copy.deepcopy(self)
-        for key, value in values.items():
-            setattr(getattr(cfg, known[key]), key, value)
-        return cfg
-
-    def to_json(self) -> str:
-        return json.dumps({s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}, indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> Config:
-        data = json.loads(text)
-        flat = {k: v for section in data.values() for k, v in section.items()}
-        return cls.from_flat(flat)
-
-    @property
-    def experiment_dir(self) -> str:
-        return os.path.join(self.run.train_dir, self.run.experiment)
-
-    def validate(self) -> Config:
-        """Raise :class:`ConfigError` listing every problem (one line each); return self when all is well."""
-        found = {f.name: problem for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
-                 if (problem := check_field(f, typing.get_type_hints(cls)[f.name],
-                                            getattr(getattr(self, section), f.name)))}
-        from daskrl.config_rules import cross_option_problems  # it reads Config: imported here, not at the top
-
-        problems = list(found.values()) + cross_option_problems(self, found)
-        if problems:
-            raise ConfigError(problems)
-        return self
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def check_field(f: dataclasses.Field, hint: Any, value: Any) -> str:
-    """The problem with ``value`` for config field ``f`` (type, NaN/inf, range, choices), or '' when it is fine."""
-    meta, name = f.metadata, flag(f.name)
-    optional = type(None) in typing.get_args(hint)
-    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
-    if value is None:
-        return "" if optional else f"{name} needs a value, got None"
-    if base is bool:
-        return "" if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
-    if base is dict:
-        return "" if isinstance(value, dict) else f"{name} must be a JSON object, got {value!r}"
-    if base is str:
-        if not isinstance(value, str):
-            return f"{name} must be text, got {value!r}"
-        if meta.get("low") and len(value) < meta["low"]:
-            return f"{name} needs a value, got {value!r}"
-        if value and meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
-            return f"{name} must be {meta['pattern_help']}, got {value!r}"
-        if value and meta.get("file") and not os.path.isfile(value):
-            return f"{name} {value!r} is not a file"
-    elif typing.get_origin(base) is list:
-        item_type = typing.get_args(base)[0]
-        if not isinstance(value, list):
-            return f"{name} must be a list, got {value!r}"
-        if item_type is str:
-            return next((f"{name} items must be non-empty text, got {item!r}" for item in value
-                         if not isinstance(item, str) or not item), "")
-        return next((p for item in value if (p := _check_number(f"{name} (each item)", int, item, meta))), "")
-    elif base in (int, float):
-        problem = _check_number(name, base, value, meta)
-        if problem:
-            return problem
-    choices = meta.get("choices")
-    if choices and value not in choices:
-        return f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}"
-    return ""
-
-
-def _check_number(name: str, kind: type, value: Any, meta: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        return f"{name} must be {'a whole number' if kind is int else 'a number'}, got {value!r}"
-    if not math.isfinite(value):
-        return f"{name} must be a finite number, got {value!r}"
-    low, high, low_open = meta.get("low"), meta.get("high"), meta.get("low_open")
-    if low is not None and (value < low or (low_open and value == low)) or high is not None and value > high:
-        if low is not None and high is not None:
-            wanted = f"within {'(' if low_open else '['}{low:g}, {high}]"
-        elif low is not None:
-            wanted = f"> {low:g}" if low_open else f">= {low:g}"
-        else:
-            wanted = f"<= {high}"
-        return f"{name} must be {wanted}, got {value!r}"
-    return ""

@@ -28,14 +28,16 @@ import numpy as np
 import torch
 
 from daskrl.config import Config
+from daskrl.driver.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
 from daskrl.errors import ComponentError
-from daskrl.evaluation import run_episodes
+from daskrl.evaluation.episodes import run_episodes
 from daskrl.models.actor_critic import build_model
 from daskrl.monitor.run_state import RunState
 from daskrl.runtime.incidents import Incidents
 
 logger = logging.getLogger(__name__)
+
 
 #: evaluation and video envs get seeds far from the training envs' (env_seed packs those below 2**31)
 EVAL_SEED_OFFSET = 7_919
@@ -73,17 +75,6 @@ class Evaluator:
         self.video_dir = os.path.join(config.experiment_dir, "videos")
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()  # the run is stopping: an evaluation in progress ends at its next step
-
-    @classmethod
-    def for_run(cls, config: Config, spaces: EnvSpaces, state: RunState, incidents: Incidents,
-                warn: Callable[[str], None]) -> Evaluator | None:
-        """The run's evaluator, or None when it neither evaluates nor records (or only samples)."""
-        r = config.run
-        if r.sampling_only or not (r.eval_interval_env_steps or r.save_video_every_env_steps):
-            return None
-        if r.eval_interval_env_steps:
-            state.eval_columns = {}  # the row gets the evaluation columns from the first report on
-        return cls(config, spaces, state.env_steps_offset, incidents, warn)
 
     def poll(self, state: RunState, learner) -> None:
         """Hand a finished evaluation to the next row; start the tasks whose multiple has passed."""
@@ -165,7 +156,7 @@ class Evaluator:
         if task.env is None:
             e, seed = self.config.env, self.config.run.seed + EVAL_SEED_OFFSET
             if task.kind == "video":
-                from daskrl.video import make_render_env
+                from daskrl.monitor.video import make_render_env
 
                 task.env = make_render_env(e.env, seed=seed + 1, env_kwargs=e.env_kwargs)
             else:
@@ -173,7 +164,7 @@ class Evaluator:
         return task.env
 
     def _record(self, task: _Task, model, env_steps: int, deterministic: bool) -> None:
-        from daskrl.video import video_fps, write_video
+        from daskrl.monitor.video import video_fps, write_video
 
         env, frames = self._env(task), []
         run_episodes(env, model, 1, deterministic, frames=frames)
@@ -183,3 +174,22 @@ class Evaluator:
 def _next_multiple(steps: int, every: int) -> float:
     """The first multiple of ``every`` above ``steps`` (never, when ``every`` is 0)."""
     return (steps // every + 1) * every if every else math.inf
+
+
+class Evaluation(Observer):
+    """The evaluator as an observer of the run's loop: started with the run, polled with it, closed when it stops."""
+
+    def __init__(self) -> None:
+        self.evaluator: Evaluator | None = None
+
+    def on_start(self, run: Run) -> None:
+        if run.config.run.eval_interval_env_steps:
+            run.state.eval_columns = {}  # the row gets the evaluation columns from the first report on
+        self.evaluator = Evaluator(run.config, run.spaces, run.state.env_steps_offset, run.incidents, run.warn)
+
+    def on_poll(self, run: Run) -> None:
+        self.evaluator.poll(run.state, run.fleet.policy_learners[0])
+
+    def on_stop(self, run: Run) -> None:
+        if self.evaluator is not None:
+            self.evaluator.close()

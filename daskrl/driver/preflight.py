@@ -3,7 +3,7 @@
 The CLI calls it before it starts the worker forkserver, and ``train()`` calls it first: every option (type, range,
 NaN), the env (built once, for its spaces; once more to render, when videos are asked for), and, for an embedded
 cluster, whether the run's memory fits this machine. It also puts the defaults of the env's family
-(daskrl/env_defaults.py) in place of options left unset. It imports nothing heavy (no Dask, no torch), so checking
+(daskrl/config/env_defaults.py) in place of options left unset. It imports nothing heavy (no Dask, no torch), so checking
 costs the user no start-up time.
 """
 
@@ -12,15 +12,17 @@ from __future__ import annotations
 import time
 
 from daskrl.config import Config
-from daskrl.env_defaults import apply_env_defaults
+from daskrl.config.env_defaults import apply_env_defaults
+from daskrl.driver.placement import workers_needed
+from daskrl.driver.sizing import check_fits_this_machine
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.envs.envpool_atari import check_backend
+from daskrl.envs.packages import env_package_problems
 from daskrl.errors import ConfigError
-from daskrl.experiment import checkpoint_file
-from daskrl.placement import workers_needed
+from daskrl.learning.checkpoints import checkpoint_file
+from daskrl.models.registry import model_name_problems
 from daskrl.sampling.policy_map import check_mapping
 from daskrl.sampling.policy_spaces import policy_spaces
-from daskrl.sizing import check_fits_this_machine
 
 
 def default_experiment_name(env: str) -> str:
@@ -51,10 +53,21 @@ def check_policies(config: Config, spaces: EnvSpaces) -> None:
             raise ConfigError(problems)
 
 
+def check_components(config: Config) -> None:
+    """Import the modules of --env-packages (the env ids and model components they register count from then on),
+    then look up the components --encoder, --rnn and --key-encoders name: one line per problem. Kept out of
+    :meth:`Config.validate`, which checks values and imports no user code."""
+    m = config.model
+    problems = env_package_problems(config.env.env_packages) or model_name_problems(m.encoder, m.rnn, m.key_encoders)
+    if problems:
+        raise ConfigError(problems)
+
+
 def preflight(config: Config, client: object = None) -> EnvSpaces:
     """Check ``config`` (see the module docstring) and return the env's spaces; raises one readable
     :class:`~daskrl.errors.DaskRLError`. Gives the run its default experiment name when it has none."""
     config.validate()
+    check_components(config)
     apply_env_defaults(config)
     if not config.run.experiment:
         config.run.experiment = default_experiment_name(config.env.env)
@@ -64,7 +77,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
     check_policies(config, spaces)
     if config.run.save_video_every_env_steps and not config.run.sampling_only:
-        from daskrl.video import check_can_record
+        from daskrl.monitor.video import check_can_record
 
         check_can_record(config.env.env, config.env.env_kwargs)  # the env renders frames, imageio is there
     if client is None and not config.run.scheduler:  # the embedded cluster's share of this machine

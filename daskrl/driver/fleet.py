@@ -1,7 +1,7 @@
 """The live components of one run, by role: the one place that creates, wires, recreates and stops them.
 
 Creating a run's components and recreating one after a fault are the same steps (spawn with the role's setup from
-:func:`~daskrl.setups.role_setups`, attach slot buffers, hand over parameters, start), so both live here, and the
+:func:`~daskrl.driver.role_setups.role_setups`, attach slot buffers, hand over parameters, start), so both live here, and the
 runner and the recovery both call them. Components are known by role (:class:`Role`), never by class name, so a
 subclass of a component class is recreated like the class it replaces.
 """
@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.config import Config
+from daskrl.driver.placement import Placement, Role
+from daskrl.driver.role_setups import role_setups, rollout_setup
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
-from daskrl.placement import Placement, Role
 from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_rollout, wire_sampling_graph
 from daskrl.runtime.cluster import ClusterSession
 from daskrl.runtime.handles import ComponentHandle, spawn, spawn_all
@@ -24,7 +25,7 @@ from daskrl.runtime.signals import SlotRef
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.sampling.sink import SamplingSink
-from daskrl.setups import RoleSetups, role_setups, rollout_setup
+from daskrl.setups import RoleSetups
 
 
 class Fleet:
@@ -100,8 +101,9 @@ class Fleet:
 
     # ---- creating ----
 
-    def create(self, resume_state: dict | None, init_weights: dict | None = None) -> None:
-        """Create, wire and start every component; the learner continues from ``resume_state`` when given, or
+    def create(self, resume_state: list[dict] | None, init_weights: dict | None = None) -> None:
+        """Create, wire and start every component; each policy's learner continues from its ``resume_state`` (by
+        policy) when given, or
         starts from ``init_weights`` (``{"version", "weights"}``: --init-checkpoint)."""
         p = self.placement
         if self.config.run.sampling_only:
@@ -119,7 +121,7 @@ class Fleet:
                 else:
                     self.policy_learners, self.learner_members = created[:1], created[1:]
                 self.learner = created[0] if created else None
-            states = resume_state if isinstance(resume_state, list) else [resume_state] * policies
+            states = resume_state or [None] * policies
             for k, learner in enumerate(self.policy_learners):
                 if states[k] is not None:
                     learner.call("load_state", states[k], int(states[k].get("env_steps", 0)), timeout=120)

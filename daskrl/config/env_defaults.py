@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from daskrl.config import SECTIONS, Config, flag
+from daskrl.config.checks import flag
+from daskrl.config.configuration import Config
+from daskrl.config.options import SECTIONS
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from daskrl.driver.fleet import Fleet
+from daskrl.driver.placement import Role
 from daskrl.errors import TrainingError
-from daskrl.fleet import Fleet
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.monitor.console import say
-from daskrl.placement import Role
 from daskrl.protocol import FAULT_TOPIC, RECOVERIES_TOPIC
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
@@ -27,13 +27,13 @@ from daskrl.runtime.incidents import Incidents
 class Recovery:
     """Finds lost components (the registry's fault events) and brings them back through the fleet."""
 
-    def __init__(self, fleet: Fleet, store: CheckpointStore | list[CheckpointStore], max_learner_restarts: int,
+    def __init__(self, fleet: Fleet, stores: list[CheckpointStore], max_learner_restarts: int,
                  incidents: Incidents, shrink_when_full: bool = False, rollout_wait_s: float = 15.0) -> None:
-        """``store``: the checkpoints, or with several policies each policy's (by policy).
+        """``stores``: each policy's checkpoints (by policy).
         ``shrink_when_full`` (elastic runs): a rollout worker lost while no worker is idle is not recreated
         once ``rollout_wait_s`` passed without its worker coming back under its name."""
         self.fleet, self.incidents = fleet, incidents
-        self.stores = store if isinstance(store, list) else [store]
+        self.stores = stores
         self.shrink_when_full, self.rollout_wait_s = shrink_when_full, rollout_wait_s
         self.max_learner_restarts = max_learner_restarts
         self.events_seen = time.time()

@@ -1,7 +1,7 @@
 """The runner's side of population-based training (``--pbt``): when to hold a round, and carrying it out.
 
 Every ``--pbt-period-env-steps`` env steps (of the whole run) the runner hands each policy's recent mean return and
-hyperparameters to the :class:`~daskrl.pbt_controller.PBTController` component, which decides; for each decision
+hyperparameters to the :class:`~daskrl.pbt.controller.PBTController` component, which decides; for each decision
 the target policy's learner imports the source learner's whole training state (weights, Adam state, normalizers)
 with the mutated hyperparameters. Both calls run on the learners' own threads between two training steps, so no
 training step mixes old and new weights. Each event goes to ``pbt.csv``, the console and the dashboard.
@@ -10,17 +10,13 @@ training step mixes old and new weights. Each event goes to ``pbt.csv``, the con
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from typing import Any
 
-from daskrl.config import Config
+from daskrl.driver.observers import Observer, Run
 from daskrl.errors import ComponentError
-from daskrl.fleet import Fleet
 from daskrl.monitor.stats import EpisodeWindow
-from daskrl.pbt import PBTLog
-from daskrl.pbt_controller import PBTController, pbt_setup
-from daskrl.policies import PolicyBook
+from daskrl.pbt.controller import PBTController, pbt_setup
+from daskrl.pbt.population import PBTLog
 from daskrl.protocol import PBT_TOPIC
 from daskrl.runtime.handles import ComponentHandle, spawn
 
@@ -28,29 +24,40 @@ from daskrl.runtime.handles import ComponentHandle, spawn
 STATE_TIMEOUT_S = 120
 
 
-class PBTDriver:
-    """See the module docstring."""
+class PBTDriver(Observer):
+    """See the module docstring: an observer of the run's loop, which holds a round at every period."""
 
-    def __init__(self, fleet: Fleet, config: Config, book: PolicyBook, env_steps: int, resumed: bool,
-                 say: Callable[[str], None], log_event: Callable[[str, dict], None]) -> None:
-        self.fleet, self.config, self.book, self.say, self.log_event = fleet, config, book, say, log_event
-        self.period = config.policies.pbt_period_env_steps
-        self.next_round_at = (env_steps // self.period + 1) * self.period
-        self.log = PBTLog(config.experiment_dir)
-        self.started = time.monotonic()
+    def __init__(self) -> None:
         self.exploits: list[dict[str, Any]] = []
+        self.controller: ComponentHandle | None = None
+
+    def on_start(self, run: Run) -> None:
+        self.fleet, self.book, self.config = run.fleet, run.book, run.config
+        self.say, self.log_event = run.say, run.log_event
+        self.period = self.config.policies.pbt_period_env_steps
+        self.next_round_at = (run.state.env_steps_offset // self.period + 1) * self.period
+        self.log = PBTLog(self.config.experiment_dir)
         self.controller = self._spawn_controller()
-        if not resumed:  # a new population starts spread around the configured values (checkpoints hold them later)
-            base = fleet.learner.call("hyperparams")
+        if not self.config.run.resume:  # a new population starts spread around the configured values (checkpoints
+            base = self.fleet.policy_learners[0].call("hyperparams")  # hold them later)
             initial = self.controller.call("initial_hyperparams", base)
-            for policy, learner in enumerate(fleet.policy_learners):
+            for policy, learner in enumerate(self.fleet.policy_learners):
                 learner.call("set_hyperparams", initial[policy], timeout=STATE_TIMEOUT_S)
+
+    def on_poll(self, run: Run) -> None:
+        self.poll(run.state.env_steps, run.state.elapsed + run.state.elapsed_offset)
+
+    def on_stop(self, run: Run) -> None:
+        self.close()
+
+    def summary(self) -> dict[str, Any]:
+        return {"pbt": list(self.exploits)}
 
     def _spawn_controller(self) -> ComponentHandle:
         """On policy 0's learner's worker: the controller is idle between rounds, so it needs no worker of its own."""
         setup = pbt_setup(self.config, first_round=self.log.last_round() + 1)
         handle = spawn(self.fleet.client, PBTController, "pbt", run_id=self.fleet.run_id,
-                       worker=self.fleet.learner.address, setup=setup)
+                       worker=self.fleet.policy_learners[0].address, setup=setup)
         handle.call("start")
         return handle
 
@@ -85,6 +92,8 @@ class PBTDriver:
         self.log_event(PBT_TOPIC, {"run": self.config.run.experiment, **event})
 
     def close(self) -> None:
+        if self.controller is None:  # the run stopped before it started
+            return
         try:
             self.controller.call("stop", timeout=30)
         except ComponentError:

@@ -97,19 +97,6 @@ def _describe(owner: dict) -> str:
     return f"the run with pid {owner['pid']} on host {owner.get('host', '?')} (started {started})"
 
 
-def checkpoint_file(path: str) -> str:
-    """The checkpoint ``--init-checkpoint`` names: a file, or the newest checkpoint of an experiment directory."""
-    if os.path.isfile(path):
-        return path
-    folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
-    found = sorted(n for n in os.listdir(folder) if n.startswith("checkpoint_") and n.endswith(".pt")) \
-        if os.path.isdir(folder) else []
-    if not found:
-        raise ConfigError([f"--init-checkpoint {path!r} is neither a checkpoint file nor an experiment directory with "
-                           "checkpoints"])
-    return os.path.join(folder, found[-1])
-
-
 def has_checkpoint(directory: str) -> bool:
     """A checkpoint to resume from: in ``checkpoints/``, or with several policies in ``checkpoints/policy_0/``."""
     for checkpoints in (os.path.join(directory, "checkpoints"), os.path.join(directory, "checkpoints", "policy_0")):

@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
-from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.stats import EpisodeWindow
 
@@ -31,12 +31,6 @@ if TYPE_CHECKING:
 #: the per-policy columns of ``policies.csv`` (and TensorBoard tags under ``policy_<k>/``) taken from the learner
 LEARNER_COLUMNS = {"loss": "loss", "entropy": "entropy", "approx_kl": "approx_kl", "learning_rate": "lr",
                    "valid_fraction": "valid_fraction"}
-
-
-def checkpoint_dirs(experiment_dir: str, num_policies: int) -> list[str]:
-    """Where each policy's checkpoints go (one policy: ``checkpoints/`` itself)."""
-    root = os.path.join(experiment_dir, "checkpoints")
-    return [root] if num_policies == 1 else [os.path.join(root, f"policy_{k}") for k in range(num_policies)]
 
 
 class PolicyBook:
@@ -61,14 +55,14 @@ class PolicyBook:
 
     # ---- resume ----
 
-    def resume_states(self) -> dict | list[dict] | None:
-        """The newest checkpoint of each policy (one policy: its state; none written: None)."""
+    def resume_states(self) -> list[dict] | None:
+        """The newest checkpoint of each policy, by policy (None: not resuming)."""
         if not self.config.run.resume:
             return None
         states = [store.load("latest") for store in self.stores]
         for k, state in enumerate(states):
             self.best[k] = float(state.get("best_return", -math.inf))
-        return states[0] if self.num_policies == 1 else states
+        return states
 
     # ---- what the components report ----
 

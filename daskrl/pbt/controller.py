@@ -4,7 +4,7 @@ Why a component: it is the one place that owns the round counter and the random 
 seed), so decisions replay from a seed and stay in one order however the runner polls; like the others it is
 created with a frozen setup and driven through async control methods. It moves no weights: the runner, which
 holds every learner's handle, calls :meth:`PBTController.round` every ``--pbt-period-env-steps``, and for each
-decision exports the source learner's training state and imports it into the target's (see daskrl/pbt.py).
+decision exports the source learner's training state and imports it into the target's (see daskrl/pbt/population.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.pbt import Exploit, PBTRanges, PBTRound, spread
+from daskrl.pbt.population import Exploit, PBTRanges, PBTRound, spread
 from daskrl.runtime.component import Component
 
 #: decisions kept for :meth:`PBTController.stats` (the CSV keeps them all)
@@ -54,8 +54,8 @@ class PBTController(Component):
 
     async def round(self, env_steps: int, returns_by_policy: dict[int, float | None],
                     hyperparams_by_policy: dict[int, dict[str, float]]) -> list[dict]:
-        """Decide the next round: the replacements (:meth:`daskrl.pbt.Exploit.as_dict`, worst first) for the runner
-        to carry out. ``returns_by_policy``: each policy's recent mean return (None: no finished episode yet);
+        """Decide the next round: the replacements (:meth:`daskrl.pbt.population.Exploit.as_dict`, worst first) for the
+        runner to carry out. ``returns_by_policy``: each policy's recent mean return (None: no finished episode yet);
         ``hyperparams_by_policy``: every policy's current hyperparameters (``Learner.hyperparams``)."""
         s = self.setup
         returns = {int(k): v for k, v in returns_by_policy.items()}
@@ -70,7 +70,7 @@ class PBTController(Component):
         return out
 
     async def initial_hyperparams(self, base: dict[str, float]) -> dict[int, dict[str, float]]:
-        """A new run's starting hyperparameters per policy (:func:`daskrl.pbt.spread`): policy 0 keeps ``base``,
+        """A new run's starting hyperparameters per policy (:func:`daskrl.pbt.population.spread`): policy 0 keeps ``base``,
         the others start mutated. Not for a resumed run: its checkpoints hold each policy's values."""
         s = self.setup
         return spread(base, s.num_policies, s.perturb_factor, s.mutation_rate, self.rng, s.ranges)
@@ -80,5 +80,5 @@ class PBTController(Component):
 
 
 def exploits_of(decisions: list[dict]) -> list[Exploit]:
-    """The runner's side: :meth:`PBTController.round`'s reply as :class:`~daskrl.pbt.Exploit` records."""
+    """The runner's side: :meth:`PBTController.round`'s reply as :class:`~daskrl.pbt.population.Exploit` records."""
     return [Exploit.from_dict(d) for d in decisions]

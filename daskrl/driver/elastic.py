@@ -1,0 +1,135 @@
+"""Elastic runs: the fleet follows the cluster as workers join (an observer of the run's loop).
+
+- **Grow**: a worker that joins the cluster (one the run has not seen, under a name it has not seen: a worker a
+  nanny restarts under a known name is the recovery's) gets a rollout worker, or an inference worker when the
+  inference workers are the bottleneck (busy more than :data:`BUSY` of the time), up to ``--max-rollout-workers``.
+- **Shrink**: a worker that leaves in order takes its drained rollout workers along (:mod:`.departures`), and the run
+  goes on without them; a rollout worker lost with no idle worker left is not recreated until one joins.
+- **Adaptive clusters**: the run tells the scheduler how many workers it could use now (its components, plus one
+  while more sampling would help: the learner waits for data more than ``1 - BUSY`` of the time), which Dask's
+  adaptive scaling takes as a lower bound of its target (``cluster.adapt``, ``daskrl train --adapt MIN:MAX``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from daskrl.config import MAX_ROLLOUT_WORKERS, Config
+from daskrl.driver.observers import Observer, Run
+from daskrl.runtime.handles import ComponentHandle
+
+#: a component busier than this share of its time is a bottleneck
+BUSY = 0.9
+#: seconds between two looks at the cluster's workers
+CHECK_EVERY_S = 1.0
+
+
+def elastic_enabled(config: Config) -> bool:
+    """``--elastic`` as given, else on for a run on an existing cluster (``--scheduler``) or with ``--adapt``; never
+    with ``--sync`` (a training step takes every slot of a fixed set) nor ``--serial`` (nothing joins)."""
+    r = config.run
+    if config.learner.sync or r.serial:
+        return False
+    return bool(r.elastic) if r.elastic is not None else bool(r.scheduler or r.adapt)
+
+
+class ElasticGrowth(Observer):
+    """See the module docstring: at every poll (it paces itself), workers that joined get components."""
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, Any]] = []  # what grew, for the run's summary
+        self.wanted = 0
+        self.next_check = 0.0
+
+    def on_start(self, run: Run) -> None:
+        self.run, self.fleet = run, run.fleet
+        self.cap = run.config.run.max_rollout_workers or MAX_ROLLOUT_WORKERS
+        workers = self.fleet.client.scheduler_info()["workers"]
+        self.seen = set(workers)  # addresses present at the start, or already used
+        self.seen_names = {str(w.get("name")) for w in workers.values()} | set(self.fleet.placement.names.values())
+
+    def on_poll(self, run: Run) -> None:
+        if time.monotonic() >= self.next_check:
+            self.next_check = time.monotonic() + CHECK_EVERY_S
+            self.grow(run.state.shares)
+
+    def summary(self) -> dict[str, Any]:
+        return {"elastic": list(self.history)}
+
+    def grow(self, shares: dict[str, dict[str, float]]) -> None:
+        """Place components on workers that joined since the last look (see the module docstring)."""
+        try:
+            workers = self.fleet.client.scheduler_info()["workers"]
+        except Exception as exc:
+            self.run.incidents.note("elastic-workers-unreadable", exc)
+            return
+        busy = {h.address for h in self.fleet.components()}
+        joined = sorted((a for a, w in workers.items() if a not in self.seen and a not in busy
+                         and str(w.get("name")) not in self.seen_names and w.get("status", "running") == "running"),
+                        key=lambda a: str(workers[a].get("name", a)))
+        for address in joined:
+            self.seen.add(address)
+            self.seen_names.add(str(workers[address].get("name")))
+            self.fleet.placement.names[address] = str(workers[address].get("name", address))
+            self._place(address, shares)
+        self._publish_wanted(shares)
+
+    def room_for_rollout(self) -> bool:
+        return len(self.fleet.rollout) < self.cap
+
+    def _place(self, address: str, shares: dict[str, dict[str, float]]) -> None:
+        fleet = self.fleet
+        if fleet.inference and _busy(fleet.inference, shares) > BUSY:
+            new, why = fleet.add_inference(address), "the inference workers were the bottleneck"
+        elif self.room_for_rollout():
+            new, why = fleet.add_rollout(address), "more sampling"
+        else:
+            self.run.say(f"daskrl: worker {address} joined; it stays idle (--max-rollout-workers {self.cap} reached)")
+            return
+        self.history.append({"event": "grew", "component": new.name, "address": address, "time": time.time()})
+        self.run.say(f"daskrl: worker {address} joined: {new.name} placed there ({why}); now {len(fleet.rollout)} "
+                     f"rollout and {len(fleet.inference)} inference workers")
+
+    def _publish_wanted(self, shares: dict[str, dict[str, float]]) -> None:
+        """Tell the scheduler how many workers this run could use now (an adaptive cluster's lower bound)."""
+        more = self.room_for_rollout() and _busy(self.fleet.learners(), shares) < BUSY
+        wanted = len(self.fleet.components()) + (1 if more else 0)
+        if wanted == self.wanted:
+            return
+        try:
+            self.fleet.client.sync(self.fleet.client.scheduler.daskrl_set_wanted_workers, n=wanted)
+            self.wanted = wanted
+        except Exception as exc:
+            self.run.incidents.note("wanted-workers-not-sent", exc)
+
+
+def _busy(handles: list[ComponentHandle], shares: dict[str, dict[str, float]]) -> float:
+    """The mean busy share of ``handles`` (0 where none reported one yet)."""
+    known = [1.0 - shares[h.name].get("waiting", 0.0) for h in handles if shares.get(h.name)]
+    return sum(known) / len(known) if known else 0.0
+
+
+# ---- --adapt MIN:MAX on the embedded cluster ----
+
+
+def adapt_range(config: Config) -> tuple[int, int] | None:
+    """``--adapt``'s (MIN, MAX) worker counts, MIN raised to what the run needs to start: its learners, inference
+    workers and one rollout worker."""
+    if not config.run.adapt:
+        return None
+    low, high = (int(x) for x in config.run.adapt.split(":"))
+    s = config.sampler
+    fixed = config.learner.num_learners + (s.num_inference_workers if s.inference == "remote" else 0)
+    return max(low, fixed + 1), max(high, fixed + 1)
+
+
+def adaptive_start(config: Config) -> Config:
+    """An adaptive run starts small: as many rollout workers as MIN workers hold (at least one), unless
+    ``--num-workers`` was given; the cluster brings the rest (see :class:`ElasticGrowth`)."""
+    bounds = adapt_range(config)
+    if bounds is None or "num_workers" in config.explicit():
+        return config
+    s = config.sampler
+    fixed = config.learner.num_learners + (s.num_inference_workers if s.inference == "remote" else 0)
+    return config.replace(num_workers=bounds[0] - fixed)

@@ -1,0 +1,397 @@
+"""A live run, as the driver holds it: its fleet, what it knows (``state``), its loop, its reports and checkpoints.
+
+The loop polls every component four times a second (their statistics, and whether they are still there), recovers
+what was lost (:mod:`.recovery`), retires what left in order (:mod:`.departures`), then hands the run to its
+observers (:mod:`.observers`: evaluation, PBT, elastic growth, the user's). Every ``report_interval`` seconds it
+writes a row (CSV, TensorBoard, the dashboard's event, the console); every ``checkpoint_interval`` seconds each
+policy's checkpoint. It stops at a stop condition, a stop request (Ctrl-C) or a component failure, and
+:meth:`Run.shutdown` stops sampling first, writes a final checkpoint, then stops the learners.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from daskrl.config import Config
+from daskrl.driver.departures import Departures
+from daskrl.driver.fleet import Fleet
+from daskrl.driver.observers import Observer
+from daskrl.driver.placement import Placement, Role
+from daskrl.driver.policies import PolicyBook
+from daskrl.driver.recovery import Recovery
+from daskrl.envs import EnvSpaces
+from daskrl.errors import ComponentError, TrainingError
+from daskrl.monitor.console import ConsoleView, say
+from daskrl.monitor.csv_log import CsvLog
+from daskrl.monitor.dashboard import dashboard_page
+from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
+from daskrl.monitor.stats import time_shares
+from daskrl.monitor.tensorboard_log import TensorBoardLog
+from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
+from daskrl.runtime.cluster import ClusterSession
+from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.incidents import Incidents
+
+logger = logging.getLogger(__name__)
+
+#: seconds between two polls of the components
+POLL_S = 0.25
+
+
+class Run:
+    """See the module docstring. ``start``, then ``loop`` until it returns, then ``shutdown`` and ``summary``."""
+
+    def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, book: PolicyBook,
+                 state: RunState, observers: Sequence[Observer], elastic: bool) -> None:
+        """``elastic``: the fleet follows the cluster (a lost rollout worker with no idle worker left is not
+        recreated, a drained one not replaced)."""
+        self.config, self.session, self.spaces, self.book, self.state = config, session, spaces, book, state
+        self.observers, self.elastic = list(observers), elastic
+        self.client = session.client
+        exp_dir = config.experiment_dir
+        self.csv_log = CsvLog(os.path.join(exp_dir, "metrics.csv"), append=config.run.resume)
+        self.tb_log = TensorBoardLog(os.path.join(exp_dir, "tensorboard"))
+        self.fleet: Fleet | None = None
+        self.recovery: Recovery | None = None
+        self.departures: Departures | None = None
+        self.incidents = Incidents(logger, "runner")
+        self.stop_reason = ""
+        self.stop_requested = ""  # set from another thread (a signal handler, a run handle): stop in order
+        self.last_checkpoint = time.monotonic()
+        self.last_milestone = 0  # multiples of --keep-checkpoint-every-env-steps passed so far
+        self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
+        self.silent: set[str] = set()
+        self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
+        seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
+        self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0)
+
+    def say(self, message: str) -> None:
+        """A line on the console (and in the run's log)."""
+        say(message)
+
+    def warn(self, message: str) -> None:
+        say(f"daskrl: warning: {message}")
+
+    # ---- start ----
+
+    def start(self, placement: Placement, resume_state: list[dict] | None, init_weights: dict | None) -> None:
+        c = self.config
+        link = dashboard_page(self.client)
+        say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(placement.names)} Dask workers"
+            + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
+        self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn)
+        self.recovery = Recovery(self.fleet, self.book.stores, c.run.max_learner_restarts, self.incidents,
+                                 shrink_when_full=self.elastic, rollout_wait_s=10.0 if self.elastic else 15.0)
+        self.departures = Departures(self.fleet, say, self.incidents)
+        self.fleet.create(resume_state, init_weights)
+        self._say_devices()
+        self.state.fps.add(self.state.env_steps_offset)
+        every = c.run.keep_checkpoint_every_env_steps
+        self.last_milestone = self.state.env_steps_offset // every if every else 0
+        for observer in self.observers:
+            observer.on_start(self)
+
+    def _say_devices(self) -> None:
+        learners = self.fleet.learner_devices()
+        if len(learners) > 1 or any(device != "cpu" for device in learners.values()):
+            say("daskrl: " + ", ".join(f"{name} trains on {device}" for name, device in learners.items())
+                + (f" (a data-parallel group of {len(learners)})" if self.fleet.learner_members else ""))
+
+    # ---- the loop ----
+
+    def loop(self, stop_signals: Any = None) -> None:
+        """Poll, report and checkpoint until a stop condition or a stop request (``stop_signals.requested``: Ctrl-C,
+        or :attr:`stop_requested`)."""
+        next_report = time.monotonic() + self.config.run.report_interval
+        while True:
+            time.sleep(POLL_S)
+            self.poll()
+            now = time.monotonic()
+            requested = self.stop_requested or getattr(stop_signals, "requested", "")
+            reason = self.stop_condition() or (f"{requested} received" if requested else "")
+            if now >= next_report or reason:
+                self.report()
+                next_report = now + self.config.run.report_interval
+            if self.fleet.learners() and now - self.last_checkpoint >= self.config.run.checkpoint_interval:
+                self._checkpoint_or_warn()
+            if reason:
+                self.stop_reason = reason
+                say(f"daskrl: stopping: {reason}")
+                return
+
+    def _checkpoint_or_warn(self) -> None:
+        try:
+            self.checkpoint()
+        except ComponentError as exc:  # the learner died since the poll: the next poll recovers it
+            self.warn(f"checkpoint skipped ({exc}); the previous checkpoint is intact")
+
+    def poll(self) -> None:
+        """One turn of the loop: retirements, every component's statistics (recovering the lost ones), the run's
+        state from them, then the observers."""
+        for retired in self.departures.poll():  # drained with a worker that left in order: its last word counts
+            self._retire(retired["handle"], retired.get("stats") or {})
+        stats = self._collect()
+        self._keep_stats(stats)
+        for s in stats:
+            self._take(s)
+        self._update_state(stats)
+        for observer in self.observers:
+            observer.on_poll(self)
+
+    def _collect(self) -> list[dict]:
+        """Every component's statistics; a component that is gone is recovered (or, leaving in order, retired)."""
+        lost = self.recovery.lost_components()
+        stats = []
+        for handle in self.fleet.components():
+            gone = (handle.name, handle.address) in lost
+            rollout = self.fleet.role_of(handle.name) is Role.ROLLOUT
+            if rollout and self.departures.is_leaving(handle):
+                if gone:  # gone before its retirement report reached us
+                    self._retire(handle, {})
+                continue  # draining: its report (or, after the grace, its loss) comes next
+            if gone:
+                self.replace(handle, "its worker left the cluster")
+                continue
+            try:
+                stats.append(handle.call("collect", timeout=10))
+            except ComponentError as exc:
+                if not (rollout and self.departures.closing(handle)):
+                    self.replace(handle, str(exc))
+        return stats
+
+    def _take(self, s: dict) -> None:
+        """One component's statistics into the run's state: failures, env errors, silence, steps and episodes."""
+        if s.get("state") == "failed":
+            self.failed = True
+            errors = s.get("errors") or [{"message": f"component {s['name']!r} failed"}]
+            raise TrainingError(errors[-1]["message"])
+        for message in s.get("env_errors", []):
+            self.warn(message)
+        self.check_heartbeat(s)
+        role = self.fleet.role_of(s["name"])
+        if role is Role.LEARNER:
+            self.book.note_learner(self.fleet.policy_of(s["name"]), s)
+        if role is not None and "env_steps" in s:
+            self.state.tally.update(s["name"], s["env_steps"])
+        self.state.episodes.extend(self.book.trained(s.get("episodes", [])))
+        self.book.add_episodes(s.get("episodes", []))
+        self.state.add_extras(s.get("episode_extras", []))
+
+    def _update_state(self, stats: list[dict]) -> None:
+        state = self.state
+        state.learner = self.book.learners[0] or state.learner
+        state.env_steps = state.env_steps_offset + state.tally.total
+        state.fps.add(state.env_steps)
+        state.shares = time_shares(stats)
+        state.incidents = merge_incidents(self.incidents.snapshot(), list(self.last_stats.values()))
+        state.messages_dropped = messages_dropped(list(self.last_stats.values()))
+        target = self.config.run.stop_at_return
+        if target is not None and state.reached_return_at is None and len(state.episodes.returns) >= 10 \
+                and state.episodes.mean_return >= target:
+            state.reached_return_at = state.elapsed
+
+    def replace(self, handle: ComponentHandle, cause: str) -> None:
+        """Recreate a lost component (see recovery.py); the run goes on. A lost rollout worker's step counter
+        died with it: the steps it reported stay counted."""
+        if self.fleet.role_of(handle.name) is Role.ROLLOUT:
+            self.state.tally.lose(handle.name)
+        self.last_stats.pop(handle.name, None)
+        self.recovery.recover(handle, cause, self.state.env_steps)
+
+    def _retire(self, handle: ComponentHandle, final: dict) -> None:
+        """A rollout worker left with its worker, in order: count its last steps and episodes, then go on without
+        it (an elastic run) or recreate it elsewhere (a fixed fleet)."""
+        if final.get("env_steps") is not None:
+            self.state.tally.update(handle.name, final["env_steps"])
+        self.state.episodes.extend(self.book.trained(final.get("episodes", [])))
+        self._keep_stats([final] if final.get("name") else [])
+        self.state.tally.lose(handle.name)
+        if self.elastic:
+            self.fleet.forget(handle)
+        else:
+            self.recovery.recover(handle, "its worker left the cluster (drained)", self.state.env_steps)
+
+    def check_heartbeat(self, stats: dict) -> None:
+        """Name a component whose loop has not turned for --heartbeat-timeout seconds, with what it is doing."""
+        age, name = stats.get("heartbeat_age_s", 0.0), stats.get("name")
+        if age <= self.config.run.heartbeat_timeout:
+            self.silent.discard(name)
+            return
+        if name in self.silent:
+            return
+        self.silent.add(name)
+        where = " <- ".join(line.strip() for line in reversed(stats.get("stack", [])[-3:])) or "unknown"
+        self.warn(f"component {name!r} has been silent for {age:.0f} s; it is in: {where}")
+        self.log_event(HEARTBEATS_TOPIC, {"component": name, "age_s": age, "stack": stats.get("stack", [])})
+
+    def stop_condition(self) -> str:
+        r, state = self.config.run, self.state
+        if r.train_for_env_steps and state.env_steps >= r.train_for_env_steps:
+            return f"reached {state.env_steps:,} env steps (--train-for-env-steps {r.train_for_env_steps:,})"
+        if r.train_for_seconds and state.elapsed >= r.train_for_seconds:
+            return f"trained for {state.elapsed:.0f} s (--train-for-seconds {r.train_for_seconds:g})"
+        if state.reached_return_at is not None:
+            return (f"mean return {state.episodes.mean_return:.1f} over the last {len(state.episodes.returns)} "
+                    f"episodes reached --stop-at-return {r.stop_at_return:g}")
+        return ""
+
+    # ---- reports and checkpoints ----
+
+    def report(self) -> None:
+        """Write a row (CSV, TensorBoard, time_breakdown.jsonl, the dashboard's event, the console), each policy's
+        rows, and hand the row to the observers."""
+        row = self.state.row()
+        self.csv_log.write(row)
+        self.tb_log.write(row, self.state.shares)
+        policy_rows = self.book.rows(row["time_s"], row["env_steps"])
+        self.book.write(policy_rows, self.tb_log)
+        self.book.self_play_report(row["time_s"], row["env_steps"], self.tb_log)
+        with open(os.path.join(self.config.experiment_dir, "time_breakdown.jsonl"), "a") as f:
+            f.write(json.dumps({"time_s": row["time_s"], "env_steps": row["env_steps"],
+                                "shares": self.state.shares}) + "\n")
+        self.log_event(METRICS_TOPIC, {
+            "run": self.config.run.experiment, "env": self.config.env.env, "row": _finite(row),
+            "policies": [_finite(r) for r in policy_rows],
+            "shares": self.state.shares, "incidents": self.state.incidents,
+            "stop_at": {"env_steps": self.config.run.train_for_env_steps, "seconds": self.config.run.train_for_seconds}})
+        self.console.update(row)
+        for observer in self.observers:
+            observer.on_report(self, {**row, "shares": self.state.shares})
+
+    def log_event(self, topic: str, msg: dict) -> None:
+        """Low-rate events for the dashboard (through the scheduler's event log): a view, so a hiccup there is
+        counted and logged, and training goes on."""
+        try:
+            self.client.log_event(topic, msg)
+        except Exception as exc:
+            self.incidents.note(f"event-not-sent:{topic}", exc)
+
+    def checkpoint(self) -> None:
+        """Every policy's learner state, taken one after the other and written together (see PolicyBook)."""
+        state = self.state
+        snapshots = [h.call("checkpoint_state", timeout=120) for h in self.fleet.policy_learners]
+        every = self.config.run.keep_checkpoint_every_env_steps
+        milestone = bool(every) and state.env_steps // every > self.last_milestone
+        for policy, snapshot in enumerate(snapshots):
+            self.book.save(policy, snapshot, state, milestone)
+        if milestone:
+            self.last_milestone = state.env_steps // every
+        self.last_checkpoint = time.monotonic()
+        for observer in self.observers:
+            observer.on_checkpoint(self, state.env_steps)
+
+    # ---- stop ----
+
+    def shutdown(self) -> None:
+        """Tell the observers, stop sampling first (no new data), checkpoint the learners, then stop them. Errors
+        are reported, not raised over each other: the first failure is what the user needs to read."""
+        self._each_observer("on_stop")
+        fleet = self.fleet
+        if fleet is None:
+            return
+        final = fleet.stop(fleet.samplers())
+        self._keep_stats([s for s in final if "error" not in s])
+        problems = [s["error"] for s in final if "error" in s]
+        if fleet.learners() and not self.failed:
+            problems += self._final_checkpoint()
+        consumers = fleet.stop(fleet.learners() + ([fleet.sink] if fleet.sink is not None else []))
+        problems += [s["error"] for s in consumers if "error" in s]
+        for p in problems:
+            self.warn(p)
+        self._say_data_path()
+
+    def _each_observer(self, hook: str) -> None:
+        """Call ``hook`` on every observer; one that raises is logged, and the others still get it."""
+        for observer in self.observers:
+            try:
+                getattr(observer, hook)(self)
+            except Exception as exc:
+                self.warn(f"{type(observer).__name__}.{hook} failed: {type(exc).__name__}: {exc}")
+                logger.info("%s.%s failed", type(observer).__name__, hook, exc_info=exc)
+
+    def _final_checkpoint(self) -> list[str]:
+        try:
+            for policy, learner in enumerate(self.fleet.policy_learners):
+                self.book.note_learner(policy, learner.call("stats", timeout=30))
+                self._keep_stats([self.book.learners[policy]])
+            self.state.learner = self.book.learners[0]
+            self.checkpoint()
+        except Exception as exc:
+            return [f"final checkpoint skipped ({exc}); the previous checkpoint is intact"]
+        return []
+
+    def _say_data_path(self) -> None:
+        path = self.data_path()
+        if path["slots_shm"] + path["slots_comms"] + path["params_shm_reads"] + path["params_comms_reads"]:
+            say(f"daskrl: data path: trajectory slots {path['slots_shm']:,} through shared memory, "
+                f"{path['slots_comms']:,} over comms; parameter versions read {path['params_shm_reads']:,} from "
+                f"shared memory, {path['params_comms_reads']:,} over comms ({len(path['hosts'])} host(s))")
+
+    def close(self) -> None:
+        """Close the run's logs (after :meth:`shutdown`)."""
+        self.csv_log.close()
+        self.book.close()
+        self.tb_log.close()
+
+    def _keep_stats(self, stats: list[dict]) -> None:
+        for s in stats:
+            if s.get("name"):
+                self.last_stats[s["name"]] = {k: v for k, v in s.items() if k not in ("episodes", "stack")}
+
+    def data_path(self) -> dict[str, Any]:
+        learners = self.fleet.policy_learners if self.fleet is not None else []
+        return data_path(self.last_stats, learners[0].name if learners else None)
+
+    def summary(self) -> dict[str, Any]:
+        """What ``train()`` returns: the run's totals, and what each observer adds."""
+        state = self.state
+        out = {
+            "experiment_dir": self.config.experiment_dir,
+            "env_steps": state.env_steps,
+            "elapsed_s": state.elapsed,
+            "fps": state.fps.rate,
+            "mean_fps": (state.env_steps - state.env_steps_offset) / max(state.elapsed, 1e-9),
+            "episode_return_mean": state.episodes.mean_return,
+            "episodes": state.episodes.total,
+            "policy_version": state.learner.get("policy_version", 0),
+            "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
+            "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
+            "reached_return_at_s": state.reached_return_at,
+            "stop_reason": self.stop_reason,
+            "time_shares": state.shares,
+            **self._component_summary(),
+            "recoveries": list(self.recovery.recoveries) if self.recovery is not None else [],
+            "elastic": list(self.departures.history) if self.departures is not None else [],
+            "incidents": dict(state.incidents),
+            "data_path": self.data_path(),
+            **({"policies": self.book.summary()} if self.book.num_policies > 1 else {}),
+        }
+        for observer in self.observers:
+            for key, value in observer.summary().items():
+                out[key] = out[key] + value if isinstance(out.get(key), list) and isinstance(value, list) else value
+        return out
+
+    def _component_summary(self) -> dict[str, Any]:
+        return {
+            # what --inference-precision became on each sampler's host (rollout workers with remote inference have
+            # no policy of their own and are left out)
+            "inference_precision": {name: s["inference_precision"] for name, s in sorted(self.last_stats.items())
+                                    if s.get("inference_precision")},
+            # each learner's worker, device and group (rank, generation, digests of its weights after recent steps)
+            "learners": {name: {"address": s.get("address"), "device": s.get("device"), **s["group"]}
+                         for name, s in sorted(self.last_stats.items()) if "group" in s},
+        }
+
+
+def _finite(row: dict) -> dict:
+    """NaN is not JSON: metrics not measured yet travel as None."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+
+
+__all__ = ["Observer", "Run"]
