@@ -2,7 +2,7 @@
 
 The data path, with the message on each arrow (payloads are msgpack-native dicts: indices, never arrays)::
 
-    RolloutWorker --InferenceRequest on policy:<p>--> InferenceWorker     (remote inference only)
+    RolloutWorker --InferenceRequest on policy:<k>--> InferenceWorker     (remote inference only)
     InferenceWorker --ActionsReady on actions:<w>--> RolloutWorker
     RolloutWorker --TrajectoryReady (signal)--> Learner (its batcher) or SamplingSink
     Learner/SamplingSink --FreeSlots on free:<w>--> RolloutWorker
@@ -28,9 +28,9 @@ from daskrl.runtime.wiring import add_consumer, connect
 # ---- queue names ----
 
 
-def policy_queue(policy: int = 0) -> str:
-    """Inference requests for one policy; its inference workers take them."""
-    return "policy:default" if policy == 0 else f"policy:{policy}"
+def policy_queue(policy: int) -> str:
+    """Inference requests for one policy (``policy:0``, ``policy:1``, ...); its inference workers take them."""
+    return f"policy:{policy}"
 
 
 def actions_queue(worker: str) -> str:
@@ -105,11 +105,11 @@ class ParamsUpdated(TypedDict):
 # ---- wiring ----
 
 
-def wire_rollout(client: Any, rollout: ComponentHandle, consumer: SlotRef | list[SlotRef]) -> None:
-    """Full slots of ``rollout`` go to ``consumer`` (with several policies: to each policy's learner, which takes
-    the slots its policy acted in); freed slots and inference answers come back to it."""
-    for each in consumer if isinstance(consumer, list) else [consumer]:
-        connect(rollout.trajectory_ready, each, client)
+def wire_rollout(client: Any, rollout: ComponentHandle, consumers: list[SlotRef]) -> None:
+    """Full slots of ``rollout`` go to every one of ``consumers`` (each policy's learner, which takes the slots its
+    policy acted in; or the sampling-only sink); freed slots and inference answers come back to it."""
+    for consumer in consumers:
+        connect(rollout.trajectory_ready, consumer, client)
     add_consumer(free_queue(rollout.name), rollout.on_free, client)
     add_consumer(actions_queue(rollout.name), rollout.on_actions, client)
 
@@ -120,12 +120,12 @@ def wire_inference(client: Any, inference: ComponentHandle, queue: str) -> None:
 
 
 def wire_sampling_graph(client: Any, rollout: list[ComponentHandle], inference: list[ComponentHandle],
-                        consumer: SlotRef | list[SlotRef], queue: str) -> None:
-    """Every connection of the data path (see the module docstring), in force everywhere on return."""
+                        consumers: list[SlotRef], queue: str) -> None:
+    """Every connection of the data path of one policy (see the module docstring), in force everywhere on return."""
     for handle in inference:
         wire_inference(client, handle, queue)
     for handle in rollout:
-        wire_rollout(client, handle, consumer)
+        wire_rollout(client, handle, consumers)
 
 
 def wire_learner_group(client: Any, leader: ComponentHandle, members: list[ComponentHandle]) -> None:

@@ -99,12 +99,9 @@ class LearnerSetup:
 
 @dataclass(frozen=True)
 class RoleSetups:
-    learners: tuple[LearnerSetup, ...]  # by policy, then rank; empty when sampling only
-    rollout: tuple[RolloutSetup, ...]
-    inference: InferenceSetup | None  # policy 0's inference workers' (None: inline)
-    inference_by_policy: tuple[InferenceSetup, ...]  # each policy's (empty: inline)
+    """A run's setups by role."""
 
-    @property
-    def learner(self) -> LearnerSetup | None:
-        """The leader's (the only learner's, with one)."""
-        return self.learners[0] if self.learners else None
+    learners: tuple[LearnerSetup, ...]  # each policy's learner (its group's leader), by policy; empty: sampling only
+    members: tuple[LearnerSetup, ...]  # ranks 1.. of policy 0's data-parallel group (--num-learners)
+    rollout: tuple[RolloutSetup, ...]
+    inference: tuple[InferenceSetup, ...]  # each policy's inference workers' (by policy; empty: inline)

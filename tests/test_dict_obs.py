@@ -136,7 +136,7 @@ def test_dict_records_round_trip_through_trajectory_slots(cluster, inference):
     source = spawn(cluster.client, PolicySource, f"dictsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
                    setup=PolicySourceSetup(spaces, config.model))
     source.call("publish")
-    kept = sample_slots(cluster, config, spaces, source.call("desc"), 12, f"dict{next(_ids)}").kept
+    kept = sample_slots(cluster, config, spaces, [source.call("desc")], 12, f"dict{next(_ids)}").kept
     source.call("stop", timeout=30)
     finals = 0
     for s in kept:

@@ -246,9 +246,9 @@ def test_a_cuda_learner_step_matches_the_cpu_step():
 def test_setups_give_each_learner_its_rank():
     from daskrl.driver.role_setups import role_setups
 
-    setups = role_setups(Config().replace(num_learners=3, batch_size=513 * 3), _spaces(), None, False)
-    assert [s.rank for s in setups.learners] == [0, 1, 2]
-    assert all(dataclasses.replace(s, rank=0) == setups.learner for s in setups.learners)  # nothing else differs
+    setups = role_setups(Config().replace(num_learners=3, batch_size=513 * 3), _spaces())
+    assert [s.rank for s in setups.learners + setups.members] == [0, 1, 2]
+    assert all(dataclasses.replace(s, rank=0) == setups.learners[0] for s in setups.members)  # nothing else differs
 
 
 # ---- real runs ----

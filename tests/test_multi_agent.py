@@ -365,7 +365,7 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
     source = spawn(cluster.client, PolicySource, "ma_source", run_id=cluster.run_id, worker=hosts[0],
                    setup=PolicySourceSetup(spaces, config.model))
     source.call("publish")
-    sampled = sample_slots(cluster, config, spaces, source.call("desc"), 8, "ma")
+    sampled = sample_slots(cluster, config, spaces, [source.call("desc")], 8, "ma")
     source.call("stop", timeout=30)
     kept, final = sampled.kept, sampled.final
     lengths = (2, 3, 4)

@@ -153,12 +153,12 @@ def test_agents_of_different_spaces_need_a_mapping_that_gives_each_policy_one_ki
     with pytest.raises(ConfigError, match="--pbt copies one network's weights into every policy"):
         preflight(by_role.replace(pbt=True))
     spaces = preflight(by_role)
-    setups = role_setups(by_role, spaces, None, False)
+    setups = role_setups(by_role, spaces)
     assert [s.spaces.obs_shape for s in setups.learners] == [(8,), (10,)]
     assert [s.cut for s in setups.learners] == [(8, 0), None]
     rollout = setups.rollout[0]
     assert rollout.spaces.obs_shape == (10,) and [s.obs_shape for s in rollout.policy_spaces] == [(8,), (10,)]
-    remote = role_setups(by_role.replace(inference="remote"), spaces, None, False).inference_by_policy
+    remote = role_setups(by_role.replace(inference="remote"), spaces).inference
     assert [(s.policy.spaces.obs_shape, s.policy.cut) for s in remote] == [((8,), (8, 0)), ((10,), None)]
 
 

@@ -299,7 +299,7 @@ def test_samplers_store_each_slots_starting_state_and_reset_it_at_episode_starts
     source = spawn(cluster.client, PolicySource, f"rnnsource{next(_ids)}", run_id=cluster.run_id, worker=hosts[0],
                    setup=PolicySourceSetup(spaces, config.model, actor_scale=ACTOR_SCALE))
     source.call("publish")  # every step acts with version >= 1: the source's weights, known here
-    sampled = sample_slots(cluster, config, spaces, source.call("desc"), 16, f"rnn{next(_ids)}")
+    sampled = sample_slots(cluster, config, spaces, [source.call("desc")], 16, f"rnn{next(_ids)}")
     source.call("stop", timeout=30)
     kept, served = sampled.kept, sampled.served
     assert {"rnn_states", "rnn_live"} <= set(kept[0])

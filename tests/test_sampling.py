@@ -91,7 +91,7 @@ def rollout_setup(env, *, num_envs, num_splits, rollout, slots_per_split=2, env_
         "env": env, "env_kwargs": env_kwargs or {}, "num_workers": 1, "num_envs_per_worker": num_envs,
         "worker_num_splits": num_splits, "rollout": rollout, "slots_per_split": slots_per_split, "seed": seed,
         "inference_precision": inference_precision}).validate()
-    return role_setups(config, probe_env(env, env_kwargs), params, remote_params=False).rollout[0]
+    return role_setups(config, probe_env(env, env_kwargs), [params]).rollout[0]
 
 
 def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=None, during=None, max_keep=None,
@@ -104,7 +104,7 @@ def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=Non
                                                                         **cfg))
     collector = spawn_one(cluster, SlotCollector, hosts[1], CollectorSetup(max_keep=max_keep or slots))
     try:
-        wire_rollout(cluster.client, rollout, collector.on_trajectory)
+        wire_rollout(cluster.client, rollout, [collector.on_trajectory])
         collector.call("attach_workers", {rollout.name: rollout.call("buffers")})
         collector.call("start")
         rollout.call("start")
@@ -377,7 +377,7 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
     source = spawn_one(cluster, PolicySource, hosts[0], PolicySourceSetup(spaces, config.model))
     collector = spawn_one(cluster, SlotCollector, hosts[2], CollectorSetup())
     # the graph a run builds (Fleet.create), with the collector where the learner would stand
-    setups = role_setups(config, spaces, source.call("desc"), remote_params=False)
+    setups = role_setups(config, spaces, [source.call("desc")])
     name = f"remote{next(_ids)}"
     rollout_handles, inference_handles = [], []
     try:
@@ -385,13 +385,13 @@ def test_remote_inference_serves_every_request_and_fills_every_step(cluster, hos
                                    for i, (host, setup) in enumerate(zip(hosts[:2], setups.rollout, strict=True))],
                   run_id=cluster.run_id, created=rollout_handles)
         buffers = {h.name: h.call("buffers") for h in rollout_handles}
-        spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_{j}", host, setups.inference)
+        spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_{j}", host, setups.inference[0])
                                    for j, host in enumerate([hosts[2], hosts[0]])],
                   run_id=cluster.run_id, created=inference_handles)
         for handle in inference_handles:
             handle.call("attach_workers", buffers)
-        wire_sampling_graph(cluster.client, rollout_handles, inference_handles, collector.on_trajectory,
-                            policy_queue())
+        wire_sampling_graph(cluster.client, rollout_handles, inference_handles, [collector.on_trajectory],
+                            policy_queue(0))
         assert sorted(collector.call("attach_workers", buffers)) == sorted(buffers)
         for handle in [collector, *inference_handles, *rollout_handles]:
             handle.call("start")

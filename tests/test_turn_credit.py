@@ -283,13 +283,13 @@ def test_a_rollout_worker_says_who_acts_at_step_T(inproc):
                                "policy_mapping": "round_robin"}).validate()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        setup = role_setups(config, probe_env(env), None, remote_params=False).rollout[0]
+        setup = role_setups(config, probe_env(env)).rollout[0]
     hosts = sorted(inproc.client.scheduler_info()["workers"])
     rollout = spawn(inproc.client, RolloutWorker, "rollout_turns", run_id=inproc.run_id, worker=hosts[0], setup=setup)
     collector = spawn(inproc.client, SlotCollector, "collector_turns", run_id=inproc.run_id, worker=hosts[1],
                       setup=CollectorSetup(max_keep=12))
     try:
-        wire_rollout(inproc.client, rollout, collector.on_trajectory)
+        wire_rollout(inproc.client, rollout, [collector.on_trajectory])
         collector.call("attach_workers", {rollout.name: rollout.call("buffers")})
         collector.call("start")
         rollout.call("start")

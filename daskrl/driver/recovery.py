@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from daskrl.driver.fleet import Fleet
+from daskrl.driver.fleet import Fleet, LearnerStart
 from daskrl.driver.placement import Role
 from daskrl.errors import TrainingError
 from daskrl.learning.checkpoints import CheckpointStore
@@ -99,26 +99,27 @@ class Recovery:
         """From the newest checkpoint (of ``policy``); before the first one, from the newest parameters a sampler
         acts with (what the lost learner published last), which loses only its optimizer state; else from the
         initial weights. Only that policy's learner restarts: the other policies train on."""
-        store = self.stores[policy]
+        start, said = self._where_to_restart(env_steps, policy)
+        new = self.fleet.recreate_learner(worker, start, policy)
         who = "learner" if len(self.stores) == 1 else f"policy {policy}'s learner"
+        say(f"daskrl: {who} restarts from {said}")
+        return new
+
+    def _where_to_restart(self, env_steps: int, policy: int) -> tuple[LearnerStart, str]:
+        store = self.stores[policy]
         latest = store.latest()
         if latest is not None:
             state = store.load(latest)
-            steps = int(state.get("env_steps", 0))
-            new = self.fleet.recreate_learner(worker, state=state, env_steps=steps, policy=policy)
-            say(f"daskrl: {who} restarts from {latest.name} ({steps:,} env steps, policy version "
+            return LearnerStart.from_checkpoint(state), (
+                f"{latest.name} ({int(state.get('env_steps', 0)):,} env steps, policy version "
                 f"{state.get('policy_version', 0)})")
-            return new
         weights = self.fleet.newest_policy_weights(policy)
         if weights is not None and weights["version"] > 0:
-            new = self.fleet.recreate_learner(worker, weights=weights, env_steps=env_steps, policy=policy)
-            say(f"daskrl: {who} restarts from the newest published parameters (policy version {weights['version']}, "
-                "as the samplers hold them): no checkpoint was written yet, so its optimizer state starts afresh")
-            return new
-        new = self.fleet.recreate_learner(worker, env_steps=env_steps, policy=policy)
-        say(f"daskrl: {who} restarts from its initial weights (no checkpoint was written, and no sampler holds "
-            "a published version)")
-        return new
+            return LearnerStart.from_weights(weights, env_steps), (
+                f"the newest published parameters (policy version {weights['version']}, as the samplers hold them): "
+                "no checkpoint was written yet, so its optimizer state starts afresh")
+        return LearnerStart(), ("its initial weights (no checkpoint was written, and no sampler holds a published "
+                                "version)")
 
     def _keep(self, record: dict[str, Any]) -> None:
         self.recoveries.append(record)

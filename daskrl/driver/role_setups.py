@@ -7,6 +7,7 @@ recreated component runs with exactly the settings its predecessor had.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from daskrl.config import Config
 from daskrl.envs.registry import registered_factory
@@ -19,33 +20,48 @@ from daskrl.sampling.policy_spaces import policy_spaces
 from daskrl.setups import InferenceSetup, LearnerSetup, PolicySetup, RoleSetups, RolloutSetup
 
 
-def role_setups(config: Config, spaces: EnvSpaces, params: dict | list[dict | None] | None,
-                remote_params: bool) -> RoleSetups:
-    """Every component's setup for this run; ``params`` describes the learner's parameter block (None before the
-    learner exists, and in sampling-only runs), or with several policies each one's (a list, by policy)."""
+def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
+                remote_params: bool = False) -> RoleSetups:
+    """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
+    (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
+    exist, and in sampling-only runs: the samplers keep their initial weights)."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    params = policy_params[0]
-    model = dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes))
-    components = pack_components()
-    own = acting_spaces(config, spaces)
-
-    def policy(seed: int, device: str = "cpu", k: int = 0) -> PolicySetup:
-        return PolicySetup(own[k], model, policy_params[k], seed, s.numpy_inference, s.inference_precision, device,
-                           components, spaces.cut_for(own[k]))
-
     rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
-    by_policy = tuple(InferenceSetup(policy_queue(k), policy(c.run.seed + 1009 * k, s.inference_device, k), k)
+    inference = tuple(InferenceSetup(policy_queue(k), _policy_setup(config, spaces, k, policy_params[k],
+                                                                    c.run.seed + 1009 * k, s.inference_device), k)
                       for k in range(c.policies.num_policies)) if s.inference == "remote" else ()
-    learners = () if c.run.sampling_only else tuple(LearnerSetup(
-        spaces=own[policy], cut=spaces.cut_for(own[policy]), model=model, learner=dataclasses.replace(c.learner),
+    policies = 0 if c.run.sampling_only else c.policies.num_policies
+    leaders = tuple(_learner_setup(config, spaces, policy, 0, remote_params) for policy in range(policies))
+    members = tuple(_learner_setup(config, spaces, 0, rank, remote_params)  # several policies: one learner each
+                    for rank in range(1, c.learner.num_learners if policies else 1))
+    return RoleSetups(leaders, members, rollout, inference)
+
+
+def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None, seed: int,
+                  device: str) -> PolicySetup:
+    """How a sampler runs acting policy ``k`` (a trained one, or a self-play snapshot)."""
+    s, own = config.sampler, acting_spaces(config, spaces)[k]
+    return PolicySetup(own, _model(config), params, seed, s.numpy_inference, s.inference_precision, device,
+                       pack_components(), spaces.cut_for(own))
+
+
+def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, remote_params: bool) -> LearnerSetup:
+    """Policy ``policy``'s learner of rank ``rank`` in its group (0: the leader, which keeps the self-play
+    snapshots of policy 0)."""
+    c, own = config, acting_spaces(config, spaces)[policy]
+    return LearnerSetup(
+        spaces=own, cut=spaces.cut_for(own), model=_model(c), learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
-        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params, rank=rank,
-        num_learners=c.learner.num_learners, components=components, policy_index=policy, tagged=is_tagged(c, spaces),
-        snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
+        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params,
+        rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
+        tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
         snapshot_every=c.policies.self_play_snapshot_every)
-        for policy in range(c.policies.num_policies) for rank in range(c.learner.num_learners))
-    return RoleSetups(learners, rollout, by_policy[0] if by_policy else None, by_policy)
+
+
+def _model(config: Config):
+    """A copy of the model options (a setup must not change when the caller's config does)."""
+    return dataclasses.replace(config.model, hidden_sizes=list(config.model.hidden_sizes))
 
 
 def acting_spaces(config: Config, spaces: EnvSpaces) -> tuple[EnvSpaces, ...]:
@@ -61,34 +77,29 @@ def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
     return slots_tagged(config.policies.num_policies, spaces.num_agents)
 
 
-def _by_policy(config: Config, params: dict | list[dict | None] | None) -> tuple[dict | None, ...]:
+def _by_policy(config: Config, params: Sequence[dict | None]) -> tuple[dict | None, ...]:
     """Parameter blocks by acting policy: the trained ones, then the self-play snapshots (None: not yet known)."""
     acting = config.policies.num_policies + config.policies.self_play_snapshots
-    given = tuple(params) if isinstance(params, (list, tuple)) else (params,)
-    return given + (None,) * (acting - len(given))
+    return tuple(params) + (None,) * (acting - len(params))
 
 
-def rollout_setup(config: Config, spaces: EnvSpaces, params: dict | list[dict | None] | None,
-                  index: int) -> RolloutSetup:
-    """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``)."""
+def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | None], index: int) -> RolloutSetup:
+    """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``); ``params`` as
+    :func:`role_setups` takes them."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    params = policy_params[0]
-    own = acting_spaces(config, spaces)
-    policy = PolicySetup(own[0], dataclasses.replace(c.model, hidden_sizes=list(c.model.hidden_sizes)), params,
-                         c.run.seed + 1000 * index, s.numpy_inference, s.inference_precision, "cpu",
-                         pack_components(), spaces.cut_for(own[0])) \
+    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu") \
         if s.inference == "inline" else None
     return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
                         num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
                         slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
                         info_keys=tuple(s.info_keys), rnn_state_size=rnn_state_size(c.model, spaces),
-                        policy_queue=policy_queue(), policy=policy, tagged=is_tagged(c, spaces),
+                        policy_queue=policy_queue(0), policy=policy, tagged=is_tagged(c, spaces),
                         num_policies=c.policies.num_policies, snapshots=c.policies.self_play_snapshots,
                         policy_mapping=c.policies.policy_mapping,
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
-                        policy_spaces=own)
+                        policy_spaces=acting_spaces(config, spaces))
 
 
 def _round_size(config: Config) -> int:

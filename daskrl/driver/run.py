@@ -20,7 +20,7 @@ from typing import Any
 
 from daskrl.config import Config
 from daskrl.driver.departures import Departures
-from daskrl.driver.fleet import Fleet
+from daskrl.driver.fleet import Fleet, LearnerStart
 from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, Role
 from daskrl.driver.policies import PolicyBook
@@ -80,7 +80,8 @@ class Run:
 
     # ---- start ----
 
-    def start(self, placement: Placement, resume_state: list[dict] | None, init_weights: dict | None) -> None:
+    def start(self, placement: Placement, starts: Sequence[LearnerStart]) -> None:
+        """Create the fleet (each policy's learner starting as ``starts`` says), then tell the observers."""
         c = self.config
         link = dashboard_page(self.client)
         say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(placement.names)} Dask workers"
@@ -89,7 +90,7 @@ class Run:
         self.recovery = Recovery(self.fleet, self.book.stores, c.run.max_learner_restarts, self.incidents,
                                  shrink_when_full=self.elastic, rollout_wait_s=10.0 if self.elastic else 15.0)
         self.departures = Departures(self.fleet, say, self.incidents)
-        self.fleet.create(resume_state, init_weights)
+        self.fleet.create(starts)
         self._say_devices()
         self.state.fps.add(self.state.env_steps_offset)
         every = c.run.keep_checkpoint_every_env_steps
@@ -300,7 +301,7 @@ class Run:
         problems = [s["error"] for s in final if "error" in s]
         if fleet.learners() and not self.failed:
             problems += self._final_checkpoint()
-        consumers = fleet.stop(fleet.learners() + ([fleet.sink] if fleet.sink is not None else []))
+        consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
         problems += [s["error"] for s in consumers if "error" in s]
         for p in problems:
             self.warn(p)

@@ -34,6 +34,7 @@ from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.logs import route_logs
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _prepare)
+    from daskrl.driver.fleet import LearnerStart
     from daskrl.driver.policies import PolicyBook
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class _Prepared:
 
     book: PolicyBook
     resume_state: list[dict] | None  # each policy's newest checkpoint (None: a new experiment)
-    init_weights: dict | None  # --init-checkpoint's ``{"version", "weights"}``
+    starts: list[LearnerStart]  # where each policy's learner starts (its checkpoint, --init-checkpoint, or afresh)
 
 
 def _train_locked(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[Observer]) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
 
 
 def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
-    from daskrl.driver.fleet import Fleet  # noqa: F401  (torch and the components, imported now: used in start)
+    from daskrl.driver.fleet import LearnerStart  # torch and the components, imported now: used in start
     from daskrl.driver.policies import PolicyBook
     from daskrl.learning.checkpoints import initial_weights
     from daskrl.models.actor_critic import check_model
@@ -118,8 +119,13 @@ def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
     check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
     book = PolicyBook(config, resuming=config.run.resume)
     resume_state = book.resume_states()  # open_experiment checked they are there
-    init = config.run.init_checkpoint
-    return _Prepared(book, resume_state, initial_weights(init) if resume_state is None and init else None)
+    if resume_state is not None:
+        starts = [LearnerStart.from_checkpoint(state) for state in resume_state]
+    elif config.run.init_checkpoint:  # every policy from the same weights
+        starts = [LearnerStart.from_weights(initial_weights(config.run.init_checkpoint))] * book.num_policies
+    else:
+        starts = [LearnerStart()] * book.num_policies
+    return _Prepared(book, resume_state, starts)
 
 
 def _drive(config: Config, session: ClusterSession, spaces: EnvSpaces, prepared: _Prepared, placement: Placement,
@@ -134,7 +140,7 @@ def _drive(config: Config, session: ClusterSession, spaces: EnvSpaces, prepared:
     run = Run(config, session, spaces, prepared.book, state, observers, elastic=elastic_enabled(config))
     stop_signals = StopOnSignals()
     try:
-        run.start(placement, prepared.resume_state, prepared.init_weights)
+        run.start(placement, prepared.starts)
         run.loop(stop_signals)
     finally:
         run.console.close()

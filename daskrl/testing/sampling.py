@@ -188,11 +188,11 @@ class Sampled:
     served: list[int]
 
 
-def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: Any, slots: int, name: str,
+def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: list, slots: int, name: str,
                  timeout: float = 30.0) -> Sampled:
     """Run one real rollout worker of ``config`` (acting inline, or through ``--num-inference-workers`` inference
     workers per policy, each policy's on its own queue) into a :class:`SlotCollector` until ``slots`` full slots
-    were copied, then stop them all. ``params``: the parameter block(s) to act with (see ``role_setups``). The
+    were copied, then stop them all. ``params``: the parameter block of each policy to act with (see ``role_setups``). The
     rollout worker runs on the cluster's first worker, the collector and inference workers on the others: the wiring
     every sampling test needs, written once."""
     from daskrl.driver.role_setups import role_setups
@@ -211,11 +211,11 @@ def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: Any, slot
         spawn_all(cluster.client, [(RolloutWorker, f"{name}_rollout", hosts[0], setups.rollout[0])],
                   run_id=cluster.run_id, created=rollout)
         buffers = {rollout[0].name: rollout[0].call("buffers")}
-        wire_rollout(cluster.client, rollout[0], collector.on_trajectory)
+        wire_rollout(cluster.client, rollout[0], [collector.on_trajectory])
         per_policy = config.sampler.num_inference_workers
-        specs = [(k, j) for k in range(len(setups.inference_by_policy)) for j in range(per_policy)]
+        specs = [(k, j) for k in range(len(setups.inference)) for j in range(per_policy)]
         spawn_all(cluster.client, [(InferenceWorker, f"{name}_inference_p{k}_{j}", hosts[1 + i % (len(hosts) - 1)],
-                                    setups.inference_by_policy[k]) for i, (k, j) in enumerate(specs)],
+                                    setups.inference[k]) for i, (k, j) in enumerate(specs)],
                   run_id=cluster.run_id, created=inference)
         for (k, _), handle in zip(specs, inference, strict=True):
             handle.call("attach_workers", buffers)
