@@ -18,8 +18,8 @@ import typing
 from typing import NoReturn
 
 from daskrl.config import SECTIONS, Config
-from daskrl.driver.experiment import ExperimentInUseError, run_log_path
-from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, TrainingError
+from daskrl.driver.experiment import run_log_path
+from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
 
 
 class Parser(argparse.ArgumentParser):

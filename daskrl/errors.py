@@ -69,3 +69,7 @@ class ComponentError(DaskRLError):
 
 class SharedMemoryError(DaskRLError):
     """A shared-memory segment could not be created or attached."""
+
+
+class ExperimentInUseError(DaskRLError):
+    """Another live run owns the experiment directory."""

@@ -5,7 +5,7 @@
 `daskrl.train(config, observers=[...])` hands the run's loop to each observer: `on_start`, `on_poll` (four times a
 second), `on_report` (with every row of `metrics.csv`), `on_checkpoint`, `on_stop`, and `summary()` for what
 `train()` returns (docs/training.md, "Observers"). This one watches the rows: when `--patience` reports in a row
-bring no better mean return, it asks the run to stop by setting `run.stop_requested`, which stops it as Ctrl-C
+bring no better mean return, it asks the run to stop with `run.request_stop(reason)`, which stops it as Ctrl-C
 does (a last row, a final checkpoint, then the summary).
 """
 
@@ -44,7 +44,7 @@ class StopOnPlateau(daskrl.Observer):
             return
         self.reports_without_gain += 1
         if self.reports_without_gain >= self.patience:
-            run.stop_requested = f"StopOnPlateau (no better mean return than {self.best:.1f} in {self.patience} reports)"
+            run.request_stop(f"StopOnPlateau: no better mean return than {self.best:.1f} in {self.patience} reports")
 
     def on_checkpoint(self, run: Run, env_steps: int) -> None:
         self.checkpoints += 1

@@ -255,7 +255,8 @@ class RunConfig(Section):
                                      "its rollout workers drained first, and a rollout worker lost with no room "
                                      "left is not recreated until room appears (default: on with --scheduler or "
                                      "--adapt, off on a fixed embedded cluster)")
-    max_rollout_workers: int = opt(0, "elastic runs grow to at most this many rollout workers (0: no cap)", low=0,
+    max_rollout_workers: int = opt(0, "elastic runs grow to at most this many rollout workers (0: up to "
+                                      f"{MAX_ROLLOUT_WORKERS:,})", low=0,
                                    high=MAX_ROLLOUT_WORKERS)
     adapt: str = opt("", "MIN:MAX: the embedded cluster adapts between MIN and MAX worker processes (Dask's adaptive "
                          "scaling), asking for workers while more rollout workers would help; implies --elastic",

@@ -22,7 +22,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from daskrl.errors import ConfigError, DaskRLError
+from daskrl.errors import ConfigError, ExperimentInUseError
 
 LOCK_NAME = ".lock"
 #: the run's log file in its experiment directory: Dask's and daskrl's log lines, with full tracebacks
@@ -31,10 +31,6 @@ LOG_NAME = "daskrl.log"
 
 def run_log_path(directory: str) -> str:
     return os.path.join(directory, LOG_NAME)
-
-
-class ExperimentInUseError(DaskRLError):
-    """Another live run owns the experiment directory."""
 
 
 @dataclass

@@ -17,8 +17,10 @@ elastic growth are observers of this kind, and so is whatever a user passes to
             return {"best_return_seen": self.best}
 
 Every hook runs in the driver, on the loop's thread, between two polls, so a slow hook delays the run's reports
-(hand long work to a thread of your own, as the evaluator does). A hook that raises stops the run as Ctrl-C
-would, after a final checkpoint. ``run`` is the live run as :class:`Run` describes it.
+(hand long work to a thread of your own, as the evaluator does). A hook that raises while the run trains ends it:
+its components stop, a final checkpoint is written, and ``train()`` raises that error; while the run stops
+(``on_stop``, the final ``on_checkpoint``) an error is a warning. An observer that wants the run to end asks with
+``run.request_stop(reason)``. ``run`` is the live run as :class:`Run` describes it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class Run(Protocol):
 
     def log_event(self, topic: str, msg: dict) -> None:
         """A low-rate event for the dashboard (through the scheduler's event log)."""
+
+    def request_stop(self, reason: str) -> None:
+        """Stop in order at the next turn of the loop (a last row, a final checkpoint), as Ctrl-C does."""
 
 
 class Observer:

@@ -62,7 +62,7 @@ class Run:
         self.departures: Departures | None = None
         self.incidents = Incidents(logger, "runner")
         self.stop_reason = ""
-        self.stop_requested = ""  # set from another thread (a signal handler, a run handle): stop in order
+        self.stop_requested = ""  # why the run was asked to stop in order (request_stop)
         self.last_checkpoint = time.monotonic()
         self.last_milestone = 0  # multiples of --keep-checkpoint-every-env-steps passed so far
         self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
@@ -77,6 +77,11 @@ class Run:
 
     def warn(self, message: str) -> None:
         say(f"daskrl: warning: {message}")
+
+    def request_stop(self, reason: str) -> None:
+        """Stop in order at the next turn of the loop (a last row, a final checkpoint), as Ctrl-C does; ``reason``
+        is what the console and the summary's ``stop_reason`` say. Any thread may call it."""
+        self.stop_requested = self.stop_requested or reason
 
     # ---- start ----
 
@@ -107,15 +112,15 @@ class Run:
     # ---- the loop ----
 
     def loop(self, stop_signals: Any = None) -> None:
-        """Poll, report and checkpoint until a stop condition or a stop request (``stop_signals.requested``: Ctrl-C,
-        or :attr:`stop_requested`)."""
+        """Poll, report and checkpoint until a stop condition or a stop request (``stop_signals.requested``: Ctrl-C
+        or SIGTERM; or :meth:`request_stop`)."""
         next_report = time.monotonic() + self.config.run.report_interval
         while True:
             time.sleep(POLL_S)
             self.poll()
             now = time.monotonic()
-            requested = self.stop_requested or getattr(stop_signals, "requested", "")
-            reason = self.stop_condition() or (f"{requested} received" if requested else "")
+            signalled = getattr(stop_signals, "requested", "")
+            reason = self.stop_condition() or self.stop_requested or (f"{signalled} received" if signalled else "")
             if now >= next_report or reason:
                 self.report()
                 next_report = now + self.config.run.report_interval
@@ -131,6 +136,9 @@ class Run:
             self.checkpoint()
         except ComponentError as exc:  # the learner died since the poll: the next poll recovers it
             self.warn(f"checkpoint skipped ({exc}); the previous checkpoint is intact")
+            return
+        for observer in self.observers:
+            observer.on_checkpoint(self, self.state.env_steps)
 
     def poll(self) -> None:
         """One turn of the loop: retirements, every component's statistics (recovering the lost ones), the run's
@@ -284,8 +292,6 @@ class Run:
         if milestone:
             self.last_milestone = state.env_steps // every
         self.last_checkpoint = time.monotonic()
-        for observer in self.observers:
-            observer.on_checkpoint(self, state.env_steps)
 
     # ---- stop ----
 
@@ -307,11 +313,12 @@ class Run:
             self.warn(p)
         self._say_data_path()
 
-    def _each_observer(self, hook: str) -> None:
-        """Call ``hook`` on every observer; one that raises is logged, and the others still get it."""
+    def _each_observer(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` on every observer while the run stops; one that raises is told about, and the others still
+        get it (the run's first failure is what the user needs to read)."""
         for observer in self.observers:
             try:
-                getattr(observer, hook)(self)
+                getattr(observer, hook)(self, *args)
             except Exception as exc:
                 self.warn(f"{type(observer).__name__}.{hook} failed: {type(exc).__name__}: {exc}")
                 logger.info("%s.%s failed", type(observer).__name__, hook, exc_info=exc)
@@ -325,6 +332,7 @@ class Run:
             self.checkpoint()
         except Exception as exc:
             return [f"final checkpoint skipped ({exc}); the previous checkpoint is intact"]
+        self._each_observer("on_checkpoint", self.state.env_steps)
         return []
 
     def _say_data_path(self) -> None:
