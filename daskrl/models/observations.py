@@ -143,6 +143,7 @@ class DictObservations(ObservationAdapter):
         return self._normalized(fields, stats), mask
 
     def _normalized(self, fields: dict[str, torch.Tensor], stats: nn.Module) -> dict[str, torch.Tensor]:
+        """The fields as the encoder reads them: as they are, unless a subclass normalizes them."""
         return fields
 
     def stats_part(self, obs: np.ndarray) -> np.ndarray:

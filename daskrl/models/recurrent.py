@@ -21,7 +21,6 @@ sampler and the learner's BPTT without knowing the cell.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,11 +28,8 @@ from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.heads import Distribution
 from daskrl.models.registry import lookup, register_builtin
-
-if TYPE_CHECKING:
-    from daskrl.models.actor_critic import ActorCritic
-    from daskrl.models.heads import Distribution
 
 #: built-in values of ``--rnn`` (``register_core`` adds more)
 RNN_KINDS = ("none", "lstm", "gru")
@@ -99,9 +95,9 @@ class RecurrentCore(nn.Module):
         """A recurrent model has no path without its state: ``forward()`` and ``value()`` refuse it here."""
         raise TypeError("a recurrent model needs its state: use step(), value_step() or evaluate_sequence()")
 
-    def act(self, model: ActorCritic, obs: torch.Tensor, state: np.ndarray | None) -> tuple[Distribution, torch.Tensor]:
-        """How :meth:`ActorCritic.act` runs a recurrent model: from the states ``state`` [batch, S] (float32 numpy),
-        writing the next states there, in place (a sampler's shared memory, say)."""
+    def act(self, model: nn.Module, obs: torch.Tensor, state: np.ndarray | None) -> tuple[Distribution, torch.Tensor]:
+        """How ``ActorCritic.act`` runs ``model``, a recurrent ActorCritic: from the states ``state`` [batch, S]
+        (float32 numpy), writing the next states there, in place (a sampler's shared memory, say)."""
         if state is None:
             raise TypeError("a recurrent model acts from its state: pass state=")
         dist, value, next_state = model.step(obs, torch.as_tensor(np.asarray(state), device=obs.device))
@@ -164,8 +160,9 @@ class FeedForwardCore(nn.Module):
         """Features pass through: the heads read the encoder's."""
         return x
 
-    def act(self, model: ActorCritic, obs: torch.Tensor, state: np.ndarray | None) -> tuple[Distribution, torch.Tensor]:
-        """How :meth:`ActorCritic.act` runs a feed-forward model: from the observations alone (``state`` unread)."""
+    def act(self, model: nn.Module, obs: torch.Tensor, state: np.ndarray | None) -> tuple[Distribution, torch.Tensor]:
+        """How ``ActorCritic.act`` runs ``model``, a feed-forward ActorCritic: from the observations alone
+        (``state`` unread)."""
         return model(obs)
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
