@@ -86,6 +86,32 @@ def test_shared_encoder_defaults_and_no_duplicate_weights():
     assert n_params(shared_mlp) < n_params(mlp)
 
 
+def test_the_checkpoint_layout_and_the_paths_each_core_refuses():
+    """The observation adapter and the core are objects chosen once, yet the state_dict keys stay those checkpoints
+    hold: statistics buffers only when normalizing, no ``core.*`` keys without a recurrent core. A feed-forward
+    model refuses the stateful paths and a recurrent one the stateless paths, each with a TypeError."""
+    plain = ActorCritic(_spaces("CartPole-v1"), ModelConfig(normalize_obs=False))
+    assert {k.split(".")[0] for k in plain.state_dict()} == {"return_stats", "encoder", "value_encoder", "actor",
+                                                             "critic"}
+    normalized = ActorCritic(_spaces("CartPole-v1"), ModelConfig(normalize_obs=True))
+    assert list(normalized.state_dict())[:4] == ["obs_mean", "obs_var", "obs_count", "return_stats"]
+    assert normalized.state_dict()["obs_mean"].shape == (4,) and normalized.obs_norm_shape == (4,)
+    obs = torch.randn(3, 4)
+    with pytest.raises(TypeError, match="feed-forward model has no state"):
+        plain.step(obs, torch.zeros(3, 0))
+    with pytest.raises(TypeError, match="feed-forward"):
+        plain.evaluate_sequence(obs.reshape(1, 3, 4), torch.zeros(1, 3), torch.zeros(3, 0), None)
+    recurrent = ActorCritic(_spaces("CartPole-v1"), ModelConfig(rnn="gru", rnn_size=8, normalize_obs=False))
+    assert {k.split(".")[0] for k in recurrent.state_dict()} == {"return_stats", "encoder", "core", "actor",
+                                                                 "critic"}
+    assert recurrent.recurrent and recurrent.state_size == 8 and not plain.recurrent and plain.state_size == 0
+    for stateless in (recurrent, recurrent.value):
+        with pytest.raises(TypeError, match="needs its state"):
+            stateless(obs)
+    with pytest.raises(TypeError, match="pass state="):
+        recurrent.act(obs.numpy())
+
+
 def test_cleanrl_init_gives_near_uniform_policy():
     torch.manual_seed(1)
     model = ActorCritic(_spaces("CartPole-v1"))

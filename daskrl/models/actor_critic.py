@@ -14,20 +14,21 @@ import torch
 from torch import nn
 
 from daskrl.config import Config, ModelConfig
-from daskrl.envs.dict_obs import unpack
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
-from daskrl.models.dict_encoder import DictEncoder, unpack_tensors
-from daskrl.models.encoders import layer_init, make_encoder, resolve_encoder_name
+from daskrl.models.encoders import layer_init
 from daskrl.models.heads import Distribution, make_action_head
+from daskrl.models.observations import EncoderInput, observation_adapter, observation_kind
 from daskrl.models.recurrent import make_core
 
 
 class ActorCritic(nn.Module):
-    """Encoder(s) + action head + value head for one env's `EnvSpaces`.
+    """Encoder(s) + core + action head + value head for one env's `EnvSpaces`.
 
-    With `shared_encoder=None` the default follows CleanRL: separate policy/value
-    MLPs for vector observations, one shared CNN trunk for images (the conv stack
+    Two objects chosen once shape every path: the observation adapter (``self.observations``: flat or Dict
+    observations, normalized or not; daskrl/models/observations.py) and the core (``self.core``: the feed-forward
+    identity or a recurrent core; daskrl/models/recurrent.py). With `shared_encoder=None` the default follows
+    CleanRL: separate policy/value MLPs for vector observations, one shared CNN trunk for images (the conv stack
     dominates the cost, so sharing halves it).
     """
 
@@ -45,50 +46,24 @@ class ActorCritic(nn.Module):
         super().__init__()
         model = model if model is not None else ModelConfig()
         self.spaces = spaces
-        # Observation statistics live in the model (as buffers) so they travel with the weights to every
-        # rollout and inference worker: the learner updates them, the parameter store publishes them.
-        # a Dict observation's float vectors are normalized (one statistic per scalar, concatenated), never images
-        # or indices; the statistics' shape is obs_norm_shape
-        self.norm_keys = tuple(k for k in spaces.feature_keys if k.kind == "box")
-        self.obs_norm_shape = (sum(k.size for k in self.norm_keys),) if spaces.is_dict else tuple(spaces.obs_shape)
-        self.normalize_obs = bool(model.normalize_obs) and not spaces.is_image \
-            and (not spaces.is_dict or bool(self.norm_keys))
-        if self.normalize_obs:
-            self.register_buffer("obs_mean", torch.zeros(self.obs_norm_shape))
-            self.register_buffer("obs_var", torch.ones(self.obs_norm_shape))
-            self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
+        self.observations = observation_adapter(spaces, model, encoder_kwargs)
+        self.normalize_obs = self.observations.normalize_obs
+        self.obs_norm_shape = self.observations.stats_shape
+        # Observation statistics live in the model (as buffers) so they travel with the weights to every rollout
+        # and inference worker: the learner updates them, the parameter store publishes them.
+        self.observations.register_statistics(self)
         # The learner's value-target statistics (mean, variance, count) travel with the weights as well: a learner
         # restarted from published weights, before any checkpoint exists, goes on with the scale its value head
         # was trained at (samplers never read them).
         self.register_buffer("return_stats", torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
-        kwargs = dict(encoder_kwargs or {})
-        if spaces.is_dict:
-            self.encoder_name = "dict"
-            kwargs = {"image_encoder": model.encoder, "key_encoders": dict(model.key_encoders),
-                      "hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
-            has_image = any(k.kind == "image" for k in spaces.feature_keys)
-        else:
-            self.encoder_name = resolve_encoder_name(model.encoder, spaces)
-            has_image = self.encoder_name in ("cnn", "small_cnn")
-            if self.encoder_name == "mlp":
-                kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation, **kwargs}
-        # a recurrent model has one encoder and one core for both heads (see daskrl/models/recurrent.py); an image
-        # trunk is shared too (the conv stack dominates the cost)
-        self.shared_encoder = has_image or model.rnn != "none" if shared_encoder is None else bool(shared_encoder)
-        if model.rnn != "none" and not self.shared_encoder:
-            raise ValueError("a recurrent core is shared by both heads, so the encoder must be shared too")
-
-        build = (lambda: DictEncoder(spaces, **kwargs)) if spaces.is_dict \
-            else (lambda: make_encoder(self.encoder_name, spaces, **kwargs))
-        self.encoder = build()
-        # None when shared, so the trunk's weights appear once in state_dict.
-        self.value_encoder = None if self.shared_encoder else build()
+        self.encoder_name = self.observations.encoder_name
+        self.shared_encoder = _shares_encoder(model, self.observations.has_image, shared_encoder)
+        self._build_encoders()
         self.core = make_core(model, spaces, self.encoder.out_dim)
-        head_in = self.encoder.out_dim if self.core is None else self.core.out_dim
-        self.actor = make_action_head(head_in, spaces, model.init_log_std if init_log_std is None
+        # both heads read the core's width: a separate value encoder is built as the policy's, so it is the same
+        self.actor = make_action_head(self.core.out_dim, spaces, model.init_log_std if init_log_std is None
                                       else init_log_std, model.action_bounds)
-        value_in = head_in if self.value_encoder is None else self.value_encoder.out_dim
-        self.critic = layer_init(nn.Linear(value_in, 1), std=1.0)
+        self.critic = layer_init(nn.Linear(self.core.out_dim, 1), std=1.0)
 
         #: float32 everywhere, unless a sampler switched the encoders with :meth:`use_bfloat16_encoders`
         self.encoder_dtype = torch.float32
@@ -96,24 +71,33 @@ class ActorCritic(nn.Module):
         self._action_dtype = np.dtype(spaces.action_dtype)
         self._flat_actions = spaces.action_kind == "box"
 
+    def _build_encoders(self) -> None:
+        """``encoder``, and ``value_encoder`` (None when shared, so the trunk's weights appear once in state_dict).
+        ``encoders`` lists those that run, the value head reading the last one's features."""
+        self.encoder = self.observations.build_encoder()
+        if self.shared_encoder:
+            self.value_encoder = None
+            self.encoders: tuple[nn.Module, ...] = (self.encoder,)
+        else:
+            self.value_encoder = self.observations.build_encoder()
+            self.encoders = (self.encoder, self.value_encoder)
+
     @property
     def recurrent(self) -> bool:
-        return self.core is not None
+        return self.core.state_size > 0
 
     @property
     def state_size(self) -> int:
         """Floats of recurrent state per env (0: feed-forward)."""
-        return 0 if self.core is None else self.core.state_size
+        return self.core.state_size
 
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
         """obs (batch, *obs_shape) -> (action distribution, value (batch,)); feed-forward models only (a recurrent
-        one steps with :meth:`step` and learns with :meth:`evaluate_sequence`)."""
-        if self.core is not None:
-            raise TypeError("a recurrent model needs its state: use step() or evaluate_sequence()")
-        obs, mask = self.prepare(obs)
-        features = self._encode(self.encoder, obs)
-        value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
-        return self.actor(features, mask), self.critic(value_features).squeeze(-1)
+        one steps with :meth:`step` and learns with :meth:`evaluate_sequence`: its core refuses this path)."""
+        inputs, mask = self.prepare(obs)
+        encoded = [self._encode(encoder, inputs) for encoder in self.encoders]
+        features = self.core.stateless(encoded[0])
+        return self.actor(features, mask), self.critic(encoded[-1]).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
         """Recurrent models: obs (batch, *obs_shape) and states [batch, S] -> (distribution, value, next states)."""
@@ -140,30 +124,15 @@ class ActorCritic(nn.Module):
         """Recurrent models: the value of ``obs`` seen from states [batch, S] (bootstrap values)."""
         return self.critic(self.core.step(self._encode(self.encoder, self.prepare(obs)[0]), state)[0]).squeeze(-1)
 
-    def prepare(self, obs: torch.Tensor) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor | None]:
-        """-> (the encoder's input, the action mask or None). Observations are normalized with the stored statistics
-        (clipped to +-5) when enabled; Dict observations (packed records) are unpacked into one tensor per key
-        first, and only their float vectors are normalized."""
-        if not self.spaces.is_dict:
-            if not self.normalize_obs:
-                return obs, None
-            return ((obs.float() - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0), None
-        fields = unpack_tensors(obs, self.spaces.obs_keys)
-        mask = fields.pop(self.spaces.action_mask_key) if self.spaces.action_mask_key else None
-        if self.normalize_obs:
-            n = obs.shape[0]
-            flat = torch.cat([fields[k.name].reshape(n, -1) for k in self.norm_keys], dim=1)
-            flat = ((flat - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)).clamp_(-5.0, 5.0)
-            for k, part in zip(self.norm_keys, flat.split([k.size for k in self.norm_keys], dim=1), strict=True):
-                fields[k.name] = part.reshape(n, *k.shape)
-        return fields, mask
+    def prepare(self, obs: torch.Tensor) -> tuple[EncoderInput, torch.Tensor | None]:
+        """-> (the encoder's input, the action mask or None), as the observation adapter makes them: normalized
+        with the stored statistics (clipped to +-5) when enabled; Dict observations (packed records) unpacked into
+        one tensor per key first, only their float vectors normalized."""
+        return self.observations.encoder_input(obs, self)
 
     def obs_for_stats(self, obs: np.ndarray) -> np.ndarray:
         """The part of observations [M, ...] that normalization keeps statistics of ([M, *obs_norm_shape])."""
-        if not self.spaces.is_dict:
-            return obs
-        fields = unpack(obs, self.norm_keys)
-        return np.concatenate([fields[k.name].reshape(obs.shape[0], -1) for k in self.norm_keys], axis=1)
+        return self.observations.stats_part(obs)
 
     def use_bfloat16_encoders(self) -> None:
         """Samplers only: keep the encoders' weights in bfloat16 and run them under autocast.
@@ -172,9 +141,8 @@ class ActorCritic(nn.Module):
         run it about twice as fast. The heads stay float32, so the log-probs and values written for the learner
         are exactly those of the policy that acted. Weights loaded afterwards are rounded to bfloat16.
         """
-        self.encoder.to(torch.bfloat16)
-        if self.value_encoder is not None:
-            self.value_encoder.to(torch.bfloat16)
+        for encoder in self.encoders:
+            encoder.to(torch.bfloat16)
         self.encoder_dtype = torch.bfloat16
 
     def _encode(self, encoder: nn.Module, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
@@ -184,21 +152,17 @@ class ActorCritic(nn.Module):
             return encoder(obs).float()
 
     def set_obs_stats(self, mean: Any, var: Any, count: float = 0.0) -> None:
-        if self.normalize_obs:
-            self.obs_mean.copy_(torch.as_tensor(mean, dtype=torch.float32).reshape(self.obs_mean.shape))
-            self.obs_var.copy_(torch.as_tensor(var, dtype=torch.float32).reshape(self.obs_var.shape))
-            self.obs_count.fill_(float(count))
+        """Load the learner's running statistics (nothing to load without normalization)."""
+        self.observations.set_statistics(self, mean, var, count)
 
     def set_return_stats(self, mean: float, var: float, count: float) -> None:
         self.return_stats.copy_(torch.tensor([mean, var, count], dtype=torch.float64))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """Value only (bootstrap values), skipping the action head."""
-        if self.core is not None:
-            raise TypeError("a recurrent model needs its state: use value_step()")
-        obs, _ = self.prepare(obs)
-        features = self._encode(self.encoder if self.value_encoder is None else self.value_encoder, obs)
-        return self.critic(features).squeeze(-1)
+        """Value only (bootstrap values), skipping the action head (and the policy's encoder when the value head
+        has its own); feed-forward models only (a recurrent one: :meth:`value_step`)."""
+        inputs, _ = self.prepare(obs)
+        return self.critic(self.core.stateless(self._encode(self.encoders[-1], inputs))).squeeze(-1)
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -223,13 +187,7 @@ class ActorCritic(nn.Module):
             obs_np = obs_np.copy()  # torch warns on read-only arrays; encoders never write anyway
         device = self.critic.weight.device
         obs = torch.from_numpy(obs_np).to(device, non_blocking=True)
-        if self.core is None:
-            dist, value = self(obs)
-        else:
-            if state is None:
-                raise TypeError("a recurrent model acts from its state: pass state=")
-            dist, value, next_state = self.step(obs, torch.as_tensor(np.asarray(state), device=device))
-            state[...] = next_state.cpu().numpy()
+        dist, value = self.core.act(self, obs, state)
         actions = dist.mode() if deterministic else dist.sample()
         log_prob = dist.log_prob(actions)
         actions_np = actions.cpu().numpy().reshape(obs_np.shape[0], *self._action_shape)
@@ -265,6 +223,15 @@ class ActorCritic(nn.Module):
         self.load_state_dict(tensors, strict=True)
 
 
+def _shares_encoder(model: ModelConfig, has_image: bool, shared_encoder: bool | None) -> bool:
+    """Whether both heads read one encoder: as ``shared_encoder`` says, else for images (the conv stack dominates
+    the cost) and recurrent models, which must (one encoder and one core for both heads: models/recurrent.py)."""
+    shared = has_image or model.rnn != "none" if shared_encoder is None else bool(shared_encoder)
+    if model.rnn != "none" and not shared:
+        raise ValueError("a recurrent core is shared by both heads, so the encoder must be shared too")
+    return shared
+
+
 def check_model(config: Config, spaces: EnvSpaces) -> None:
     """Build the run's network once in the driver, so a model option that cannot work (an unsuitable encoder, a
     registered core that answers in other shapes) is a :class:`ConfigError` before any component is created, not a
@@ -274,7 +241,7 @@ def check_model(config: Config, spaces: EnvSpaces) -> None:
     except (ValueError, TypeError) as exc:
         m = config.model
         what = f"--encoder {m.encoder!r}" + (f" with --rnn {m.rnn!r}" if m.rnn != "none" else "")
-        shape = [f"{k.name} {k.shape}" for k in spaces.feature_keys] if spaces.is_dict else tuple(spaces.obs_shape)
+        shape = observation_kind(spaces).describe(spaces)
         raise ConfigError([f"{what} cannot be built for this env's observations {shape}: {exc}"]) from exc
 
 

@@ -81,7 +81,7 @@ class NumpyPolicy:
         else:  # policy features feed the action head, value features the value head
             self.head_w = _block_diagonal([head_w, value_w])
         self.head_b = np.concatenate([_bias(head), _bias(m.critic)])
-        self.cell = _NumpyCell(m.core) if m.core is not None else None
+        self.cell = _NumpyCell(m.core) if m.recurrent else None
         if self.kind == "box":
             log_std = m.actor.log_std.detach().numpy().astype(np.float32)
             self.log_std, self.std = log_std, np.exp(log_std)
@@ -180,7 +180,7 @@ def _log_ndtr(x: np.ndarray) -> np.ndarray:
 
 def _encoders(model: ActorCritic) -> list:
     """The policy encoder, then the value encoder when the model has a separate one."""
-    return [model.encoder] + ([model.value_encoder] if model.value_encoder is not None else [])
+    return list(model.encoders)
 
 
 def _weight(linear) -> np.ndarray:

@@ -1,4 +1,8 @@
-"""The recurrent core (``--rnn lstm|gru``): between the encoder and the heads, one core shared by both heads.
+"""The core between the encoder and the heads: recurrent (``--rnn lstm|gru``), one core shared by both heads, or
+feed-forward (``--rnn none``), the identity.
+
+Why a feed-forward core: the model's paths then ask the core, not "is there a core": the identity passes features
+through and refuses a state, a recurrent core refuses to run without one (see :class:`FeedForwardCore`).
 
 Why one shared core: the value head then sees the same memory the policy acts on, and the sampler carries one
 state per env, not two. The state of a batch of envs is one flat float32 array ``[B, state_size]`` (an LSTM's
@@ -18,11 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.heads import Distribution
 from daskrl.models.registry import lookup, register_builtin
 
 #: built-in values of ``--rnn`` (``register_core`` adds more)
@@ -85,6 +91,19 @@ class RecurrentCore(nn.Module):
             raise ValueError(f"recurrent core {self.kind!r} returned shapes {got} for 2 steps of 3 envs, not {want}; "
                              f"{how}")
 
+    def stateless(self, x: torch.Tensor) -> torch.Tensor:
+        """A recurrent model has no path without its state: ``forward()`` and ``value()`` refuse it here."""
+        raise TypeError("a recurrent model needs its state: use step(), value_step() or evaluate_sequence()")
+
+    def act(self, model: nn.Module, obs: torch.Tensor, state: np.ndarray | None) -> tuple[Distribution, torch.Tensor]:
+        """How ``ActorCritic.act`` runs ``model``, a recurrent ActorCritic: from the states ``state`` [batch, S]
+        (float32 numpy), writing the next states there, in place (a sampler's shared memory, say)."""
+        if state is None:
+            raise TypeError("a recurrent model acts from its state: pass state=")
+        dist, value, next_state = model.step(obs, torch.as_tensor(np.asarray(state), device=obs.device))
+        state[...] = next_state.cpu().numpy()
+        return dist, value
+
     def initial_state(self, batch: int, device: torch.device | None = None) -> torch.Tensor:
         return torch.zeros(batch, self.state_size, device=device)
 
@@ -126,8 +145,39 @@ class RecurrentCore(nn.Module):
         return torch.cat(outs) if len(outs) > 1 else outs[0], before
 
 
-def make_core(model: ModelConfig, spaces: EnvSpaces, in_dim: int) -> RecurrentCore | None:
-    """The core ``--rnn`` asks for over features of width ``in_dim`` (None: feed-forward)."""
+class FeedForwardCore(nn.Module):
+    """``--rnn none``: the identity between the encoder and the heads, with no state (size 0) and no parameters,
+    so no ``core.*`` keys in the model's state_dict. The stateful paths refuse it with a TypeError, as a recurrent
+    core refuses the stateless ones."""
+
+    state_size = 0
+
+    def __init__(self, in_dim: int) -> None:
+        super().__init__()
+        self.out_dim = int(in_dim)
+
+    def stateless(self, x: torch.Tensor) -> torch.Tensor:
+        """Features pass through: the heads read the encoder's."""
+        return x
+
+    def act(self, model: nn.Module, obs: torch.Tensor, state: np.ndarray | None) -> tuple[Distribution, torch.Tensor]:
+        """How ``ActorCritic.act`` runs ``model``, a feed-forward ActorCritic: from the observations alone
+        (``state`` unread)."""
+        return model(obs)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise TypeError("a feed-forward model has no state: use forward() or value()")
+
+    def sequence(self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None,
+                 keep: Iterable[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        raise TypeError("a feed-forward model learns from shuffled steps: use evaluate(), not evaluate_sequence()")
+
+
+Core = FeedForwardCore | RecurrentCore
+
+
+def make_core(model: ModelConfig, spaces: EnvSpaces, in_dim: int) -> Core:
+    """The core ``--rnn`` asks for over features of width ``in_dim``."""
     if model.rnn == "none":
-        return None
+        return FeedForwardCore(in_dim)
     return RecurrentCore(model.rnn, in_dim, core_size(model, spaces), model.rnn_layers)
