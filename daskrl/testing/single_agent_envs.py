@@ -1,0 +1,155 @@
+"""Single-agent gymnasium envs whose right answer is known in closed form: a constant reward cut by a time limit
+(the true value of every state is known), the same with numbers in its info dict or a camera that breaks, and a
+dict-observation cue task (the best return and a blind policy's return are known)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class ConstantRewardEnv(gym.Env):
+    """Reward 1 at every step, forever, but cut by a time limit every ``limit`` steps (truncated, never terminated).
+
+    The observation is the fraction of the limit used, ``[t / limit]``, so a value function *can* tell the end is
+    near. The time limit is no part of the task: the true value of every state is ``1 / (1 - gamma)``. A learner that
+    treats the cut as a death learns ``(1 - gamma ** (limit - t)) / (1 - gamma)`` instead, which falls to 1 at the end.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, limit: int = 20, render_mode: str | None = None) -> None:
+        self.limit = int(limit)
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._t / self.limit], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._t += 1
+        return self._obs(), 1.0, False, self._t >= self.limit, {}
+
+
+def constant_reward(limit: int = 20, render_mode: str | None = None) -> gym.Env:
+    return ConstantRewardEnv(limit, render_mode)
+
+
+class InfoReportingEnv(ConstantRewardEnv):
+    """:class:`ConstantRewardEnv` that reports numbers in its info dict: ``episode_extra_stats`` (Sample Factory's
+    convention) at an episode's end with ``{"episode": n}`` (the count of episodes this env finished, 1, 2, ...),
+    and ``distance`` (``t / 10``) at every step."""
+
+    def __init__(self, limit: int = 20, render_mode: str | None = None) -> None:
+        super().__init__(limit, render_mode)
+        self.episodes = 0
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        info: dict[str, Any] = {"distance": self._t / 10}
+        if truncated:
+            self.episodes += 1
+            info["episode_extra_stats"] = {"episode": self.episodes}
+        return obs, reward, terminated, truncated, info
+
+
+def info_reporting(limit: int = 20, render_mode: str | None = None) -> gym.Env:
+    return InfoReportingEnv(limit, render_mode)
+
+
+class BrokenCameraEnv(ConstantRewardEnv):
+    """:class:`ConstantRewardEnv` (return = ``limit``, whatever the policy does) whose ``rgb_array`` camera works
+    once per instance and then raises: the check before a run passes, every video recorded during it fails."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, limit: int = 20, render_mode: str | None = None) -> None:
+        super().__init__(limit, render_mode)
+        self.renders = 0
+
+    def render(self) -> np.ndarray:
+        self.renders += 1
+        if self.renders > 1:
+            raise RuntimeError("camera unplugged")
+        return np.zeros((8, 8, 3), np.uint8)
+
+
+def broken_camera(limit: int = 20, render_mode: str | None = None) -> gym.Env:
+    return BrokenCameraEnv(limit, render_mode)
+
+
+class CueEnv(gym.Env):
+    """Dict observations where one key carries everything: reward 1 when the action equals the cue, 0 otherwise,
+    over ``length`` steps (then truncated), so the best return is ``length`` and a policy blind to the cue gets
+    ``length / n`` on average.
+
+    Keys: ``cue`` (Discrete(n + 1): the cue, or ``n`` = hidden), ``clock`` (Box [t / length]), ``view`` (a 3x3x1
+    uint8 image, every pixel ``10 * t``), ``note`` (Text: no fixed shape, dropped by daskrl), and with
+    ``masked=True`` ``action_mask`` (MultiBinary(n): the cue and one other action allowed; a forbidden action
+    raises). With ``memory=True`` the cue is shown at the first step only (a recurrent policy's task).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, n: int = 3, length: int = 8, memory: bool = False, masked: bool = False,
+                 render_mode: str | None = None) -> None:
+        self.n = int(n)
+        self.length = int(length)
+        self.memory = bool(memory)
+        self.masked = bool(masked)
+        self.render_mode = render_mode
+        spaces: dict[str, gym.Space] = {
+            "cue": gym.spaces.Discrete(self.n + 1),
+            "clock": gym.spaces.Box(0.0, 1.0, (1,), np.float32),
+            "view": gym.spaces.Box(0, 255, (3, 3, 1), np.uint8),
+            "note": gym.spaces.Text(8),
+        }
+        if self.masked:
+            spaces["action_mask"] = gym.spaces.MultiBinary(self.n)
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.action_space = gym.spaces.Discrete(self.n)
+        self._t = 0
+        self._cue = 0
+        self._mask = np.ones(self.n, np.int8)
+
+    def _obs(self) -> dict[str, Any]:
+        shown = self._cue if not self.memory or self._t == 0 else self.n
+        obs: dict[str, Any] = {
+            "cue": shown,
+            "clock": np.array([self._t / self.length], np.float32),
+            "view": np.full((3, 3, 1), 10 * self._t, np.uint8),
+            "note": "cue",
+        }
+        if self.masked:
+            self._mask = np.zeros(self.n, np.int8)
+            other = (self._cue + 1 + int(self.np_random.integers(self.n - 1))) % self.n
+            self._mask[[self._cue, other]] = 1
+            obs["action_mask"] = self._mask.copy()
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._cue = int(self.np_random.integers(self.n))
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        if self.masked and not self._mask[int(action)]:
+            raise ValueError(f"action {int(action)} is masked out (mask {self._mask.tolist()})")
+        reward = float(int(action) == self._cue)
+        self._t += 1
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
+def cue(n: int = 3, length: int = 8, memory: bool = False, masked: bool = False,
+        render_mode: str | None = None) -> gym.Env:
+    return CueEnv(n, length, memory, masked, render_mode)
