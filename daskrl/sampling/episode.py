@@ -1,0 +1,26 @@
+"""The record of one finished episode, as a rollout worker reports it and the driver reads it.
+
+It travels inside actor results (pickled: a rollout worker's :meth:`collect` and final :meth:`stop`), never on the
+topic bus, so it can be a class: every field has a name, and a reader never tells kinds of episodes apart by how
+many numbers they carry. Being a tuple, ``episode[0]`` and ``episode[1]`` are still its return and length, which is
+all :class:`~daskrl.monitor.stats.EpisodeWindow` reads.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: ``Episode.opponent`` of an episode that had no other agent in its env (a single-agent env)
+NO_OPPONENT = -1
+
+
+class Episode(NamedTuple):
+    """``policy`` played it (the acting policy id: a self-play snapshot's is ``num_policies`` or more); in a
+    multi-agent env ``opponent`` is the policy of the first other agent of its env and ``opponent_version`` the
+    version that policy acted with (-1: unknown here, e.g. with remote inference)."""
+
+    ret: float
+    length: int
+    policy: int = 0
+    opponent: int = NO_OPPONENT
+    opponent_version: int = -1
