@@ -324,7 +324,7 @@ def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, ho
     # every env step lies in a filled slot or in one of the 2 splits' slots in progress
     assert filled * rollout * per_split <= stats["env_steps"] <= (filled + 2) * rollout * per_split
     episodes = collected + stats["episodes"]  # what collect() took, then the rest in stop()'s last word
-    assert collected and stats["episodes"] and all(length == EPISODE for _, length, _ in episodes)
+    assert collected and stats["episodes"] and all(e.length == EPISODE for e in episodes)
     # each episode reported once: every env step lies in a reported episode or in one env's unfinished one
     assert stats["env_steps"] - 4 * (EPISODE - 1) <= len(episodes) * EPISODE <= stats["env_steps"]
 
@@ -502,7 +502,7 @@ def test_box_actions_drive_pendulum_with_truncation_at_the_time_limit(cluster, h
             t, b = divmod(int(at), 2)
             np.testing.assert_allclose(s["final_obs"][kk, 2], new_thdot[t, b], atol=2e-4, err_msg=f"slot {k}: final")
             assert not np.allclose(s["final_obs"][kk], s["obs"][t + 1, b]), "the final observation is the reset one"
-    assert stats["episodes"] and all(length == PENDULUM_EPISODE for _, length, _ in stats["episodes"])
+    assert stats["episodes"] and all(e.length == PENDULUM_EPISODE for e in stats["episodes"])
 
 
 def check_image_slots(slots, rollout, *, num_envs, channels, num_actions):
@@ -542,7 +542,7 @@ def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts, pr
         x = _paddle_x(obs).astype(int)
         expected = np.clip(x[:-1] + (actions.astype(int) - 1) * 4, 0, 84 - 12)
         np.testing.assert_array_equal(x[1:][~ends], expected[~ends], err_msg=f"slot {k}: paddle vs actions")
-    assert stats["episodes"] and all(length == CATCH_EPISODE for _, length, _ in stats["episodes"])
+    assert stats["episodes"] and all(e.length == CATCH_EPISODE for e in stats["episodes"])
 
 
 def test_atari_slots_hold_stacked_frames_that_follow_each_other(cluster, hosts):

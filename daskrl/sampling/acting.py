@@ -25,6 +25,10 @@ from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.timing import Timing
 from daskrl.sampling.policy import SamplingPolicy
+from daskrl.sampling.row_cut import rows_for
+from daskrl.sampling.slot_owners import SlotOwners
+from daskrl.sampling.split_policies import EVERY_COLUMN, Columns, SplitPolicies
+from daskrl.sampling.state_carry import StateCarry
 from daskrl.setups import PolicySetup
 
 #: seconds after which an unanswered inference request is sent again (its inference worker may have died)
@@ -43,20 +47,15 @@ class RolloutWorker(Protocol):
     actions: np.ndarray
     log_probs: np.ndarray
     values: np.ndarray
-    policy_version: np.ndarray
-    policy_id: np.ndarray | None  # tagged slots (several policies, multi-agent envs): who acted, per column
-    rnn_live: np.ndarray | None  # recurrent policies: the states to act from, per slot (see trajectories.py)
+    policy_version: np.ndarray  # one version per step, or per column and step in tagged slots
+    split_policies: list[SplitPolicies]  # who plays each split's columns
+    owners: SlotOwners  # who takes a full slot: it records who acted, where slots are tagged
+    state_carry: StateCarry  # a recurrent policy's states, in the slots (nothing for a feed-forward one)
     timing: Timing
     counters: dict[str, float]
 
     def step_split(self, s: int) -> bool:
         """Step split ``s`` with the actions written at its current step; True when that filled its slot."""
-
-    def acting_groups(self, s: int) -> list[tuple[int, np.ndarray | slice]]:
-        """Each policy acting in split ``s`` at its current step with its columns; tagged only."""
-
-    def acting_policies(self, s: int) -> np.ndarray:
-        """The policy id of each column of split ``s`` at its current step (-1: it does not act); tagged only."""
 
     def put(self, queue_name: str, payload: Any) -> int:
         """Hand ``payload`` to one consumer of a work queue."""
@@ -76,15 +75,13 @@ class InlineActing:
         """``policy_params``: with several policies, each one's parameter block (policy 0's is ``setup.params``);
         ``policy_spaces``: each one's spaces, which differ from the slots' (``slot_spaces``) where agents' do."""
         self.worker = worker
-        self.policy = SamplingPolicy(worker, setup)
         spaces = list(policy_spaces) or [setup.spaces] * max(len(policy_params), 1)
         slot = slot_spaces or setup.spaces
-        self.policies = [self.policy] + [
-            SamplingPolicy(worker, dataclasses.replace(setup, params=params, spaces=spaces[k],
-                                                       cut=slot.cut_for(spaces[k])))
-            for k, params in enumerate(policy_params) if k > 0]
-        # each policy's part of a slot row (None: all of it; see EnvSpaces.cut_for)
-        self.cuts = [setup.cut] + [slot.cut_for(spaces[k]) for k in range(1, len(self.policies))]
+        setups = [setup] + [dataclasses.replace(setup, params=params, spaces=spaces[k], cut=slot.cut_for(spaces[k]))
+                            for k, params in enumerate(policy_params) if k > 0]
+        self.policies = [SamplingPolicy(worker, policy_setup) for policy_setup in setups]
+        self.policy = self.policies[0]
+        self.rows = [rows_for(policy_setup.cut) for policy_setup in setups]  # each one's part of a slot row
         self.min_version = 0  # --sync: act only once the policy has this version
 
     def begin(self) -> None:
@@ -103,44 +100,27 @@ class InlineActing:
             if slot_index is None:  # waiting for a free slot
                 continue
             t = w.split_t[s]
-            if w.policy_id is not None:
-                self._act_tagged(s, slot_index, t)
-            else:
-                with w.timing("inference"):
-                    actions, log_probs, values = self.policy.act(
-                        w.obs[slot_index, t], None if w.rnn_live is None else w.rnn_live[slot_index])
-                w.actions[slot_index, t] = actions
-                w.log_probs[slot_index, t] = log_probs
-                w.values[slot_index, t] = values
-                w.policy_version[slot_index, t] = self.policy.version
+            split = w.split_policies[s]
+            w.owners.tag(slot_index, t, split)
+            with w.timing("inference"):
+                for k, columns in split.groups():
+                    self._act(k, columns, slot_index, t)
             w.step_split(s)
             worked = True
         return worked
 
-    def _act_tagged(self, s: int, slot_index: int, t: int) -> None:
-        """Each policy acts for its own columns; a column nobody plays this step keeps a zero action (ignored)."""
-        w = self.worker
-        ids = w.acting_policies(s)
-        w.policy_id[slot_index, t] = ids
-        obs = w.obs[slot_index, t]
-        states = None if w.rnn_live is None else w.rnn_live[slot_index]
-        with w.timing("inference"):
-            for k, columns in w.acting_groups(s):
-                policy = self.policies[k]
-                state = None if states is None else states[columns]
-                cut = self.cuts[k]
-                mine = obs[columns] if cut is None else obs[columns, :cut[0]]
-                actions, log_probs, values = policy.act(mine, state)
-                if state is not None and not isinstance(columns, slice):
-                    states[columns] = state  # a gathered copy: the next states go back into the slot
-                if cut is not None and cut[1]:  # a narrower Box action: the first act_dim of the row
-                    w.actions[slot_index, t, columns, :cut[1]] = actions
-                    w.actions[slot_index, t, columns, cut[1]:] = 0
-                else:
-                    w.actions[slot_index, t, columns] = actions
-                w.log_probs[slot_index, t, columns] = log_probs
-                w.values[slot_index, t, columns] = values
-                w.policy_version[slot_index, t, columns] = policy.version
+    def _act(self, k: int, columns: Columns, slot_index: int, t: int) -> None:
+        """Policy ``k`` acts for its columns of a split's step (one policy: for all of them, on the step's rows as
+        they are); a column nobody plays this step keeps a zero action (ignored)."""
+        w, policy, rows = self.worker, self.policies[k], self.rows[k]
+        state = w.state_carry.states(slot_index, columns)
+        actions, log_probs, values = policy.act(rows.obs(w.obs[slot_index, t], columns), state)
+        w.state_carry.put_back(slot_index, columns, state)  # the next states, where they were gathered from
+        at = (slot_index, t, columns)
+        rows.write_actions(w.actions, at, actions)
+        w.log_probs[at] = log_probs
+        w.values[at] = values
+        w.policy_version[at] = policy.version
 
     def slot_started(self, s: int) -> None:
         """The next turn of the hot loop acts for it."""
@@ -163,14 +143,32 @@ class InlineActing:
                 "policy_versions": [p.version for p in self.policies]}
 
 
+#: the request parts of a split's step that one policy acts for whole: policy 0, every column
+EVERYONE: list[tuple[int, list[int] | None]] = [(0, None)]
+
+
+def _column_list(columns: Columns, num_columns: int) -> list[int] | None:
+    """Columns as a request names them: a list, or None for all of a split's ``num_columns``."""
+    if columns is EVERY_COLUMN or (isinstance(columns, slice) and columns.start == 0
+                                   and columns.stop == num_columns):
+        return None
+    if isinstance(columns, slice):
+        return list(range(columns.start, columns.stop))
+    return [int(c) for c in columns]
+
+
 class RemoteActing:
     """Inference workers act for the rollout worker (see the module docstring). With several policies each policy's
     inference workers take the requests on its own queue, each for its policy's columns of a split's step, and the
     split steps once every policy acting there has answered."""
 
     def __init__(self, worker: RolloutWorker, queue: str, num_policies: int = 1) -> None:
+        """``queue``: policy 0's work queue."""
         self.worker, self.queue = worker, queue
-        self.queues = [policy_queue(k) for k in range(num_policies)] if num_policies > 1 else [queue]
+        self.queues = [queue] + [policy_queue(k) for k in range(1, num_policies)]
+        # one policy's inference workers act for every column (an agent that sits the step out gets an ignored
+        # action); several policies' each for their own columns
+        self.parts = self._by_policy if num_policies > 1 else self._everyone
         self.min_version = 0  # --sync: inference must act with this policy version or a newer one
         self.requested_at = [0.0] * len(worker.groups)  # when each split's pending request went out
         self.waiting: list[set[int]] = [set() for _ in worker.groups]  # the policies each split still waits for
@@ -188,23 +186,30 @@ class RemoteActing:
 
     def request(self, s: int) -> None:
         w = self.worker
+        slot_index, t = w.split_slot[s], w.split_t[s]
         self.requested_at[s] = time.monotonic()
-        parts: list[tuple[int, np.ndarray | slice | None]] = [(0, None)]
-        if w.policy_id is not None:  # who acts, for the learners' masks; with several policies, who to ask
-            ids = w.acting_policies(s)
-            w.policy_id[w.split_slot[s], w.split_t[s]] = ids
-            if len(self.queues) > 1:
-                parts = w.acting_groups(s) or parts  # nobody acts: policy 0 fills the ignored actions
+        split = w.split_policies[s]
+        w.owners.tag(slot_index, t, split)  # who acts, for the learners' masks
+        parts = self.parts(split, w.groups[s].num_envs)
         self.waiting[s] = {k for k, _ in parts}
         for k, columns in parts:
-            request: InferenceRequest = {"w": w.name, "s": s, "slot": w.split_slot[s], "t": w.split_t[s]}
+            request: InferenceRequest = {"w": w.name, "s": s, "slot": slot_index, "t": t}
             if self.min_version:
                 request["v"] = self.min_version
-            if columns is not None and not (isinstance(columns, slice) and columns.start == 0
-                                            and columns.stop == w.groups[s].num_envs):
-                request["c"] = list(range(columns.start, columns.stop)) if isinstance(columns, slice) \
-                    else [int(c) for c in columns]
+            if columns is not None:
+                request["c"] = columns
             w.put(self.queues[k], request)
+
+    @staticmethod
+    def _everyone(split: SplitPolicies, num_columns: int) -> list[tuple[int, list[int] | None]]:
+        """One request, to policy 0's queue, for every column of the split."""
+        return EVERYONE
+
+    @staticmethod
+    def _by_policy(split: SplitPolicies, num_columns: int) -> list[tuple[int, list[int] | None]]:
+        """A request to each policy acting at the split's step, for its columns (None: every column); nobody acts:
+        policy 0 fills the ignored actions."""
+        return [(k, _column_list(columns, num_columns)) for k, columns in split.groups()] or EVERYONE
 
     def on_actions(self, payload: ActionsReady) -> None:
         """Inference wrote actions for split ``s`` at its current step: step it and ask again."""
@@ -240,7 +245,7 @@ class RemoteActing:
         return None
 
     def version_of(self, policy: int) -> int:
-        return -1  # the inference workers know (remote inference serves one policy and no snapshots)
+        return -1  # the inference workers know (remote inference acts with no self-play snapshots)
 
     def stats(self) -> dict[str, Any]:
         return {"policy_version": None, "inference_precision": None}

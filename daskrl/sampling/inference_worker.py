@@ -18,6 +18,7 @@ from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import slot
 from daskrl.sampling.policy import SamplingPolicy
+from daskrl.sampling.row_cut import rows_for
 from daskrl.sampling.trajectories import attach_slots, read_slot, read_step, write_columns
 from daskrl.setups import InferenceSetup
 
@@ -28,7 +29,7 @@ class InferenceWorker(Component):
     def on_configure(self, setup: InferenceSetup) -> None:
         self.policy = SamplingPolicy(self, setup.policy)
         self.policy_index = setup.policy_index  # with several policies: the one whose requests it takes
-        self.cut = setup.policy.cut  # agents with different spaces: this policy's part of a slot row
+        self.rows = rows_for(setup.policy.cut)  # agents with different spaces: this policy's part of a slot row
         self.pending: list[InferenceRequest] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.requests = 0
@@ -82,13 +83,9 @@ class InferenceWorker(Component):
             states = np.concatenate([_columns(read_slot(v["rnn_live"], r["slot"]), r)
                                      for v, r in zip(views, batch, strict=True)]) \
                 if self.policy.model.recurrent else None
-        if self.cut is not None:
-            obs = obs[:, :self.cut[0]]
         with self.timing("inference"):
-            actions, log_probs, values = self.policy.act(obs, states)
-        if self.cut is not None and self.cut[1]:  # a narrower Box action: the first act_dim of the row, zeros after
-            width = views[0]["actions"].shape[-1]
-            actions = np.pad(actions, ((0, 0), (0, width - self.cut[1])))
+            actions, log_probs, values = self.policy.act(self.rows.narrow(obs), states)
+        actions = self.rows.widen(actions, views[0]["actions"].shape[-1])  # a narrower Box action: zeros after
         with self.timing("scatter"):
             start = 0
             for v, r in zip(views, batch, strict=True):

@@ -6,9 +6,11 @@ and the split moves on to a free slot, or waits for one (back-pressure: the lear
 trained on them). Where the actions come from, its own policy copy or inference workers, is the job of its
 acting strategy (:mod:`daskrl.sampling.acting`); the slots and the env stepping are the same either way.
 
-With a recurrent policy the envs' states live in the slot being filled (``rnn_live``): whoever acts reads and
-writes them there, and this worker, which steps the envs, zeroes the state of an env whose episode ended, copies
-the states into the next slot it fills and records them there as that slot's start (``rnn_states``).
+What differs between runs is chosen once, when the worker is configured, as objects the per-step code calls
+without asking which kind they are: the env groups (:mod:`daskrl.envs.groups`), who plays each split's columns
+and is credited with its episodes (:mod:`daskrl.sampling.split_policies`; one policy is a map of one), how a
+recurrent policy's states are carried (:mod:`daskrl.sampling.state_carry`) and who must hand a full slot back
+(:mod:`daskrl.sampling.slot_owners`).
 """
 
 from __future__ import annotations
@@ -21,17 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.envs.envpool_atari import EnvpoolGroup
-from daskrl.envs.multi_agent import MultiAgentGroup
+from daskrl.envs.groups import split_groups
 from daskrl.envs.packages import import_env_packages
 from daskrl.envs.registry import register_env
-from daskrl.envs.vector import EnvGroup
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ENV_ERRORS_TOPIC, ActionsReady, FreeSlots, TrajectoryReady
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
-from daskrl.sampling.policy_map import PolicyMap
+from daskrl.sampling.episode import Episode
+from daskrl.sampling.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
+from daskrl.sampling.split_policies import OnePolicy, SplitPolicies, mapped_policies
+from daskrl.sampling.state_carry import state_carry_for
 from daskrl.sampling.trajectories import SlotLayout, create_slots
 from daskrl.setups import RolloutSetup
 
@@ -50,53 +53,57 @@ class RolloutWorker(Component):
         self.env_spec = setup.env.env
         self.incarnation = os.urandom(4).hex()  # tells this worker's slots from a predecessor's after a restart
         self.rollout = setup.rollout
-        per_split = setup.num_envs // setup.num_splits
-        group_class = EnvpoolGroup if setup.env.env_backend == "envpool" else \
-            MultiAgentGroup if setup.spaces.num_agents > 1 else EnvGroup
+        self.groups = split_groups(setup.env, setup.spaces, setup.num_envs, setup.num_splits, setup.seed,
+                                   setup.worker_index, setup.env_failure_limit, setup.info_keys)
         self.agents_per_env = setup.spaces.num_agents  # a multi-agent env's group has a column per agent
-        self.groups = [
-            group_class.from_spec(setup.env.env, per_split, seed=setup.seed, worker_index=setup.worker_index,
-                                  first_env_index=s * per_split, env_kwargs=setup.env.env_kwargs,
-                                  spaces=setup.spaces, max_consecutive_failures=setup.env_failure_limit,
-                                  info_keys=setup.info_keys)
-            for s in range(setup.num_splits)
-        ]
-        columns = sum(g.num_envs for g in self.groups)  # with a multi-agent env, one per agent of each env
-        self.layout = SlotLayout.for_worker(setup.spaces, columns, setup.num_splits, setup.rollout,
-                                            setup.slots_per_split, setup.rnn_state_size, setup.tagged)
-        self.shared = create_slots(self, self.layout)
-        a = {name: arr.array for name, arr in self.shared.items()}
-        self.obs, self.actions, self.rewards = a["obs"], a["actions"], a["rewards"]
-        self.terminated, self.truncated = a["terminated"], a["truncated"]
-        self.log_probs, self.values, self.policy_version = a["log_probs"], a["values"], a["policy_version"]
-        self.final_obs, self.final_at = a["final_obs"], a["final_at"]
-        self.rnn_states, self.rnn_live = a.get("rnn_states"), a.get("rnn_live")  # None: a feed-forward policy
-        self.policy_id = a.get("policy_id")  # None: one policy acts for every column at every step
-        self.num_policies = setup.num_policies
-        agents = [list(getattr(g, "agent_ids", None) or ["agent_0"] * g.num_envs) for g in self.groups]
-        self.maps = [PolicyMap(setup.policy_mapping, setup.num_policies, agents[s],
-                               [setup.worker_index * setup.num_envs + s * per_split + i for i in range(per_split)],
-                               setup.run_envs, setup.snapshots) for s in range(setup.num_splits)] if setup.tagged else []
-        self.owed: dict[int, set[int]] = {}  # a tagged slot -> the policies whose learners still have to free it
-        per_env_state = (self.layout.envs_per_split, setup.rnn_state_size)
-        self.rnn_carry = [np.zeros(per_env_state, np.float32) for _ in range(setup.num_splits)] \
-            if self.rnn_live is not None else []  # the states that start each split's next slot
-        self.finals_in_slot = [0] * self.layout.num_slots  # final observations written into each slot
+        self._create_slots(setup)
         self.free: deque[int] = deque(range(self.layout.num_slots))
         self.split_slot: list[int | None] = [None] * setup.num_splits
         self.split_t = [0] * setup.num_splits
         self.carry = [np.empty_like(self.obs[0, 0]) for _ in range(setup.num_splits)]  # obs that starts the next slot
         self.waiting: deque[int] = deque()  # splits waiting for a free slot
-        self.episodes: deque = deque(maxlen=10_000)
+        self.episodes: deque[Episode] = deque(maxlen=10_000)
         self.episode_extras: deque = deque(maxlen=10_000)  # info numbers of finished episodes (see EnvGroup)
         self.env_steps = 0
         self.slots_filled = 0
         self.draining = False  # leaving: no new slot is started (see drain)
         self.env_failure_log: deque = deque(maxlen=100)  # first report of each distinct env error
         self._seen_failures: set[str] = set()
+        self._choose_owners(setup)
         self.acting = InlineActing(self, setup.policy, setup.policy_params, setup.policy_spaces,
                                    setup.spaces) if setup.policy is not None \
             else RemoteActing(self, setup.policy_queue, setup.num_policies)
+
+    def _create_slots(self, setup: RolloutSetup) -> None:
+        """The slot pool in shared memory, its arrays by name, and the carry of a recurrent policy's states."""
+        columns = sum(g.num_envs for g in self.groups)  # with a multi-agent env, one per agent of each env
+        self.layout = SlotLayout.for_worker(setup.spaces, columns, setup.num_splits, setup.rollout,
+                                            setup.slots_per_split, setup.rnn_state_size, setup.tagged)
+        self.shared = create_slots(self, self.layout)
+        a = {name: arr.array for name, arr in self.shared.items()}
+        self.arrays = a
+        self.obs, self.actions, self.rewards = a["obs"], a["actions"], a["rewards"]
+        self.terminated, self.truncated = a["terminated"], a["truncated"]
+        self.log_probs, self.values, self.policy_version = a["log_probs"], a["values"], a["policy_version"]
+        self.final_obs, self.final_at = a["final_obs"], a["final_at"]
+        self.finals_in_slot = [0] * self.layout.num_slots  # final observations written into each slot
+        self.state_carry = state_carry_for(a, setup.num_splits)
+
+    def _choose_owners(self, setup: RolloutSetup) -> None:
+        """Who plays each split's columns, and who must hand a full slot back: tagged slots (several policies, or
+        agents that may sit steps out) say who acted and go to each acting policy's learner; untagged ones are one
+        policy's, for one consumer."""
+        self.split_policies: list[SplitPolicies]
+        self.owners: SlotOwners
+        if setup.tagged:
+            self.owners = PolicyConsumers(self.arrays["policy_id"], setup.rollout, setup.num_policies)
+            self.split_policies = mapped_policies(
+                setup.policy_mapping, setup.num_policies, setup.snapshots, setup.spaces.num_agents, self.groups,
+                setup.num_envs // setup.num_splits, setup.worker_index * setup.num_envs, setup.run_envs,
+                self.terminated, self.truncated, self.episode_extras)
+        else:
+            self.owners = OneConsumer()
+            self.split_policies = [OnePolicy(g.num_envs) for g in self.groups]
 
     async def buffers(self) -> dict:
         """Descriptions of the slot arrays (plus this incarnation's id) for inference workers and the learner."""
@@ -135,13 +142,7 @@ class RolloutWorker(Component):
         only what that policy's (lost) learner owed: the other policies' learners still hand theirs back."""
 
         def reclaim() -> int:
-            if policy is not None and self.policy_id is not None:
-                self._freed([slot for slot, owed in self.owed.items() if policy in owed], policy)
-                return len(self.free)
-            in_use = {i for i in self.split_slot if i is not None}
-            self.free = deque(i for i in range(self.layout.num_slots) if i not in in_use)
-            self.owed.clear()
-            self._serve_waiting()
+            self._free(self.owners.reclaim(policy))
             return len(self.free)
 
         return await self.on_own_thread(reclaim)
@@ -159,9 +160,7 @@ class RolloutWorker(Component):
 
     def _begin_slot(self, s: int, slot_index: int) -> None:
         self.split_slot[s] = slot_index
-        if self.rnn_live is not None:
-            self.rnn_live[slot_index] = self.rnn_carry[s]
-            self.rnn_states[slot_index] = self.rnn_carry[s]
+        self.state_carry.begin_slot(s, slot_index)
         self.final_at[slot_index] = -1
         self.finals_in_slot[slot_index] = 0
 
@@ -180,33 +179,26 @@ class RolloutWorker(Component):
         except EnvStepError as exc:
             raise EnvStepError(exc.env_index, exc.phase, f"{exc.summary} [environment {self.env_spec!r}, env "
                                f"{exc.env_index} of split {s} on rollout worker {self.name!r}]") from exc
-        if self.rnn_live is not None:  # an episode that ended starts the next one from zeros
-            ended = (self.terminated[slot_index, t] | self.truncated[slot_index, t]).astype(bool)
-            if ended.any():
-                self.rnn_live[slot_index, ended] = 0.0
+        self.state_carry.reset_ended(slot_index, t)
         if group.failures:
             self._note_env_failures(s, group.pop_failures())
         if group.truncations:
             self._keep_final_observations(slot_index, t, group.pop_truncations())
         self.env_steps += group.num_envs // self.agents_per_env  # env steps, not agent steps
+        split = self.split_policies[s]
         if group.finished_episodes:
-            self.episodes.extend(self._credited(s, group.pop_episode_stats()))
+            self.episodes.extend(split.credit(group.pop_episode_stats(), self.acting.version_of))
             if group.episode_extras:
                 self.episode_extras.extend(group.pop_episode_extras())
-        if self.maps:  # the envs that began an episode get its policies (after its ended one was credited)
-            began = group.pop_new_episodes(self.terminated[slot_index, t] | self.truncated[slot_index, t])
-            if len(began):
-                self.maps[s].episodes_began(began)
+        split.episodes_began(slot_index, t)  # after the episodes that ended there were credited
         t += 1
         if t < self.rollout:
             self.split_t[s] = t
             return False
         self.split_t[s] = 0
         self.carry[s][...] = self.obs[slot_index, t]
-        if self.policy_id is not None:  # who acts at obs[T] (the next slot's first step), for the learner
-            self.policy_id[slot_index, t] = self.acting_policies(s)
-        if self.rnn_live is not None:
-            self.rnn_carry[s][...] = self.rnn_live[slot_index]
+        self.owners.tag(slot_index, t, split)  # who acts at obs[T] (the next slot's first step), for the learner
+        self.state_carry.end_slot(s, slot_index)
         self.slots_filled += 1
         self._announce(slot_index, self.rollout * group.num_envs)
         self.split_slot[s] = None
@@ -214,43 +206,14 @@ class RolloutWorker(Component):
         self._serve_waiting()
         return True
 
-    def _credited(self, s: int, finished: list[tuple[float, int, int]]) -> list[tuple]:
-        """Each finished episode as (return, length, policy), and in a multi-agent env also the policy of the first
-        other agent of its env and that policy's version (self-play: which snapshot it lost or won against)."""
-        if not self.maps:
-            return [(ret, length, 0) for ret, length, _ in finished]
-        policies, agents = self.maps[s].column_policy, self.agents_per_env
-        if agents == 1:
-            return [(ret, length, int(policies[column])) for ret, length, column in finished]
-        out, agent_ids = [], self.maps[s].agent_ids
-        for ret, length, column in finished:
-            first = column - column % agents
-            other = int(policies[first + 1 if column == first else first])
-            out.append((ret, length, int(policies[column]), other, self.acting.version_of(other)))
-            self.episode_extras.append({f"return/{agent_ids[column]}": ret})  # each agent's own mean return
-        return out
-
-    def acting_policies(self, s: int) -> np.ndarray:
-        """The policy id of each column of split ``s`` at its current step (-1: that agent does not act)."""
-        return self.maps[s].acting(getattr(self.groups[s], "active", None))
-
-    def acting_groups(self, s: int) -> list[tuple[int, np.ndarray | slice]]:
-        """Each policy acting in split ``s`` at its current step, with its columns (see PolicyMap.groups)."""
-        return self.maps[s].groups(getattr(self.groups[s], "active", None))
-
     def _announce(self, slot_index: int, frames: int) -> None:
-        """Tell the consumers a slot is full. A tagged slot goes to the learners of the policies that acted in it,
-        and is free again once each of them handed it back (a slot nobody trains on is free at once)."""
+        """Tell the consumers a slot is full (see :mod:`daskrl.sampling.slot_owners` for who takes it); a slot
+        nobody takes is free at once."""
         ready: TrajectoryReady = {"worker": self.name, "slot": slot_index, "frames": frames, "inc": self.incarnation}
-        if self.policy_id is not None:
-            present = np.unique(self.policy_id[slot_index, :self.rollout])  # step T is the next slot's
-            policies = [int(p) for p in present if 0 <= p < self.num_policies]
-            if not policies:
-                self.free.append(slot_index)
-                return
-            self.owed[slot_index] = set(policies)
-            ready["policies"] = policies
-        self.trajectory_ready(ready)
+        if self.owners.announce(slot_index, ready):
+            self.trajectory_ready(ready)
+        else:
+            self.free.extend(self.owners.handed_back([slot_index], None))
 
     def _keep_final_observations(self, slot_index: int, t: int, truncations: list) -> None:
         """Write the real final observation of each episode a time limit cut at step ``t`` into the slot, for the
@@ -299,25 +262,11 @@ class RolloutWorker(Component):
             return
         if "version" in payload:  # --sync: these slots are to be filled by this policy version or a newer one
             self.acting.min_version = max(self.acting.min_version, payload["version"])
-        if self.policy_id is not None:
-            self._freed(payload["slots"], payload.get("policy"))
-            return
-        self.free.extend(payload["slots"])
-        self._serve_waiting()
+        self._free(self.owners.handed_back(payload["slots"], payload.get("policy")))
 
-    def _freed(self, slots: list[int], policy: int | None) -> None:
-        """``policy``'s learner is done with these tagged slots: free those no other learner still reads (None:
-        the only consumer, a sampling-only sink, is done with them)."""
-        for slot_index in slots:
-            owed = self.owed.get(slot_index)
-            if owed is None or (policy is not None and policy not in owed):
-                continue  # not announced to that policy (or already handed back)
-            if policy is None:
-                owed.clear()
-            owed.discard(policy)
-            if not owed:
-                del self.owed[slot_index]
-                self.free.append(slot_index)
+    def _free(self, slots: list[int]) -> None:
+        """These slots are free again: splits waiting for one take them."""
+        self.free.extend(slots)
         self._serve_waiting()
 
     def extra_stats(self) -> dict:
