@@ -20,6 +20,7 @@ from daskrl.monitor.history import MetricsStore, history_payload, json_safe, lat
 from daskrl.monitor.policy_plots import POLICY_COLORS
 from daskrl.pbt.population import Exploit, PBTLog
 from daskrl.protocol import METRICS_TOPIC, PBT_TOPIC
+from daskrl.sampling.episode import Episode
 from tests.test_monitor import CHROMIUM, Browser, colour_pixels, distinct_colours, get_json
 
 RUN, POLICIES = "pbt-run", 3
@@ -40,7 +41,7 @@ def reports(tmp_path: Path, n: int) -> list[dict]:
             for k in range(POLICIES):
                 book.episodes[k].returns.clear()  # each report's mean return is exactly policy_return()
                 book.episodes[k].lengths.clear()
-                book.add_episodes([(policy_return(i, k), 20 + i, k)])
+                book.add_episodes([Episode(policy_return(i, k), 20 + i, k)])
                 book.note_learner(k, {"policy_version": i + 1, "samples_trained": 256 * i,
                                       "metrics": {"loss": 0.5 - 0.01 * k, "entropy": 0.6, "approx_kl": 0.01,
                                                   "lr": HPS["learning_rate"] * (k + 1), "valid_fraction": 1.0},

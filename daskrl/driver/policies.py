@@ -23,6 +23,7 @@ from daskrl.config import Config
 from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.stats import EpisodeWindow
+from daskrl.sampling.episode import NO_OPPONENT, Episode
 
 if TYPE_CHECKING:
     from daskrl.monitor.run_state import RunState
@@ -66,27 +67,29 @@ class PolicyBook:
 
     # ---- what the components report ----
 
-    def trained(self, episodes: list) -> list:
+    def trained(self, episodes: list[Episode]) -> list[Episode]:
         """The episodes a trained policy played (not a self-play snapshot's side of a game)."""
-        if not self.self_play:
-            return episodes
-        return [e for e in episodes if len(e) < 3 or e[2] < self.num_policies]
+        return [e for e in episodes if e.policy < self.num_policies]
 
-    def add_episodes(self, episodes: list) -> None:
-        """Episodes as rollout workers report them: (return, length, policy[, opponent, opponent version])."""
+    def add_episodes(self, episodes: list[Episode]) -> None:
+        """Episodes as rollout workers report them (:class:`~daskrl.sampling.episode.Episode`)."""
         for episode in episodes:
-            policy = int(episode[2]) if len(episode) > 2 else 0
+            policy = episode.policy
             if not 0 <= policy < self.num_policies:
                 continue  # a snapshot's side of a self-play game
             if self.num_policies > 1:  # with one policy the run's window is this policy's
                 self.episodes[policy].extend([episode])
-            if self.tally_games and len(episode) > 4:
-                # a snapshot is one fixed player per version; a trained opponent moves on at every step: one row
-                opponent, version = int(episode[3]), int(episode[4])
-                key = (policy, opponent, version if opponent >= self.num_policies else -1)
-                result = self.games.setdefault(key, [0, 0, 0, version])
-                result[0 if episode[0] > 0 else 1 if episode[0] == 0 else 2] += 1
-                result[3] = max(result[3], version)
+            if self.tally_games and episode.opponent != NO_OPPONENT:
+                self._tally(episode)
+
+    def _tally(self, episode: Episode) -> None:
+        """Count a game against another policy. A snapshot is one fixed player per version; a trained opponent
+        moves on at every step: one row for all its versions."""
+        opponent, version = episode.opponent, episode.opponent_version
+        key = (episode.policy, opponent, version if opponent >= self.num_policies else -1)
+        result = self.games.setdefault(key, [0, 0, 0, version])
+        result[0 if episode.ret > 0 else 1 if episode.ret == 0 else 2] += 1
+        result[3] = max(result[3], version)
 
     def note_learner(self, policy: int, stats: dict[str, Any]) -> None:
         self.learners[policy] = stats
