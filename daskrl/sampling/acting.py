@@ -9,6 +9,12 @@ strategy when to begin, turns its hot loop through it, and says when a split has
   the policy's work queue; an inference worker writes actions, log-probs and values into the slot and answers
   with :class:`~daskrl.protocol.ActionsReady`, which steps that split. With two splits one steps while the other
   waits. A request whose inference worker died is sent again after :data:`REQUEST_TIMEOUT_S`.
+
+Neither asks at a step how many policies there are: a split's
+:class:`~daskrl.sampling.split_policies.SplitPolicies` gives each acting policy with its columns (one policy: one
+group of every column, acted on the step's rows as they are), a policy's
+:class:`~daskrl.sampling.row_cut.Rows` its part of them, and the worker's
+:class:`~daskrl.sampling.state_carry.StateCarry` the recurrent states, if any.
 """
 
 from __future__ import annotations
