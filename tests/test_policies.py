@@ -15,18 +15,21 @@ import time
 import types
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 import torch
 
 from daskrl import train
 from daskrl.config import Config
+from daskrl.driver.policies import PolicyBook
 from daskrl.driver.role_setups import role_setups
 from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
 from daskrl.learning.batcher import _policy_columns
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.runtime.handles import spawn
+from daskrl.sampling.episode import Episode, episodes_from_event
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
@@ -309,6 +312,26 @@ def test_pbt_replaces_the_worst_policy_with_a_mutated_copy_of_a_better_one(tmp_p
 
 
 # ---- self-play ----
+
+
+def test_episode_records_come_back_from_the_event_log_and_the_book_reads_them_by_name(tmp_path):
+    """A worker that retires in order reports its last episodes through Dask's event log, where msgpack makes them
+    plain sequences: they are Episode records again, and the PolicyBook credits each by its fields: a snapshot's
+    side of a game is no trained policy's episode, a game against another policy is tallied by the opponent's
+    version, a single-agent episode (no opponent) is not a game."""
+    episodes = [Episode(1.0, 5, 0, 2, 7), Episode(-1.0, 4, 2, 0, 3), Episode(3.0, 9, 1), Episode(0.0, 6, 1, 0, 4)]
+    back = episodes_from_event(msgpack.unpackb(msgpack.packb(episodes), use_list=False))
+    assert back == episodes and all(isinstance(e, Episode) for e in back)
+    config = Config().replace(train_dir=str(tmp_path), experiment="book", num_policies=2, self_play_snapshots=1)
+    book = PolicyBook(config, resuming=False)
+    try:
+        assert book.trained(back) == [episodes[0], episodes[2], episodes[3]]
+        book.add_episodes(back)
+        # against snapshot 0 (acting as policy 2) by its version; against policy 0, one row for all its versions
+        assert book.games == {(0, 2, 7): [1, 0, 0, 7], (1, 0, -1): [0, 1, 0, 4]}
+        assert [list(window.returns) for window in book.episodes] == [[1.0], [3.0, 0.0]]
+    finally:
+        book.close()
 
 
 def test_self_play_beats_its_frozen_snapshots_more_and_more_and_never_trains_on_their_moves(tmp_path):

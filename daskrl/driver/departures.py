@@ -18,6 +18,7 @@ from daskrl.driver.fleet import Fleet
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.registry import LEAVING_TOPIC
+from daskrl.sampling.episode import episodes_from_event
 
 #: seconds a leaving worker's components get to report that they retired before they count as lost
 LEAVING_GRACE_S = 15.0
@@ -48,8 +49,10 @@ class Departures:
             if event.get("event") == "leaving":
                 self.leaving[event["address"]] = time.monotonic()
             elif event.get("event") == "retired" and (handle := self._handle(event)) is not None:
-                retired.append({**event, "handle": handle})
-                self._tell(handle, event["address"], event.get("stats") or {})
+                stats = dict(event.get("stats") or {})
+                stats["episodes"] = episodes_from_event(stats.get("episodes", []))  # records again, not sequences
+                retired.append({**event, "stats": stats, "handle": handle})
+                self._tell(handle, event["address"], stats)
         return retired
 
     def closing(self, handle: ComponentHandle) -> bool:

@@ -24,3 +24,10 @@ class Episode(NamedTuple):
     policy: int = 0
     opponent: int = NO_OPPONENT
     opponent_version: int = -1
+
+
+def episodes_from_event(records: list) -> list[Episode]:
+    """The episodes of a rollout worker's last word that came through Dask's event log (a worker that retired in
+    order reports its final statistics there: :mod:`daskrl.driver.departures`), where msgpack made each record a
+    plain sequence of its five fields."""
+    return [Episode(*record) for record in records]
