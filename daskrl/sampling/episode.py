@@ -1,9 +1,11 @@
 """The record of one finished episode, as a rollout worker reports it and the driver reads it.
 
-It travels inside actor results (pickled: a rollout worker's :meth:`collect` and final :meth:`stop`), never on the
-topic bus, so it can be a class: every field has a name, and a reader never tells kinds of episodes apart by how
-many numbers they carry. Being a tuple, ``episode[0]`` and ``episode[1]`` are still its return and length, which is
-all :class:`~daskrl.monitor.stats.EpisodeWindow` reads.
+It travels inside actor results (pickled: a rollout worker's ``collect`` and final ``stop``), never on the topic
+bus, so it can be a class: every field has a name, and a reader never tells kinds of episodes apart by how many
+numbers they carry. The one other way out, a retiring worker's last word on Dask's event log, turns records into
+plain sequences of their fields; :func:`episodes_from_event` makes them records again where that is read. Being a
+tuple, ``episode[0]`` and ``episode[1]`` are still its return and length, which is all
+:class:`~daskrl.monitor.stats.EpisodeWindow` reads.
 """
 
 from __future__ import annotations
