@@ -10,6 +10,7 @@ single-agent envs, :class:`AgentPolicies` for multi-agent ones, whose episodes a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import EllipsisType
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,8 +18,9 @@ import numpy as np
 from daskrl.sampling.episode import Episode
 from daskrl.sampling.policy_map import PolicyMap
 
-#: the columns of a split one policy acts for: all of them (:data:`EVERY_COLUMN`), a run of them, or a few
-Columns = Any  # type(Ellipsis) | slice | np.ndarray; numpy indexes a slot field's rows with any of them
+#: the columns of a split one policy acts for: all of them (:data:`EVERY_COLUMN`), a run of them, or a few (numpy
+#: indexes a slot field's rows with any of them)
+Columns = EllipsisType | slice | np.ndarray
 
 #: every column of a split: ``field[slot, t, EVERY_COLUMN]`` is the whole step, a per-step field (one policy
 #: version per step in untagged slots) included, and ``rows[EVERY_COLUMN]`` a view of them all
