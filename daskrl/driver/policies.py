@@ -73,12 +73,8 @@ class PolicyBook:
 
     def add_episodes(self, episodes: list[Episode]) -> None:
         """Episodes as rollout workers report them (:class:`~daskrl.sampling.episode.Episode`)."""
-        for episode in episodes:
-            policy = episode.policy
-            if not 0 <= policy < self.num_policies:
-                continue  # a snapshot's side of a self-play game
-            if self.num_policies > 1:  # with one policy the run's window is this policy's
-                self.episodes[policy].extend([episode])
+        for episode in self.trained(episodes):  # not a snapshot's side of a self-play game
+            self.episodes[episode.policy].extend([episode])
             if self.tally_games and episode.opponent != NO_OPPONENT:
                 self._tally(episode)
 
@@ -93,9 +89,6 @@ class PolicyBook:
 
     def note_learner(self, policy: int, stats: dict[str, Any]) -> None:
         self.learners[policy] = stats
-
-    def window(self, policy: int, state: RunState) -> EpisodeWindow:
-        return state.episodes if self.num_policies == 1 else self.episodes[policy]
 
     def mean_returns(self) -> dict[int, float]:
         """Each policy's mean return over its recent episodes (NaN: none finished yet)."""
@@ -161,7 +154,7 @@ class PolicyBook:
 
     def save(self, policy: int, snapshot: dict[str, Any], state: RunState, milestone: bool) -> None:
         """Write ``policy``'s learner snapshot, tagged best when its recent mean return is its best so far."""
-        window = self.window(policy, state)
+        window = self.episodes[policy]
         mean = window.mean_return
         best = not math.isnan(mean) and len(window.returns) >= 10 and mean > self.best[policy]
         if best:
