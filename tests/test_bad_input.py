@@ -22,8 +22,7 @@ from daskrl.errors import ClusterAccessError
 from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.shm import list_segments
 
-from .conftest import run_watching_children
-from .test_deploy import Processes, dask_command, free_port, wait_for_cluster
+from .helpers import Processes, dask_command, free_port, run_watching_children, wait_for_cluster
 
 DASKRL = [sys.executable, "-m", "daskrl.cli"]
 DASK_LOG_LINE = (" - WARNING - ", " - ERROR - ", " - INFO - ", "distributed.", "Traceback")

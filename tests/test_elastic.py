@@ -17,7 +17,7 @@ from daskrl import train
 from daskrl.config import Config
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
-from .test_deploy import Processes, dask_command, free_port, wait_for_cluster, worker_names
+from .helpers import Processes, dask_command, free_port, wait_for_cluster, worker_names
 
 
 @pytest.fixture

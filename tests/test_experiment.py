@@ -20,6 +20,8 @@ from daskrl.driver.experiment import ExperimentInUseError, ExperimentLock, open_
 from daskrl.runtime.semaphores import mapped_semaphores, on_disk
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
+from .helpers import run_config
+
 
 def cli(tmp_path: Path, experiment: str, *flags: str) -> list[str]:
     return [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
@@ -151,8 +153,7 @@ def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
 
 def test_a_new_run_on_an_existing_experiment_needs_resume_or_overwrite(tmp_path):
     def config(**options) -> Config:
-        return Config().replace(train_dir=str(tmp_path), experiment="again", dashboard_address="", num_workers=1,
-                                train_for_env_steps=20_000, report_interval=0.5, **options)
+        return run_config(tmp_path, "again", num_workers=1, train_for_env_steps=20_000, report_interval=0.5, **options)
 
     first = train(config())
     exp = Path(first["experiment_dir"])

@@ -33,7 +33,7 @@ from daskrl.sampling.episode import Episode, episodes_from_event
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .test_faults import Killer, recovery_of
+from .helpers import Killer, recovery_of, run_config
 
 _ids = itertools.count()
 STAGGERED = "daskrl.testing.envs:staggered"
@@ -200,9 +200,8 @@ def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, h
 # ---- training: apart, logged apart, recovered apart ----
 
 
-def _config(tmp_path: Path, name: str, **options) -> Config:
-    return Config().replace(train_dir=str(tmp_path), experiment=name, dashboard_address="", report_interval=0.5,
-                            env="CartPole-v1", num_workers=1, **options)
+#: CartPole on one rollout worker, a row twice a second (the policies' rows are checked, a Killer reads them)
+ONE_WORKER = {"env": "CartPole-v1", "num_workers": 1, "report_interval": 0.5}
 
 
 def _adam_moments(state: dict) -> torch.Tensor:
@@ -211,7 +210,7 @@ def _adam_moments(state: dict) -> torch.Tensor:
 
 def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp_path):
     budget = 120_000
-    config = _config(tmp_path, "two", num_policies=2, train_for_env_steps=budget, train_for_seconds=120)
+    config = run_config(tmp_path, "two", base=ONE_WORKER, num_policies=2, train_for_env_steps=budget, train_for_seconds=120)
     summary = train(config)
     assert summary["env_steps"] >= budget and summary["stop_reason"].startswith("reached"), summary
     exp = Path(config.experiment_dir)
@@ -249,8 +248,8 @@ def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp
 
 
 def test_two_policies_with_remote_inference_each_have_their_own_inference_workers(tmp_path):
-    config = _config(tmp_path, "remote", num_policies=2, inference="remote", num_inference_workers=1,
-                     train_for_env_steps=60_000, train_for_seconds=120)
+    config = run_config(tmp_path, "remote", base=ONE_WORKER, num_policies=2, inference="remote",
+                        num_inference_workers=1, train_for_env_steps=60_000, train_for_seconds=120)
     summary = train(config)
     assert summary["env_steps"] >= 60_000, summary
     trained = [p["policy_version"] for p in summary["policies"]]
@@ -263,8 +262,8 @@ def test_two_policies_with_remote_inference_each_have_their_own_inference_worker
 
 def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
     budget = 250_000
-    config = _config(tmp_path, "lose_p1", num_policies=2, train_for_env_steps=budget, train_for_seconds=150,
-                     checkpoint_interval=1.0)
+    config = run_config(tmp_path, "lose_p1", base=ONE_WORKER, num_policies=2, train_for_env_steps=budget,
+                        train_for_seconds=150, checkpoint_interval=1.0)
     store = CheckpointStore(Path(config.experiment_dir) / "checkpoints" / "policy_1")
 
     def after_policy_1s_first_checkpoint() -> None:  # a fast start reaches 60k steps before the first one
@@ -290,8 +289,8 @@ def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
 
 
 def test_pbt_replaces_the_worst_policy_with_a_mutated_copy_of_a_better_one(tmp_path):
-    config = _config(tmp_path, "pbt", num_policies=3, pbt=True, pbt_period_env_steps=40_000,
-                     train_for_env_steps=200_000, train_for_seconds=120)
+    config = run_config(tmp_path, "pbt", base=ONE_WORKER, num_policies=3, pbt=True, pbt_period_env_steps=40_000,
+                        train_for_env_steps=200_000, train_for_seconds=120)
     summary = train(config)
     exp = Path(config.experiment_dir)
     with open(exp / "pbt.csv", newline="") as f:

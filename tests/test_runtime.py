@@ -42,7 +42,7 @@ from daskrl.testing.components import (
     SlowToConfigure,
 )
 
-from .conftest import set_worker_env, wait_for
+from .helpers import set_worker_env, wait_for
 
 _ids = itertools.count()
 
