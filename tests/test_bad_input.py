@@ -22,7 +22,7 @@ from daskrl.errors import ClusterAccessError
 from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.shm import list_segments
 
-from .helpers import Processes, dask_command, free_port, run_watching_children, wait_for_cluster
+from .helpers import Processes, dask_command, free_port, run_watching_children, slow, wait_for_cluster
 
 DASKRL = [sys.executable, "-m", "daskrl.cli"]
 DASK_LOG_LINE = (" - WARNING - ", " - ERROR - ", " - INFO - ", "distributed.", "Traceback")
@@ -137,6 +137,7 @@ def test_parser_errors_are_one_line_with_a_pointer_to_help(tmp_path):
         assert took < 10
 
 
+@slow("CLI processes")
 def test_nan_and_oversized_configurations_are_refused_before_any_process_starts(tmp_path):
     for args, expected in ((["--learning-rate", "nan"], "--learning-rate must be a finite number"),
                            (["--num-envs-per-worker", "100000000"], "--num-envs-per-worker must be within"),
@@ -153,6 +154,7 @@ def test_nan_and_oversized_configurations_are_refused_before_any_process_starts(
 # ---- clusters ----
 
 
+@slow("waits out the connect timeout")
 def test_an_unreachable_scheduler_fails_within_the_connect_timeout(tmp_path):
     out, took = run_cli(["train", "--scheduler", f"tcp://127.0.0.1:{free_port()}", "--train-dir", str(tmp_path)],
                         timeout=60)
@@ -200,6 +202,7 @@ def test_a_worker_with_another_daskrl_version_is_refused_at_connect(tmp_path):
 # ---- failures during a run ----
 
 
+@slow("a CLI run on a cluster")
 def test_an_env_that_fails_only_on_the_workers_stops_the_run_in_a_few_lines(tmp_path):
     out, took = run_cli(["train", "--env", "daskrl.testing_faults:broken_on_workers", "--train-dir", str(tmp_path),
                          "--experiment", "broken", "--dashboard-address", "", "--num-workers", "1"], timeout=120)
@@ -214,6 +217,7 @@ def test_an_env_that_fails_only_on_the_workers_stops_the_run_in_a_few_lines(tmp_
                    for line in out.stdout.splitlines()), out.stdout
 
 
+@slow("two CLI runs, one with a SIGKILL drill")
 def test_a_normal_run_and_a_recovered_fault_print_nothing_of_daskrls_or_dasks_logging(tmp_path):
     """README's first command as a new user runs it, with a worker process SIGKILLed half way."""
     proc = subprocess.Popen(DASKRL + ["train", "--env", "CartPole-v1", "--train-dir", str(tmp_path), "--experiment",

@@ -32,7 +32,7 @@ from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import install_components, lookup, pack_components
 from daskrl.runtime.incidents import Incidents
 
-from .helpers import SMALL_CARTPOLE, run_config
+from .helpers import SMALL_CARTPOLE, run_config, slow
 
 CARTPOLE = probe_env("CartPole-v1")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,6 +207,7 @@ def test_a_shipped_component_that_cannot_be_used_here_says_why():
     assert lookup("encoder", "test_stale") is ResidualMlp
 
 
+@slow("a script's run in its own process")
 def test_a_class_defined_in_a_script_travels_by_value(tmp_path):
     """What a user's script does: a class in ``__main__`` registered there, shipped, and built in a process that
     never saw its source."""

@@ -33,7 +33,9 @@ from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.shm import list_segments, owner_pid
 
-from .helpers import Processes, dask_command, free_port, run_config, wait_for_cluster, worker_names, worker_pids
+from .helpers import Processes, dask_command, free_port, run_config, slow, wait_for_cluster, worker_names, worker_pids
+
+pytestmark = slow("clusters of dask CLI processes, network namespaces and TLS")
 
 # ---- helpers: the cluster's registry and segments (the rest are in helpers.py) ----
 

@@ -29,7 +29,7 @@ from daskrl.runtime import connect_cluster, spawn
 from daskrl.testing.envs import CueEnv
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .helpers import Killer, get_json, recovery_of, run_config
+from .helpers import Killer, get_json, recovery_of, run_config, slow
 
 CUE = "daskrl.testing.envs:cue"
 LENGTH = 8  # CueEnv's episode length (its best return)
@@ -161,6 +161,7 @@ CUE_RUN = {"env": CUE, "num_workers": 1, "num_envs_per_worker": 16, "rollout": 1
            "report_interval": 0.5, "env_failure_limit": 0}
 
 
+@slow("trains to a return")
 def test_a_masked_dict_run_never_takes_a_masked_action_and_learns_from_the_cue_key(tmp_path):
     """CueEnv raises on a masked action and --env-failure-limit 0 makes that stop the run; the return needs the
     cue key (a policy blind to it averages LENGTH / 2 with the mask's help, which the threshold is well above)."""
@@ -171,6 +172,7 @@ def test_a_masked_dict_run_never_takes_a_masked_action_and_learns_from_the_cue_k
     assert summary["episode_return_mean"] >= 0.9 * LENGTH, summary["episode_return_mean"]
 
 
+@slow("trains to a return, resumes")
 def test_a_recurrent_dict_run_checkpoints_resumes_and_enjoys_with_its_memory(tmp_path):
     """The cue shows at the first step only: a GRU over the dict encoder learns it (a feed-forward policy cannot
     beat LENGTH / 3 plus the first step); the checkpoint, a resumed run and ``enjoy`` (state carried per step)
@@ -190,6 +192,7 @@ def test_a_recurrent_dict_run_checkpoints_resumes_and_enjoys_with_its_memory(tmp
     assert second["episode_return_mean"] >= 0.9 * LENGTH, second["episode_return_mean"]
 
 
+@slow("a SIGKILL drill")
 def test_a_recurrent_dict_run_recovers_a_lost_rollout_worker_and_the_dashboard_shows_its_return(tmp_path):
     """SIGKILL of the only rollout worker of a GRU policy on the memory task: the recreated worker starts its envs
     and states afresh, the run reaches its budget with the return it had (a state or key lost after the recovery
@@ -213,6 +216,7 @@ def test_a_recurrent_dict_run_recovers_a_lost_rollout_worker_and_the_dashboard_s
     assert after[-1]["episode_return_mean"] >= 0.9 * LENGTH, after[-1]
 
 
+@slow("trains MiniGrid")
 def test_minigrid_trains_from_its_gymnasium_module_id(tmp_path):
     """A third-party Dict-observation env as a user names it (gymnasium's ``module:EnvId`` form): MiniGrid's
     ``image`` (7x7x3, the small CNN) and ``direction`` keys are kept, ``mission`` (Text) dropped, and the return

@@ -17,7 +17,9 @@ import pytest
 from daskrl import Observer, train
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
-from .helpers import Processes, dask_command, free_port, run_config, wait_for, wait_for_cluster, worker_names
+from .helpers import Processes, dask_command, free_port, run_config, slow, wait_for, wait_for_cluster, worker_names
+
+pytestmark = slow("elastic runs of 40 and 75 s on clusters of their own")
 
 
 @pytest.fixture

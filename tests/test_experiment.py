@@ -20,7 +20,7 @@ from daskrl.driver.experiment import ExperimentInUseError, ExperimentLock, open_
 from daskrl.runtime.semaphores import mapped_semaphores, on_disk
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
-from .helpers import run_config
+from .helpers import run_config, slow
 
 
 def cli(tmp_path: Path, experiment: str, *flags: str) -> list[str]:
@@ -83,6 +83,7 @@ def test_refusals_leave_no_new_directory_and_resume_with_overwrite_is_a_contradi
 # ---- whole runs ----
 
 
+@slow("two CLI runs at once")
 def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intact(tmp_path):
     # the first run lasts until told to stop (Ctrl-C), so a slow machine cannot end it before the refusals are tried
     first = subprocess.Popen(cli(tmp_path, "same", "--train-for-seconds", "120", "--train-for-env-steps", "0"),
@@ -116,6 +117,7 @@ def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intac
     assert (tmp_path / "same" / ".lock").read_text() == ""
 
 
+@slow("a CLI run SIGKILLed, then resumed")
 def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
     semaphores_before = on_disk()
     killed = subprocess.Popen(cli(tmp_path, "crash", "--train-for-seconds", "60", "--train-for-env-steps", "0",

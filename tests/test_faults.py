@@ -42,7 +42,9 @@ from daskrl.runtime.shm import list_segments, owner_pid, sweep
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
-from .helpers import REPORT_OFTEN, Killer, recovery_of, registry, run_config, run_watching_children, worker_pid
+from .helpers import REPORT_OFTEN, Killer, recovery_of, registry, run_config, run_watching_children, slow, worker_pid
+
+pytestmark = slow("fault drills: each run waits for its fault, its recovery and its leftovers to clear")
 
 FAULTS = "daskrl.testing_faults"
 

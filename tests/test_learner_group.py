@@ -25,7 +25,7 @@ from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import LearnerGroup, open_store, split_slots
 from daskrl.models.actor_critic import build_model
 
-from .helpers import REPORT_OFTEN, run_config
+from .helpers import REPORT_OFTEN, run_config, slow
 
 T, N, OBS = 8, 16, 4
 
@@ -216,6 +216,7 @@ def test_options_that_do_not_fit_a_group_are_refused_in_one_line_each():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal needs one without")
+@slow("a CLI process that imports torch")
 def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--learner-device",

@@ -21,7 +21,7 @@ from daskrl.envs import probe_env
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
 
-from .helpers import run_config
+from .helpers import run_config, slow
 
 T, N = 16, 8  # 128 samples: with batch_size 64 and 2 epochs, a training step is 4 minibatch updates
 BATCH_SIZE, EPOCHS = 64, 2
@@ -331,7 +331,7 @@ def test_an_envs_info_metrics_reach_the_csv(tmp_path):
     assert {"info/distance", "info/episode"} <= set(events.Tags()["scalars"])
 
 
-@pytest.mark.parametrize("inference", ["inline", "remote"])
+@pytest.mark.parametrize("inference", ["inline", pytest.param("remote", marks=slow("a run with inference workers"))])
 def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, inference):
     summary = train(run_config(tmp_path, f"sync_{inference}", sync=True, inference=inference,
                                num_workers=2, num_envs_per_worker=8, rollout=32, slots_per_split=2,
@@ -363,6 +363,7 @@ def test_init_checkpoint_starts_a_new_experiment_from_the_given_weights(tmp_path
     assert not state["optimizer"]["state"], "the optimizer starts afresh"
 
 
+@slow("a 150k-step run")
 def test_milestone_checkpoints_outlive_pruning(tmp_path):
     summary = train(run_config(tmp_path, "milestones", keep_checkpoint_every_env_steps=50_000,
                                checkpoint_interval=0.3, keep_checkpoints=1, train_for_env_steps=400_000,

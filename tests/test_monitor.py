@@ -41,7 +41,7 @@ from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments, owner_pid
 
 from .browser import CHROMIUM, Browser, chromium_cli, colour_pixels, distinct_colours, needs_chromium
-from .helpers import free_port, get_json, run_config, worker_pids
+from .helpers import free_port, get_json, run_config, slow, worker_pids
 
 REPO = Path(__file__).resolve().parents[1]
 #: a CartPole run that leaves CPU for the browser on a 2-core machine
@@ -211,6 +211,7 @@ def live_run(tmp_path_factory):
     assert_no_segments_of(pids)
 
 
+@slow("a 25 s training run with its dashboard (live_run)")
 def test_api_and_metrics_grow_while_training(live_run):
     check_endpoints_grow(live_run["base"], "live", live_run["training"])
     with pytest.raises(urllib.error.HTTPError) as err:
@@ -219,10 +220,12 @@ def test_api_and_metrics_grow_while_training(live_run):
 
 
 @needs_chromium
+@slow("headless Chromium on the live_run dashboard")
 def test_live_page_shows_the_run_in_chromium(live_run, browser):
     check_live_page(browser, live_run["page"], "live", live_run["training"], live_run["tmp"])
 
 
+@slow("waits for live_run's 25 s run to end")
 def test_tensorboard_and_csv_hold_every_report(live_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -251,6 +254,7 @@ def test_tensorboard_and_csv_hold_every_report(live_run):
     assert [round(e.value, 1) for e in fps] == [round(float(r["fps"]), 1) for r in rows]
 
 
+@slow("a 25 s training run with its dashboard (live_run)")
 def test_the_dashboard_history_holds_the_evaluations(live_run):
     live_run["training"].wait()
     rows = get_json(f"{live_run['base']}/daskrl/api/history?run=live")["rows"]
@@ -264,6 +268,7 @@ def test_the_dashboard_history_holds_the_evaluations(live_run):
     assert f"evaluation return {evals[-1]['eval_return_mean']:.1f}" in summary_html(store.get("live"))
 
 
+@slow("a 25 s training run with its dashboard (live_run)")
 def test_metrics_doc_covers_every_column_tag_and_activity(live_run):
     live_run["training"].wait()
     doc = (REPO / "docs" / "metrics.md").read_text()
@@ -278,6 +283,7 @@ def test_metrics_doc_covers_every_column_tag_and_activity(live_run):
 
 
 @needs_chromium
+@slow("headless Chromium on live_run's report")
 def test_html_report_shows_the_curves(live_run, tmp_path):
     from daskrl.cli import main
     from daskrl.monitor.report import write_report
@@ -372,6 +378,7 @@ def cli_cluster(tmp_path_factory):
     assert_no_segments_of(pids)
 
 
+@slow("a dask CLI cluster, a 25 s run and headless Chromium")
 def test_page_and_endpoints_on_a_cli_scheduler(cli_cluster, tmp_path):
     client = cli_cluster["client"]
     training = Training(run_config(tmp_path, "cli", base=LIGHT_CARTPOLE, num_workers=2, train_for_seconds=25.0), client)
@@ -434,6 +441,7 @@ def cli_train(tmp_path: Path, experiment: str) -> list[str]:
             "--report-interval", "0.5"]
 
 
+@slow("a daskrl train process on a terminal")
 def test_cli_train_live_view_on_a_terminal(tmp_path):
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
@@ -472,6 +480,7 @@ def test_cli_train_live_view_on_a_terminal(tmp_path):
     assert "daskrl: stopping: reached" in text  # the start/stop lines are still printed
 
 
+@slow("a daskrl train process")
 def test_cli_train_plain_lines_when_piped(tmp_path):
     proc = subprocess.run(cli_train(tmp_path, "piped"), capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

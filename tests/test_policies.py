@@ -33,7 +33,7 @@ from daskrl.sampling.episode import Episode, episodes_from_event
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .helpers import Killer, recovery_of, run_config
+from .helpers import Killer, recovery_of, run_config, slow
 
 _ids = itertools.count()
 STAGGERED = "daskrl.testing.envs:staggered"
@@ -208,6 +208,7 @@ def _adam_moments(state: dict) -> torch.Tensor:
     return torch.cat([s["exp_avg"].reshape(-1) for s in state["optimizer"]["state"].values()])
 
 
+@slow("two training runs")
 def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp_path):
     budget = 120_000
     config = run_config(tmp_path, "two", base=ONE_WORKER, num_policies=2, train_for_env_steps=budget, train_for_seconds=120)
@@ -247,6 +248,7 @@ def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp
     assert resumed["env_steps"] >= budget + 40_000
 
 
+@slow("a 60k-step run")
 def test_two_policies_with_remote_inference_each_have_their_own_inference_workers(tmp_path):
     config = run_config(tmp_path, "remote", base=ONE_WORKER, num_policies=2, inference="remote",
                         num_inference_workers=1, train_for_env_steps=60_000, train_for_seconds=120)
@@ -260,6 +262,7 @@ def test_two_policies_with_remote_inference_each_have_their_own_inference_worker
     assert all(0.4 * sum(samples) <= n <= 0.6 * sum(samples) for n in samples), samples
 
 
+@slow("a SIGKILL drill")
 def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
     budget = 250_000
     config = run_config(tmp_path, "lose_p1", base=ONE_WORKER, num_policies=2, train_for_env_steps=budget,
@@ -288,6 +291,7 @@ def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
     assert all(s["episode_return_mean"] > 20 for s in summary["policies"]), summary["policies"]
 
 
+@slow("a 200k-step PBT run")
 def test_pbt_replaces_the_worst_policy_with_a_mutated_copy_of_a_better_one(tmp_path):
     config = run_config(tmp_path, "pbt", base=ONE_WORKER, num_policies=3, pbt=True, pbt_period_env_steps=40_000,
                         train_for_env_steps=200_000, train_for_seconds=120)

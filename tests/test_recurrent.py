@@ -35,7 +35,7 @@ from daskrl.testing.sampling import (
     source_weights,
 )
 
-from .helpers import SMALL_CARTPOLE, run_config, split_chains
+from .helpers import SMALL_CARTPOLE, run_config, slow, split_chains
 
 CARTPOLE = probe_env("CartPole-v1")
 COUNTING = "daskrl/Counting-v0"
@@ -362,6 +362,7 @@ def test_a_recurrent_run_trains_checkpoints_and_resumes_with_its_core(tmp_path):
     assert max(float((resumed[k] - cores[k]).abs().max()) for k in cores) < 1e-5
 
 
+@slow("a run on a cluster of its own")
 def test_a_recurrent_run_over_comms_reads_and_writes_states_by_rpc(tmp_path):
     """With DASKRL_FORCE_COMMS=1 every worker treats the others as another host: the inference worker reads and
     writes the states in the rollout worker's slots by RPC, and the learner fetches each slot's starting states
