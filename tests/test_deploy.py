@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from daskrl import train
@@ -169,18 +171,23 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
 
 
 class TwoHosts:
-    """Namespaces ``<prefix>_h1`` (10.77.0.1, with the bridge) and ``<prefix>_h2`` (10.77.0.2); the driver
-    keeps a veth end with 10.77.0.254 in its own namespace. Only this private range, only these links."""
+    """Namespaces ``<prefix>_h1`` (``<subnet>.1``, with the bridge) and ``<prefix>_h2`` (``<subnet>.2``); the driver
+    keeps a veth end with ``<subnet>.254`` in its own namespace. Only the private range 10.77.0.0/16, only these
+    links. The names and the subnet are this test process's own (its pid): two test runs on one machine would
+    otherwise delete each other's hosts (``up`` clears leftovers first) or share one subnet."""
 
-    def __init__(self, prefix: str = "daskrl", subnet: str = "10.77.0") -> None:
-        self.prefix = prefix
-        self.ns = (f"{prefix}_h1", f"{prefix}_h2")
+    def __init__(self, owner: int | None = None) -> None:
+        owner = os.getpid() if owner is None else owner
+        self.prefix = f"drl{owner}"  # an interface name holds 15 characters: drl<pid>_br fits
+        subnet = f"10.77.{owner % 250}"
+        self.ns = (f"{self.prefix}_h1", f"{self.prefix}_h2")
         self.hosts = (f"{subnet}.1", f"{subnet}.2")
         self.driver = f"{subnet}.254"
 
     def up(self) -> None:
         p, (h1, h2) = self.prefix, self.ns
-        self.down()  # leftovers of an interrupted run
+        self.down()  # leftovers of an interrupted run of this pid
+        remove_abandoned_hosts()  # and of runs whose test process is gone (one may hold this subnet)
         _ip("netns", "add", h1)
         _ip("netns", "add", h2)
         _ip("link", "set", "lo", "up", ns=h1)
@@ -205,6 +212,15 @@ class TwoHosts:
     def exists(self) -> bool:
         listed = _ip("netns", "list", check=False).stdout
         return any(line.split()[0] in self.ns for line in listed.splitlines() if line.strip())
+
+
+def remove_abandoned_hosts() -> None:
+    """Delete the namespaces (and the driver's veth end) of every :class:`TwoHosts` whose test process is gone."""
+    listed = _ip("netns", "list", check=False).stdout
+    owners = {int(m.group(1)) for line in listed.splitlines() if (m := re.match(r"drl(\d+)_h[12]\b", line.strip()))}
+    for owner in owners:
+        if not psutil.pid_exists(owner):
+            TwoHosts(owner).down()
 
 
 def netns_unavailable() -> str:

@@ -4,8 +4,8 @@ The live page is a Bokeh *server* page: its plots arrive over a websocket after 
 ``chromium --screenshot`` / ``--dump-dom`` capture at load (with ``--virtual-time-budget`` too: websockets do
 not hold virtual time), so they only ever see the empty template. The live page is therefore driven over the
 DevTools protocol (``--remote-debugging-port``, tornado's websocket client): wait until the plots hold data,
-read the DOM (shadow roots included), then take the screenshot. The static HTML report is checked with plain
-``--screenshot`` and ``--dump-dom``.
+read the DOM (shadow roots included), then take the screenshot (``browser.Browser``). The static HTML report is
+checked with plain ``--screenshot`` and ``--dump-dom``.
 """
 
 from __future__ import annotations
