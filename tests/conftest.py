@@ -1,11 +1,9 @@
 """Shared fixtures: real clusters. ``session`` has worker processes and lives for a test module; ``inproc`` is a
 fresh cluster per test whose workers are threads of the test process (as distributed's own ``gen_cluster``), for
-the tests where processes are not the point: nothing one test leaves behind can reach the next."""
+the tests where processes are not the point: nothing one test leaves behind can reach the next. Helpers that are
+not fixtures (a run's config, processes, fault drills, waiting) are in ``helpers.py``."""
 
 from __future__ import annotations
-
-import os
-import time
 
 import pytest
 
@@ -55,46 +53,3 @@ def inproc():
     finally:
         s.close()
     assert list_segments(s.run_id) == [], "daskrl shared-memory segments left after the cluster closed"
-
-
-def set_worker_env(client, name: str, value: str | None) -> None:
-    """Set or clear an environment variable in every worker process."""
-
-    def apply(name=name, value=value):
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-    client.run(apply)
-
-
-def run_watching_children(cmd: list[str]) -> tuple[int, str, set[int]]:
-    """Run ``cmd`` to its end, watching its process tree: (exit status, stderr, pids of every descendant seen)."""
-    import subprocess
-
-    import psutil
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    started: set[int] = set()
-    while proc.poll() is None:
-        try:
-            started |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-        except psutil.Error:  # exiting
-            pass
-        time.sleep(0.005)
-    err = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    return proc.returncode, err, started
-
-
-def wait_for(fn, timeout=30.0, interval=0.05, what="condition"):
-    """Poll ``fn`` until it returns something true (and return that), or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what} not met within {timeout} s")

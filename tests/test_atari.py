@@ -10,6 +10,8 @@ from daskrl.config import Config
 from daskrl.config.env_defaults import apply_env_defaults, describe, family_of
 from daskrl.envs import EnvError, EnvGroup, probe_env
 
+from .helpers import slow
+
 # ---- the Atari family: defaults sized for a 2-core CPU ----
 
 
@@ -139,6 +141,7 @@ def test_envpool_is_refused_in_one_line_where_it_cannot_play_as_the_gymnasium_pa
         assert len(str(err.value).splitlines()) == 1
 
 
+@slow("an envpool Atari sampling run")
 def test_a_sampling_run_with_the_envpool_backend_fills_slots_and_ends_episodes(tmp_path):
     _needs_envpool()
     from daskrl import train

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from .helpers import slow
+
 DASKRL = [sys.executable, "-m", "daskrl.cli"]
 
 
@@ -36,6 +38,7 @@ def test_bad_env_and_bad_options_exit_2_with_one_readable_message(tmp_path):
     assert not os.listdir(tmp_path)
 
 
+@slow("a CLI run stopped by SIGINT")
 def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
     """Ctrl-C in a terminal reaches the whole foreground process group: the driver must checkpoint and exit 0,
     the embedded workers must not die with tracebacks first."""
@@ -59,6 +62,7 @@ def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
     assert any(name.startswith("checkpoint_") for name in checkpoints)
 
 
+@slow("three CLI runs")
 def test_stop_at_50k_resume_and_enjoy(tmp_path):
     train_dir = str(tmp_path)
     first = run(["train", "--train-dir", train_dir, "--experiment", "r", "--train-for-env-steps", "50000",
@@ -89,6 +93,7 @@ def test_missing_experiment_is_a_clear_error(tmp_path, missing):
     assert "nope" in out.stderr and "Traceback" not in out.stderr
 
 
+@slow("a CLI sampling run")
 def test_sample_says_when_samplers_ran_in_bfloat16(tmp_path):
     out = run(["sample", "--env", "daskrl/Catch-v0", "--inference-precision", "bfloat16", "--num-envs-per-worker", "4",
                "--train-for-seconds", "3", "--train-dir", str(tmp_path), "--dashboard-address", ""])
@@ -97,6 +102,7 @@ def test_sample_says_when_samplers_ran_in_bfloat16(tmp_path):
         in out.stdout, out.stdout[-2000:]
 
 
+@slow("a CLI run trained to a return")
 def test_serial_mode_solves_cartpole_in_one_process(tmp_path):
     """--serial: every component runs in the driver process (worker threads), so pdb can step through a slot.
     The only other process in the tree is the reaper, a bare interpreter that removes the run's shared memory if

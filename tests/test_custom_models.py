@@ -32,6 +32,8 @@ from daskrl.models.recurrent import rnn_state_size
 from daskrl.models.registry import install_components, lookup, pack_components
 from daskrl.runtime.incidents import Incidents
 
+from .helpers import SMALL_CARTPOLE, run_config, slow
+
 CARTPOLE = probe_env("CartPole-v1")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -205,6 +207,7 @@ def test_a_shipped_component_that_cannot_be_used_here_says_why():
     assert lookup("encoder", "test_stale") is ResidualMlp
 
 
+@slow("a script's run in its own process")
 def test_a_class_defined_in_a_script_travels_by_value(tmp_path):
     """What a user's script does: a class in ``__main__`` registered there, shipped, and built in a process that
     never saw its source."""
@@ -265,18 +268,15 @@ def test_the_numpy_fast_path_leaves_a_registered_mlp_subclass_to_torch():
 # ---- on a cluster of worker processes ----
 
 
-def run_config(tmp_path, **kw) -> Config:
-    base = {"env": "CartPole-v1", "train_dir": str(tmp_path), "num_workers": 1, "num_envs_per_worker": 8,
-            "rollout": 16, "batch_size": 128, "num_batches_per_epoch": 2, "report_interval": 0.5,
-            "train_for_env_steps": 4_000, "train_for_seconds": 90.0, "dashboard_address": ""}
-    return Config.from_flat({**base, **kw})
+#: a short CartPole run (4k env steps) on one rollout worker
+SHORT_RUN = {**SMALL_CARTPOLE, "train_for_env_steps": 4_000, "train_for_seconds": 90.0}
 
 
 def test_an_encoder_registered_here_trains_in_worker_processes(cluster, tmp_path):
     assert os.getpid() not in set(cluster.client.run(os.getpid).values())  # the model is built elsewhere
     assert not any(cluster.client.run(registered_in_worker, "encoder", "test_resmlp").values())
     register_encoder("test_resmlp", ResidualMlp)
-    config = run_config(tmp_path, experiment="resmlp", encoder="test_resmlp", eval_episodes=2)
+    config = run_config(tmp_path, "resmlp", base=SHORT_RUN, encoder="test_resmlp", eval_episodes=2)
     summary = train(config, client=cluster.client)
     assert summary["env_steps"] >= 4_000 and summary["episodes"] > 0
     assert summary["policy_version"] > 1 and not summary["incidents"], summary["incidents"]
@@ -302,7 +302,7 @@ def test_an_encoder_registered_here_trains_in_worker_processes(cluster, tmp_path
 
 def test_a_core_registered_here_trains_with_remote_inference(cluster, tmp_path):
     register_core("test_lngru", LayerNormGru)
-    summary = train(run_config(tmp_path, experiment="lngru", rnn="test_lngru", rnn_size=16, recurrence=8,
+    summary = train(run_config(tmp_path, "lngru", base=SHORT_RUN, rnn="test_lngru", rnn_size=16, recurrence=8,
                                inference="remote"), client=cluster.client)
     assert summary["env_steps"] >= 4_000 and summary["episodes"] > 0
     assert summary["policy_version"] > 1 and not summary["incidents"], summary["incidents"]
@@ -310,7 +310,8 @@ def test_a_core_registered_here_trains_with_remote_inference(cluster, tmp_path):
     assert sum(cluster.client.run(registered_in_worker, "core", "test_lngru").values()) >= 2
     saved = CheckpointStore(f"{summary['experiment_dir']}/checkpoints").load("latest")["model"]
     assert {"core.rnn.cell.weight_ih", "core.rnn.norm.weight"} <= set(saved)
-    initial = build_model(CARTPOLE, run_config(tmp_path, rnn="test_lngru", rnn_size=16).model, 0).state_dict()
+    untrained = run_config(tmp_path, base=SHORT_RUN, rnn="test_lngru", rnn_size=16)
+    initial = build_model(CARTPOLE, untrained.model, 0).state_dict()
     assert float((saved["core.rnn.cell.weight_hh"] - initial["core.rnn.cell.weight_hh"]).abs().max()) > 1e-4
     assert np.isfinite(saved["core.rnn.norm.weight"].numpy()).all()
 
@@ -338,7 +339,7 @@ def test_a_serial_run_uses_the_class_registered_here_even_one_that_cannot_be_sen
 
     register_encoder("test_unsendable", Unsendable)
     assert isinstance(pack_components()["encoder", "test_unsendable"], str)
-    summary = train(run_config(tmp_path, experiment="serial", encoder="test_unsendable", serial=True,
+    summary = train(run_config(tmp_path, "serial", base=SHORT_RUN, encoder="test_unsendable", serial=True,
                                train_for_env_steps=2_000))
     assert summary["env_steps"] >= 2_000 and summary["episodes"] > 0 and not summary["incidents"]
     assert len(built) >= 6  # the driver's check, then learner and sampler: policy and value encoders each

@@ -17,9 +17,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,115 +29,17 @@ import psutil
 import pytest
 
 from daskrl import train
-from daskrl.config import Config, ConfigError
+from daskrl.config import ConfigError
 from daskrl.errors import ClusterAccessError
 from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.shm import list_segments, owner_pid
 
-# ---- helpers: processes, clusters ----
+from .helpers import Processes, dask_command, free_port, run_config, slow, wait_for_cluster, worker_names, worker_pids
 
+pytestmark = slow("clusters of dask CLI processes, network namespaces and TLS")
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def dask_command() -> str:
-    """The ``dask`` command of this environment (its workers must import daskrl, as ours do)."""
-    path = os.path.join(os.path.dirname(sys.executable), "dask")
-    return path if os.path.exists(path) else (shutil.which("dask") or "dask")
-
-
-class Processes:
-    """Processes started for a test, each in its own session (so its whole tree can be signalled by its id)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.seen: dict[int, float] = {}  # pid -> start time of every process of their trees: all must end
-
-    def start(self, name: str, *args: str, env: dict | None = None) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "w")
-        proc = subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})}, cwd=self.log_dir)
-        log.close()
-        self.procs[name] = proc
-        return proc
-
-    def log(self, name: str) -> str:
-        return (self.log_dir / f"{name}.log").read_text()[-3000:]
-
-    def _remember_trees(self) -> None:
-        for proc in self.procs.values():
-            try:
-                root = psutil.Process(proc.pid)
-                for p in [root, *root.children(recursive=True)]:
-                    self.seen[p.pid] = p.create_time()
-            except psutil.NoSuchProcess:
-                pass
-
-    def _still_ours(self) -> list[psutil.Process]:
-        """Remembered processes still running (same pid *and* start time: never a recycled pid)."""
-        out = []
-        for pid, started in self.seen.items():
-            try:
-                p = psutil.Process(pid)
-                if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        return out
-
-    def stop(self) -> list[int]:
-        """Terminate everything (workers first), kill what does not exit; returns pids still alive (none)."""
-        self._remember_trees()
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the process and its children
-        deadline = time.monotonic() + 15
-        for proc in self.procs.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        left = self._still_ours()
-        for p in left:  # a child that outlived its parent: by its own id
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(left, timeout=10)
-        return sorted(p.pid for p in self._still_ours())
-
-
-def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=None, timeout: float = 120.0):
-    """A client of the cluster once ``n_workers`` workers are up (fails early, with logs, if a process died)."""
-    from distributed import Client
-
-    deadline = time.monotonic() + timeout
-    client = None
-    while client is None:
-        try:
-            client = Client(address, security=security, timeout=5)
-        except OSError:
-            dead = {n: p.returncode for n, p in procs.procs.items() if p.poll() is not None}
-            assert not dead and time.monotonic() < deadline, \
-                f"the cluster did not start (exited: {dead}): {procs.log(next(iter(procs.procs)))}"
-            time.sleep(0.5)
-    while len(client.scheduler_info()["workers"]) < n_workers:
-        dead = {n: procs.log(n) for n, p in procs.procs.items() if p.poll() is not None}
-        if dead or time.monotonic() > deadline:
-            client.close()
-            raise AssertionError(f"{len(client.scheduler_info()['workers'])}/{n_workers} workers; exited: {dead}")
-        time.sleep(0.3)
-    return client
-
-
-def worker_names(client) -> dict[str, str]:
-    return {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}
+# ---- helpers: the cluster's registry and segments (the rest are in helpers.py) ----
 
 
 def components(client) -> dict[str, dict]:
@@ -147,14 +49,6 @@ def components(client) -> dict[str, dict]:
 
 def segments_of(pids: set[int]) -> list[str]:
     return [name for name in list_segments() if owner_pid(name) in pids]
-
-
-def worker_pids(client) -> set[int]:
-    return set(client.run(os.getpid).values())
-
-
-def run_config(tmp_path: Path, scheduler: str, **options) -> Config:
-    return Config().replace(train_dir=str(tmp_path), dashboard_address="", scheduler=scheduler, **options)
 
 
 # ---- 1. an existing cluster started from the command line ----
@@ -187,7 +81,7 @@ def cli_cluster(tmp_path_factory):
 
 def test_too_few_workers_is_a_config_error_before_anything_is_created(cli_cluster, tmp_path):
     client = cli_cluster["client"]
-    config = run_config(tmp_path, cli_cluster["address"], experiment="too_few", num_workers=3)  # needs 4
+    config = run_config(tmp_path, "too_few", scheduler=cli_cluster["address"], num_workers=3)  # needs 4
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match=r"the cluster has 3 worker processes but this run needs 4") as info:
         train(config)
@@ -206,7 +100,7 @@ def test_trains_on_an_existing_cluster_which_stays_usable(cli_cluster, tmp_path)
     from distributed import Client
 
     client, address = cli_cluster["client"], cli_cluster["address"]
-    config = run_config(tmp_path, address, experiment="existing", stop_at_return=150, train_for_seconds=120)
+    config = run_config(tmp_path, "existing", scheduler=address, stop_at_return=150, train_for_seconds=120)
     placements: list[dict[str, str]] = []
 
     def on_report(row: dict) -> None:
@@ -277,18 +171,23 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
 
 
 class TwoHosts:
-    """Namespaces ``<prefix>_h1`` (10.77.0.1, with the bridge) and ``<prefix>_h2`` (10.77.0.2); the driver
-    keeps a veth end with 10.77.0.254 in its own namespace. Only this private range, only these links."""
+    """Namespaces ``<prefix>_h1`` (``<subnet>.1``, with the bridge) and ``<prefix>_h2`` (``<subnet>.2``); the driver
+    keeps a veth end with ``<subnet>.254`` in its own namespace. Only the private range 10.77.0.0/16, only these
+    links. The names and the subnet are this test process's own (its pid): two test runs on one machine would
+    otherwise delete each other's hosts (``up`` clears leftovers first) or share one subnet."""
 
-    def __init__(self, prefix: str = "daskrl", subnet: str = "10.77.0") -> None:
-        self.prefix = prefix
-        self.ns = (f"{prefix}_h1", f"{prefix}_h2")
+    def __init__(self, owner: int | None = None) -> None:
+        owner = os.getpid() if owner is None else owner
+        self.prefix = f"drl{owner}"  # an interface name holds 15 characters: drl<pid>_br fits
+        subnet = f"10.77.{owner % 250}"
+        self.ns = (f"{self.prefix}_h1", f"{self.prefix}_h2")
         self.hosts = (f"{subnet}.1", f"{subnet}.2")
         self.driver = f"{subnet}.254"
 
     def up(self) -> None:
         p, (h1, h2) = self.prefix, self.ns
-        self.down()  # leftovers of an interrupted run
+        self.down()  # leftovers of an interrupted run of this pid
+        remove_abandoned_hosts()  # and of runs whose test process is gone (one may hold this subnet)
         _ip("netns", "add", h1)
         _ip("netns", "add", h2)
         _ip("link", "set", "lo", "up", ns=h1)
@@ -313,6 +212,15 @@ class TwoHosts:
     def exists(self) -> bool:
         listed = _ip("netns", "list", check=False).stdout
         return any(line.split()[0] in self.ns for line in listed.splitlines() if line.strip())
+
+
+def remove_abandoned_hosts() -> None:
+    """Delete the namespaces (and the driver's veth end) of every :class:`TwoHosts` whose test process is gone."""
+    listed = _ip("netns", "list", check=False).stdout
+    owners = {int(m.group(1)) for line in listed.splitlines() if (m := re.match(r"drl(\d+)_h[12]\b", line.strip()))}
+    for owner in owners:
+        if not psutil.pid_exists(owner):
+            TwoHosts(owner).down()
 
 
 def netns_unavailable() -> str:
@@ -376,7 +284,7 @@ def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_p
     hosts_by_name = {n: a.split("://")[1].rsplit(":", 1)[0] for a, n in worker_names(client).items()}
     assert hosts_by_name == {"a-learner": h1, "a-rollout": h1, "b-rollout": h2}
 
-    config = run_config(tmp_path, two_hosts["address"], experiment="two_hosts", stop_at_return=150,
+    config = run_config(tmp_path, "two_hosts", scheduler=two_hosts["address"], stop_at_return=150,
                         train_for_seconds=120)
     summary = train(config)
 
@@ -401,7 +309,7 @@ def test_an_elastic_run_grows_onto_another_host_and_its_parameters_follow(two_ho
     on host 2 gets a rollout worker, and the learner starts publishing over comms for it."""
     client, procs = two_hosts["client"], two_hosts["procs"]
     h1, h2 = two_hosts["net"].hosts
-    config = run_config(tmp_path, two_hosts["address"], experiment="grow_across", num_workers=1,
+    config = run_config(tmp_path, "grow_across", scheduler=two_hosts["address"], num_workers=1,
                         train_for_seconds=35, train_for_env_steps=0, report_interval=0.5)
     started: list[int] = []
 
@@ -539,7 +447,7 @@ def test_tls_cluster_refuses_clients_without_credentials(tls_cluster, tmp_path, 
     # train() with the tls:// address and no certificates: one clear line, at once
     t0 = time.monotonic()
     with pytest.raises(ClusterAccessError, match="TLS credentials are needed") as info:
-        train(run_config(tmp_path, address, experiment="no_certs", train_for_env_steps=1000))
+        train(run_config(tmp_path, "no_certs", scheduler=address, train_for_env_steps=1000))
     assert time.monotonic() - t0 < 30
     message = str(info.value)
     assert "\n" not in message and "--tls-ca-file" in message and address in message, message

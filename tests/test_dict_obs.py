@@ -29,8 +29,7 @@ from daskrl.runtime import connect_cluster, spawn
 from daskrl.testing.envs import CueEnv
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .test_faults import Killer, recovery_of
-from .test_monitor import get_json
+from .helpers import Killer, get_json, recovery_of, run_config, slow
 
 CUE = "daskrl.testing.envs:cue"
 LENGTH = 8  # CueEnv's episode length (its best return)
@@ -157,27 +156,28 @@ def test_dict_records_round_trip_through_trajectory_slots(cluster, inference):
     assert finals > 0
 
 
-def run_config(tmp_path, **kw) -> Config:
-    base = {"env": CUE, "train_dir": str(tmp_path), "num_workers": 1, "num_envs_per_worker": 16, "rollout": 16,
-            "batch_size": 512, "report_interval": 0.5, "dashboard_address": "", "env_failure_limit": 0}
-    return Config.from_flat({**base, **kw})
+#: a CueEnv run on one rollout worker that stops at its first env failure (a masked action raises)
+CUE_RUN = {"env": CUE, "num_workers": 1, "num_envs_per_worker": 16, "rollout": 16, "batch_size": 512,
+           "report_interval": 0.5, "env_failure_limit": 0}
 
 
+@slow("trains to a return")
 def test_a_masked_dict_run_never_takes_a_masked_action_and_learns_from_the_cue_key(tmp_path):
     """CueEnv raises on a masked action and --env-failure-limit 0 makes that stop the run; the return needs the
     cue key (a policy blind to it averages LENGTH / 2 with the mask's help, which the threshold is well above)."""
-    summary = train(run_config(tmp_path, experiment="masked", env_kwargs={"masked": True},
+    summary = train(run_config(tmp_path, "masked", base=CUE_RUN, env_kwargs={"masked": True},
                                train_for_env_steps=60_000, train_for_seconds=120))
     assert summary["stop_reason"].startswith("reached"), summary["stop_reason"]
     assert not summary["incidents"], summary["incidents"]
     assert summary["episode_return_mean"] >= 0.9 * LENGTH, summary["episode_return_mean"]
 
 
+@slow("trains to a return, resumes")
 def test_a_recurrent_dict_run_checkpoints_resumes_and_enjoys_with_its_memory(tmp_path):
     """The cue shows at the first step only: a GRU over the dict encoder learns it (a feed-forward policy cannot
     beat LENGTH / 3 plus the first step); the checkpoint, a resumed run and ``enjoy`` (state carried per step)
     keep that return."""
-    config = run_config(tmp_path, experiment="memory", env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
+    config = run_config(tmp_path, "memory", base=CUE_RUN, env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
                         train_for_env_steps=120_000, train_for_seconds=150)
     first = train(config)
     assert first["episode_return_mean"] >= 0.9 * LENGTH, first["episode_return_mean"]
@@ -186,12 +186,13 @@ def test_a_recurrent_dict_run_checkpoints_resumes_and_enjoys_with_its_memory(tmp
     assert any(k.startswith("encoder.keyed.view.") for k in saved["model"]), "the image key's encoder is missing"
     played = enjoy(first["experiment_dir"], episodes=10)
     assert played["return_mean"] >= 0.9 * LENGTH, played
-    second = train(run_config(tmp_path, experiment="memory", env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
+    second = train(run_config(tmp_path, "memory", base=CUE_RUN, env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
                               resume=True, train_for_env_steps=140_000, train_for_seconds=150))
     assert second["env_steps"] >= 140_000 and store.load("latest")["train_steps"] > saved["train_steps"]
     assert second["episode_return_mean"] >= 0.9 * LENGTH, second["episode_return_mean"]
 
 
+@slow("a SIGKILL drill")
 def test_a_recurrent_dict_run_recovers_a_lost_rollout_worker_and_the_dashboard_shows_its_return(tmp_path):
     """SIGKILL of the only rollout worker of a GRU policy on the memory task: the recreated worker starts its envs
     and states afresh, the run reaches its budget with the return it had (a state or key lost after the recovery
@@ -200,7 +201,7 @@ def test_a_recurrent_dict_run_recovers_a_lost_rollout_worker_and_the_dashboard_s
     try:
         base = dashboard_page(session.client)[: -len("/daskrl")]
         killer = Killer("rollout_0", ready=lambda row: row["env_steps"] >= 40_000)
-        summary = train(run_config(tmp_path, experiment="lost", env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
+        summary = train(run_config(tmp_path, "lost", base=CUE_RUN, env_kwargs={"memory": True}, rnn="gru", rnn_size=32,
                                    train_for_env_steps=160_000, train_for_seconds=150),
                         client=session.client, on_report=killer)
         killer.check()
@@ -215,6 +216,7 @@ def test_a_recurrent_dict_run_recovers_a_lost_rollout_worker_and_the_dashboard_s
     assert after[-1]["episode_return_mean"] >= 0.9 * LENGTH, after[-1]
 
 
+@slow("trains MiniGrid")
 def test_minigrid_trains_from_its_gymnasium_module_id(tmp_path):
     """A third-party Dict-observation env as a user names it (gymnasium's ``module:EnvId`` form): MiniGrid's
     ``image`` (7x7x3, the small CNN) and ``direction`` keys are kept, ``mission`` (Text) dropped, and the return

@@ -6,6 +6,7 @@ instead of retrying forever; ``--adapt`` grows an embedded cluster on its own.
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import threading
@@ -13,11 +14,12 @@ import time
 
 import pytest
 
-from daskrl import train
-from daskrl.config import Config
+from daskrl import Observer, train
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
-from .test_deploy import Processes, dask_command, free_port, wait_for_cluster, worker_names
+from .helpers import Processes, dask_command, free_port, run_config, slow, wait_for, wait_for_cluster, worker_names
+
+pytestmark = slow("elastic runs of 40 and 75 s on clusters of their own")
 
 
 @pytest.fixture
@@ -42,62 +44,97 @@ def small_cluster(tmp_path):
         assert left == [], f"processes left running: {left}"
 
 
-class Drill:
-    """Runs on its own thread while the training runs: three workers join; one is retired, one gets SIGTERM, one
-    is SIGKILLed (with its nanny: it does not come back)."""
+class Drill(Observer):
+    """Three workers join; one is retired, one gets SIGTERM, one is SIGKILLed (with its nanny: it does not come back).
+
+    The drill keeps the run's own clock, the one its rows' ``time_s`` and ``--train-for-seconds`` count: it starts
+    when the run has started (``on_start``: the fleet is placed and elastic growth has noted the workers that were
+    there), and its steps come at seconds of the run's time. A clock of the test's own would count the run's
+    start-up too: on a loaded machine the newcomers then joined before the run looked, were taken as present from
+    the start, and no rollout worker grew on them."""
+
+    # the drill's steps, in seconds of the run's time (it stops at 75)
+    JOIN_AT = 20.0
+    LEAVE_AT = 40.0
+    KILL_AT = 55.0
 
     def __init__(self, cluster: dict) -> None:
         self.cluster = cluster
-        self.started = time.monotonic()
-        self.marks: dict[str, float] = {}
+        self.run_zero = 0.0  # time.monotonic() when the run's time_s was 0
+        self.run_zero_wall = 0.0  # and time.time() then
+        self.marks: dict[str, float] = {}  # wall-clock times, as the summary's events have them
         self.error: BaseException | None = None
         self.left: dict[str, str] = {}
         self.killed_address = ""
         self.orphans: set[str] = set()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread = threading.Thread(target=self._drill, daemon=True)
 
-    def _wait_until(self, seconds: float) -> None:
-        time.sleep(max(0.0, self.started + seconds - time.monotonic()))
+    def on_start(self, run) -> None:
+        self.run_zero = time.monotonic() - run.state.elapsed
+        self.run_zero_wall = time.time() - run.state.elapsed
+        self.thread.start()
+
+    def finish(self) -> None:
+        """Wait for the drill's thread; fail if the run never started it."""
+        assert self.thread.ident is not None, "the run never started (no on_start)"
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the drill did not finish"
+
+    def run_time(self, wall: float) -> float:
+        """A wall-clock mark as seconds of the run's time (``time_s``)."""
+        return wall - self.run_zero_wall
+
+    def _wait_until(self, run_seconds: float) -> None:
+        time.sleep(max(0.0, self.run_zero + run_seconds - time.monotonic()))
 
     def _address_of(self, name: str) -> str:
         return next(a for a, n in worker_names(self.cluster["client"]).items() if n == name)
 
-    def _run(self) -> None:
+    def _drill(self) -> None:
         try:
-            procs, client, address = self.cluster["procs"], self.cluster["client"], self.cluster["address"]
-            self._wait_until(20)
-            for name in ("w2", "w3", "w4"):
-                procs.start(name, dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
-                            "--name", name)
-            while len(client.scheduler_info()["workers"]) < 5:
-                time.sleep(0.1)
-            self.marks["joined"] = time.time()
-            self._wait_until(40)
-            self.left = {"retired": self._address_of("w2"), "sigterm": self._address_of("w4")}
-            client.retire_workers([self.left["retired"]])  # refused by Dask (actors): daskrl completes it
-            os.killpg(procs.procs["w4"].pid, signal.SIGTERM)  # as kill, scancel or a pod's stop do
-            while set(self.left.values()) & set(client.scheduler_info()["workers"]):
-                time.sleep(0.1)
-            self._wait_until(55)
-            self.killed_address = self._address_of("w3")
-            # the semaphores of a SIGKILLed nanny and worker outlive them (multiprocessing's tracker dies too): the
-            # test removes what it caused once they are gone
-            self.orphans = mapped_semaphores(process_tree(procs.procs["w3"].pid))
-            self.marks["kill"] = time.time()
-            os.killpg(procs.procs["w3"].pid, signal.SIGKILL)  # its nanny too: it does not come back
+            self._join()
+            self._leave_in_order()
+            self._kill()
         except BaseException as exc:
             self.error = exc
 
+    def _join(self) -> None:
+        procs, client, address = self.cluster["procs"], self.cluster["client"], self.cluster["address"]
+        self._wait_until(self.JOIN_AT)
+        for name in ("w2", "w3", "w4"):
+            procs.start(name, dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
+                        "--name", name)
+        wait_for(lambda: len(client.scheduler_info()["workers"]) >= 5, timeout=60, interval=0.1,
+                 what="three more workers joined")
+        self.marks["joined"] = time.time()
+
+    def _leave_in_order(self) -> None:
+        procs, client = self.cluster["procs"], self.cluster["client"]
+        self._wait_until(self.LEAVE_AT)
+        self.left = {"retired": self._address_of("w2"), "sigterm": self._address_of("w4")}
+        client.retire_workers([self.left["retired"]])  # refused by Dask (actors): daskrl completes it
+        os.killpg(procs.procs["w4"].pid, signal.SIGTERM)  # as kill, scancel or a pod's stop do
+        wait_for(lambda: not set(self.left.values()) & set(client.scheduler_info()["workers"]), timeout=30,
+                 interval=0.1, what="the retired and the SIGTERMed worker left")
+
+    def _kill(self) -> None:
+        procs = self.cluster["procs"]
+        self._wait_until(self.KILL_AT)
+        self.killed_address = self._address_of("w3")
+        # the semaphores of a SIGKILLed nanny and worker outlive them (multiprocessing's tracker dies too): the
+        # test removes what it caused once they are gone
+        self.orphans = mapped_semaphores(process_tree(procs.procs["w3"].pid))
+        self.marks["kill"] = time.time()
+        os.killpg(procs.procs["w3"].pid, signal.SIGKILL)  # its nanny too: it does not come back
+
 
 def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_path, capsys):
-    config = Config().replace(train_dir=str(tmp_path), experiment="elastic", dashboard_address="",
-                              scheduler=small_cluster["address"], num_workers=1, train_for_seconds=75,
-                              train_for_env_steps=0, report_interval=0.5)
+    config = run_config(tmp_path, "elastic", scheduler=small_cluster["address"], num_workers=1, train_for_seconds=75,
+                        train_for_env_steps=0, report_interval=0.5)
     drill = Drill(small_cluster)
-    drill.thread.start()
     try:
-        summary = train(config)
-        drill.thread.join(30)
+        summary = train(config, observers=[drill])
+        drill.finish()
     finally:
         remove_orphans(drill.orphans)
     assert drill.error is None, drill.error
@@ -129,11 +166,17 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
     assert summary["stop_reason"].startswith("trained for"), summary["stop_reason"]
     rows_after = [line for line in out.splitlines() if line.startswith("[") and "env steps" in line]
     assert rows_after, out
+    # the run's own rows (time_s) go on after the kill, and so do its env steps
+    with open(tmp_path / "elastic" / "metrics.csv", newline="") as f:
+        rows = [(float(r["time_s"]), int(r["env_steps"])) for r in csv.DictReader(f)]
+    killed_at = drill.run_time(drill.marks["kill"])
+    after_kill = [steps for t, steps in rows if t > killed_at + 1]
+    assert len(after_kill) >= 2 and after_kill[-1] > after_kill[0], (killed_at, rows[-5:])
 
 
 def test_adapt_grows_the_embedded_cluster_to_more_rollout_workers(tmp_path, capsys):
-    config = Config().replace(train_dir=str(tmp_path), experiment="adapt", dashboard_address="", adapt="1:4",
-                              train_for_seconds=40, train_for_env_steps=0, report_interval=0.5)
+    config = run_config(tmp_path, "adapt", adapt="1:4", train_for_seconds=40, train_for_env_steps=0,
+                        report_interval=0.5)
     summary = train(config)
     out = capsys.readouterr().out
     grew = [e for e in summary["elastic"] if e["event"] == "grew"]

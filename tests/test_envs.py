@@ -23,6 +23,8 @@ from daskrl.envs import (
     registered_factory,
 )
 
+from .helpers import slow
+
 COUNTING = "daskrl/Counting-v0"
 CATCH = "daskrl/Catch-v0"
 
@@ -452,6 +454,7 @@ def test_every_family_sets_valid_options():
 @pytest.mark.parametrize("env, module, extra", [("HalfCheetah-v5", "mujoco", "mujoco"),
                                                 ("Hopper-v5", "mujoco", "mujoco"),
                                                 ("LunarLander-v3", "Box2D", "box2d")])
+@slow("a training run per extras family")
 def test_an_extras_env_trains_end_to_end_with_its_familys_defaults(tmp_path, capsys, env, module, extra):
     """The family's settings (synchronous, long rollouts, continuous actions) make a run that ends and checkpoints."""
     pytest.importorskip(module, reason=f"{module} is not installed (pip install 'daskrl[{extra}]')")
@@ -479,6 +482,7 @@ def test_an_unknown_doom_scenario_is_one_line_naming_the_known_ones():
                                                         "my_way_home", "deadly_corridor", "defend_the_line", "battle"))
 
 
+@slow("a ViZDoom sampling run")
 def test_doom_basic_slots_hold_its_frames_and_a_sampling_run_fills_them(tmp_path):
     pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
     from daskrl import train
@@ -535,6 +539,7 @@ def test_doom_health_gathering_adds_one_per_health_gain_and_reports_the_game_ret
     assert gains > 0  # the shaping was exercised
 
 
+@slow("a ViZDoom sampling run")
 def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
     """``game_variables``: a Dict of the frame and the scenario's variables (health here), packed into the slots as
     any Dict observation is; the values in the slot are the ones the game reports in ``info``; a short training run

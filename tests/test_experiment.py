@@ -20,6 +20,8 @@ from daskrl.driver.experiment import ExperimentInUseError, ExperimentLock, open_
 from daskrl.runtime.semaphores import mapped_semaphores, on_disk
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
+from .helpers import run_config, slow
+
 
 def cli(tmp_path: Path, experiment: str, *flags: str) -> list[str]:
     return [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
@@ -81,6 +83,7 @@ def test_refusals_leave_no_new_directory_and_resume_with_overwrite_is_a_contradi
 # ---- whole runs ----
 
 
+@slow("two CLI runs at once")
 def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intact(tmp_path):
     # the first run lasts until told to stop (Ctrl-C), so a slow machine cannot end it before the refusals are tried
     first = subprocess.Popen(cli(tmp_path, "same", "--train-for-seconds", "120", "--train-for-env-steps", "0"),
@@ -114,6 +117,7 @@ def test_a_second_run_is_refused_while_the_first_goes_on_and_its_csv_stays_intac
     assert (tmp_path / "same" / ".lock").read_text() == ""
 
 
+@slow("a CLI run SIGKILLed, then resumed")
 def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
     semaphores_before = on_disk()
     killed = subprocess.Popen(cli(tmp_path, "crash", "--train-for-seconds", "60", "--train-for-env-steps", "0",
@@ -151,8 +155,7 @@ def test_resume_takes_over_the_lock_of_a_killed_run(tmp_path):
 
 def test_a_new_run_on_an_existing_experiment_needs_resume_or_overwrite(tmp_path):
     def config(**options) -> Config:
-        return Config().replace(train_dir=str(tmp_path), experiment="again", dashboard_address="", num_workers=1,
-                                train_for_env_steps=20_000, report_interval=0.5, **options)
+        return run_config(tmp_path, "again", num_workers=1, train_for_env_steps=20_000, report_interval=0.5, **options)
 
     first = train(config())
     exp = Path(first["experiment_dir"])

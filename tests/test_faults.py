@@ -42,7 +42,9 @@ from daskrl.runtime.shm import list_segments, owner_pid, sweep
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
-from .conftest import run_watching_children
+from .helpers import REPORT_OFTEN, Killer, recovery_of, registry, run_config, run_watching_children, slow, worker_pid
+
+pytestmark = slow("fault drills: each run waits for its fault, its recovery and its leftovers to clear")
 
 FAULTS = "daskrl.testing_faults"
 
@@ -103,29 +105,9 @@ def no_leftovers():
 # ---- helpers ----
 
 
-def run_config(tmp_path: Path, experiment: str, **options: Any) -> Config:
-    return Config().replace(train_dir=str(tmp_path), experiment=experiment, dashboard_address="",
-                            report_interval=0.5, **options)
-
-
 def read_rows(config: Config) -> list[dict[str, str]]:
     with open(Path(config.experiment_dir) / "metrics.csv", newline="") as f:
         return list(csv.DictReader(f))
-
-
-def registry() -> dict[str, dict]:
-    """The bus registry of the running training's cluster: component name -> {"address", "pid", "cls", ...}.
-    ``train()`` opens the cluster, whose client is the default one of this process."""
-    client = default_client()
-    return client.sync(client.scheduler.daskrl_components)["components"]
-
-
-def worker_pid(name: str) -> int:
-    """The pid of the Dask worker process that hosts component ``name`` (checked against the worker itself)."""
-    info = registry()[name]
-    pid = default_client().run(os.getpid, workers=[info["address"]])[info["address"]]
-    assert pid == info["pid"], (pid, info)
-    return pid
 
 
 def _actor_keys(prefix: str, dask_scheduler=None) -> list[tuple[str, list[str]]]:
@@ -161,61 +143,14 @@ def all_tensors(obj: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
     return []
 
 
-class Killer:
-    """``on_report`` callback that SIGKILLs the worker process hosting ``component`` once ``ready(row)`` is
-    true. The kill runs on a background thread (it asks the scheduler and the worker for the pid); ``wait``
-    (optional, on that thread) returns when the moment has come."""
-
-    def __init__(self, component: str, ready, wait=None) -> None:
-        self.component, self.ready, self.wait = component, ready, wait
-        self.rows: list[dict] = []
-        self.thread: threading.Thread | None = None
-        self.pid: int | None = None
-        self.killed_at: float | None = None
-        self.rows_before_kill = 0
-        self.error: BaseException | None = None
-
-    def __call__(self, row: dict) -> None:
-        self.rows.append(row)
-        if self.thread is None and self.ready(row):
-            self.thread = threading.Thread(target=self._kill, name="test-killer", daemon=True)
-            self.thread.start()
-
-    def _kill(self) -> None:
-        try:
-            pid = worker_pid(self.component)
-            if self.wait is not None:
-                self.wait()
-            self.rows_before_kill = len(self.rows)
-            os.kill(pid, signal.SIGKILL)
-            self.pid, self.killed_at = pid, time.monotonic()
-        except BaseException as exc:  # reported by check()
-            self.error = exc
-
-    def check(self) -> None:
-        assert self.thread is not None, f"the run never got ready for the kill: {self.rows[-3:]}"
-        self.thread.join(30)
-        assert self.error is None, f"the kill failed: {self.error!r}"
-        assert self.killed_at is not None
-
-
-def recovery_of(summary: dict, component: str) -> dict:
-    records = [r for r in summary["recoveries"] if r["component"] == component]
-    assert len(records) == 1, summary["recoveries"]
-    record = records[0]
-    assert record["recovery_s"] > 0
-    print(f"\nrecovery of {component} ({record['role']}) after SIGKILL: {record['recovery_s']:.2f} s "
-          f"(cause: {record['cause']})")
-    return record
-
-
 # ---- 1. lost components ----
 
 
 def test_sigkilled_rollout_worker_is_recreated_and_the_run_reaches_its_budget(tmp_path):
     # One rollout worker: every env step after the kill is the recreated worker's.
     budget = 200_000
-    config = run_config(tmp_path, "kill_rollout", num_workers=1, train_for_env_steps=budget, train_for_seconds=150)
+    config = run_config(tmp_path, "kill_rollout", base=REPORT_OFTEN, num_workers=1, train_for_env_steps=budget,
+                        train_for_seconds=150)
     killer = Killer("rollout_0", ready=lambda row: row["env_steps"] >= 20_000)
     summary = train(config, on_report=killer)
     killer.check()
@@ -241,8 +176,8 @@ def test_sigkilled_rollout_worker_is_recreated_and_the_run_reaches_its_budget(tm
 
 def test_sigkilled_learner_restarts_from_the_newest_checkpoint(tmp_path, capsys):
     budget = 300_000
-    config = run_config(tmp_path, "kill_learner", num_workers=1, train_for_env_steps=budget, train_for_seconds=150,
-                        checkpoint_interval=1.0, keep_checkpoints=100)
+    config = run_config(tmp_path, "kill_learner", base=REPORT_OFTEN, num_workers=1, train_for_env_steps=budget,
+                        train_for_seconds=150, checkpoint_interval=1.0, keep_checkpoints=100)
     store = CheckpointStore(Path(config.experiment_dir) / "checkpoints")
     newest_at_kill: list[Path] = []
 
@@ -291,8 +226,8 @@ def test_sigkilled_learner_restarts_from_the_newest_checkpoint(tmp_path, capsys)
 
 
 def test_learner_lost_before_its_first_checkpoint_restarts_from_the_newest_published_parameters(tmp_path, capsys):
-    config = run_config(tmp_path, "kill_early", num_workers=1, train_for_env_steps=250_000, train_for_seconds=150,
-                        checkpoint_interval=10_000.0)  # no checkpoint before the end of the run
+    config = run_config(tmp_path, "kill_early", base=REPORT_OFTEN, num_workers=1, train_for_env_steps=250_000,
+                        train_for_seconds=150, checkpoint_interval=10_000.0)  # no checkpoint before the end of the run
     killer = Killer("learner", ready=lambda row: row["policy_version"] >= 15)
     summary = train(config, on_report=killer)
     out = capsys.readouterr().out
@@ -321,7 +256,7 @@ def test_a_killed_learner_of_a_group_reforms_the_group_and_training_goes_on(tmp_
     """Two data-parallel learners; one is SIGKILLed (a member, or the leader that publishes): it is recreated, the
     group is formed again (generation 2) from the leader's weights, the members hold the same weights after every
     step of the new generation, and the policy goes on from where it was, to the end of the budget."""
-    config = run_config(tmp_path, f"group_{lost}", num_learners=2, train_for_env_steps=400_000,
+    config = run_config(tmp_path, f"group_{lost}", base=REPORT_OFTEN, num_learners=2, train_for_env_steps=400_000,
                         train_for_seconds=150, checkpoint_interval=2.0)
     killer = Killer(lost, ready=lambda row: row["policy_version"] >= 15)
     summary = train(config, on_report=killer)
@@ -343,7 +278,7 @@ def test_a_killed_learner_of_a_group_reforms_the_group_and_training_goes_on(tmp_
 def test_recreated_rollout_and_inference_workers_get_the_setup_the_first_ones_got(tmp_path):
     """The setups come from one function, for the first incarnation and for every recreated one: a recreated
     inference worker used to lose --inference-precision (and fall back to 'auto')."""
-    config = run_config(tmp_path, "setups", inference="remote", num_workers=1, num_inference_workers=1,
+    config = run_config(tmp_path, "setups", base=REPORT_OFTEN, inference="remote", num_workers=1, num_inference_workers=1,
                         num_envs_per_worker=8, inference_precision="float32", train_for_env_steps=0,
                         train_for_seconds=120)
     seen: dict[str, list] = {"rollout_0": [], "inference_0": []}
@@ -392,8 +327,8 @@ def test_recreated_rollout_and_inference_workers_get_the_setup_the_first_ones_go
 
 def test_env_that_raises_now_and_then_is_rebuilt_and_the_run_goes_on(tmp_path, capsys):
     budget = 60_000
-    config = run_config(tmp_path, "flaky", num_workers=1, env=f"{FAULTS}:flaky", env_kwargs={"every": 300},
-                        train_for_env_steps=budget, train_for_seconds=120)
+    config = run_config(tmp_path, "flaky", base=REPORT_OFTEN, num_workers=1, env=f"{FAULTS}:flaky",
+                        env_kwargs={"every": 300}, train_for_env_steps=budget, train_for_seconds=120)
     failures = []
 
     def on_report(row: dict) -> None:
@@ -414,8 +349,8 @@ def test_env_that_raises_now_and_then_is_rebuilt_and_the_run_goes_on(tmp_path, c
 
 
 def test_env_that_always_raises_stops_the_run_quickly(tmp_path):
-    config = run_config(tmp_path, "broken", num_workers=1, env=f"{FAULTS}:always_failing", env_failure_limit=5,
-                        train_for_env_steps=100_000, train_for_seconds=120)
+    config = run_config(tmp_path, "broken", base=REPORT_OFTEN, num_workers=1, env=f"{FAULTS}:always_failing",
+                        env_failure_limit=5, train_for_env_steps=100_000, train_for_seconds=120)
     t0 = time.monotonic()
     with pytest.raises(TrainingError) as info:
         train(config)
@@ -432,9 +367,9 @@ def test_env_that_always_raises_stops_the_run_quickly(tmp_path):
 
 def test_persistent_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     flag = tmp_path / "nan_from_now_on"
-    config = run_config(tmp_path, "nan", num_workers=1, env=f"{FAULTS}:nan_reward", env_kwargs={"flag": str(flag)},
-                        nan_tolerance=3, batch_size=256, num_batches_per_epoch=2, checkpoint_interval=6.0,
-                        keep_checkpoints=100, train_for_env_steps=0, train_for_seconds=120)
+    config = run_config(tmp_path, "nan", base=REPORT_OFTEN, num_workers=1, env=f"{FAULTS}:nan_reward",
+                        env_kwargs={"flag": str(flag)}, nan_tolerance=3, batch_size=256, num_batches_per_epoch=2,
+                        checkpoint_interval=6.0, keep_checkpoints=100, train_for_env_steps=0, train_for_seconds=120)
     store = CheckpointStore(Path(config.experiment_dir) / "checkpoints")
     good: list[str] = []
 
@@ -465,7 +400,7 @@ def test_persistent_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pat
 
 def test_transient_nan_is_skipped_and_training_goes_on(tmp_path):
     budget = 60_000
-    config = run_config(tmp_path, "nan_once", num_workers=1, env=f"{FAULTS}:nan_reward",
+    config = run_config(tmp_path, "nan_once", base=REPORT_OFTEN, num_workers=1, env=f"{FAULTS}:nan_reward",
                         env_kwargs={"at_steps": [5_000]}, nan_tolerance=3, train_for_env_steps=budget,
                         train_for_seconds=120)
     skipped = []
@@ -490,7 +425,7 @@ def test_transient_nan_is_skipped_and_training_goes_on(tmp_path):
 def sigkilled_cli_run(tmp_path: Path):
     """A `daskrl train` driver (embedded cluster, one worker) that made progress and was then SIGKILLed.
     Yields (run_id, pids of its descendants, monotonic time of the kill); kills and sweeps what is left after."""
-    old = run_config(tmp_path, "old", num_workers=1)
+    old = run_config(tmp_path, "old", base=REPORT_OFTEN, num_workers=1)
     log = open(tmp_path / "old.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
@@ -543,7 +478,7 @@ def test_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
                 stopping.append(True)
                 stop_now()
 
-        new = run_config(tmp_path, "new", num_workers=1, train_for_env_steps=0, train_for_seconds=60)
+        new = run_config(tmp_path, "new", base=REPORT_OFTEN, num_workers=1, train_for_env_steps=0, train_for_seconds=60)
         summary = train(new, on_report=on_report)
         assert "SIGINT" in summary["stop_reason"], summary["stop_reason"]
         started = checks[0][0]
@@ -584,7 +519,7 @@ def test_reaper_alone_removes_a_sigkilled_drivers_segments_and_exits(tmp_path):
 
 
 def test_stuck_component_is_named_with_its_stack_and_stuck_calls_time_out(tmp_path, capsys):
-    config = run_config(tmp_path, "hang", num_workers=1, env=f"{FAULTS}:hanging",
+    config = run_config(tmp_path, "hang", base=REPORT_OFTEN, num_workers=1, env=f"{FAULTS}:hanging",
                         env_kwargs={"after": 2_000, "seconds": 8}, heartbeat_timeout=3, train_for_env_steps=0,
                         train_for_seconds=60)
     calls: list[tuple[float, str]] = []

@@ -25,6 +25,8 @@ from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import LearnerGroup, open_store, split_slots
 from daskrl.models.actor_critic import build_model
 
+from .helpers import REPORT_OFTEN, run_config, slow
+
 T, N, OBS = 8, 16, 4
 
 
@@ -214,6 +216,7 @@ def test_options_that_do_not_fit_a_group_are_refused_in_one_line_each():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal needs one without")
+@slow("a CLI process that imports torch")
 def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--learner-device",
@@ -254,11 +257,6 @@ def test_setups_give_each_learner_its_rank():
 # ---- real runs ----
 
 
-def _run_config(tmp_path, experiment: str, **options) -> Config:
-    return Config().replace(train_dir=str(tmp_path), experiment=experiment, dashboard_address="",
-                            report_interval=0.5, **options)
-
-
 def _same_weights_after_every_step(learners: dict[str, dict]) -> int:
     """Steps at which both learners recorded a digest of their weights, checked equal; returns how many."""
     leader, member = (dict(map(tuple, learners[name]["digests"])) for name in ("learner", "learner_1"))
@@ -270,7 +268,8 @@ def _same_weights_after_every_step(learners: dict[str, dict]) -> int:
 def test_two_learners_solve_cartpole_holding_the_same_weights_after_every_step(tmp_path):
     from daskrl import train
 
-    summary = train(_run_config(tmp_path, "two", num_learners=2, stop_at_return=475, train_for_seconds=120))
+    summary = train(run_config(tmp_path, "two", base=REPORT_OFTEN, num_learners=2, stop_at_return=475,
+                               train_for_seconds=120))
     assert summary["episode_return_mean"] >= 475, summary["stop_reason"]
     learners = summary["learners"]
     assert sorted(learners) == ["learner", "learner_1"]
@@ -291,7 +290,7 @@ def test_the_learner_lands_on_the_worker_that_declares_a_gpu(tmp_path):
     with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
                      asynchronous=False) as cluster, Client(cluster) as client:
         gpu = next(a for a, w in client.scheduler_info()["workers"].items() if w["resources"].get("GPU"))
-        summary = train(_run_config(tmp_path, "gpu", train_for_env_steps=20_000), client=client)
+        summary = train(run_config(tmp_path, "gpu", base=REPORT_OFTEN, train_for_env_steps=20_000), client=client)
     assert summary["learners"]["learner"]["address"] == gpu
     assert summary["learners"]["learner"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     rollout = [c["address"] for name, c in summary["data_path"]["components"].items() if name.startswith("rollout")]

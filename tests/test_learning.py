@@ -16,10 +16,12 @@ import torch
 
 from daskrl import train
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
-from daskrl.config import Config, ConfigError, LearnerConfig, ModelConfig
+from daskrl.config import ConfigError, LearnerConfig, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
+
+from .helpers import run_config, slow
 
 T, N = 16, 8  # 128 samples: with batch_size 64 and 2 epochs, a training step is 4 minibatch updates
 BATCH_SIZE, EPOCHS = 64, 2
@@ -149,10 +151,6 @@ def test_non_finite_batch_is_skipped_and_changes_nothing(spaces, field, index, v
 # ---- whole runs on a LocalCluster ----
 
 
-def run_config(tmp_path, **options) -> Config:
-    return Config().replace(train_dir=str(tmp_path), dashboard_address="", **options)
-
-
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
@@ -166,7 +164,7 @@ def test_slow_learner_holds_rollout_workers_back(tmp_path):
     assert samples_per_batch == slot_samples  # one slot per batch: trained samples = train steps * a slot
     # 50 epochs of 4 minibatches on every 256 samples: the learner is far slower than one rollout worker. The
     # run stops on env steps (not seconds, which cluster start-up on a loaded machine would eat).
-    config = run_config(tmp_path, experiment="slow", num_workers=1, num_envs_per_worker=envs, worker_num_splits=1,
+    config = run_config(tmp_path, "slow", num_workers=1, num_envs_per_worker=envs, worker_num_splits=1,
                         rollout=rollout, slots_per_split=slots_per_split, batch_size=batch_size,
                         num_batches_per_epoch=batches, num_epochs=50, train_for_env_steps=3_000,
                         train_for_seconds=90, report_interval=0.5)
@@ -234,7 +232,7 @@ def _snapshot(directory: Path) -> dict[str, str]:
 
 
 def test_resume_continues_the_run_and_refuses_to_overwrite_it(tmp_path):
-    first = train(run_config(tmp_path, experiment="resume", train_for_env_steps=50_000, report_interval=0.5))
+    first = train(run_config(tmp_path, "resume", train_for_env_steps=50_000, report_interval=0.5))
     exp_dir = Path(first["experiment_dir"])
     store = CheckpointStore(exp_dir / "checkpoints")
     saved = store.load("latest")
@@ -244,7 +242,7 @@ def test_resume_continues_the_run_and_refuses_to_overwrite_it(tmp_path):
     first_adam, first_train_steps = _adam_step(saved), saved["train_steps"]
     _, first_rows = read_csv(exp_dir / "metrics.csv")
 
-    second = train(run_config(tmp_path, experiment="resume", resume=True, train_for_env_steps=80_000,
+    second = train(run_config(tmp_path, "resume", resume=True, train_for_env_steps=80_000,
                               report_interval=0.5, checkpoint_interval=1.0, keep_checkpoints=100))
     assert second["env_steps"] >= 80_000
 
@@ -268,7 +266,7 @@ def test_resume_continues_the_run_and_refuses_to_overwrite_it(tmp_path):
 
     before = _snapshot(exp_dir)
     with pytest.raises(ConfigError, match="--resume"):
-        train(run_config(tmp_path, experiment="resume", train_for_env_steps=90_000))
+        train(run_config(tmp_path, "resume", train_for_env_steps=90_000))
     assert _snapshot(exp_dir) == before
 
 
@@ -292,7 +290,7 @@ def test_a_value_learned_under_a_time_limit_is_the_infinite_horizon_one(tmp_path
     """Reward 1 forever, cut every 20 steps: the right value is 1 / (1 - gamma) = 10 everywhere. Treating the cut as
     a death (what `dones = terminated | truncated` alone did) learns a value that falls to 1 at the last step."""
     limit, gamma = 20, 0.9
-    summary = train(run_config(tmp_path, experiment=f"limit_{bootstrap}", env="daskrl.testing.envs:constant_reward",
+    summary = train(run_config(tmp_path, f"limit_{bootstrap}", env="daskrl.testing.envs:constant_reward",
                                env_kwargs={"limit": limit}, gamma=gamma, num_workers=1, num_envs_per_worker=16,
                                rollout=16, batch_size=256, num_batches_per_epoch=4, learning_rate=3e-3,
                                train_for_env_steps=120_000, bootstrap_time_limits=bootstrap))
@@ -315,7 +313,7 @@ def test_rewards_are_scaled_then_clipped_for_training_only(spaces):
 
 def test_an_envs_info_metrics_reach_the_csv(tmp_path):
     """info['episode_extra_stats'] at an episode's end, and --info-keys, averaged per report into info/<key>."""
-    summary = train(run_config(tmp_path, experiment="info", env="daskrl.testing.envs:info_reporting",
+    summary = train(run_config(tmp_path, "info", env="daskrl.testing.envs:info_reporting",
                                env_kwargs={"limit": 10}, info_keys=["distance", "absent"], num_workers=1,
                                num_envs_per_worker=4, rollout=10, batch_size=40, num_batches_per_epoch=1,
                                train_for_env_steps=20_000, report_interval=0.5))
@@ -333,9 +331,9 @@ def test_an_envs_info_metrics_reach_the_csv(tmp_path):
     assert {"info/distance", "info/episode"} <= set(events.Tags()["scalars"])
 
 
-@pytest.mark.parametrize("inference", ["inline", "remote"])
+@pytest.mark.parametrize("inference", ["inline", pytest.param("remote", marks=slow("a run with inference workers"))])
 def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, inference):
-    summary = train(run_config(tmp_path, experiment=f"sync_{inference}", sync=True, inference=inference,
+    summary = train(run_config(tmp_path, f"sync_{inference}", sync=True, inference=inference,
                                num_workers=2, num_envs_per_worker=8, rollout=32, slots_per_split=2,
                                batch_size=256, train_for_env_steps=40_000, report_interval=0.5))
     header, rows = read_csv(Path(summary["experiment_dir"]) / "metrics.csv")
@@ -343,18 +341,18 @@ def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, 
     assert summary["policy_version"] >= 10 and lags, (summary["policy_version"], lags)
     assert summary["max_policy_lag"] == 0 and set(lags) == {0.0}, (summary["max_policy_lag"], lags)
     # asynchronous, the same settings train on older samples: the check above can fail
-    asynchronous = train(run_config(tmp_path, experiment=f"async_{inference}", inference=inference, num_workers=2,
+    asynchronous = train(run_config(tmp_path, f"async_{inference}", inference=inference, num_workers=2,
                                     num_envs_per_worker=8, rollout=32, slots_per_split=2, batch_size=256,
                                     train_for_env_steps=40_000))
     assert asynchronous["max_policy_lag"] > 0
 
 
 def test_init_checkpoint_starts_a_new_experiment_from_the_given_weights(tmp_path):
-    teacher = train(run_config(tmp_path, experiment="teacher", train_for_env_steps=30_000))
+    teacher = train(run_config(tmp_path, "teacher", train_for_env_steps=30_000))
     taught = CheckpointStore(Path(teacher["experiment_dir"]) / "checkpoints").load("latest")
     # a training step of 524,288 samples (seconds of sampling) does not come within the student's budget, however far
     # sampling overshoots it before the first poll (65,536 was reached at times): it ends with the weights it got
-    student = train(run_config(tmp_path, experiment="student", init_checkpoint=teacher["experiment_dir"],
+    student = train(run_config(tmp_path, "student", init_checkpoint=teacher["experiment_dir"],
                                batch_size=8192, num_batches_per_epoch=64, train_for_env_steps=2_000))
     state = CheckpointStore(Path(student["experiment_dir"]) / "checkpoints").load("latest")
     assert state["train_steps"] == 0 and state["policy_version"] == 1
@@ -365,8 +363,9 @@ def test_init_checkpoint_starts_a_new_experiment_from_the_given_weights(tmp_path
     assert not state["optimizer"]["state"], "the optimizer starts afresh"
 
 
+@slow("a 150k-step run")
 def test_milestone_checkpoints_outlive_pruning(tmp_path):
-    summary = train(run_config(tmp_path, experiment="milestones", keep_checkpoint_every_env_steps=50_000,
+    summary = train(run_config(tmp_path, "milestones", keep_checkpoint_every_env_steps=50_000,
                                checkpoint_interval=0.3, keep_checkpoints=1, train_for_env_steps=400_000,
                                report_interval=0.3))
     store = CheckpointStore(Path(summary["experiment_dir"]) / "checkpoints")

@@ -4,14 +4,12 @@ The live page is a Bokeh *server* page: its plots arrive over a websocket after 
 ``chromium --screenshot`` / ``--dump-dom`` capture at load (with ``--virtual-time-budget`` too: websockets do
 not hold virtual time), so they only ever see the empty template. The live page is therefore driven over the
 DevTools protocol (``--remote-debugging-port``, tornado's websocket client): wait until the plots hold data,
-read the DOM (shadow roots included), then take the screenshot. The static HTML report is checked with plain
-``--screenshot`` and ``--dump-dom``.
+read the DOM (shadow roots included), then take the screenshot (``browser.Browser``). The static HTML report is
+checked with plain ``--screenshot`` and ``--dump-dom``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import csv
 import fcntl
 import io
@@ -21,7 +19,6 @@ import re
 import select
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -43,35 +40,16 @@ from daskrl.monitor.tensorboard_log import TAGS
 from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments, owner_pid
 
-REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+from .browser import CHROMIUM, Browser, chromium_cli, colour_pixels, distinct_colours, needs_chromium
+from .helpers import free_port, get_json, run_config, slow, worker_pids
 
-# In the page: how many Bokeh roots and canvases (inside shadow roots) there are, and how many rows the series
-# source holds (the source is named "daskrl-series" by daskrl.monitor.dashboard.RunPage).
-PAGE_PROBE = """(() => {
-  const walk = (root, out) => { for (const el of root.querySelectorAll('*')) {
-      if (el.tagName === 'CANVAS') out.push(el); if (el.shadowRoot) walk(el.shadowRoot, out); } return out; };
-  const docs = (window.Bokeh && window.Bokeh.documents) || [];
-  const src = docs.length ? docs[0].get_model_by_name('daskrl-series') : null;
-  return {root_divs: document.querySelectorAll('[data-root-id]').length, canvases: walk(document, []).length,
-          roots: docs.length ? docs[0].roots().length : 0, rows: src ? src.data.env_steps.length : -1,
-          last_steps: src && src.data.env_steps.length ? src.data.env_steps[src.data.env_steps.length - 1] : -1};
-})()"""
+REPO = Path(__file__).resolve().parents[1]
+#: a CartPole run that leaves CPU for the browser on a 2-core machine
+LIGHT_CARTPOLE = {"env": "CartPole-v1", "num_workers": 1, "num_envs_per_worker": 8, "worker_num_splits": 2,
+                  "report_interval": 1.0, "checkpoint_interval": 300.0}
 
 
 # ---- helpers ----
-
-
-def small_config(tmp_path: Path, experiment: str, **options) -> Config:
-    """A CartPole run that leaves CPU for the browser on a 2-core machine."""
-    values = dict(train_dir=str(tmp_path), experiment=experiment, env="CartPole-v1", num_workers=1,
-                  num_envs_per_worker=8, worker_num_splits=2, report_interval=1.0, checkpoint_interval=300.0,
-                  dashboard_address="")
-    values.update(options)
-    return Config().replace(**values)
 
 
 class Training:
@@ -106,11 +84,6 @@ class Training:
         self.check()
         assert self.summary is not None
         return self.summary
-
-
-def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
 
 
 def metric_value(base: str, name: str, run: str) -> float | None:
@@ -163,10 +136,6 @@ def check_endpoints_grow(base: str, run: str, training: Training) -> None:
     assert len(steps) >= 2 and steps == sorted(steps)
 
 
-def worker_pids(client) -> set[int]:
-    return set(client.run(os.getpid).values())
-
-
 def assert_no_segments_of(pids: set[int]) -> None:
     left = [name for name in list_segments() if owner_pid(name) in pids]
     assert not left, f"shared-memory segments left by this test's workers: {left}"
@@ -193,86 +162,7 @@ def group_members(pgid: int, grace: float = 15.0) -> list[str]:
         time.sleep(0.2)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---- headless Chromium ----
-
-
-class Browser:
-    """A headless Chromium driven over the DevTools protocol (for pages that render after they load)."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.profile = tmp / "chromium-profile"
-        self.proc = subprocess.Popen(
-            [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-             "--window-size=1400,1500", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        active = self.profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (active.exists() and active.read_text().count("\n") >= 1):
-            assert self.proc.poll() is None, "chromium exited at start"
-            assert time.monotonic() < deadline, "chromium did not open its DevTools port"
-            time.sleep(0.1)
-        self.port = int(active.read_text().split()[0])
-
-    def inspect(self, url: str, until, timeout: float = 60.0, probe: str = PAGE_PROBE) -> tuple[dict, bytes]:
-        """Load ``url``, evaluate ``probe`` (a JavaScript expression) until ``until(its value)`` holds; returns
-        the value and a PNG."""
-        return asyncio.run(self._inspect(url, until, timeout, probe))
-
-    async def _inspect(self, url: str, until, timeout: float, expression: str) -> tuple[dict, bytes]:
-        from tornado.websocket import websocket_connect
-
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?{url}", method="PUT")
-        with urllib.request.urlopen(request, timeout=10) as r:
-            target = json.loads(r.read())
-        ws = await websocket_connect(target["webSocketDebuggerUrl"], max_message_size=64 << 20)
-        ids = iter(range(1, 1 << 30))
-
-        async def call(method: str, **params):
-            n = next(ids)
-            await ws.write_message(json.dumps({"id": n, "method": method, "params": params}))
-            while True:
-                msg = await asyncio.wait_for(ws.read_message(), 30)
-                assert msg is not None, "DevTools connection closed"
-                msg = json.loads(msg)
-                if msg.get("id") == n:
-                    assert "error" not in msg, msg["error"]
-                    return msg["result"]
-
-        try:
-            await call("Emulation.setDeviceMetricsOverride", width=1400, height=1500, deviceScaleFactor=1,
-                       mobile=False)
-            deadline = time.monotonic() + timeout
-            probe: dict = {}
-            while time.monotonic() < deadline:
-                result = await call("Runtime.evaluate", expression=expression, returnByValue=True)
-                probe = result["result"].get("value") or {}
-                if probe and until(probe):
-                    break
-                await asyncio.sleep(0.5)
-            else:
-                raise AssertionError(f"the page at {url} never got there: {probe}")
-            await asyncio.sleep(1.0)  # let the last update paint
-            shot = await call("Page.captureScreenshot", format="png")
-            return probe, base64.b64decode(shot["data"])
-        finally:
-            ws.close()
-
-    def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(15)
 
 
 @pytest.fixture
@@ -282,28 +172,6 @@ def browser(tmp_path):
     b = Browser(tmp_path)
     yield b
     b.close()
-
-
-def chromium_cli(tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """One plain headless Chromium command (--screenshot / --dump-dom)."""
-    return subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'chromium-cli'}", *args],
-                          capture_output=True, timeout=timeout, start_new_session=True)
-
-
-def colour_pixels(png: bytes, hex_colour: str, tolerance: int = 24) -> int:
-    """Pixels within ``tolerance`` (per channel) of a colour: a curve drawn in it is on the image."""
-    from PIL import Image
-
-    target = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    return sum(count for count, rgb in image.getcolors(maxcolors=1 << 24)
-               if all(abs(a - b) <= tolerance for a, b in zip(rgb, target, strict=True)))
-
-
-def distinct_colours(png: bytes) -> int:
-    from PIL import Image
-
-    return len(Image.open(io.BytesIO(png)).convert("RGB").getcolors(maxcolors=1 << 24))
 
 
 def check_live_page(browser: Browser, page: str, run: str, training: Training, tmp: Path) -> None:
@@ -330,8 +198,9 @@ def live_run(tmp_path_factory):
         pids = worker_pids(session.client)
         page = dashboard_page(session.client)
         assert page and page.endswith("/daskrl"), page
-        training = Training(small_config(tmp, "live", train_for_seconds=25.0, eval_interval_env_steps=20_000,
-                                         eval_episodes=2), session.client)
+        config = run_config(tmp, "live", base=LIGHT_CARTPOLE, train_for_seconds=25.0, eval_interval_env_steps=20_000,
+                            eval_episodes=2)
+        training = Training(config, session.client)
         base = page[: -len("/daskrl")]
         wait_for_reports(base, "live", training)
         yield {"session": session, "page": page, "base": base, "training": training, "tmp": tmp,
@@ -342,6 +211,7 @@ def live_run(tmp_path_factory):
     assert_no_segments_of(pids)
 
 
+@slow("a 25 s training run with its dashboard (live_run)")
 def test_api_and_metrics_grow_while_training(live_run):
     check_endpoints_grow(live_run["base"], "live", live_run["training"])
     with pytest.raises(urllib.error.HTTPError) as err:
@@ -350,10 +220,12 @@ def test_api_and_metrics_grow_while_training(live_run):
 
 
 @needs_chromium
+@slow("headless Chromium on the live_run dashboard")
 def test_live_page_shows_the_run_in_chromium(live_run, browser):
     check_live_page(browser, live_run["page"], "live", live_run["training"], live_run["tmp"])
 
 
+@slow("waits for live_run's 25 s run to end")
 def test_tensorboard_and_csv_hold_every_report(live_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -382,6 +254,7 @@ def test_tensorboard_and_csv_hold_every_report(live_run):
     assert [round(e.value, 1) for e in fps] == [round(float(r["fps"]), 1) for r in rows]
 
 
+@slow("a 25 s training run with its dashboard (live_run)")
 def test_the_dashboard_history_holds_the_evaluations(live_run):
     live_run["training"].wait()
     rows = get_json(f"{live_run['base']}/daskrl/api/history?run=live")["rows"]
@@ -395,6 +268,7 @@ def test_the_dashboard_history_holds_the_evaluations(live_run):
     assert f"evaluation return {evals[-1]['eval_return_mean']:.1f}" in summary_html(store.get("live"))
 
 
+@slow("a 25 s training run with its dashboard (live_run)")
 def test_metrics_doc_covers_every_column_tag_and_activity(live_run):
     live_run["training"].wait()
     doc = (REPO / "docs" / "metrics.md").read_text()
@@ -409,6 +283,7 @@ def test_metrics_doc_covers_every_column_tag_and_activity(live_run):
 
 
 @needs_chromium
+@slow("headless Chromium on live_run's report")
 def test_html_report_shows_the_curves(live_run, tmp_path):
     from daskrl.cli import main
     from daskrl.monitor.report import write_report
@@ -503,9 +378,10 @@ def cli_cluster(tmp_path_factory):
     assert_no_segments_of(pids)
 
 
+@slow("a dask CLI cluster, a 25 s run and headless Chromium")
 def test_page_and_endpoints_on_a_cli_scheduler(cli_cluster, tmp_path):
     client = cli_cluster["client"]
-    training = Training(small_config(tmp_path, "cli", num_workers=2, train_for_seconds=25.0), client)
+    training = Training(run_config(tmp_path, "cli", base=LIGHT_CARTPOLE, num_workers=2, train_for_seconds=25.0), client)
     try:
         base = cli_cluster["base"]
         wait_for_reports(base, "cli", training)
@@ -565,6 +441,7 @@ def cli_train(tmp_path: Path, experiment: str) -> list[str]:
             "--report-interval", "0.5"]
 
 
+@slow("a daskrl train process on a terminal")
 def test_cli_train_live_view_on_a_terminal(tmp_path):
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
@@ -603,6 +480,7 @@ def test_cli_train_live_view_on_a_terminal(tmp_path):
     assert "daskrl: stopping: reached" in text  # the start/stop lines are still printed
 
 
+@slow("a daskrl train process")
 def test_cli_train_plain_lines_when_piped(tmp_path):
     proc = subprocess.run(cli_train(tmp_path, "piped"), capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -21,7 +21,9 @@ from daskrl.monitor.policy_plots import POLICY_COLORS
 from daskrl.pbt.population import Exploit, PBTLog
 from daskrl.protocol import METRICS_TOPIC, PBT_TOPIC
 from daskrl.sampling.episode import Episode
-from tests.test_monitor import CHROMIUM, Browser, colour_pixels, distinct_colours, get_json
+
+from .browser import CHROMIUM, Browser, colour_pixels, distinct_colours
+from .helpers import get_json, slow
 
 RUN, POLICIES = "pbt-run", 3
 HPS = {"learning_rate": 1e-3, "entropy_coef": 0.01, "clip_ratio": 0.2, "gamma": 0.99}
@@ -196,6 +198,7 @@ POLICY_PROBE = """(() => {
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@slow("headless Chromium")
 def test_page_shows_each_policy_and_the_pbt_events_in_chromium(tmp_path):
     from distributed import Client, LocalCluster
 

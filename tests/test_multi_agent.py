@@ -15,6 +15,8 @@ from daskrl.envs.multi_agent import MultiAgentGroup, is_multi_agent, is_turn_bas
 from daskrl.errors import EnvError, EnvStepError
 from daskrl.testing.envs import StaggeredAgentsEnv, TakeTurnsEnv, staggered, take_turns
 
+from .helpers import slow
+
 
 def buffers(group: MultiAgentGroup, steps: int) -> dict[str, np.ndarray]:
     """A slot's arrays for ``steps`` steps (obs has one more row), filled with garbage the group must overwrite."""
@@ -385,6 +387,7 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
 
 
 @pytest.mark.parametrize("inference", ["inline", "remote"])
+@slow("trains to a return")
 def test_two_cartpoles_in_one_multi_agent_env_learn_like_cartpole(tmp_path, inference):
     """Agents that fall at different times: masked steps, per-agent episodes and the learner's cut, end to end."""
     from daskrl import train
@@ -415,6 +418,7 @@ def test_mpe2_simple_spread_trains_from_its_spec_with_the_mpe_defaults(tmp_path,
 
 
 @pytest.mark.parametrize("inference", ["inline", "remote"])
+@slow("trains two policies")
 def test_agents_of_different_spaces_train_their_own_policies(tmp_path, inference):
     """simple_adversary: the adversary (8 observations) is policy 0, the good agents (10) policy 1; each learner
     and each sampler's copy builds its network from its own agents' spaces, on the padded slots."""

@@ -33,7 +33,7 @@ from daskrl.sampling.episode import Episode, episodes_from_event
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-from .test_faults import Killer, recovery_of
+from .helpers import Killer, recovery_of, run_config, slow
 
 _ids = itertools.count()
 STAGGERED = "daskrl.testing.envs:staggered"
@@ -200,18 +200,18 @@ def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, h
 # ---- training: apart, logged apart, recovered apart ----
 
 
-def _config(tmp_path: Path, name: str, **options) -> Config:
-    return Config().replace(train_dir=str(tmp_path), experiment=name, dashboard_address="", report_interval=0.5,
-                            env="CartPole-v1", num_workers=1, **options)
+#: CartPole on one rollout worker, a row twice a second (the policies' rows are checked, a Killer reads them)
+ONE_WORKER = {"env": "CartPole-v1", "num_workers": 1, "report_interval": 0.5}
 
 
 def _adam_moments(state: dict) -> torch.Tensor:
     return torch.cat([s["exp_avg"].reshape(-1) for s in state["optimizer"]["state"].values()])
 
 
+@slow("two training runs")
 def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp_path):
     budget = 120_000
-    config = _config(tmp_path, "two", num_policies=2, train_for_env_steps=budget, train_for_seconds=120)
+    config = run_config(tmp_path, "two", base=ONE_WORKER, num_policies=2, train_for_env_steps=budget, train_for_seconds=120)
     summary = train(config)
     assert summary["env_steps"] >= budget and summary["stop_reason"].startswith("reached"), summary
     exp = Path(config.experiment_dir)
@@ -248,9 +248,10 @@ def test_two_policies_train_apart_with_their_own_checkpoints_logs_and_resume(tmp
     assert resumed["env_steps"] >= budget + 40_000
 
 
+@slow("a 60k-step run")
 def test_two_policies_with_remote_inference_each_have_their_own_inference_workers(tmp_path):
-    config = _config(tmp_path, "remote", num_policies=2, inference="remote", num_inference_workers=1,
-                     train_for_env_steps=60_000, train_for_seconds=120)
+    config = run_config(tmp_path, "remote", base=ONE_WORKER, num_policies=2, inference="remote",
+                        num_inference_workers=1, train_for_env_steps=60_000, train_for_seconds=120)
     summary = train(config)
     assert summary["env_steps"] >= 60_000, summary
     trained = [p["policy_version"] for p in summary["policies"]]
@@ -261,10 +262,11 @@ def test_two_policies_with_remote_inference_each_have_their_own_inference_worker
     assert all(0.4 * sum(samples) <= n <= 0.6 * sum(samples) for n in samples), samples
 
 
+@slow("a SIGKILL drill")
 def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
     budget = 250_000
-    config = _config(tmp_path, "lose_p1", num_policies=2, train_for_env_steps=budget, train_for_seconds=150,
-                     checkpoint_interval=1.0)
+    config = run_config(tmp_path, "lose_p1", base=ONE_WORKER, num_policies=2, train_for_env_steps=budget,
+                        train_for_seconds=150, checkpoint_interval=1.0)
     store = CheckpointStore(Path(config.experiment_dir) / "checkpoints" / "policy_1")
 
     def after_policy_1s_first_checkpoint() -> None:  # a fast start reaches 60k steps before the first one
@@ -289,9 +291,10 @@ def test_losing_one_policys_learner_restarts_it_alone(tmp_path, capsys):
     assert all(s["episode_return_mean"] > 20 for s in summary["policies"]), summary["policies"]
 
 
+@slow("a 200k-step PBT run")
 def test_pbt_replaces_the_worst_policy_with_a_mutated_copy_of_a_better_one(tmp_path):
-    config = _config(tmp_path, "pbt", num_policies=3, pbt=True, pbt_period_env_steps=40_000,
-                     train_for_env_steps=200_000, train_for_seconds=120)
+    config = run_config(tmp_path, "pbt", base=ONE_WORKER, num_policies=3, pbt=True, pbt_period_env_steps=40_000,
+                        train_for_env_steps=200_000, train_for_seconds=120)
     summary = train(config)
     exp = Path(config.experiment_dir)
     with open(exp / "pbt.csv", newline="") as f:

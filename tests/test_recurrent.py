@@ -35,7 +35,7 @@ from daskrl.testing.sampling import (
     source_weights,
 )
 
-from .test_sampling import split_chains
+from .helpers import SMALL_CARTPOLE, run_config, slow, split_chains
 
 CARTPOLE = probe_env("CartPole-v1")
 COUNTING = "daskrl/Counting-v0"
@@ -335,11 +335,8 @@ def test_samplers_store_each_slots_starting_state_and_reset_it_at_episode_starts
     assert not np.allclose(replay_slot(model, no_reset, s["rnn_states"])[0], s["log_probs"], atol=1e-4)
 
 
-def run_config(tmp_path, **kw) -> Config:
-    base = {"env": "CartPole-v1", "train_dir": str(tmp_path), "num_workers": 1, "num_envs_per_worker": 8,
-            "rollout": 16, "batch_size": 128, "num_batches_per_epoch": 2, "rnn": "lstm", "rnn_size": 16,
-            "recurrence": 8, "report_interval": 0.5, "dashboard_address": ""}
-    return Config.from_flat({**base, **kw})
+#: a small CartPole run with an LSTM core
+LSTM_CARTPOLE = {**SMALL_CARTPOLE, "rnn": "lstm", "rnn_size": 16, "recurrence": 8}
 
 
 def core_weights(state: dict) -> dict[str, torch.Tensor]:
@@ -347,17 +344,17 @@ def core_weights(state: dict) -> dict[str, torch.Tensor]:
 
 
 def test_a_recurrent_run_trains_checkpoints_and_resumes_with_its_core(tmp_path):
-    first = train(run_config(tmp_path, experiment="rnn", train_for_env_steps=15_000))
+    first = train(run_config(tmp_path, "rnn", base=LSTM_CARTPOLE, train_for_env_steps=15_000))
     store = CheckpointStore(f"{first['experiment_dir']}/checkpoints")
     saved = store.load("latest")
     cores = core_weights(saved)
     assert set(cores) >= {"core.rnn.weight_ih_l0", "core.rnn.weight_hh_l0"}
-    initial = core_weights({"model": build_model(CARTPOLE, run_config(tmp_path).model, 0).state_dict()})
+    initial = core_weights({"model": build_model(CARTPOLE, run_config(tmp_path, base=LSTM_CARTPOLE).model, 0).state_dict()})
     moved = max(float((cores[k] - initial[k]).abs().max()) for k in cores)
     assert moved > 1e-3, "the core did not train"
     assert all(not math.isnan(float(v.sum())) for v in cores.values())
     # resumed with a learning rate too small to move anything visibly: the core goes on from the checkpoint's
-    second = train(run_config(tmp_path, experiment="rnn", resume=True, train_for_env_steps=25_000,
+    second = train(run_config(tmp_path, "rnn", base=LSTM_CARTPOLE, resume=True, train_for_env_steps=25_000,
                               learning_rate=1e-9))
     assert second["env_steps"] >= 25_000
     resumed = core_weights(store.load("latest"))
@@ -365,13 +362,14 @@ def test_a_recurrent_run_trains_checkpoints_and_resumes_with_its_core(tmp_path):
     assert max(float((resumed[k] - cores[k]).abs().max()) for k in cores) < 1e-5
 
 
+@slow("a run on a cluster of its own")
 def test_a_recurrent_run_over_comms_reads_and_writes_states_by_rpc(tmp_path):
     """With DASKRL_FORCE_COMMS=1 every worker treats the others as another host: the inference worker reads and
     writes the states in the rollout worker's slots by RPC, and the learner fetches each slot's starting states
     with the rest of the slot in one round trip; the run trains."""
     with connect_cluster(n_workers=4, dashboard_address=None) as session:
         session.client.run(lambda: __import__("os").environ.__setitem__("DASKRL_FORCE_COMMS", "1"))
-        summary = train(run_config(tmp_path, experiment="comms", inference="remote", train_for_env_steps=6_000,
+        summary = train(run_config(tmp_path, "comms", base=LSTM_CARTPOLE, inference="remote", train_for_env_steps=6_000,
                                    train_for_seconds=90.0), client=session.client)
         run_id = session.run_id
     assert summary["env_steps"] >= 6_000 and summary["episodes"] > 0

@@ -42,7 +42,7 @@ from daskrl.testing.components import (
     SlowToConfigure,
 )
 
-from .conftest import set_worker_env, wait_for
+from .helpers import set_worker_env, slow, wait_for
 
 _ids = itertools.count()
 
@@ -135,6 +135,7 @@ def test_work_queue_hands_each_item_to_exactly_one_consumer(session, workers):
     stop_all(producer, *consumers)
 
 
+@slow("waits out a heartbeat timeout")
 def test_heartbeat_counts_from_start_not_from_a_long_configure(session, workers):
     """Building envs is not silence: the runner's "silent" warning must not fire for a component that took
     longer than --heartbeat-timeout to configure and has just started its loop."""

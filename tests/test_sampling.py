@@ -34,7 +34,7 @@ from daskrl.testing.sampling import (
     expected_log_probs,
 )
 
-from .conftest import set_worker_env, wait_for
+from .helpers import set_worker_env, split_chains, wait_for
 
 COUNTING = "daskrl/Counting-v0"
 EPISODE = 5  # Counting episode length: not a multiple of the rollouts below, so episodes straddle slots
@@ -122,31 +122,6 @@ def run_inline(cluster, hosts, env, *, slots, env_kwargs=None, params_source=Non
     assert collector_stats["error_count"] == 0, collector_stats["errors"]
     assert all(k["worker"] == rollout.name for k in kept)
     return [k["arrays"] | {"frames": k["frames"]} for k in kept], rollout_stats
-
-
-def split_chains(slots, num_splits):
-    """Group one worker's slots (arrival order) into per-split chains: a slot continues the chain whose last
-    observation (obs[T]) is its first one. A new chain may only start from freshly reset Counting envs.
-
-    Two splits can end in the same Counting state (same step, episode and last actions); either chain is then
-    the same for the env bookkeeping, and the slot goes to the one whose newest policy version fits best (the
-    newest not above the slot's first version), so a valid assignment is never missed."""
-    chains: list[list[dict]] = []
-    for i, s in enumerate(slots):
-        first = s["obs"][0]
-        matches = [c for c in chains if np.array_equal(c[-1]["obs"][-1], first)]
-        if matches:
-            v = s["policy_version"][0]
-            fits = [c for c in matches if c[-1]["policy_version"][-1] <= v] or matches
-            max(fits, key=lambda c: c[-1]["policy_version"][-1]).append(s)
-            continue
-        fresh = np.all(first[:, 0] == 0) and np.all(first[:, 1] == -1)
-        assert fresh and len(chains) < num_splits, (
-            f"slot #{i} starts with {first.tolist()}, which is neither the last observation of an earlier slot "
-            f"of its split ({[c[-1]['obs'][-1].tolist() for c in chains]}) nor a fresh reset")
-        chains.append([s])
-    assert len(chains) == num_splits, f"expected {num_splits} splits' chains of slots, got {len(chains)}"
-    return chains
 
 
 def check_counting_chain(chain, rollout, episode_length):

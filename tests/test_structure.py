@@ -258,3 +258,22 @@ def test_components_are_configured_with_one_setup_and_nothing_else():
         params = list(inspect.signature(cls.on_configure).parameters.values())
         assert [p.name for p in params] == ["self", "setup"], f"{cls.__name__}.on_configure{params}"
         assert all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/helpers.py (and browser.py), fixtures in conftest.py: a test module imported by
+    another ties the two together, and pytest would collect its tests twice under two names if it ever re-exported
+    one."""
+    tests = Path(__file__).parent
+    offenders = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + ([] if node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            imported = {n.rpartition(".")[2] for n in names}
+            offenders += [f"{path.name} imports {m}" for m in sorted(imported) if m.startswith("test_") or m == "conftest"]
+    assert not offenders, offenders

@@ -275,7 +275,7 @@ def test_a_rollout_worker_says_who_acts_at_step_T(inproc):
     from daskrl.sampling.rollout_worker import RolloutWorker
     from daskrl.testing.sampling import CollectorSetup, SlotCollector
 
-    from .conftest import wait_for
+    from .helpers import wait_for
 
     env = "pettingzoo.classic.tictactoe.tictactoe:env"
     config = Config.from_flat({"env": env, "num_workers": 1, "num_envs_per_worker": 2, "worker_num_splits": 1,

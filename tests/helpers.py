@@ -1,0 +1,313 @@
+"""What the test modules share, in one place (fixtures live in ``conftest.py``; headless Chromium in ``browser.py``):
+a run's configuration, the ``slow`` marker, waiting, processes and clusters started from the command line, faults
+injected from outside (a SIGKILLed component), the dashboard's JSON endpoints and the chains of sampled slots.
+
+No test module imports another test module: a helper two of them need lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from distributed import default_client
+
+from daskrl.config import Config
+
+# ---- a run's configuration ----
+
+
+def run_config(tmp_path: Path, experiment: str | None = None, *, base: Mapping[str, Any] | None = None,
+               **options: Any) -> Config:
+    """A run under ``tmp_path`` with no dashboard of its own: ``base`` (a test module's usual options), then
+    ``options`` over it. The dashboard is off because tests on one machine would fight over its port."""
+    values: dict[str, Any] = {"train_dir": str(tmp_path), "dashboard_address": ""}
+    if experiment is not None:
+        values["experiment"] = experiment
+    return Config.from_flat({**values, **(base or {}), **options})
+
+
+#: a row twice a second: for tests that act on a run's rows (a fault drill, a callback) or count them
+REPORT_OFTEN: dict[str, Any] = {"report_interval": 0.5}
+#: a small CartPole run: one rollout worker, short rollouts and batches, a report every half second
+SMALL_CARTPOLE: dict[str, Any] = {"env": "CartPole-v1", "num_workers": 1, "num_envs_per_worker": 8, "rollout": 16,
+                                  "batch_size": 128, "num_batches_per_epoch": 2, "report_interval": 0.5}
+
+
+# ---- the slow marker ----
+
+
+def slow(reason: str) -> pytest.MarkDecorator:
+    """Marks a test that takes seconds (``pytest -m "not slow"`` leaves it out, the default run keeps it); ``reason``
+    says what makes it long, so the next engineer knows before running it."""
+    return pytest.mark.slow(reason=reason)
+
+
+# ---- waiting and worker processes ----
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``fn`` until it returns something true (and return that), or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout} s")
+
+
+def set_worker_env(client, name: str, value: str | None) -> None:
+    """Set or clear an environment variable in every worker process."""
+
+    def apply(name=name, value=value):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+    client.run(apply)
+
+
+def run_watching_children(cmd: list[str]) -> tuple[int, str, set[int]]:
+    """Run ``cmd`` to its end, watching its process tree: (exit status, stderr, pids of every descendant seen)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started: set[int] = set()
+    while proc.poll() is None:
+        try:
+            started |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.Error:  # exiting
+            pass
+        time.sleep(0.005)
+    err = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    return proc.returncode, err, started
+
+
+def worker_pids(client) -> set[int]:
+    """The pid of every worker process of ``client``'s cluster."""
+    return set(client.run(os.getpid).values())
+
+
+# ---- clusters started from the command line (``dask scheduler``, ``dask worker``) ----
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def dask_command() -> str:
+    """The ``dask`` command of this environment (its workers must import daskrl, as ours do)."""
+    path = os.path.join(os.path.dirname(sys.executable), "dask")
+    return path if os.path.exists(path) else (shutil.which("dask") or "dask")
+
+
+class Processes:
+    """Processes started for a test, each in its own session (so its whole tree can be signalled by its id)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.seen: dict[int, float] = {}  # pid -> start time of every process of their trees: all must end
+
+    def start(self, name: str, *args: str, env: dict | None = None) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "w")
+        proc = subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})}, cwd=self.log_dir)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text()[-3000:]
+
+    def _remember_trees(self) -> None:
+        for proc in self.procs.values():
+            try:
+                root = psutil.Process(proc.pid)
+                for p in [root, *root.children(recursive=True)]:
+                    self.seen[p.pid] = p.create_time()
+            except psutil.NoSuchProcess:
+                pass
+
+    def _still_ours(self) -> list[psutil.Process]:
+        """Remembered processes still running (same pid *and* start time: never a recycled pid)."""
+        out = []
+        for pid, started in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def stop(self) -> list[int]:
+        """Terminate everything (workers first), kill what does not exit; returns pids still alive (none)."""
+        self._remember_trees()
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the process and its children
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        left = self._still_ours()
+        for p in left:  # a child that outlived its parent: by its own id
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=10)
+        return sorted(p.pid for p in self._still_ours())
+
+
+def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=None, timeout: float = 120.0):
+    """A client of the cluster once ``n_workers`` workers are up (fails early, with logs, if a process died)."""
+    from distributed import Client
+
+    deadline = time.monotonic() + timeout
+    client = None
+    while client is None:
+        try:
+            client = Client(address, security=security, timeout=5)
+        except OSError:
+            dead = {n: p.returncode for n, p in procs.procs.items() if p.poll() is not None}
+            assert not dead and time.monotonic() < deadline, \
+                f"the cluster did not start (exited: {dead}): {procs.log(next(iter(procs.procs)))}"
+            time.sleep(0.5)
+    while len(client.scheduler_info()["workers"]) < n_workers:
+        dead = {n: procs.log(n) for n, p in procs.procs.items() if p.poll() is not None}
+        if dead or time.monotonic() > deadline:
+            client.close()
+            raise AssertionError(f"{len(client.scheduler_info()['workers'])}/{n_workers} workers; exited: {dead}")
+        time.sleep(0.3)
+    return client
+
+
+def worker_names(client) -> dict[str, str]:
+    """Each worker's address -> its name (``--name``)."""
+    return {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}
+
+
+# ---- faults injected from outside: a SIGKILLed component ----
+
+
+def registry() -> dict[str, dict]:
+    """The bus registry of the running training's cluster: component name -> {"address", "pid", "cls", ...}.
+    ``train()`` opens the cluster, whose client is the default one of this process."""
+    client = default_client()
+    return client.sync(client.scheduler.daskrl_components)["components"]
+
+
+def worker_pid(name: str) -> int:
+    """The pid of the Dask worker process that hosts component ``name`` (checked against the worker itself)."""
+    info = registry()[name]
+    pid = default_client().run(os.getpid, workers=[info["address"]])[info["address"]]
+    assert pid == info["pid"], (pid, info)
+    return pid
+
+
+class Killer:
+    """``on_report`` callback that SIGKILLs the worker process hosting ``component`` once ``ready(row)`` is
+    true. The kill runs on a background thread (it asks the scheduler and the worker for the pid); ``wait``
+    (optional, on that thread) returns when the moment has come."""
+
+    def __init__(self, component: str, ready: Callable[[dict], bool], wait: Callable[[], None] | None = None) -> None:
+        self.component, self.ready, self.wait = component, ready, wait
+        self.rows: list[dict] = []
+        self.thread: threading.Thread | None = None
+        self.pid: int | None = None
+        self.killed_at: float | None = None
+        self.rows_before_kill = 0
+        self.error: BaseException | None = None
+
+    def __call__(self, row: dict) -> None:
+        self.rows.append(row)
+        if self.thread is None and self.ready(row):
+            self.thread = threading.Thread(target=self._kill, name="test-killer", daemon=True)
+            self.thread.start()
+
+    def _kill(self) -> None:
+        try:
+            pid = worker_pid(self.component)
+            if self.wait is not None:
+                self.wait()
+            self.rows_before_kill = len(self.rows)
+            os.kill(pid, signal.SIGKILL)
+            self.pid, self.killed_at = pid, time.monotonic()
+        except BaseException as exc:  # reported by check()
+            self.error = exc
+
+    def check(self) -> None:
+        assert self.thread is not None, f"the run never got ready for the kill: {self.rows[-3:]}"
+        self.thread.join(30)
+        assert self.error is None, f"the kill failed: {self.error!r}"
+        assert self.killed_at is not None
+
+
+def recovery_of(summary: dict, component: str) -> dict:
+    """The one recovery of ``component`` in a run's summary (printed, with how long it took)."""
+    records = [r for r in summary["recoveries"] if r["component"] == component]
+    assert len(records) == 1, summary["recoveries"]
+    record = records[0]
+    assert record["recovery_s"] > 0
+    print(f"\nrecovery of {component} ({record['role']}) after SIGKILL: {record['recovery_s']:.2f} s "
+          f"(cause: {record['cause']})")
+    return record
+
+
+# ---- the dashboard's JSON endpoints ----
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+# ---- sampled slots ----
+
+
+def split_chains(slots: list[dict], num_splits: int) -> list[list[dict]]:
+    """Group one worker's slots (arrival order) into per-split chains: a slot continues the chain whose last
+    observation (obs[T]) is its first one. A new chain may only start from freshly reset Counting envs.
+
+    Two splits can end in the same Counting state (same step, episode and last actions); either chain is then
+    the same for the env bookkeeping, and the slot goes to the one whose newest policy version fits best (the
+    newest not above the slot's first version), so a valid assignment is never missed."""
+    chains: list[list[dict]] = []
+    for i, s in enumerate(slots):
+        first = s["obs"][0]
+        matches = [c for c in chains if np.array_equal(c[-1]["obs"][-1], first)]
+        if matches:
+            v = s["policy_version"][0]
+            fits = [c for c in matches if c[-1]["policy_version"][-1] <= v] or matches
+            max(fits, key=lambda c: c[-1]["policy_version"][-1]).append(s)
+            continue
+        fresh = np.all(first[:, 0] == 0) and np.all(first[:, 1] == -1)
+        assert fresh and len(chains) < num_splits, (
+            f"slot #{i} starts with {first.tolist()}, which is neither the last observation of an earlier slot "
+            f"of its split ({[c[-1]['obs'][-1].tolist() for c in chains]}) nor a fresh reset")
+        chains.append([s])
+    assert len(chains) == num_splits, f"expected {num_splits} splits' chains of slots, got {len(chains)}"
+    return chains
