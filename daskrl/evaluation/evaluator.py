@@ -80,7 +80,7 @@ class Evaluator:
         """Hand a finished evaluation to the next row; start the tasks whose multiple has passed."""
         result, self._result = self._result, None
         if result is not None:
-            state.eval_columns = result
+            state.pending_evals.append(result)
         steps = state.env_steps
         due = [task for task in self.tasks if task.due(steps)]
         if not due or learner is None:
@@ -184,7 +184,7 @@ class Evaluation(Observer):
 
     def on_start(self, run: Run) -> None:
         if run.config.run.eval_interval_env_steps:
-            run.state.eval_columns = {}  # the row gets the evaluation columns from the first report on
+            run.state.pending_evals = []  # the row gets the evaluation columns from the first report on
         self.evaluator = Evaluator(run.config, run.spaces, run.state.env_steps_offset, run.incidents, run.warn)
 
     def on_poll(self, run: Run) -> None:

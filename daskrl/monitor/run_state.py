@@ -57,8 +57,9 @@ class RunState:
     # episode info numbers (EnvGroup.episode_extras): collected since the last row, and the last mean of each key
     pending_extras: dict = field(default_factory=dict)
     extra_means: dict = field(default_factory=dict)
-    # the newest evaluation not yet in a row (None: the run does not evaluate, so the row has no such columns)
-    eval_columns: dict | None = None
+    # evaluations that ended and are in no row yet, oldest first (None: the run does not evaluate, so the row has no
+    # such columns); each row takes one, so two that end between two reports are both logged
+    pending_evals: list[dict] | None = None
 
     def add_extras(self, extras: list[dict[str, float]]) -> None:
         for numbers in extras:
@@ -97,10 +98,10 @@ class RunState:
         }
 
     def _eval_row(self) -> dict[str, Any]:
-        """The evaluation columns: the newest evaluation's values once, NaN until the next one ends."""
-        if self.eval_columns is None:
+        """The evaluation columns: the oldest evaluation not logged yet, or NaN when none is waiting."""
+        if self.pending_evals is None:
             return {}
-        values, self.eval_columns = self.eval_columns, {}
+        values = self.pending_evals.pop(0) if self.pending_evals else {}
         return {key: values.get(key, math.nan) for key in EVAL_COLUMNS}
 
     def _info_columns(self) -> dict[str, float]:
