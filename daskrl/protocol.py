@@ -6,11 +6,11 @@ The data path, with the message on each arrow (payloads are msgpack-native dicts
     InferenceWorker --ActionsReady on actions:<w>--> RolloutWorker
     RolloutWorker --TrajectoryReady (signal)--> Learner (its batcher) or SamplingSink
     Learner/SamplingSink --FreeSlots on free:<w>--> RolloutWorker
-    Learner --ParamsUpdated (signal)--> anyone who listens (samplers poll the parameter block instead)
     Learner (group leader) --SharesAssigned (signal)--> the other learners of its group (--num-learners K)
 
 ``policy:``, ``actions:`` and ``free:`` are work queues (each message to exactly one taker); signals go to every
-connected slot. :func:`wire_sampling_graph` makes all these connections for a set of components, and
+connected slot. A new policy version is no message: samplers poll the version in the learner's parameter block
+(:mod:`daskrl.runtime.params`). :func:`wire_sampling_graph` makes all these connections for a set of components, and
 :func:`wire_rollout` / :func:`wire_inference` for one newcomer. The scheduler event topics (low-rate control,
 metrics and fault events, never data) are listed at the end.
 """
@@ -96,12 +96,6 @@ class SharesAssigned(TypedDict):
     shares: list[list[list]]
 
 
-class ParamsUpdated(TypedDict):
-    """The learner published policy version ``version``."""
-
-    version: int
-
-
 # ---- wiring ----
 
 
@@ -150,7 +144,7 @@ PBT_TOPIC = "daskrl-pbt"
 __all__ = [
     "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
     "RECOVERIES_TOPIC",
-    "ActionsReady", "FreeSlots", "InferenceRequest", "ParamsUpdated", "SharesAssigned", "TrajectoryReady",
+    "ActionsReady", "FreeSlots", "InferenceRequest", "SharesAssigned", "TrajectoryReady",
     "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",
     "wire_sampling_graph",
 ]

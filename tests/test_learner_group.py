@@ -169,7 +169,7 @@ def test_a_leader_batcher_copies_its_share_and_assigns_the_rest():
               "truncated": np.zeros((slots, 2, 4), bool), "log_probs": np.zeros((slots, 2, 4), np.float32),
               "policy_version": np.zeros((slots, 2), np.int32), "final_at": np.full((slots, 4), -1, np.int32),
               "final_obs": np.zeros((slots, 4, OBS), np.float32)}
-    batcher.workers["rollout_0"], batcher.incarnations["rollout_0"] = arrays, "inc"
+    batcher.attach_arrays("rollout_0", arrays, "inc")
     batcher.start()
     for slot in range(4):
         batcher.add("rollout_0", slot, "inc")

@@ -26,8 +26,8 @@ from daskrl.driver.policies import PolicyBook
 from daskrl.driver.role_setups import role_setups
 from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
-from daskrl.learning.batcher import _policy_columns
 from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.learning.slot_reader import PolicyColumns
 from daskrl.runtime.handles import spawn
 from daskrl.sampling.episode import Episode, episodes_from_event
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
@@ -104,13 +104,13 @@ def test_a_learner_takes_the_columns_its_policy_played_with_its_own_steps_marked
             "final_obs": np.array([[-1.0], [-2.0]], np.float32)}
     part["truncated"][1, 2] = 1
     part["truncated"][3, 1] = 1
-    mine = _policy_columns(dict(part), 1)
+    mine = PolicyColumns(1).take(dict(part), ())
     np.testing.assert_array_equal(mine["obs"][..., 0], part["obs"][:, [1, 2, 4], 0])
     np.testing.assert_array_equal(mine["valid"], ids[:T, [1, 2, 4]] == 1)
     # the time-limit finals of its columns, renumbered to the cut's width; column 1 is now 0, column 2 is now 1
     assert sorted(mine["final_at"].tolist()) == [1 * 3 + 1, 3 * 3 + 0]
     assert sorted(mine["final_obs"][:, 0].tolist()) == [-2.0, -1.0]
-    other = _policy_columns(dict(part), 0)
+    other = PolicyColumns(0).take(dict(part), ())
     np.testing.assert_array_equal(other["actions"], part["actions"][:, [0, 2, 3]])
     assert other["valid"][:, 1].tolist() == [False, False, True, True]
 
@@ -124,11 +124,11 @@ def test_a_policy_of_narrower_spaces_takes_its_part_of_the_rows():
             "truncated": np.zeros((T, B), np.uint8), "log_probs": np.zeros((T, B), np.float32),
             "policy_version": np.zeros((T, B), np.int32), "policy_id": ids,
             "final_at": np.array([1 * B + 0], np.int32), "final_obs": np.array([[1.0, 2.0, 0.0, 0.0]], np.float32)}
-    mine = _policy_columns(dict(part), 0, (2, 1))
+    mine = PolicyColumns(0, (2, 1)).take(dict(part), ())
     np.testing.assert_array_equal(mine["obs"], part["obs"][:, [0], :2])
     np.testing.assert_array_equal(mine["actions"], part["actions"][:, [0], :1])
     np.testing.assert_array_equal(mine["final_obs"], [[1.0, 2.0]])
-    wide = _policy_columns(dict(part), 1)
+    wide = PolicyColumns(1).take(dict(part), ())
     assert wide["obs"].shape == (T + 1, 1, 4) and wide["actions"].shape == (T, 1, 3)
 
 

@@ -16,7 +16,7 @@ from daskrl.algo.trainer import APPOTrainer
 from daskrl.config import LearnerConfig, ModelConfig
 from daskrl.envs.dict_obs import unpack
 from daskrl.envs.multi_agent import MultiAgentGroup, multi_agent_spaces
-from daskrl.learning.batcher import SLOT_FIELDS, _join, _policy_columns
+from daskrl.learning.slot_reader import SLOT_FIELDS, STATE_FIELDS, PolicyColumns, join_parts
 from daskrl.learning.turns import interleaved
 from daskrl.models.actor_critic import build_model
 from daskrl.sampling.trajectories import SlotLayout
@@ -61,8 +61,8 @@ def turn_slot(time_limit: bool) -> dict[str, np.ndarray]:
             "final_at": final_at, "final_obs": final_obs, "policy_id": ids}
 
 
-def cut(part: dict[str, np.ndarray], policy: int) -> dict[str, np.ndarray]:
-    return _policy_columns({k: v.copy() for k, v in part.items()}, policy)
+def cut(part: dict[str, np.ndarray], policy: int, state_fields: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    return PolicyColumns(policy).take({k: v.copy() for k, v in part.items()}, state_fields)
 
 
 @pytest.mark.parametrize("time_limit", [False, True])
@@ -124,8 +124,8 @@ def test_a_recurrent_players_state_starts_afresh_when_its_episode_ended_before_i
     part = turn_slot(time_limit=False)
     part["terminated"][0, 1] = 1  # player 2's last game ended on step 0, player 1's move: its state was reset there
     part["rnn_states"] = np.ones((B, 3), np.float32)
-    assert cut(part, 1)["rnn_states"].tolist() == [[0, 0, 0], [1, 1, 1]]  # columns 1 and 3
-    assert cut(part, 0)["rnn_states"].tolist() == [[1, 1, 1], [1, 1, 1]]  # columns 0 and 2
+    assert cut(part, 1, STATE_FIELDS)["rnn_states"].tolist() == [[0, 0, 0], [1, 1, 1]]  # columns 1 and 3
+    assert cut(part, 0, STATE_FIELDS)["rnn_states"].tolist() == [[1, 1, 1], [1, 1, 1]]  # columns 0 and 2
 
 
 def record(group: MultiAgentGroup, policies: list[int], slots: int, seed: int) -> tuple[dict, list, list]:
@@ -256,7 +256,7 @@ def test_the_trainers_targets_are_those_of_each_players_own_turns(monkeypatch, a
         for k in range(3, -1, -1):
             running = rewards[k] + GAMMA * (values[k] if k in values else running)
             expected[k] = running
-        batch = _join([cut(part, policy)])
+        batch = join_parts([cut(part, policy)])
         APPOTrainer(model, cfg, 0).train(batch, current_version=5)
         valid = batch.valid[:4, 0]
         assert valid.tolist() == [True, True, True, policy == 0]

@@ -8,7 +8,7 @@ target log-probs and values, the state entering every chunk (so a chunk after th
 current weights' state, not a stale one), the bootstrap value of the step after the last (from the state after
 the last step) and the value of each time-limit final observation (from the state after its episode's last step).
 Each minibatch then runs its sequences from those states with gradients through ``R`` steps. V-trace and the loss
-are the feed-forward ones.
+are the feed-forward ones. It is the recurrent form of :class:`~daskrl.algo.flat_batch.BatchLayout`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class SequenceBatch:
         """``obs`` [T + 1, N, ...], ``actions`` [T * N, ...], ``dones`` [T, N] float (the episode ended after step
         t), ``states`` [N, S] (entering step 0, already reset where an episode begins there), ``length`` R."""
         T, N = dones.shape
+        if tuple(states.shape) != (N, model.state_size):
+            raise ValueError(f"a recurrent model trains on batches with the states of their slots' starts ([{N}, "
+                             f"{model.state_size}]), not {list(states.shape)}")
         if T % length:
             raise ValueError(f"--recurrence {length} does not divide the slot length {T}")
         self.model, self.T, self.N, self.R = model, T, N, length
@@ -49,6 +52,10 @@ class SequenceBatch:
             rows = [self.before[t + 1][n] for t, n in zip((index // self.N).tolist(), (index % self.N).tolist(),
                                                           strict=True)]
             return self.model.value_step(final_obs, torch.stack(rows))
+
+    def fields(self) -> dict[str, torch.Tensor]:
+        """Each sample's flat index: a minibatch finds its sequences' chunks and episode starts by it."""
+        return {"index": torch.arange(self.T * self.N, device=self.starts.device)}
 
     def minibatch_samples(self, samples: int) -> int:
         """Samples per minibatch, rounded to whole sequences (at least one, at most all)."""

@@ -3,14 +3,16 @@
 Per step: update observation statistics, evaluate the current policy on the batch, compute V-trace (or GAE)
 targets with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``,
 then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping. A step whose loss or
-gradients are not finite is skipped and counted, never applied. A recurrent model (``--rnn``) evaluates and trains
-on whole sequences instead of shuffled steps (:mod:`daskrl.algo.recurrent`); the feed-forward path is untouched.
+gradients are not finite is skipped and counted, never applied.
 
-With a data-parallel learner group (:mod:`daskrl.learning.learner_group`) each member trains on its share of the
-batch and every decision and statistic that spans the batch (finite inputs, normalizer moments, each minibatch's
-valid count and advantage moments, the gradients) is summed over the group first, so the members apply the update
-one learner would apply on the whole batch. Tensors live on ``device``; a batch reaches it in one pinned copy per
-array.
+What varies is chosen once, not tested per step: the batch's layout (:mod:`daskrl.algo.flat_batch`: shuffled steps
+for a feed-forward model, whole sequences for a recurrent core, :mod:`daskrl.algo.recurrent`), chosen with the
+model; which steps are this policy's (the batch's ``valid`` mask, all True with one policy); and the learners it
+trains with (:mod:`daskrl.algo.collectives`). Every decision and statistic that spans the batch (finite inputs,
+normalizer moments, each minibatch's valid count and advantage moments, the gradients) goes through the group's
+sums: the identity for one learner, and with a data-parallel learner group (:mod:`daskrl.learning.learner_group`),
+where each member trains on its share of the batch, the members apply the update one learner would apply on the
+whole batch. Tensors live on ``device``; a batch reaches it in one pinned copy per array.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -26,37 +28,38 @@ import torch
 from daskrl.algo import hyperparams
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
-from daskrl.algo.collectives import Collectives, SoloGroup
+from daskrl.algo.collectives import Collectives, SoloGroup, all_members, update_over_group
+from daskrl.algo.flat_batch import BatchLayout, FlatBatch
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
 from daskrl.algo.recurrent import SequenceBatch
+from daskrl.algo.trajectory_batch import TrajectoryBatch
+
+__all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch"]
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
 
 
+class MinibatchCounts(NamedTuple):
+    """What a minibatch's loss needs to know of the whole group's minibatch."""
+
+    local: int  # this member's valid samples in it
+    group: int  # the group's (the same for one learner)
+    adv_moments: tuple[float, float] | None  # (mean, std) its advantages are normalized with; None: not normalized
+
+
 @dataclass
-class TrajectoryBatch:
-    """Time-major training data from ``N`` env streams of ``T`` steps (numpy arrays)."""
+class StepInputs:
+    """A batch on the trainer's device, as one training step reads it (flat: ``t * N + n``)."""
 
-    obs: np.ndarray  # [T + 1, N, *obs_shape]
-    actions: np.ndarray  # [T, N, *action_shape]
-    rewards: np.ndarray  # [T, N]
-    dones: np.ndarray  # [T, N] episode ended after step t
-    log_probs: np.ndarray  # [T, N] behaviour policy
-    policy_version: np.ndarray  # [T, N]
-    # episodes cut by a time limit: their real final observations [M, *obs_shape], and where each one's step is in
-    # the flattened [T * N] batch (its `dones` entry is set; its `obs` at t + 1 is the next episode's first)
-    final_obs: np.ndarray | None = None
-    final_index: np.ndarray | None = None
-    # a recurrent policy's state entering step 0 of each column [N, S] (see daskrl/algo/recurrent.py)
-    rnn_states: np.ndarray | None = None
-    # [T, N] bool: the steps this policy took (several policies share slots; an agent may sit steps out); None: all
-    valid: np.ndarray | None = None
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.rewards.size)
+    layout: BatchLayout  # how the step walks the batch (whole sequences or shuffled steps)
+    obs: torch.Tensor  # [T * N, ...] the observations the actions were taken at
+    actions: torch.Tensor  # [T * N, ...]
+    rewards: torch.Tensor  # [T, N] shaped (--reward-scale, --reward-clip)
+    dones: torch.Tensor  # [T, N] float
+    behaviour: torch.Tensor  # [T, N] the log-probs the samplers acted with
+    mine: torch.Tensor  # [T * N] bool: this policy's steps
 
 
 class APPOTrainer:
@@ -70,6 +73,8 @@ class APPOTrainer:
         self.model = model.to(self.device)
         #: the learner group this trainer belongs to (the learner swaps it when the group is formed again)
         self.group: Collectives = SoloGroup()
+        #: how a step walks its batch: whole sequences through a recurrent core, shuffled steps otherwise
+        self.layout: type[FlatBatch] | type[SequenceBatch] = SequenceBatch if model.recurrent else FlatBatch
         self.cfg = cfg
         #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/algo/hyperparams.py):
         #: read from here, not from ``cfg``, which only gives their starting values
@@ -102,99 +107,27 @@ class APPOTrainer:
     def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0,
               on_progress: Callable[[], None] | None = None) -> dict[str, float]:
         """One training step on ``batch``; ``on_progress`` is called after every minibatch (a heartbeat)."""
-        cfg, model = self.cfg, self.model
-        T, N = batch.rewards.shape
-        if not self._group_all(_finite_inputs(batch)):
+        if not all_members(self.group, _finite_inputs(batch), self.device):
             # Checked before anything is updated: a NaN/inf would otherwise enter the running observation and
             # return statistics and make every later step non-finite (and skipped) too.
             return self._skip_step(batch, current_version, env_steps)
-        obs_np = batch.obs
-        mine = None if batch.valid is None else batch.valid.reshape(-1)  # this policy's steps (None: all)
-        if self.obs_rms is not None:
-            seen = obs_np[:-1].reshape(T * N, *obs_np.shape[2:])
-            self._update_stats(self.obs_rms, model.obs_for_stats(seen if mine is None else seen[mine]))
-            model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
-        obs = self._tensor(obs_np)
-        actions = self._tensor(batch.actions).reshape(T * N, *batch.actions.shape[2:])
-        rewards = self.shape_rewards(self._tensor(batch.rewards))
-        dones = self._tensor(batch.dones).float()
-        behaviour = self._tensor(batch.log_probs)
-        obs_flat = obs[:-1].reshape(T * N, *obs.shape[2:])
-        seq = None  # a recurrent model's sequences: truncated BPTT from the stored states
-        if model.recurrent:
-            if batch.rnn_states is None:
-                raise ValueError("a recurrent model trains on batches with the states of their slots' starts")
-            seq = SequenceBatch(model, obs, actions, dones, self._tensor(batch.rnn_states), cfg.recurrence or T)
-
-        with torch.no_grad():
-            if seq is None:
-                target_lp, _, values = model.evaluate(obs_flat, actions)
-                values = values.reshape(T, N)
-            else:
-                target_lp, values = seq.target_lp, seq.values
-            next_values, truncated = self._next_values(batch, obs, values, seq)
-            raw_values, raw_next = values, next_values
-            if self.returns is not None:
-                raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
-            if cfg.advantage == "vtrace":
-                targets, advantages = vtrace(behaviour, target_lp.reshape(T, N), rewards, raw_values, raw_next,
-                                             dones, self.hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c, truncated=truncated)
-            else:
-                advantages, targets = gae(rewards, raw_values, raw_next, dones, self.hp["gamma"], cfg.gae_lambda,
-                                          truncated=truncated)
-            if self.returns is not None:
-                flat_targets = targets.reshape(-1)
-                self._update_stats(self.returns.stats, flat_targets if mine is None
-                                   else flat_targets[torch.as_tensor(mine, device=self.device)])
-                targets = self.returns.normalize(targets)
-                stats = self.returns.stats
-                model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
-        versions = self._tensor(batch.policy_version.astype(np.int64))
-        valid = policy_lag_mask(versions, current_version, cfg.max_policy_lag).reshape(-1)
-        lag = (current_version - versions).float()
-        if mine is not None:  # another policy's steps (or nobody's) are no sample of this one
-            valid = valid & torch.as_tensor(mine, device=self.device)
-            lag = lag.reshape(-1)[torch.as_tensor(mine, device=self.device)]
-            lag = lag if lag.numel() else torch.zeros(1, device=self.device)
-
+        self._update_obs_stats(batch)
+        inputs = self._inputs(batch)
+        values, targets, advantages = self._targets(batch, inputs)
+        valid, lag = self._trainable(batch, current_version, inputs.mine)
         flat = {
-            "obs": obs_flat, "actions": actions, "old_lp": behaviour.reshape(-1), "adv": advantages.reshape(-1),
-            "old_v": values.reshape(-1), "targets": targets.reshape(-1), "valid": valid,
+            "obs": inputs.obs, "actions": inputs.actions, "old_lp": inputs.behaviour.reshape(-1),
+            "adv": advantages.reshape(-1), "old_v": values.reshape(-1), "targets": targets.reshape(-1),
+            "valid": valid, **inputs.layout.fields(),
         }
-        if seq is not None:
-            flat["index"] = torch.arange(T * N, device=self.device)
         lr = self.learning_rate(env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total = T * N
-        mb = min(cfg.batch_size // self.group.world, total)  # each member's share of a minibatch
-        if seq is not None:
-            mb = seq.minibatch_samples(mb)
-        sums: dict[str, float] = {}
-        updates = skipped = 0
-        for _ in range(cfg.num_epochs):
-            order = torch.randperm(total, device=self.device) if seq is None else seq.order(mb)
-            starts = range(0, order.shape[0] - mb + 1, mb)
-            moments = self._group_moments(flat, order, starts, mb) if self.group.world > 1 else None
-            for i, start in enumerate(starts):
-                idx = order[start:start + mb]
-                part = {k: v[idx] for k, v in flat.items()}
-                valid_count, adv_moments = moments[i] if moments is not None else self._minibatch_moments(part)
-                if valid_count == 0:
-                    continue  # all too stale: zero gradient, yet an Adam step would still move the weights
-                out = self._minibatch(part, valid_count, adv_moments, seq)
-                if on_progress is not None:
-                    on_progress()
-                if out is None:
-                    skipped += 1
-                    continue
-                updates += 1
-                for k, v in out.items():
-                    sums[k] = sums.get(k, 0.0) + v
+        sums, updates, skipped = self._epochs(inputs.layout, flat, on_progress)
         self.train_steps += 1
         self.skipped_steps += skipped
         # the group's samples (each member trained on its share); with several policies, this one's steps
-        self.samples_trained += (total if mine is None else int(mine.sum())) * self.group.world
+        self.samples_trained += int(batch.valid.sum()) * self.group.world
         metrics = {k: v / max(updates, 1) for k, v in sums.items()}
         metrics.update({
             "lr": lr, "updates": updates, "skipped_updates": skipped, "valid_fraction": float(valid.float().mean()),
@@ -211,24 +144,101 @@ class APPOTrainer:
             rewards = rewards.clamp(-self.cfg.reward_clip, self.cfg.reward_clip)
         return rewards
 
-    def _next_values(self, batch: TrajectoryBatch, obs: torch.Tensor, values: torch.Tensor,
-                     seq: SequenceBatch | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    # ---- the steps of a training step ----
+
+    def _update_obs_stats(self, batch: TrajectoryBatch) -> None:
+        """Observation statistics take this policy's observations of the step (the whole group's), before the
+        policy is evaluated with them."""
+        if self.obs_rms is None:
+            return
+        obs = batch.obs[:-1]
+        seen = obs.reshape(-1, *obs.shape[2:])[batch.valid.reshape(-1)]
+        update_over_group(self.obs_rms, self.model.obs_for_stats(seen), self.group, self.device)
+        self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
+
+    def _inputs(self, batch: TrajectoryBatch) -> StepInputs:
+        """The batch on the device, and its layout: the current weights' pass over it (see :mod:`flat_batch`)."""
+        T, N = batch.rewards.shape
+        obs = self._tensor(batch.obs)
+        actions = self._tensor(batch.actions).reshape(T * N, *batch.actions.shape[2:])
+        dones = self._tensor(batch.dones).float()
+        layout = self.layout(self.model, obs, actions, dones, self._tensor(batch.rnn_states), self.cfg.recurrence or T)
+        return StepInputs(layout=layout, obs=obs[:-1].reshape(T * N, *obs.shape[2:]), actions=actions,
+                          rewards=self.shape_rewards(self._tensor(batch.rewards)), dones=dones,
+                          behaviour=self._tensor(batch.log_probs), mine=self._tensor(batch.valid).reshape(-1))
+
+    def _targets(self, batch: TrajectoryBatch, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(values, value targets, advantages) [T, N]: V-trace (or GAE) from the behaviour log-probs, on raw returns
+        when they are normalized; the targets come back normalized, after the return statistics took them."""
+        cfg, layout = self.cfg, inputs.layout
+        with torch.no_grad():
+            values = layout.values
+            next_values, truncated = self._next_values(batch, layout)
+            raw_values, raw_next = values, next_values
+            if self.returns is not None:
+                raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
+            if cfg.advantage == "vtrace":
+                targets, advantages = vtrace(inputs.behaviour, layout.target_lp, inputs.rewards, raw_values, raw_next,
+                                             inputs.dones, self.hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c,
+                                             truncated=truncated)
+            else:
+                advantages, targets = gae(inputs.rewards, raw_values, raw_next, inputs.dones, self.hp["gamma"],
+                                          cfg.gae_lambda, truncated=truncated)
+            if self.returns is not None:
+                update_over_group(self.returns.stats, targets.reshape(-1)[inputs.mine], self.group, self.device)
+                targets = self.returns.normalize(targets)
+                stats = self.returns.stats
+                self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
+        return values, targets, advantages
+
+    def _next_values(self, batch: TrajectoryBatch, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
         """V(x_{t+1}) per step [T, N], and where a time limit ended the episode (None when nowhere): there
         V(x_{t+1}) is the value of the episode's real final observation, which the learner bootstraps from
         (``--bootstrap-time-limits``); elsewhere values[t + 1], and for the last step the value of obs[T] (a recurrent
         model's: each from the state after the step before)."""
+        values = layout.values
         T, N = values.shape
-        last = self.model.value(obs[-1]) if seq is None else seq.last_value
-        next_values = torch.cat([values[1:], last.unsqueeze(0)], dim=0)
-        if not self.cfg.bootstrap_time_limits or batch.final_index is None or not batch.final_index.size:
+        next_values = torch.cat([values[1:], layout.last_value.unsqueeze(0)], dim=0)
+        if not self.cfg.bootstrap_time_limits or not batch.final_index.size:
             return next_values, None
         index = self._tensor(batch.final_index)
-        final_obs = self._tensor(batch.final_obs)
-        finals = (self.model.value(final_obs) if seq is None else seq.final_values(final_obs, index)).to(
-            next_values.dtype)
+        finals = layout.final_values(self._tensor(batch.final_obs), index).to(next_values.dtype)
         next_values = next_values.reshape(-1).index_copy(0, index, finals).reshape(T, N)
         truncated = torch.zeros(T * N, dtype=torch.bool, device=self.device).index_fill_(0, index, True).reshape(T, N)
         return next_values, truncated
+
+    def _trainable(self, batch: TrajectoryBatch, current_version: int, mine: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[T * N] bool: this policy's samples no older than ``max_policy_lag`` versions; and those samples' lags
+        (another policy's steps, or nobody's, are no sample of this one)."""
+        versions = self._tensor(batch.policy_version.astype(np.int64))
+        valid = policy_lag_mask(versions, current_version, self.cfg.max_policy_lag).reshape(-1) & mine
+        lag = (current_version - versions).float().reshape(-1)[mine]
+        return valid, lag if lag.numel() else torch.zeros(1, device=self.device)
+
+    def _epochs(self, layout: BatchLayout, flat: dict[str, torch.Tensor], on_progress: Callable[[], None] | None
+                ) -> tuple[dict[str, float], int, int]:
+        """``num_epochs`` passes of minibatch SGD over ``flat``: (summed minibatch metrics, updates, skipped)."""
+        total = flat["adv"].shape[0]
+        mb = layout.minibatch_samples(min(self.cfg.batch_size // self.group.world, total))  # this member's share
+        sums: dict[str, float] = {}
+        updates = skipped = 0
+        for _ in range(self.cfg.num_epochs):
+            order = layout.order(mb)
+            starts = range(0, order.shape[0] - mb + 1, mb)
+            for start, counts in zip(starts, self._epoch_counts(flat, order, len(starts), mb), strict=True):
+                if counts.group == 0:
+                    continue  # all too stale: zero gradient, yet an Adam step would still move the weights
+                out = self._minibatch(layout, {k: v[order[start:start + mb]] for k, v in flat.items()}, counts)
+                if on_progress is not None:
+                    on_progress()
+                if out is None:
+                    skipped += 1
+                    continue
+                updates += 1
+                for k, v in out.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        return sums, updates, skipped
 
     def _skip_step(self, batch: TrajectoryBatch, current_version: int, env_steps: int) -> dict[str, float]:
         """Count a step whose inputs are not finite as skipped (every minibatch of it) and change nothing."""
@@ -243,53 +253,45 @@ class APPOTrainer:
                 "valid_fraction": float(valid.float().mean()), "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max())}
 
-    def _minibatch_moments(self, mb: dict[str, torch.Tensor]) -> tuple[int, tuple[float, float] | None]:
-        """One learner: the minibatch's valid samples, and the (mean, std) its advantages are normalized with
-        (None: not normalized)."""
-        valid = mb["valid"]
-        count = int(valid.sum())
-        if not self.cfg.normalize_advantages or count <= 1:
-            return count, None
-        a = mb["adv"][valid]
-        return count, (float(a.mean()), float(a.std()))
-
-    def _group_moments(self, flat: dict[str, torch.Tensor], order: torch.Tensor, starts: range, mb: int
-                       ) -> list[tuple[int, tuple[float, float] | None]]:
-        """A group: what :meth:`_minibatch_moments` gives, for every minibatch of an epoch over the whole group's
-        minibatch, in one collective (the epoch's order is known before its first minibatch)."""
-        idx = order[:len(starts) * mb].reshape(len(starts), mb)
+    def _epoch_counts(self, flat: dict[str, torch.Tensor], order: torch.Tensor, minibatches: int, mb: int
+                      ) -> list[MinibatchCounts]:
+        """Every minibatch of an epoch: its valid samples, this member's and the whole group's, and the moments its
+        advantages are normalized with, over the group's minibatch. One collective for the epoch (its order is known
+        before its first minibatch) and one read back: no per-minibatch round trip, with one learner or K."""
+        idx = order[:minibatches * mb].reshape(minibatches, mb)
         valid, adv = flat["valid"][idx], flat["adv"][idx].double()
         masked = torch.where(valid, adv, torch.zeros_like(adv))
-        sums = self.group.sum_(torch.stack([valid.sum(1).double(), masked.sum(1), (masked * masked).sum(1)], 1))
-        out: list[tuple[int, tuple[float, float] | None]] = []
-        for n, total, squares in sums.tolist():
-            if not self.cfg.normalize_advantages or n <= 1:
-                out.append((int(n), None))
-                continue
-            mean = total / n
-            out.append((int(n), (mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1)))))  # as torch.std
-        return out
+        local = valid.sum(1).double()
+        summed = self.group.sum_(torch.stack([local, masked.sum(1), (masked * masked).sum(1)], 1))
+        return [MinibatchCounts(int(own), int(n), self._advantage_moments(n, total, squares))
+                for own, n, total, squares in torch.cat([local[:, None], summed], 1).tolist()]
 
-    def _minibatch(self, mb: dict[str, torch.Tensor], valid_count: int, adv_moments: tuple[float, float] | None,
-                   seq: SequenceBatch | None = None) -> dict[str, float] | None:
+    def _advantage_moments(self, n: float, total: float, squares: float) -> tuple[float, float] | None:
+        """(mean, std) of ``n`` advantages from their sum and sum of squares (std as torch.std: n - 1); None when
+        advantages are not normalized, or too few to normalize."""
+        if not self.cfg.normalize_advantages or n <= 1:
+            return None
+        mean = total / n
+        return mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1))
+
+    def _minibatch(self, layout: BatchLayout, mb: dict[str, torch.Tensor], counts: MinibatchCounts
+                   ) -> dict[str, float] | None:
+        """One SGD update on minibatch ``mb`` (None: skipped, its loss or gradients not finite on some member)."""
         cfg = self.cfg
-        new_lp, entropy, new_v = self.model.evaluate(mb["obs"], mb["actions"]) if seq is None else seq.evaluate(mb)
+        new_lp, entropy, new_v = layout.evaluate(mb)
         adv = mb["adv"]
-        if adv_moments is not None:
-            adv = (adv - adv_moments[0]) / (adv_moments[1] + 1e-8)
+        if counts.adv_moments is not None:
+            adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
                         clip_ratio=self.hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
                         entropy_coef=self.hp["entropy_coef"], value_coef=cfg.value_coef)
         finite = bool(torch.isfinite(out.total))
-        if self.group.world == 1 and not finite:
-            return None
         self.optimizer.zero_grad(set_to_none=True)
         if finite:
-            # this member's samples' share of the group's mean over valid samples; the summed gradients are then the
-            # gradient of the mean over the whole minibatch
-            local = int(mb["valid"].sum())
-            (out.total * (max(local, 1) / valid_count) if self.group.world > 1 else out.total).backward()
-        if self.group.world > 1 and not self._sum_gradients(finite):
+            # this member's samples' share of the group's mean over valid samples (1 for one learner); the summed
+            # gradients are then the gradient of the mean over the whole minibatch
+            (out.total * (max(counts.local, 1) / counts.group)).backward()
+        if not self.group.sum_gradients(self.model.parameters(), finite):
             self.optimizer.zero_grad(set_to_none=True)
             return None
         max_norm = cfg.max_grad_norm
@@ -302,8 +304,6 @@ class APPOTrainer:
                 "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
                 "grad_norm": grad_norm.item()}
 
-    # ---- the group and the device ----
-
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` on the trainer's device: no copy on the CPU, one pinned copy to a GPU."""
         tensor = torch.from_numpy(array)
@@ -311,44 +311,8 @@ class APPOTrainer:
             return tensor
         return tensor.pin_memory().to(self.device, non_blocking=True)
 
-    def _group_all(self, flag: bool) -> bool:
-        """True when ``flag`` holds on every member (a step is skipped by all or by none)."""
-        if self.group.world == 1:
-            return flag
-        return float(self.group.sum_(torch.tensor([0.0 if flag else 1.0], device=self.device))) == 0.0
-
-    def _update_stats(self, stats: RunningMeanStd, x: np.ndarray | torch.Tensor) -> None:
-        """Update running statistics with this step's samples, over the whole group's batch."""
-        if self.group.world == 1:
-            stats.update(x)
-            return
-        values = torch.as_tensor(x, device=self.device).double().reshape(x.shape[0], -1)
-        sums = self.group.sum_(torch.cat([torch.tensor([float(values.shape[0])], device=self.device, dtype=torch.float64),
-                                          values.sum(0), (values * values).sum(0)]))
-        n = float(sums[0])
-        if n <= 0:
-            return
-        width = values.shape[1]
-        mean = (sums[1:1 + width] / n).cpu().numpy()
-        var = np.maximum((sums[1 + width:] / n).cpu().numpy() - mean * mean, 0.0)  # population variance
-        stats.update_from_moments(mean.reshape(stats.shape), var.reshape(stats.shape), n)
-
-    def _sum_gradients(self, finite: bool) -> bool:
-        """Sum every member's gradients (one collective); False when any member's loss was not finite."""
-        params = list(self.model.parameters())
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-                         + [torch.tensor([0.0 if finite else 1.0], device=self.device)])
-        self.group.sum_(flat)
-        if float(flat[-1]) != 0.0:
-            return False
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
-            offset += n
-        return True
-
     # ---- checkpoints ----
+
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -395,6 +359,5 @@ class APPOTrainer:
 
 
 def _finite_inputs(batch: TrajectoryBatch) -> bool:
-    arrays = [batch.obs, batch.rewards, batch.log_probs] + ([batch.final_obs] if batch.final_obs is not None else []) \
-        + ([batch.rnn_states] if batch.rnn_states is not None else [])
+    arrays = (batch.obs, batch.rewards, batch.log_probs, batch.final_obs, batch.rnn_states)
     return all(np.isfinite(a).all() for a in arrays)

@@ -14,12 +14,13 @@ its own (never torch's global default group: a member can leave and the group be
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from daskrl.algo.collectives import GroupBroken
+from daskrl.algo.collectives import GroupBroken, sum_gradients_flat
 
 #: seconds a member waits for the others at formation and in each collective before the group counts as broken
 GROUP_TIMEOUT_S = 30.0
@@ -52,6 +53,10 @@ class LearnerGroup:
         except Exception as exc:
             raise GroupBroken(f"the learner group lost a member (all-reduce failed: {exc})") from exc
         return tensor
+
+    def sum_gradients(self, parameters: Iterable[torch.nn.Parameter], finite: bool) -> bool:
+        """Sum every member's gradients (one collective); False when any member's loss was not ``finite``."""
+        return sum_gradients_flat(self, parameters, finite)
 
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
         """Every member takes the leader's values of ``tensors`` (in place)."""

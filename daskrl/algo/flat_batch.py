@@ -1,0 +1,75 @@
+"""How a training step walks its batch: the layout interface, and its feed-forward form.
+
+A layout is chosen once per trainer (by the model: :class:`FlatBatch` for a feed-forward one,
+:class:`~daskrl.algo.recurrent.SequenceBatch` for a recurrent core) and made once per step, so the trainer has no
+branch on recurrence. At construction a layout runs the whole batch through the current weights without gradients
+(V-trace's target log-probs, the values, the bootstrap value after the last step); then it says how many samples a
+minibatch holds, in what order an epoch visits them, and evaluates a minibatch with gradients.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from daskrl.models.actor_critic import ActorCritic
+
+
+class BatchLayout(Protocol):
+    """One training step's batch as the trainer walks it; samples are indexed flat, ``t * N + n``."""
+
+    target_lp: torch.Tensor  # [T, N] the current weights' log-probs of the batch's actions
+    values: torch.Tensor  # [T, N] the current weights' values
+    last_value: torch.Tensor  # [N] the value of the observation after the last step (the bootstrap)
+
+    def final_values(self, final_obs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Values of time-limit final observations [M, ...], the ones of flat steps ``index`` [M]."""
+
+    def fields(self) -> dict[str, torch.Tensor]:
+        """Per-sample fields [T * N, ...] a minibatch needs beyond the trainer's (gathered with them)."""
+
+    def minibatch_samples(self, samples: int) -> int:
+        """How many samples a minibatch of at most about ``samples`` holds."""
+
+    def order(self, samples: int) -> torch.Tensor:
+        """An epoch's flat sample indices, minibatches of ``samples`` (a :meth:`minibatch_samples`) after another."""
+
+    def evaluate(self, part: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob, entropy, value) of a minibatch ``part`` (its fields gathered), with gradients."""
+
+
+class FlatBatch:
+    """A feed-forward model's batch: every step is a sample of its own, shuffled one by one."""
+
+    def __init__(self, model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
+                 states: torch.Tensor, length: int) -> None:
+        """The arguments of :class:`~daskrl.algo.recurrent.SequenceBatch`, so the trainer makes either the same way:
+        ``obs`` [T + 1, N, ...], ``actions`` [T * N, ...], ``dones`` [T, N]; ``states`` (width 0) and ``length``
+        (sequences) mean nothing without a core."""
+        T, N = dones.shape
+        self.model = model
+        self.total = T * N
+        self.device = dones.device
+        with torch.no_grad():
+            lp, _, values = model.evaluate(obs[:-1].reshape(T * N, *obs.shape[2:]), actions)
+            self.target_lp, self.values = lp.reshape(T, N), values.reshape(T, N)
+            self.last_value = model.value(obs[-1])
+
+    def final_values(self, final_obs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model.value(final_obs)
+
+    def fields(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def minibatch_samples(self, samples: int) -> int:
+        return samples
+
+    def order(self, samples: int) -> torch.Tensor:
+        """Every step once, shuffled (samples that fill no minibatch wait for the next epoch's shuffle)."""
+        return torch.randperm(self.total, device=self.device)
+
+    def evaluate(self, part: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.model.evaluate(part["obs"], part["actions"])
