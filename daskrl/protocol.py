@@ -122,10 +122,12 @@ def wire_sampling_graph(client: Any, rollout: list[ComponentHandle], inference: 
         wire_rollout(client, handle, consumers)
 
 
-def wire_learner_group(client: Any, leader: ComponentHandle, members: list[ComponentHandle]) -> None:
-    """The leader's batch splits reach every member of its group."""
-    for member in members:
-        connect(leader.shares_assigned, member.on_shares, client)
+def wire_learner_group(client: Any, leaders: list[ComponentHandle], members: list[ComponentHandle]) -> None:
+    """The leader's batch splits reach every member of its group (``leaders``: the group's leader, or none when
+    sampling only; no members: a learner that trains alone, nothing to wire)."""
+    for leader in leaders:
+        for member in members:
+            connect(leader.shares_assigned, member.on_shares, client)
 
 
 # ---- scheduler event topics ----

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,58 @@ def test_no_function_is_longer_than_60_lines():
             for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60]
     assert not long, f"functions over 60 lines (split them by what they do): {long}"
+
+
+#: a condition on a feature (recurrent cores, several policies or tagged slots, learner groups, Dict observations,
+#: self-play, --sync, sampling only, remote parameters, agents' cuts...): one of these words in an ``if``, a
+#: conditional expression, a ``while`` or a comprehension's ``if``
+FEATURE_WORDS = re.compile(
+    r"^(recurrent|rnn\w*|seq|core|policy_id|tagged|num_policies|maps|mine|valid|owed|world|rank|learner_members"
+    r"|members|publisher|is_dict|norm_keys|snapshot\w*|self_play|pbt|sampling_only|sink|remote\w*|cut|sync"
+    r"|hold_slots|held|min_version|num_agents|agents\w*|policy|policies|policy_learners|policy_params|resume_state"
+    r"|init_weights|elastic|evaluator|value_encoder|shared_encoder|encoder_dtype|is_image|generation)$")
+#: the modules where features were threaded through the hot code (issue 29), and those carved out of them since
+FEATURE_HEAVY = ["algo/trainer.py", "sampling/rollout_worker.py", "learning/learner.py", "learning/batcher.py",
+                 "models/actor_critic.py", "driver/fleet.py", "driver/policies.py",
+                 "algo/flat_batch.py", "algo/trajectory_batch.py", "learning/slot_reader.py",
+                 "learning/group_member.py", "learning/snapshots.py", "learning/training_state.py",
+                 "sampling/state_carry.py", "sampling/slot_owners.py", "sampling/split_policies.py",
+                 "sampling/row_cut.py", "sampling/episode.py", "envs/groups.py", "models/observations.py"]
+#: a third of what the first seven of them held at 636a34a (120): features are strategies chosen once
+MAX_FEATURE_CONDITIONS = 40
+
+
+def feature_conditions(source: str) -> list[str]:
+    """The conditions of ``source`` that test a feature (see FEATURE_WORDS): names, attributes, and a string
+    compared with ``in`` (``"rnn_states" in arrays``)."""
+    def words(test: ast.AST):
+        for n in ast.walk(test):
+            if isinstance(n, ast.Name):
+                yield n.id
+            elif isinstance(n, ast.Attribute):
+                yield n.attr
+            elif isinstance(n, ast.Compare) and isinstance(n.left, ast.Constant) and isinstance(n.left.value, str):
+                yield n.left.value
+
+    tests = [n.test for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.If, ast.IfExp, ast.While))]
+    tests += [c for n in ast.walk(ast.parse(source)) if isinstance(n, ast.comprehension) for c in n.ifs]
+    return [ast.unparse(t) for t in tests if any(FEATURE_WORDS.match(w) for w in words(t))]
+
+
+def test_features_are_strategies_chosen_once():
+    found = {name: feature_conditions((PACKAGE / name).read_text()) for name in FEATURE_HEAVY}
+    total = sum(len(v) for v in found.values())
+    assert total <= MAX_FEATURE_CONDITIONS, (
+        f"{total} feature conditions in the hot modules (at most {MAX_FEATURE_CONDITIONS}): where a feature changes "
+        f"how a step works, choose a strategy object once instead of branching: "
+        f"{ {k: v for k, v in found.items() if v} }")
+
+
+def test_the_feature_count_sees_a_feature_branch():
+    assert sorted(feature_conditions("if self.rnn_live is not None:\n    pass\nx = a if batch.valid is None else b\n"
+                                     "y = [c for c in cols if c in policies]\nif 'rnn_states' in part:\n    pass")) == [
+        "'rnn_states' in part", "batch.valid is None", "c in policies", "self.rnn_live is not None"]
+    assert feature_conditions("if steps > 3:\n    pass") == []
 
 
 def test_the_cycle_finder_finds_a_cycle():

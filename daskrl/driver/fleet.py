@@ -121,9 +121,8 @@ class Fleet:
             self._create_learners(setups, starts)
         setups = self.setups()  # with the learners' parameter blocks
         self._create_samplers(setups)
-        if self.learner_members:
-            wire_learner_group(self.client, self.policy_learners[0], self.learner_members)
-            self.form_learner_group()
+        wire_learner_group(self.client, self.policy_learners[:1], self.learner_members)
+        self.form_learner_group()
         for handle in [*self.consumers(), *self.learner_members, *self.inference, *self.rollout]:
             handle.call("start")
 
@@ -171,7 +170,9 @@ class Fleet:
 
     def form_learner_group(self) -> None:
         """(Re)form the data-parallel learner group: a new generation, whose members all start from the leader's
-        whole training state (see :meth:`Learner.join_group`)."""
+        whole training state (see :meth:`Learner.join_group`). A learner without members trains alone."""
+        if not self.learner_members:
+            return
         leader = self.policy_learners[0]
         self.group_generation += 1
         where = leader.call("open_group", len(self.learner_members) + 1)
@@ -283,8 +284,7 @@ class Fleet:
         self.policy_params[policy] = new.call("params_desc")
         new.call("attach_workers", self.buffers)
         self.policy_learners[policy] = new
-        if self.learner_members:
-            self.form_learner_group()  # the members go on from the new leader's weights
+        self.form_learner_group()  # the members go on from the new leader's weights
         new.call("start")
         self._each(self.samplers(), "set_params", self.policy_params[policy], policy)
         for j, desc in enumerate(new.call("snapshot_descs")):  # only policy 0's learner keeps self-play snapshots:
