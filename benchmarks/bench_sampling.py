@@ -4,7 +4,11 @@ CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm, the same sampler
 its rate against the feed-forward policy's).
 
 Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image envpool doom]
-      [--inference-precision float32]
+      [--inference-precision float32] [--baseline DIR]
+
+``--baseline DIR`` also measures (b) and (c) with the daskrl of another source tree (a git worktree of an older
+commit: ``git worktree add /tmp/base <commit>``), in the same rounds, each run in a process of its own for both
+trees alike, and prints this tree's frames/s over the baseline's per line (medians of the per-round ratios).
 
 (a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris, 16 Dooms) with random
 actions; for ``envpool``, one envpool of 16 Breakouts (one C++ thread) per core, set up as daskrl's backend sets it;
@@ -110,6 +114,45 @@ def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, start
     return probe.rate(), summary
 
 
+def daskrl_fps_of(tree: str, env_id: str, inference: str, seconds: float, options: dict, startup_s: float) -> float:
+    """:func:`daskrl_fps` in a process of its own with the daskrl of source tree ``tree`` first on its path (started
+    from a scratch directory, so that ``python`` does not put this checkout first)."""
+    spec = json.dumps({"env_id": env_id, "inference": inference, "seconds": seconds, "options": options,
+                       "startup_s": startup_s})
+    with tempfile.TemporaryDirectory() as scratch:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", spec], capture_output=True,
+                              text=True, cwd=scratch, env={**os.environ, "PYTHONPATH": os.path.abspath(tree)},
+                              timeout=startup_s + seconds + 180)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"measuring {env_id} ({inference}) with {tree} failed: {done.stderr[-1500:]}")
+    return float(json.loads(lines[-1])["fps"])
+
+
+def _measure(spec: str) -> None:
+    """``--measure``: one :func:`daskrl_fps` of the daskrl on this process's path, printed as JSON."""
+    s = json.loads(spec)
+    fps, _ = daskrl_fps(s["env_id"], s["inference"], s["seconds"], s["options"], s["startup_s"])
+    print(json.dumps({"fps": fps}))
+
+
+def compare_trees(args: argparse.Namespace, inline: dict, remote: dict, startup: dict) -> dict:
+    """This tree and ``--baseline``, (b) and (c) of each env, in turn within each round; returns per env the
+    rounds' rates and the median of the per-round ratios (this tree / baseline)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out: dict[str, dict] = {}
+    for _ in range(args.rounds):
+        for key in args.envs:
+            for mode, settings in (("inline", inline), ("remote", remote)):
+                if key not in settings:
+                    continue
+                pair = [daskrl_fps_of(tree, ENVS[key], mode, args.seconds, settings[key], startup[key][mode])
+                        for tree in (here, args.baseline)]
+                out.setdefault(f"{key} {mode}", []).append(pair)
+    return {line: {"rounds": [[round(x) for x in pair] for pair in pairs],
+                   "ratio": round(statistics.median(p[0] / p[1] for p in pairs), 3)} for line, pairs in out.items()}
+
+
 def sample_factory_doom(venv: str, seconds: float, warmup: float = 25.0) -> dict:
     """Sample Factory 2.1.1's ``sf_examples.vizdoom`` on doom_basic (its own venv: it needs gymnasium < 1 and
     numpy < 2), 2 rollout workers x 16 envs, CPU. It has no sampling-only mode, so this is its *training* frames/s:
@@ -158,10 +201,15 @@ def main() -> None:
     parser.add_argument("--inference-precision", default="auto", choices=INFERENCE_PRECISIONS,
                         help="the samplers' --inference-precision (auto: what a user gets by default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--baseline", default=None, help="also measure (b) and (c) with the daskrl of this source tree "
+                                                         "(see the module docstring) and print this tree's ratio to it")
+    parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # one measurement, for --baseline
     parser.add_argument("--sample-factory-venv", default="",
                         help="a venv with sample-factory==2.1.1 and vizdoom: with --envs doom, also run its "
                              "sf_examples.vizdoom on doom_basic, right after daskrl's lines")
     args = parser.parse_args()
+    if args.measure:
+        return _measure(args.measure)
     # The sampler settings used here (also the documented fast settings for cheap envs):
     inline = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 256, "worker_num_splits": 1},
               # 32 Ataris per worker: the CNN costs 15-25% less per frame than at 16 (68-74% of the limit in 5 of
@@ -186,6 +234,8 @@ def main() -> None:
                "cartpole_lstm": {"inline": 4.0, "remote": 4.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
+    if args.baseline:
+        return _print_comparison(args, compare_trees(args, inline, remote, startup))
     results: dict[str, dict] = {}
     measured: dict[str, list] = {key: [] for key in args.envs}  # per env: (limit, inline, remote, runs) per round
     for _ in range(args.rounds):  # interleaved (envs too), so a slow spell of the machine hits all lines alike
@@ -262,6 +312,19 @@ def main() -> None:
                          | ({"sample_factory_doom": sample_factory} if sample_factory else {})
                          | ({"envpool_inline_vs_image_inline": round(statistics.median(envpool_gain), 3)}
                             if envpool_gain else {})))
+
+
+def _print_comparison(args: argparse.Namespace, lines: dict[str, dict]) -> None:
+    print(f"{os.cpu_count()} cores; {args.seconds:g} s per measurement after a 4 s warm-up; {args.rounds} rounds, this "
+          f"tree and {args.baseline} in turn within each (each run a process of its own)\n")
+    print("| line | this tree, frames/s per round | baseline, per round | this / baseline (median of rounds) |")
+    print("|---|---|---|---|")
+    for line, r in lines.items():
+        key, mode = line.split()
+        print(f"| {_label(key)} {mode} | {', '.join(f'{p[0]:,}' for p in r['rounds'])} | "
+              f"{', '.join(f'{p[1]:,}' for p in r['rounds'])} | {r['ratio']:.3f} |")
+    if args.json:
+        print(json.dumps({"baseline": args.baseline, "lines": lines}))
 
 
 def _label(key: str) -> str:
