@@ -23,6 +23,7 @@ from daskrl.envs import EnvError, probe_env
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runtime import connect_cluster, spawn, spawn_all
 from daskrl.runtime.shm import list_segments, owner_pid
+from daskrl.sampling.episode import episodes_from_event
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.setups import RolloutSetup
@@ -298,7 +299,8 @@ def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, ho
     assert filled >= 40
     # every env step lies in a filled slot or in one of the 2 splits' slots in progress
     assert filled * rollout * per_split <= stats["env_steps"] <= (filled + 2) * rollout * per_split
-    episodes = collected + stats["episodes"]  # what collect() took, then the rest in stop()'s last word
+    # what collect() took, then the rest in stop()'s last word (both in their wire form: plain tuples)
+    episodes = episodes_from_event(collected + stats["episodes"])
     assert collected and stats["episodes"] and all(e.length == EPISODE for e in episodes)
     # each episode reported once: every env step lies in a reported episode or in one env's unfinished one
     assert stats["env_steps"] - 4 * (EPISODE - 1) <= len(episodes) * EPISODE <= stats["env_steps"]
@@ -477,7 +479,7 @@ def test_box_actions_drive_pendulum_with_truncation_at_the_time_limit(cluster, h
             t, b = divmod(int(at), 2)
             np.testing.assert_allclose(s["final_obs"][kk, 2], new_thdot[t, b], atol=2e-4, err_msg=f"slot {k}: final")
             assert not np.allclose(s["final_obs"][kk], s["obs"][t + 1, b]), "the final observation is the reset one"
-    assert stats["episodes"] and all(e.length == PENDULUM_EPISODE for e in stats["episodes"])
+    assert stats["episodes"] and all(e.length == PENDULUM_EPISODE for e in episodes_from_event(stats["episodes"]))
 
 
 def check_image_slots(slots, rollout, *, num_envs, channels, num_actions):
@@ -517,7 +519,7 @@ def test_image_env_slots_hold_the_frames_the_actions_produced(cluster, hosts, pr
         x = _paddle_x(obs).astype(int)
         expected = np.clip(x[:-1] + (actions.astype(int) - 1) * 4, 0, 84 - 12)
         np.testing.assert_array_equal(x[1:][~ends], expected[~ends], err_msg=f"slot {k}: paddle vs actions")
-    assert stats["episodes"] and all(e.length == CATCH_EPISODE for e in stats["episodes"])
+    assert stats["episodes"] and all(e.length == CATCH_EPISODE for e in episodes_from_event(stats["episodes"]))
 
 
 def test_atari_slots_hold_stacked_frames_that_follow_each_other(cluster, hosts):

@@ -37,6 +37,7 @@ from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
 from daskrl.runtime.cluster import ClusterSession
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
+from daskrl.sampling.episode import episodes_from_event
 
 logger = logging.getLogger(__name__)
 
@@ -188,8 +189,9 @@ class Run:
             self.book.note_learner(self.fleet.policy_of(s["name"]), s)
         if role is not None and "env_steps" in s:
             self.state.tally.update(s["name"], s["env_steps"])
-        self.state.episodes.extend(self.book.trained(s.get("episodes", [])))
-        self.book.add_episodes(s.get("episodes", []))
+        episodes = episodes_from_event(s.get("episodes", []))
+        self.state.episodes.extend(self.book.trained(episodes))
+        self.book.add_episodes(episodes)
         self.state.add_extras(s.get("episode_extras", []))
 
     def _update_state(self, stats: list[dict]) -> None:

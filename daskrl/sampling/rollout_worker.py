@@ -31,7 +31,7 @@ from daskrl.protocol import ENV_ERRORS_TOPIC, ActionsReady, FreeSlots, Trajector
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
-from daskrl.sampling.episode import Episode
+from daskrl.sampling.episode import Episode, wire_form
 from daskrl.sampling.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
 from daskrl.sampling.split_policies import OnePolicy, SplitPolicies, mapped_policies
 from daskrl.sampling.state_carry import state_carry_for
@@ -274,9 +274,12 @@ class RolloutWorker(Component):
                 "free_slots": len(self.free), "waiting_splits": len(self.waiting), **self.acting.stats()}
 
     def take_news(self) -> dict:
+        """Finished episodes (in their wire form: :func:`~daskrl.sampling.episode.wire_form`), episode numbers and
+        the first reports of env errors since the last call."""
         episodes = []
         while self.episodes and len(episodes) < 5000:
             episodes.append(self.episodes.popleft())
+        episodes = wire_form(episodes)
         extras = []
         while self.episode_extras and len(extras) < 5000:
             extras.append(self.episode_extras.popleft())
