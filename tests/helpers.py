@@ -213,11 +213,17 @@ def worker_names(client) -> dict[str, str]:
 # ---- faults injected from outside: a SIGKILLed component ----
 
 
+def components_of(client) -> dict[str, dict]:
+    """The bus registry of a cluster: each component's own name -> {"address", "pid", "cls", ...} (its name on the
+    bus, ``<run id>/<name>``, scopes it by run: one run per test here)."""
+    listed = client.sync(client.scheduler.daskrl_components)["components"]
+    return {name.rpartition("/")[2]: info for name, info in listed.items()}
+
+
 def registry() -> dict[str, dict]:
-    """The bus registry of the running training's cluster: component name -> {"address", "pid", "cls", ...}.
-    ``train()`` opens the cluster, whose client is the default one of this process."""
-    client = default_client()
-    return client.sync(client.scheduler.daskrl_components)["components"]
+    """:func:`components_of` the running training's cluster (``train()`` opens it, whose client is the default one
+    of this process)."""
+    return components_of(default_client())
 
 
 def worker_pid(name: str) -> int:

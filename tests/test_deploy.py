@@ -35,7 +35,17 @@ from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.shm import list_segments, owner_pid
 
-from .helpers import Processes, dask_command, free_port, run_config, slow, wait_for_cluster, worker_names, worker_pids
+from .helpers import (
+    Processes,
+    components_of,
+    dask_command,
+    free_port,
+    run_config,
+    slow,
+    wait_for_cluster,
+    worker_names,
+    worker_pids,
+)
 
 pytestmark = slow("clusters of dask CLI processes, network namespaces and TLS")
 
@@ -44,7 +54,7 @@ pytestmark = slow("clusters of dask CLI processes, network namespaces and TLS")
 
 def components(client) -> dict[str, dict]:
     """The daskrl component registry on the scheduler: name -> address, class, ..."""
-    return client.sync(client.scheduler.daskrl_components)["components"]
+    return components_of(client)
 
 
 def segments_of(pids: set[int]) -> list[str]:

@@ -225,10 +225,11 @@ def test_connecting_to_a_missing_slot_or_signal_is_a_clear_error(session, worker
     with pytest.raises(ConnectError, match=r"has no signal or slot 'on_tock'.*slots are: on_tick"):
         receiver.on_tock  # noqa: B018  (attribute access validates against the class)
 
-    with pytest.raises(ConnectError, match=rf"component '{receiver.name}' \(Recorder\) has no slot 'nope'"):
-        connect(emitter.tick, SlotRef(receiver.name, "nope"), session.client)
+    # by hand, a reference names a component by its name on the bus (scoped by its run: handle.bus_name)
+    with pytest.raises(ConnectError, match=rf"component '{receiver.bus_name}' \(Recorder\) has no slot 'nope'"):
+        connect(emitter.tick, SlotRef(receiver.bus_name, "nope"), session.client)
     with pytest.raises(ConnectError, match="no signal 'tock'"):
-        connect(SignalRef(emitter.name, "tock"), receiver.on_tick, session.client)
+        connect(SignalRef(emitter.bus_name, "tock"), receiver.on_tick, session.client)
     with pytest.raises(ConnectError, match="no component named 'ghost'"):
         connect(emitter.tick, SlotRef("ghost", "on_tick"), session.client)
     stop_all(emitter, receiver)
@@ -276,7 +277,7 @@ def test_no_segment_left_after_sigkill_of_a_worker_mid_run():
         wait_for(lambda: len(s.client.scheduler_info()["workers"]) == 2, timeout=30)
         wait_for(lambda: desc["name"] not in list_segments(s.run_id), timeout=30)
         events = s.client.get_events("daskrl-faults")
-        assert any(e["component"] == victim.name for _, e in events)
+        assert any(e["component"] == victim.bus_name for _, e in events)
         run_id = s.run_id
     assert list_segments(run_id) == []
 

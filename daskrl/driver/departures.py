@@ -74,7 +74,7 @@ class Departures:
 
     def _handle(self, event: dict[str, Any]) -> ComponentHandle | None:
         return next((h for h in self.fleet.components()
-                     if h.name == event["component"] and h.address == event["address"]), None)
+                     if h.bus_name == event["component"] and h.address == event["address"]), None)
 
     def _tell(self, handle: ComponentHandle, address: str, stats: dict[str, Any]) -> None:
         self.history.append({"event": "retired", "component": handle.name, "address": address, "time": time.time(),

@@ -33,7 +33,7 @@ from typing import Any
 from daskrl.errors import ComponentError
 from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.signals import signals_of, slots_of
+from daskrl.runtime.signals import scoped_name, signals_of, slots_of
 from daskrl.runtime.timing import Timing
 from daskrl.runtime.wiring import queue_topic, registry_request
 from daskrl.runtime.worker_plugin import bus_of
@@ -57,10 +57,14 @@ class Component:
     #: sensible ``--heartbeat-timeout``, or the runner's "silent" warning would come without the stack
     stack_after_s = 1.0
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, scope: str = "") -> None:
+        """``name``: the component's own name (in statistics and messages); ``scope``: its run's, which keeps it
+        and its queues apart from another run's on the same cluster (see :func:`~.signals.scoped_name`)."""
         from distributed import get_worker
 
         self.name = name
+        self.scope = scope
+        self.bus_name = scoped_name(scope, name)
         self.worker = get_worker()
         self.bus = bus_of(self.worker)
         self.run_id = "norun"
@@ -76,7 +80,7 @@ class Component:
         self._stopping = False
         self._beat = time.monotonic()  # last turn of the component's loop: its heartbeat
         self._owned_arrays: list[shm.SharedArray] = []
-        self.bus.components[name] = self
+        self.bus.components[self.bus_name] = self
 
     # ---- hooks for subclasses ----
 
@@ -113,7 +117,7 @@ class Component:
             logger.exception("component %r (%s) could not be configured", self.name, type(self).__name__)
             raise
         reply = await registry_request(
-            self.worker, "daskrl_register_component", name=self.name, address=self.worker.address,
+            self.worker, "daskrl_register_component", name=self.bus_name, address=self.worker.address,
             cls=type(self).__qualname__, signals=signals_of(type(self)), slots=slots_of(type(self)), pid=os.getpid())
         if reply["status"] != "ok":
             raise ComponentError(reply["message"])
@@ -144,7 +148,7 @@ class Component:
         self.close_now()
         if unregister:
             try:
-                await registry_request(self.worker, "daskrl_unregister_component", name=self.name)
+                await registry_request(self.worker, "daskrl_unregister_component", name=self.bus_name)
             except Exception as exc:  # the scheduler went first (the cluster is closing): nothing left to tell
                 self.incidents.note("unregister-failed", exc)
         if self.state != "failed":
@@ -179,7 +183,8 @@ class Component:
 
     def put(self, queue_name: str, payload: Any) -> int:
         """Hand ``payload`` to exactly one consumer of work queue ``queue_name``."""
-        return self.bus.publish(queue_topic(queue_name), payload, f"component {self.name!r} queue {queue_name!r}")
+        where = f"component {self.name!r} queue {queue_name!r}"
+        return self.bus.publish(queue_topic(queue_name, self.scope), payload, where)
 
     def beat(self) -> None:
         """Show the heartbeat that the component's thread is alive during one long piece of work (a learner step
@@ -340,7 +345,7 @@ class Component:
         for array in self._owned_arrays:
             array.close()
         self._owned_arrays.clear()
-        self.bus.components.pop(self.name, None)
+        self.bus.components.pop(self.bus_name, None)
 
 
 def _invoke(call: tuple) -> None:

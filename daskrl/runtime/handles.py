@@ -13,23 +13,26 @@ from typing import Any
 
 from daskrl.errors import ComponentError, UnknownMemberError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.signals import Signal, SignalRef, SlotRef, is_slot, signals_of, slots_of
+from daskrl.runtime.signals import Signal, SignalRef, SlotRef, is_slot, scoped_name, signals_of, slots_of
 
 
 class ComponentHandle:
     """The driver's view of a component: control calls with timeouts, and signal/slot references."""
 
-    def __init__(self, name: str, cls: type, actor: Any, address: str, client: Any) -> None:
+    def __init__(self, name: str, cls: type, actor: Any, address: str, client: Any, scope: str = "") -> None:
+        """``name``: the component's own; ``scope``: its run's (its name on the bus is :attr:`bus_name`)."""
         self.name, self.cls, self.actor, self.address, self.client = name, cls, actor, address, client
+        self.scope = scope
+        self.bus_name = scoped_name(scope, name)
 
     def __getattr__(self, item: str) -> SignalRef | SlotRef:
         if item.startswith("_"):
             raise AttributeError(item)
         attr = getattr(self.cls, item, None)
         if isinstance(attr, Signal):
-            return SignalRef(self.name, item, self.cls)
+            return SignalRef(self.bus_name, item, self.cls)
         if is_slot(attr):
-            return SlotRef(self.name, item, self.cls)
+            return SlotRef(self.bus_name, item, self.cls)
         raise UnknownMemberError(
             f"component {self.name!r} ({self.cls.__name__}) has no signal or slot {item!r}; its signals are: "
             f"{', '.join(signals_of(self.cls)) or 'none'}; its slots are: {', '.join(slots_of(self.cls)) or 'none'}"
@@ -89,7 +92,7 @@ def spawn_all(client: Any, specs: list[tuple[type, str, str | None, Any]], *, ru
         kwargs: dict[str, Any] = {"actor": True, "pure": False, "key": f"daskrl-{name}-{os.urandom(4).hex()}"}
         if worker is not None:
             kwargs.update(workers=[worker], allow_other_workers=False)
-        actors.append(client.submit(cls, name, **kwargs))
+        actors.append(client.submit(cls, name, run_id, **kwargs))
     handles = []
     for (cls, name, _, _), future in zip(specs, actors, strict=True):
         try:
@@ -97,7 +100,7 @@ def spawn_all(client: Any, specs: list[tuple[type, str, str | None, Any]], *, ru
         except Exception as exc:
             raise ComponentError(f"could not create component {name!r} ({cls.__name__}): "
                                  f"{type(exc).__name__}: {exc}") from exc
-        handles.append(ComponentHandle(name, cls, actor, dask_internals.actor_address(actor), client))
+        handles.append(ComponentHandle(name, cls, actor, dask_internals.actor_address(actor), client, run_id))
         if created is not None:
             created.append(handles[-1])
     pending = [handle.send("configure", run_id, setup) for handle, (_, _, _, setup) in zip(handles, specs, strict=True)]

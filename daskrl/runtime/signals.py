@@ -27,7 +27,7 @@ class Signal:
     def __get__(self, instance: Any, owner: type) -> Any:
         if instance is None:
             return self
-        topic = f"{instance.name}.{self.name}"
+        topic = f"{instance.bus_name}.{self.name}"
         where = f"component {instance.name!r} signal {self.name!r}"
         bus = instance.bus
 
@@ -35,6 +35,17 @@ class Signal:
             return bus.publish(topic, payload, where)
 
         return emit
+
+
+def scoped_name(scope: str, name: str) -> str:
+    """A component's name on the bus: its run's scope and its own name (``<run id>/rollout_0``), so that runs sharing
+    a cluster never take each other's signals, slots or queues; no scope: the name alone."""
+    return f"{scope}/{name}" if scope else name
+
+
+def scope_of(bus_name: str) -> str:
+    """The scope of a name on the bus ('' for an unscoped one)."""
+    return bus_name.rpartition("/")[0]
 
 
 def signal(fn: Callable) -> Signal:
@@ -76,6 +87,10 @@ class SignalRef:
     def topic(self) -> str:
         return f"{self.component}.{self.signal}"
 
+    @property
+    def scope(self) -> str:
+        return scope_of(self.component)
+
 
 class SlotRef:
     """``handle.some_slot`` on the driver: names a slot of a running component."""
@@ -87,3 +102,8 @@ class SlotRef:
                 f"component {component!r} ({cls.__name__}) has no slot {slot!r}; "
                 f"its slots are: {', '.join(slots_of(cls)) or 'none'} (mark slot methods with @slot)"
             )
+
+    @property
+    def scope(self) -> str:
+        """The run the slot's component belongs to: its work queues are that run's."""
+        return scope_of(self.component)

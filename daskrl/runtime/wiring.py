@@ -15,12 +15,12 @@ from typing import Any
 
 from daskrl.errors import ConnectError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.signals import SignalRef, SlotRef
+from daskrl.runtime.signals import SignalRef, SlotRef, scoped_name
 
 
-def queue_topic(queue: str) -> str:
-    """The bus topic of work queue ``queue``."""
-    return f"queue:{queue}"
+def queue_topic(queue: str, scope: str = "") -> str:
+    """The bus topic of work queue ``queue`` of one run (``scope``: its components' scope)."""
+    return f"queue:{scoped_name(scope, queue)}"
 
 
 async def registry_request(worker: Any, op: str, **kwargs: Any) -> dict:
@@ -52,11 +52,11 @@ def disconnect(sender: SignalRef, receiver: SlotRef, client: Any = None) -> None
 
 def add_consumer(queue: str, consumer: SlotRef, client: Any = None) -> None:
     """Make ``consumer`` (a slot) one of the takers of work queue ``queue``; in force everywhere on return."""
-    _subscribe(client, topic=queue_topic(queue), receiver=consumer, mode="one")
+    _subscribe(client, topic=queue_topic(queue, consumer.scope), receiver=consumer, mode="one")
 
 
 def remove_consumer(queue: str, consumer: SlotRef, client: Any = None) -> None:
-    registry_call(client, "daskrl_unsubscribe", topic=queue_topic(queue), receiver=consumer.component,
+    registry_call(client, "daskrl_unsubscribe", topic=queue_topic(queue, consumer.scope), receiver=consumer.component,
                   slot=consumer.slot)
 
 

@@ -110,7 +110,7 @@ class WorkerPlugin(DaskWorkerPlugin):
                     logger.warning("daskrl: component %r could not drain before its worker closed: %s",
                                    component.name, exc)
                     continue
-                worker.log_event(LEAVING_TOPIC, {"event": "retired", "component": component.name,
+                worker.log_event(LEAVING_TOPIC, {"event": "retired", "component": component.bus_name,
                                                  "address": worker.address, "stats": final})
             for component in list(self.bus.components.values()):
                 component.close_now()
