@@ -265,6 +265,12 @@ class RunConfig(Section):
                                     low=0)
     heartbeat_timeout: float = opt(10.0, "a component whose loop has not turned for this many seconds is reported "
                                          "as silent, with its current stack", low=0, low_open=True)
+    share_workers: bool = opt(False, "place this run's components on workers other runs on the cluster use too "
+                                     "(by default a run takes only workers no other run holds; its name on the "
+                                     "cluster is its --experiment)")
+    wait_for_workers: float = opt(0.0, "when the cluster's free workers are too few for this run, wait this many "
+                                       "seconds for other runs to free theirs before refusing (0: refuse at once)",
+                                  low=0)
 
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,

@@ -69,16 +69,24 @@ class ElasticGrowth(Observer):
                          and str(w.get("name")) not in self.seen_names and w.get("status", "running") == "running"),
                         key=lambda a: str(workers[a].get("name", a)))
         for address in joined:
+            if self._wanted_by(shares) and self.run.claim.claim([address]):
+                continue  # another run holds it: it is that run's to use (and may free it later)
             self.seen.add(address)
             self.seen_names.add(str(workers[address].get("name")))
             self.fleet.placement.names[address] = str(workers[address].get("name", address))
             self._place(address, shares)
         self._publish_wanted(shares)
 
+    def _wanted_by(self, shares: dict[str, dict[str, float]]) -> bool:
+        """Whether a joining worker would get a component (see :meth:`_place`)."""
+        return bool(self.fleet.inference and _busy(self.fleet.inference, shares) > BUSY) or self.room_for_rollout()
+
     def room_for_rollout(self) -> bool:
         return len(self.fleet.rollout) < self.cap
 
     def _place(self, address: str, shares: dict[str, dict[str, float]]) -> None:
+        """A rollout worker on ``address`` (claimed for this run), or an inference worker where inference is the
+        bottleneck; nothing past --max-rollout-workers."""
         fleet = self.fleet
         if fleet.inference and _busy(fleet.inference, shares) > BUSY:
             new, why = fleet.add_inference(address), "the inference workers were the bottleneck"

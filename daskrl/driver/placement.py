@@ -10,6 +10,8 @@ order. Too few workers is a configuration error, found before anything is create
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,7 @@ from daskrl.devices import check_cluster as check_devices
 from daskrl.driver.sizing import check_fits_cluster
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
+from daskrl.runtime.runs import RunClaim
 
 
 class Role(enum.Enum):
@@ -31,6 +34,8 @@ class Role(enum.Enum):
 
 
 ROLES = ("learner", "rollout", "inference")  # the roles that need a worker process of their own
+#: seconds between two looks at the cluster while a run waits for workers (--wait-for-workers)
+WAIT_POLL_S = 1.0
 
 
 @dataclass
@@ -45,6 +50,10 @@ class Placement:
         """Where the (leading) learner runs; None when sampling only."""
         return self.learners[0] if self.learners else None
 
+    def addresses(self) -> list[str]:
+        """Every worker the run's components start on."""
+        return sorted(set(self.learners + self.rollout + self.inference))
+
 
 def role_counts(config: Config) -> dict[str, int]:
     s = config.sampler
@@ -58,16 +67,16 @@ def workers_needed(config: Config) -> int:
     return sum(role_counts(config).values())
 
 
-def place(workers: dict[str, dict], config: Config) -> Placement:
-    """``workers`` is ``client.scheduler_info()["workers"]`` (address -> info with "name", "resources")."""
+def place(workers: dict[str, dict], config: Config, held: dict[str, str] | None = None) -> Placement:
+    """``workers`` is ``client.scheduler_info()["workers"]`` (address -> info with "name", "resources");
+    ``held``: the workers other runs on the cluster hold (address -> run), which this run does not use."""
     counts = role_counts(config)
     need = sum(counts.values())
+    held = held or {}
+    names = {a: str(workers[a].get("name", a)) for a in workers}
+    workers = {a: w for a, w in workers.items() if a not in held}
     if len(workers) < need:
-        raise ConfigError([
-            f"the cluster has {len(workers)} worker processes but this run needs {need} (one per busy component: "
-            f"{counts['rollout']} rollout, {counts['inference']} inference, {counts['learner']} learner); add "
-            "workers or lower --num-workers / --num-inference-workers / --num-learners / --num-policies"
-        ])
+        raise ConfigError([too_few_workers(len(workers) + len(held), held, counts)])
     order = sorted(workers, key=lambda a: (str(workers[a].get("name", a)), a))
     free = list(order)
     chosen: dict[str, list[str]] = {role: [] for role in ROLES}
@@ -92,18 +101,54 @@ def place(workers: dict[str, dict], config: Config) -> Placement:
                 break
             chosen[role].append(address)
             free.remove(address)
-    return Placement(chosen["learner"], chosen["rollout"], chosen["inference"],
-                     {a: str(workers[a].get("name", a)) for a in workers})
+    return Placement(chosen["learner"], chosen["rollout"], chosen["inference"], names)
 
 
-def place_checked(client: Any, config: Config, spaces: EnvSpaces, check_memory: bool) -> Placement:
-    """:func:`place` on the cluster's workers now, checked against what they have before anything is created:
-    the devices asked for and (``check_memory``: on a cluster of yours) the memory for the slots and the batch."""
-    workers = client.scheduler_info()["workers"]
-    placement = place(workers, config)
+def too_few_workers(total: int, held: dict[str, str], counts: dict[str, int]) -> str:
+    """The one line that says why a run does not fit the cluster, and what would make it fit."""
+    need = sum(counts.values())
+    runs = sorted(set(held.values()))
+    others = f" ({len(held)} of them held by other runs: {', '.join(repr(r) for r in runs)})" if held else ""
+    fixes = "wait for them with --wait-for-workers SECONDS, share them with --share-workers, " if held else ""
+    return (f"the cluster has {total} worker processes{others} but this run needs {need}{' free ones' if held else ''} "
+            f"(one per busy component: {counts['rollout']} rollout, {counts['inference']} inference, "
+            f"{counts['learner']} learner); {fixes}add workers or lower --num-workers / --num-inference-workers / "
+            "--num-learners / --num-policies")
+
+
+def place_claimed(client: Any, config: Config, spaces: EnvSpaces, claim: RunClaim, check_memory: bool,
+                  say: Callable[[str], None]) -> Placement:
+    """:func:`place` on the workers no other run holds (any, with ``--share-workers``), claimed for this run, and
+    checked against what they have before anything is created (:func:`check_placement`). While too few are free,
+    it waits up to ``--wait-for-workers`` seconds (saying so once), then refuses in one line that names the runs
+    holding them."""
+    deadline = time.monotonic() + config.run.wait_for_workers
+    waiting = False
+    while True:
+        workers = client.scheduler_info()["workers"]
+        held = {} if config.run.share_workers else claim.others()
+        try:
+            placement = place(workers, config, held)
+        except ConfigError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            if not waiting:
+                say(f"daskrl: waiting up to {config.run.wait_for_workers:g} s for workers: {exc.problems[0]}")
+                waiting = True
+            claim.beat("waiting for workers")  # its claim outlives a wait longer than the registry's lease
+            time.sleep(WAIT_POLL_S)
+            continue
+        if not claim.claim(placement.addresses()):  # none taken by a run that claimed at the same moment
+            check_placement(client, config, spaces, placement, workers, check_memory)
+            return placement
+
+
+def check_placement(client: Any, config: Config, spaces: EnvSpaces, placement: Placement, workers: dict[str, dict],
+                    check_memory: bool) -> None:
+    """The devices asked for, and (``check_memory``: on a cluster of yours) the memory for the slots and the batch,
+    against what the chosen workers have."""
     check_devices(client, [(a, "--learner-device", config.learner.learner_device) for a in placement.learners]
                   + [(a, "--inference-device", config.sampler.inference_device) for a in placement.inference],
                   placement.names)
     if check_memory:
         check_fits_cluster(config, spaces, workers)
-    return placement

@@ -22,18 +22,21 @@ from daskrl.monitor.console import say
 from daskrl.protocol import FAULT_TOPIC, RECOVERIES_TOPIC
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.runs import RunClaim
 
 
 class Recovery:
     """Finds lost components (the registry's fault events) and brings them back through the fleet."""
 
     def __init__(self, fleet: Fleet, stores: list[CheckpointStore], max_learner_restarts: int,
-                 incidents: Incidents, shrink_when_full: bool = False, rollout_wait_s: float = 15.0) -> None:
+                 incidents: Incidents, shrink_when_full: bool = False, rollout_wait_s: float = 15.0,
+                 claim: RunClaim | None = None, share: bool = False) -> None:
         """``stores``: each policy's checkpoints (by policy).
         ``shrink_when_full`` (elastic runs): a rollout worker lost while no worker is idle is not recreated
         once ``rollout_wait_s`` passed without its worker coming back under its name."""
         self.fleet, self.incidents = fleet, incidents
         self.stores = stores
+        self.claim, self.share = claim, share  # a replacement goes on a worker of this run's, or a free one
         self.shrink_when_full, self.rollout_wait_s = shrink_when_full, rollout_wait_s
         self.max_learner_restarts = max_learner_restarts
         self.events_seen = time.time()
@@ -43,7 +46,7 @@ class Recovery:
     # ---- detection ----
 
     def lost_components(self) -> set[tuple[str, str]]:
-        """(name, address) of components the scheduler's registry reported lost since the last call (their
+        """(bus name, address) of components the scheduler's registry reported lost since the last call (their
         worker left the cluster); the address tells a lost component from its already-recreated successor."""
         try:
             events = self.fleet.client.get_events(FAULT_TOPIC)
@@ -137,16 +140,27 @@ class Recovery:
         deadline = time.monotonic() + wait_s
         while True:
             workers = self.fleet.client.scheduler_info()["workers"]
-            live = {a: w for a, w in workers.items() if a != handle.address}
-            for address, info in live.items():
-                if name is not None and str(info.get("name")) == name:
-                    names[address] = name
-                    return address
-            busy = {h.address for h in self.fleet.components()}
-            idle = [a for a in live if a not in busy]
-            if time.monotonic() > deadline:
-                if only_idle:
-                    return sorted(idle)[0] if idle else None
-                if idle or live:
-                    return sorted(idle or live)[0]
+            held = self.claim.others() if self.claim is not None and not self.share else {}
+            live = {a: w for a, w in workers.items() if a != handle.address and a not in held}  # never another run's
+            chosen = next((a for a, info in live.items() if name is not None and str(info.get("name")) == name), None)
+            if chosen is None and time.monotonic() > deadline:
+                chosen = self._idle_or_any(live, only_idle)
+            if chosen is not None and self._claimed(chosen):
+                names[chosen] = str(live[chosen].get("name", chosen))
+                return chosen
+            if chosen is None and time.monotonic() > deadline:
+                return None
             time.sleep(0.2)
+
+    def _idle_or_any(self, live: dict[str, dict], only_idle: bool) -> str | None:
+        """An idle worker of ``live`` (none of this run's components on it); failing that, any of them (sharing a
+        process beats stopping the run), or with ``only_idle`` None."""
+        busy = {h.address for h in self.fleet.components()}
+        idle = sorted(a for a in live if a not in busy)
+        if idle:
+            return idle[0]
+        return None if only_idle else min(live, default=None)
+
+    def _claimed(self, worker: str) -> bool:
+        """Whether ``worker`` is this run's now (another run may have claimed it a moment before)."""
+        return self.claim is None or not self.claim.claim([worker])

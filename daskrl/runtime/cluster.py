@@ -33,6 +33,7 @@ from distributed import Client, LocalCluster
 from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.existing_cluster import open_client
 from daskrl.runtime.registry import BusRegistry
+from daskrl.runtime.runs import RunRegistry
 from daskrl.runtime.worker_plugin import WorkerPlugin
 
 # Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (torch._dynamo:
@@ -177,7 +178,7 @@ def connect_cluster(
     else:
         raise TypeError(f"scheduler must be an address, a distributed.Client or None, not {type(scheduler).__name__}")
     try:
-        for plugin in (BusRegistry(), *scheduler_plugins):
+        for plugin in (BusRegistry(), RunRegistry(), *scheduler_plugins):
             client.register_plugin(plugin)
         client.register_plugin(WorkerPlugin(preload_torch=preload_torch,
                                             owner_pid=os.getpid() if cluster is not None else None,

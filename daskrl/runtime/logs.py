@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -44,25 +45,61 @@ class Restater(logging.Handler):
                 self.say(f"daskrl: warning: {restated}; details in the run's log file")
 
 
+class _Routes:
+    """The runs of this process that route logs now. The first saves the loggers' own handlers and takes them over;
+    each run adds its file (two runs started from one process both log to both files: a record does not say which
+    run it is of); the last one to end puts the loggers' own handlers back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.saved: dict[str, tuple] | None = None
+        self.handlers: list[logging.Handler] = []
+
+    def add(self, handlers: list[logging.Handler], level: int) -> None:
+        with self.lock:
+            if self.saved is None:
+                self.saved = {}
+                for name in ROUTED:
+                    logger = logging.getLogger(name)
+                    self.saved[name] = (logger.handlers[:], logger.propagate, logger.level)
+                    logger.handlers = []
+                    logger.propagate = False
+                    if logger.level == logging.NOTSET:  # a level Dask chose (bokeh: errors only) stays
+                        logger.setLevel(level)
+            self.handlers += handlers
+            self._apply()
+
+    def remove(self, handlers: list[logging.Handler]) -> None:
+        with self.lock:
+            self.handlers = [h for h in self.handlers if h not in handlers]
+            if self.handlers or self.saved is None:
+                self._apply()
+                return
+            for name, (own, propagate, level) in self.saved.items():
+                logger = logging.getLogger(name)
+                logger.handlers, logger.propagate = own, propagate
+                logger.setLevel(level)
+            self.saved = None
+
+    def _apply(self) -> None:
+        files = [h for h in self.handlers if not isinstance(h, Restater)]
+        restaters = [h for h in self.handlers if isinstance(h, Restater)][:1]  # one restates for all
+        for name in ROUTED:
+            logging.getLogger(name).handlers = files + (restaters if name == "distributed" else [])
+
+
+_routes = _Routes()
+
+
 def _install(path: str, say: Callable[[str], None] | None, level: int) -> Callable[[], None]:
-    """Point the :data:`ROUTED` loggers at ``path``; returns the function that puts their handlers back."""
+    """Point the :data:`ROUTED` loggers at ``path`` (too); returns the function that takes it away again."""
     handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
-    restater = Restater(say) if say is not None else None
-    saved = {}
-    for name in ROUTED:
-        logger = logging.getLogger(name)
-        saved[name] = (logger.handlers[:], logger.propagate, logger.level)
-        logger.handlers = [handler] + ([restater] if restater and name == "distributed" else [])
-        logger.propagate = False
-        if logger.level == logging.NOTSET:  # a level Dask chose (bokeh: errors only) stays
-            logger.setLevel(level)
+    mine: list[logging.Handler] = [handler] + ([Restater(say)] if say is not None else [])
+    _routes.add(mine, level)
 
     def restore() -> None:
-        for name, (handlers, propagate, lvl) in saved.items():
-            logger = logging.getLogger(name)
-            logger.handlers, logger.propagate = handlers, propagate
-            logger.setLevel(lvl)
+        _routes.remove(mine)
         handler.close()
 
     return restore

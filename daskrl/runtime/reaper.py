@@ -2,7 +2,9 @@
 
 When a driver is SIGKILLed, Dask ends its worker processes at once with ``os._exit``: nothing in them can
 release the segments they own. This process, started in its own session by ``connect_cluster``, waits for the
-driver to die, gives the workers a moment to go, removes the run's segments whose owners are dead, and exits.
+driver to die, gives the workers a moment to go, removes the segments whose owners are dead, and exits: the
+run's own, and those of every run the driver started on that cluster (``daskrl.start`` from a notebook gives each
+run an id of its own; a dead owner's segment is nobody's).
 While the driver lives it also notes the multiprocessing semaphores its process tree maps, and removes them
 afterwards if nothing maps them any more (see ``semaphores``: a kill of the whole process group leaks them).
 After a normal close the driver has already swept and stops this process itself.
@@ -42,7 +44,7 @@ def main(driver_pid: int, run_id: str) -> None:
         waited += 1
     for _ in range(10):  # workers die within a second or two of their driver
         time.sleep(1.0)
-        segments.sweep(run_id, dead_only=True)
+        segments.sweep(None, dead_only=True)
         held = semaphores.remove_orphans(held)
         if not segments.list_segments(run_id) and not held:
             return
