@@ -142,9 +142,11 @@ HEARTBEATS_TOPIC = "daskrl-heartbeats"
 ENV_ERRORS_TOPIC = "daskrl-env-errors"
 #: a PBT replacement (--pbt): target <- source, their returns, the hyperparameters before and after
 PBT_TOPIC = "daskrl-pbt"
+#: a change made to a live run from outside it (a run handle's set or scale): what, when, with which values
+EVENTS_TOPIC = "daskrl-events"
 
 __all__ = [
-    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
+    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "EVENTS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
     "RECOVERIES_TOPIC",
     "ActionsReady", "FreeSlots", "InferenceRequest", "SharesAssigned", "TrajectoryReady",
     "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",

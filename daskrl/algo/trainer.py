@@ -79,6 +79,8 @@ class APPOTrainer:
         #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/algo/hyperparams.py):
         #: read from here, not from ``cfg``, which only gives their starting values
         self.hp = hyperparams.from_config(cfg)
+        #: the values the step in progress (or the last one) trains with: what ``hp`` was when it began
+        self.step_hp = dict(self.hp)
         self.total_env_steps = total_env_steps
         # foreach: one multi-tensor update instead of a Python loop over parameters; on CPU torch defaults to the
         # loop, and the small CartPole learner step is faster this way (same arithmetic, same state dict)
@@ -99,14 +101,17 @@ class APPOTrainer:
         self.hp.update(hyperparams.checked(values))
 
     def learning_rate(self, env_steps: int) -> float:
-        lr = self.hp["learning_rate"]
+        """The step's learning rate: its ``learning_rate``, on the linear schedule when one is set."""
+        lr = self.step_hp["learning_rate"]
         if self.cfg.lr_schedule == "linear" and self.total_env_steps > 0:
             lr *= max(0.05, 1.0 - env_steps / self.total_env_steps)
         return lr
 
     def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0,
               on_progress: Callable[[], None] | None = None) -> dict[str, float]:
-        """One training step on ``batch``; ``on_progress`` is called after every minibatch (a heartbeat)."""
+        """One training step on ``batch``; ``on_progress`` is called after every minibatch (a heartbeat). The step
+        trains with the hyperparameters in force when it begins (``step_hp``), whatever is set meanwhile."""
+        self.step_hp = dict(self.hp)
         if not all_members(self.group, _finite_inputs(batch), self.device):
             # Checked before anything is updated: a NaN/inf would otherwise enter the running observation and
             # return statistics and make every later step non-finite (and skipped) too.
@@ -179,10 +184,10 @@ class APPOTrainer:
                 raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
             if cfg.advantage == "vtrace":
                 targets, advantages = vtrace(inputs.behaviour, layout.target_lp, inputs.rewards, raw_values, raw_next,
-                                             inputs.dones, self.hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c,
+                                             inputs.dones, self.step_hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c,
                                              truncated=truncated)
             else:
-                advantages, targets = gae(inputs.rewards, raw_values, raw_next, inputs.dones, self.hp["gamma"],
+                advantages, targets = gae(inputs.rewards, raw_values, raw_next, inputs.dones, self.step_hp["gamma"],
                                           cfg.gae_lambda, truncated=truncated)
             if self.returns is not None:
                 update_over_group(self.returns.stats, targets.reshape(-1)[inputs.mine], self.group, self.device)
@@ -283,8 +288,8 @@ class APPOTrainer:
         if counts.adv_moments is not None:
             adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
-                        clip_ratio=self.hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
-                        entropy_coef=self.hp["entropy_coef"], value_coef=cfg.value_coef)
+                        clip_ratio=self.step_hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
+                        entropy_coef=self.step_hp["entropy_coef"], value_coef=cfg.value_coef)
         finite = bool(torch.isfinite(out.total))
         self.optimizer.zero_grad(set_to_none=True)
         if finite:

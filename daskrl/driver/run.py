@@ -10,6 +10,7 @@ policy's checkpoint. It stops at a stop condition, a stop request (Ctrl-C) or a 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -25,6 +26,8 @@ from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, Role
 from daskrl.driver.policies import PolicyBook
 from daskrl.driver.recovery import Recovery
+from daskrl.driver.steering import Steering, apply_remote
+from daskrl.driver.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
 from daskrl.monitor.console import ConsoleView, say
@@ -37,23 +40,34 @@ from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
 from daskrl.runtime.cluster import ClusterSession
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.runs import RunClaim
 from daskrl.sampling.episode import episodes_from_event
 
 logger = logging.getLogger(__name__)
 
 #: seconds between two polls of the components
 POLL_S = 0.25
+#: seconds between two signs of life to the cluster's run registry (its lease is far longer)
+BEAT_S = 5.0
 
 
 class Run:
     """See the module docstring. ``start``, then ``loop`` until it returns, then ``shutdown`` and ``summary``."""
 
     def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, book: PolicyBook,
-                 state: RunState, observers: Sequence[Observer], elastic: bool) -> None:
+                 state: RunState, observers: Sequence[Observer], elastic: bool, claim: RunClaim,
+                 progress: bool = True) -> None:
         """``elastic``: the fleet follows the cluster (a lost rollout worker with no idle worker left is not
-        recreated, a drained one not replaced)."""
+        recreated, a drained one not replaced); ``claim``: the run's record on the cluster (its workers);
+        ``progress``: show each report on the console (a run started from Python, whose handle shows its state,
+        keeps them out of a notebook's cells)."""
         self.config, self.session, self.spaces, self.book, self.state = config, session, spaces, book, state
-        self.observers, self.elastic = list(observers), elastic
+        self.observers, self.elastic, self.claim = list(observers), elastic, claim
+        self.steering = Steering()  # what a run handle asks of the loop (new hyperparameters, scaling)
+        self.phase = "starting"  # starting, running, stopping, finished, failed
+        self.rows: list[dict[str, Any]] = []  # every report's row, for the run's handle
+        self.events_csv: CsvLog | None = None  # events.csv, from the first change made from outside
+        self.next_beat = 0.0
         self.client = session.client
         exp_dir = config.experiment_dir
         self.csv_log = CsvLog(os.path.join(exp_dir, "metrics.csv"), append=config.run.resume)
@@ -70,7 +84,8 @@ class Run:
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
-        self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0)
+        self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
+                                   None if progress else io.StringIO())
 
     def say(self, message: str) -> None:
         """A line on the console (and in the run's log)."""
@@ -94,7 +109,8 @@ class Run:
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn)
         self.recovery = Recovery(self.fleet, self.book.stores, c.run.max_learner_restarts, self.incidents,
-                                 shrink_when_full=self.elastic, rollout_wait_s=10.0 if self.elastic else 15.0)
+                                 shrink_when_full=self.elastic, rollout_wait_s=10.0 if self.elastic else 15.0,
+                                 claim=self.claim, share=c.run.share_workers)
         self.departures = Departures(self.fleet, say, self.incidents)
         self.fleet.create(starts)
         self._say_devices()
@@ -103,6 +119,7 @@ class Run:
         self.last_milestone = self.state.env_steps_offset // every if every else 0
         for observer in self.observers:
             observer.on_start(self)
+        self.phase = "running"
 
     def _say_devices(self) -> None:
         learners = self.fleet.learner_devices()
@@ -119,7 +136,9 @@ class Run:
         while True:
             time.sleep(POLL_S)
             self.poll()
+            self.steering.run_pending(self)
             now = time.monotonic()
+            self._beat(now)
             signalled = getattr(stop_signals, "requested", "")
             reason = self.stop_condition() or self.stop_requested or (f"{signalled} received" if signalled else "")
             if now >= next_report or reason:
@@ -129,8 +148,23 @@ class Run:
                 self._checkpoint_or_warn()
             if reason:
                 self.stop_reason = reason
+                self.phase = "stopping"
                 say(f"daskrl: stopping: {reason}")
                 return
+
+    def _beat(self, now: float) -> None:
+        """Tell the cluster's run registry the run is alive, with its newest numbers, every few seconds; take the
+        requests attached handles sent through it."""
+        if now < self.next_beat:
+            return
+        self.next_beat = now + BEAT_S
+        last = self.rows[-1] if self.rows else {}
+        report = {k: _finite(last).get(k) for k in ("time_s", "env_steps", "fps", "episode_return_mean")}
+        try:
+            for command in self.claim.beat(self.phase, report):
+                apply_remote(self, command)
+        except Exception as exc:  # the scheduler did not answer this time: the next beat tells it
+            self.incidents.note("run-beat-not-sent", exc)
 
     def _checkpoint_or_warn(self) -> None:
         try:
@@ -159,7 +193,7 @@ class Run:
         lost = self.recovery.lost_components()
         stats = []
         for handle in self.fleet.components():
-            gone = (handle.name, handle.address) in lost
+            gone = (handle.bus_name, handle.address) in lost
             rollout = self.fleet.role_of(handle.name) is Role.ROLLOUT
             if rollout and self.departures.is_leaving(handle):
                 if gone:  # gone before its retirement report reached us
@@ -215,14 +249,19 @@ class Run:
         self.last_stats.pop(handle.name, None)
         self.recovery.recover(handle, cause, self.state.env_steps)
 
-    def _retire(self, handle: ComponentHandle, final: dict) -> None:
-        """A rollout worker left with its worker, in order: count its last steps and episodes, then go on without
-        it (an elastic run) or recreate it elsewhere (a fixed fleet)."""
+    def account_retired(self, handle: ComponentHandle, final: dict) -> None:
+        """A rollout worker that left in order: count its last steps and episodes."""
         if final.get("env_steps") is not None:
             self.state.tally.update(handle.name, final["env_steps"])
         self.state.episodes.extend(self.book.trained(final.get("episodes", [])))
+        self.book.add_episodes(final.get("episodes", []))
         self._keep_stats([final] if final.get("name") else [])
         self.state.tally.lose(handle.name)
+
+    def _retire(self, handle: ComponentHandle, final: dict) -> None:
+        """A rollout worker left with its worker, in order: count its last steps and episodes, then go on without
+        it (an elastic run) or recreate it elsewhere (a fixed fleet)."""
+        self.account_retired(handle, final)
         if self.elastic:
             self.fleet.forget(handle)
         else:
@@ -258,6 +297,7 @@ class Run:
         """Write a row (CSV, TensorBoard, time_breakdown.jsonl, the dashboard's event, the console), each policy's
         rows, and hand the row to the observers."""
         row = self.state.row()
+        self.rows.append(row)
         self.csv_log.write(row)
         self.tb_log.write(row, self.state.shares)
         policy_rows = self.book.rows(row["time_s"], row["env_steps"])
@@ -300,6 +340,7 @@ class Run:
     def shutdown(self) -> None:
         """Tell the observers, stop sampling first (no new data), checkpoint the learners, then stop them. Errors
         are reported, not raised over each other: the first failure is what the user needs to read."""
+        self.steering.close(self.stop_reason)
         self._each_observer("on_stop")
         fleet = self.fleet
         if fleet is None:
@@ -346,6 +387,9 @@ class Run:
 
     def close(self) -> None:
         """Close the run's logs (after :meth:`shutdown`)."""
+        self.console.close()
+        if self.events_csv is not None:
+            self.events_csv.close()
         self.csv_log.close()
         self.book.close()
         self.tb_log.close()
@@ -360,44 +404,8 @@ class Run:
         return data_path(self.last_stats, learners[0].name if learners else None)
 
     def summary(self) -> dict[str, Any]:
-        """What ``train()`` returns: the run's totals, and what each observer adds."""
-        state = self.state
-        out = {
-            "experiment_dir": self.config.experiment_dir,
-            "env_steps": state.env_steps,
-            "elapsed_s": state.elapsed,
-            "fps": state.fps.rate,
-            "mean_fps": (state.env_steps - state.env_steps_offset) / max(state.elapsed, 1e-9),
-            "episode_return_mean": state.episodes.mean_return,
-            "episodes": state.episodes.total,
-            "policy_version": state.learner.get("policy_version", 0),
-            "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
-            "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
-            "reached_return_at_s": state.reached_return_at,
-            "stop_reason": self.stop_reason,
-            "time_shares": state.shares,
-            **self._component_summary(),
-            "recoveries": list(self.recovery.recoveries) if self.recovery is not None else [],
-            "elastic": list(self.departures.history) if self.departures is not None else [],
-            "incidents": dict(state.incidents),
-            "data_path": self.data_path(),
-            **({"policies": self.book.summary()} if self.book.num_policies > 1 else {}),
-        }
-        for observer in self.observers:
-            for key, value in observer.summary().items():
-                out[key] = out[key] + value if isinstance(out.get(key), list) and isinstance(value, list) else value
-        return out
-
-    def _component_summary(self) -> dict[str, Any]:
-        return {
-            # what --inference-precision became on each sampler's host (rollout workers with remote inference have
-            # no policy of their own and are left out)
-            "inference_precision": {name: s["inference_precision"] for name, s in sorted(self.last_stats.items())
-                                    if s.get("inference_precision")},
-            # each learner's worker, device and group (rank, generation, digests of its weights after recent steps)
-            "learners": {name: {"address": s.get("address"), "device": s.get("device"), **s["group"]}
-                         for name, s in sorted(self.last_stats.items()) if "group" in s},
-        }
+        """What ``train()`` returns (see :func:`~daskrl.driver.summary.run_summary`)."""
+        return run_summary(self)
 
 
 def _finite(row: dict) -> dict:

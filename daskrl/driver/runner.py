@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +24,8 @@ from daskrl.config.env_defaults import describe as describe_env_defaults
 from daskrl.driver.elastic import adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.experiment import open_experiment, run_log_path
 from daskrl.driver.observers import Observer
-from daskrl.driver.placement import Placement, place_checked, workers_needed
+from daskrl.driver.placement import place_claimed, workers_needed
 from daskrl.driver.preflight import preflight
-from daskrl.driver.stop_signals import StopOnSignals
 from daskrl.envs import EnvSpaces
 from daskrl.monitor.console import say
 from daskrl.monitor.dashboard import DashboardPlugin
@@ -32,36 +33,41 @@ from daskrl.monitor.run_state import RunState
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.logs import route_logs
+from daskrl.runtime.runs import RunClaim
 
 if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _prepare)
     from daskrl.driver.fleet import LearnerStart
     from daskrl.driver.policies import PolicyBook
+    from daskrl.driver.run import Run
 
 logger = logging.getLogger(__name__)
 
 
-def run_training(config: Config, client: Any = None, observers: Sequence[Observer] = ()) -> dict[str, Any]:
-    """Train (or, with ``sampling_only``, just sample) as configured, with these observers; returns the summary.
+def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (), progress: bool = True) -> LiveRun:
+    """Everything up to training begun, in the caller's thread (so a refusal raises here): check, lock the
+    experiment, route the logs, open the cluster, claim and place, start the components. Returns the
+    :class:`LiveRun`, whose loop the caller runs (:meth:`LiveRun.run_loop`, or on a thread: ``start_thread``).
+    ``progress``: each report on the console (off for a run whose handle shows its state).
 
     While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
     stopped the run), not to the terminal."""
     spaces = preflight(config, client)
     config = adaptive_start(config)
     lock, note = open_experiment(config.experiment_dir, config.run.resume, config.run.overwrite)  # before any write
+    stack = ExitStack()
+    stack.callback(lock.release)
     try:
-        with route_logs(run_log_path(config.experiment_dir), say):
-            dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
-                       "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
-            for line in (note, describe_env_defaults(config), dropped):
-                if line:
-                    say(f"daskrl: {line}")
-            try:
-                return _train_locked(config, client, spaces, observers)
-            except BaseException as exc:
-                logger.error("the run stopped: %s", exc, exc_info=exc)
-                raise
-    finally:
-        lock.release()
+        stack.enter_context(route_logs(run_log_path(config.experiment_dir), say))
+        dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
+                   "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
+        for line in (note, describe_env_defaults(config), dropped):
+            if line:
+                say(f"daskrl: {line}")
+        return LiveRun(_start(config, client, spaces, observers, stack, progress), stack)
+    except BaseException as exc:
+        logger.error("the run stopped before it trained: %s", exc, exc_info=exc)
+        stack.close()
+        raise
 
 
 @dataclass
@@ -73,20 +79,51 @@ class _Prepared:
     starts: list[LearnerStart]  # where each policy's learner starts (its checkpoint, --init-checkpoint, or afresh)
 
 
-def _train_locked(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[Observer]) -> dict[str, Any]:
+def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[Observer], stack: ExitStack,
+           progress: bool) -> Run:
+    """Open the cluster, claim and place, and start the run's components (what the run opened goes on ``stack``)."""
+    from daskrl.driver.run import Run  # torch-heavy: imported while the cluster started (see _open_cluster)
+
     session, prepared = _open_cluster(config, client, spaces)
-    try:  # before anything is written: a refusal here leaves the experiment as if the run never started
-        placement = place_checked(session.client, config, spaces, check_memory=not session.embedded)
-    except BaseException:
-        session.close()
-        raise
+    stack.callback(session.close)
+    claim = RunClaim(session.client, config.run.experiment)
+    claim.open(config.experiment_dir, config.run.share_workers)  # a live run of that name is refused here
+    stack.callback(_end_claim, claim)
+    # before anything is written: a refusal here leaves the experiment as if the run never started
+    placement = place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded, say=say)
     bounds = adapt_range(config)
     if bounds is not None and session.cluster is not None:
         session.cluster.adapt(minimum=bounds[0], maximum=bounds[1])
     if prepared.resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
         with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
             f.write(config.to_json())
-    return _drive(config, session, spaces, prepared, placement, observers)
+    run = Run(config, session, spaces, prepared.book, _resumed_state(prepared), observers,
+              elastic=elastic_enabled(config), claim=claim, progress=progress)
+    stack.callback(run.close)
+    try:
+        run.start(placement, prepared.starts)
+    except BaseException:
+        run.shutdown()
+        raise
+    return run
+
+
+def _resumed_state(prepared: _Prepared) -> RunState:
+    """What the run knows at its start: the env steps and seconds of the runs it resumes (every policy's checkpoint
+    is of the same moment)."""
+    state = RunState()
+    if prepared.resume_state is not None:
+        state.env_steps_offset = int(prepared.resume_state[0].get("env_steps", 0))
+        state.elapsed_offset = float(prepared.resume_state[0].get("elapsed_s", 0.0))
+    return state
+
+
+def _end_claim(claim: RunClaim) -> None:
+    """The run's workers are free for the next run (a scheduler gone meanwhile frees them by itself)."""
+    try:
+        claim.close()
+    except Exception as exc:
+        logger.info("the run's claim could not be ended on the scheduler: %s", exc)
 
 
 def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[ClusterSession, _Prepared]:
@@ -128,34 +165,51 @@ def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
     return _Prepared(book, resume_state, starts)
 
 
-def _drive(config: Config, session: ClusterSession, spaces: EnvSpaces, prepared: _Prepared, placement: Placement,
-           observers: Sequence[Observer]) -> dict[str, Any]:
-    """Start the run, loop until it stops, stop it (with a final checkpoint) and close what it opened."""
-    from daskrl.driver.run import Run
-
-    state = RunState()
-    if prepared.resume_state is not None:  # every policy's checkpoint is of the same moment
-        state.env_steps_offset = int(prepared.resume_state[0].get("env_steps", 0))
-        state.elapsed_offset = float(prepared.resume_state[0].get("elapsed_s", 0.0))
-    run = Run(config, session, spaces, prepared.book, state, observers, elastic=elastic_enabled(config))
-    stop_signals = StopOnSignals()
-    try:
-        run.start(placement, prepared.starts)
-        run.loop(stop_signals)
-    finally:
-        run.console.close()
-        stop_signals.restore()
-        try:
-            run.shutdown()
-        finally:
-            run.close()
-            session.close()
-    return run.summary()
-
-
 def _close_when_started(starting: Future) -> None:
     """Close a cluster whose start went on in the background while the run was refused."""
     try:
         starting.result().close()
     except Exception as exc:  # its start failed too: the first error is the one the user reads
         logger.info("the cluster started for a refused run did not close cleanly: %s", exc)
+
+
+class LiveRun:
+    """A started run and its loop: run in this thread (:meth:`run_loop`) or on one of its own (``start_thread``);
+    either way the loop's end stops the components (a final checkpoint) and closes what the run opened."""
+
+    def __init__(self, run: Run, stack: ExitStack) -> None:
+        self.run, self.stack = run, stack
+        self.summary: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start_thread(self) -> None:
+        """Run the loop on a thread of its own; what stops it is kept (``error``) for whoever waits for it."""
+        self.thread = threading.Thread(target=self._loop_kept, name=f"daskrl-run-{self.run.config.run.experiment}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _loop_kept(self) -> None:
+        try:
+            self.run_loop()
+        except BaseException:  # noqa: S110  (kept in self.error and raised by RunHandle.wait: no traceback here)
+            pass
+
+    def run_loop(self, stop_signals: Any = None) -> dict[str, Any]:
+        """Loop until the run stops, stop it in order, close it; returns the summary (raises what stopped it)."""
+        try:
+            try:
+                self.run.loop(stop_signals)
+            finally:
+                self.run.console.close()
+                self.run.shutdown()
+            self.summary = self.run.summary()
+            return self.summary
+        except BaseException as exc:
+            self.error = exc
+            logger.error("the run stopped: %s", exc, exc_info=exc)
+            raise
+        finally:
+            self.stack.close()
+            self.finished.set()

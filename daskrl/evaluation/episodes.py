@@ -112,3 +112,25 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
         returns.append(total)
         lengths.append(steps)
     return returns, lengths
+
+
+def episode_stats(returns: list[float], lengths: list[int]) -> dict[str, Any]:
+    """The mean and spread of played episodes' returns, and their mean length."""
+    return {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+            "length_mean": float(np.mean(lengths)), "episodes": len(returns)}
+
+
+def evaluate_weights(config: Config, spaces: Any, weights: dict, episodes: int, deterministic: bool = True,
+                     seed: int = 12345) -> dict[str, Any]:
+    """Play ``episodes`` with these weights (a learner's ``checkpoint_state()["model"]``) on an env of their own,
+    in this process; returns :func:`episode_stats`."""
+    if spaces.num_agents > 1:
+        raise ConfigError([f"{config.env.env!r} is a multi-agent env; evaluation plays single-agent episodes"])
+    model = build_model(spaces, config.model, config.run.seed)
+    model.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in weights.items()})  # a GPU learner's too
+    model.eval()
+    env = make_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs)
+    try:
+        return episode_stats(*run_episodes(env, model, episodes, deterministic))
+    finally:
+        env.close()

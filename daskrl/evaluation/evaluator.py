@@ -24,14 +24,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from daskrl.config import Config
 from daskrl.driver.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
 from daskrl.errors import ComponentError
-from daskrl.evaluation.episodes import run_episodes
+from daskrl.evaluation.episodes import episode_stats, run_episodes
 from daskrl.models.actor_critic import build_model
 from daskrl.monitor.run_state import RunState
 from daskrl.runtime.incidents import Incidents
@@ -117,10 +116,8 @@ class Evaluator:
                                                 deterministic, stop=self._closing.is_set)
                 if self._closing.is_set():
                     return
-                self._result = {"eval_return_mean": float(np.mean(returns)),
-                                "eval_return_std": float(np.std(returns)),
-                                "eval_length_mean": float(np.mean(lengths)), "eval_episodes": len(returns),
-                                "eval_env_steps": env_steps}
+                stats = episode_stats(returns, lengths)
+                self._result = {**{f"eval_{k}": v for k, v in stats.items()}, "eval_env_steps": env_steps}
             else:
                 self._record(task, model, env_steps, deterministic)
         except Exception as exc:  # a view of the run: one warning, an incident, and training goes on

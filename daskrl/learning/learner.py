@@ -18,6 +18,7 @@ shares and publish nothing; the runner forms the group with :meth:`Learner.open_
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 import torch
@@ -39,6 +40,9 @@ from daskrl.runtime.signals import signal, slot
 from daskrl.setups import LearnerSetup
 
 __all__ = ["Learner", "export_state", "import_state"]
+
+#: training steps whose hyperparameters the learner's statistics show
+STEP_HYPERPARAMS_KEPT = 64
 
 
 class Learner(Component):
@@ -63,6 +67,9 @@ class Learner(Component):
         self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
                                group=self._group_now, assign=self._assign, reader=self.reader)
         self.metrics: dict[str, float] = {}
+        #: the hyperparameters each recent training step trained with (train step, values): a change made between
+        #: two steps shows from the next one on, never half-way through a step
+        self.step_hyperparams: deque = deque(maxlen=STEP_HYPERPARAMS_KEPT)
         self.env_steps_offset = 0  # env steps before this learner started (resume)
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
         self.nan_tolerance = setup.learner.nan_tolerance
@@ -180,11 +187,12 @@ class Learner(Component):
         return self.trainer.hyperparams()
 
     async def set_hyperparams(self, values: dict[str, float]) -> dict[str, float]:
-        """Train with these values from the next step on (set between two steps); returns all of them."""
+        """Train with these values from the next step on (set between two steps, on this component's thread);
+        returns all of them, and the training step after which they were set (``after_train_step``)."""
 
         def set_() -> dict[str, float]:
             self.trainer.set_hyperparams(values)
-            return self.trainer.hyperparams()
+            return {**self.trainer.hyperparams(), "after_train_step": self.trainer.train_steps}
 
         return await self.on_own_thread(set_)
 
@@ -260,6 +268,7 @@ class Learner(Component):
         self.max_lag_seen = max(self.max_lag_seen, metrics["policy_lag_max"])
         metrics["train_step_ms"] = self.timing.totals["train"] / max(self.trainer.train_steps, 1) * 1e3
         self.metrics = metrics
+        self.step_hyperparams.append([self.trainer.train_steps, dict(self.trainer.step_hp)])
         self.counters["samples_trained"] = self.trainer.samples_trained
         self.counters["skipped_updates"] += metrics["skipped_updates"]
         if metrics["updates"] > 0 or metrics["skipped_updates"] == 0:
@@ -294,7 +303,7 @@ class Learner(Component):
                         "slots_by_worker": dict(batcher.slots_by_worker),
                         "copy_s_shm": batcher.copy_s["shm"], "copy_s_comms": batcher.copy_s["comms"],
                         "blocked_s": batcher.wait_s, "pending_slots": batcher.incoming.qsize()},
-            "hyperparams": self.trainer.hyperparams(),
+            "hyperparams": self.trainer.hyperparams(), "step_hyperparams": list(self.step_hyperparams),
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),
         }
