@@ -8,10 +8,26 @@ from daskrl.envs import EnvError, make_env, register_env  # noqa: E402
 
 
 def train(config: Config, client=None, observers=(), on_report=None):
-    """Train as configured (see :func:`daskrl.api.train`); imported lazily so ``import daskrl`` stays light."""
+    """Train as configured and wait for the end (see :func:`daskrl.api.train`); imported lazily so ``import daskrl``
+    stays light."""
     from daskrl.api import train as _train
 
     return _train(config, client=client, observers=observers, on_report=on_report)
 
 
-__all__ = ["Config", "ConfigError", "EnvError", "Observer", "make_env", "register_env", "train", "__version__"]
+def start(config: Config, client=None, observers=(), on_report=None):
+    """Start a run and return a handle on it as soon as it trains (see :func:`daskrl.api.start`)."""
+    from daskrl.api import start as _start
+
+    return _start(config, client=client, observers=observers, on_report=on_report)
+
+
+def attach(name: str, client, control: bool = False):
+    """A handle on a run started elsewhere on the same cluster (see :func:`daskrl.api.attach`)."""
+    from daskrl.api import attach as _attach
+
+    return _attach(name, client, control=control)
+
+
+__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "make_env", "register_env", "start", "train",
+           "__version__"]

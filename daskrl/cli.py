@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--experiment", required=True, help="experiment name")
     report.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     report.add_argument("--output", default=None, help="HTML file to write (default: <experiment dir>/report.html)")
+    runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
+                                       "frames/s, return, age)")
+    runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
+    runs.add_argument("--connect-timeout", type=float, default=10.0, help="seconds the scheduler gets to answer")
     return parser
 
 
@@ -134,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             return _train(config.validate())
         if args.command == "report":
             return _report(os.path.join(args.train_dir, args.experiment), args.output)
+        if args.command == "runs":
+            return _runs(args.scheduler, args.connect_timeout)
         return _enjoy(args)
     except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
@@ -211,6 +217,31 @@ def _report(experiment_dir: str, output: str | None) -> int:
         print(f"daskrl report: error: {'; '.join(exc.problems)}", file=sys.stderr)
         return 2
     print(f"daskrl report: wrote {path}")
+    return 0
+
+
+def _runs(address: str, timeout: float) -> int:
+    from daskrl.runtime.existing_cluster import open_client
+    from daskrl.runtime.runs import list_runs
+
+    client = open_client(address, None, timeout)
+    try:
+        table = list_runs(client)
+    finally:
+        client.close()
+    runs = sorted(table["runs"], key=lambda r: r["started"])
+    if not runs:
+        print(f"daskrl runs: no daskrl run is training on {address} ({len(table['workers'])} workers)")
+        return 0
+    print(f"{'run':24} {'state':9} {'workers':>7} {'env steps':>12} {'frames/s':>10} {'return':>8} {'age':>8}  experiment")
+    for r in runs:
+        report = r.get("report") or {}
+        ret = report.get("episode_return_mean")
+        print(f"{r['name'][:24]:24} {r['state']:9} {len(r['workers']):>7} {report.get('env_steps') or 0:>12,} "
+              f"{report.get('fps') or 0:>10,.0f} {'-' if ret is None else f'{ret:.1f}':>8} {r['age_s']:>7.0f}s  "
+              f"{r['experiment']}")
+    held = sum(len(r["workers"]) for r in runs)
+    print(f"daskrl runs: {len(runs)} run(s) hold {held} of the cluster's {len(table['workers'])} workers")
     return 0
 
 

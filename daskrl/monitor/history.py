@@ -27,6 +27,7 @@ class RunHistory:
     rows: list[dict[str, Any]] = field(default_factory=list)
     policies: list[list[dict[str, Any]]] = field(default_factory=list)
     pbt: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # changes made from outside (a handle's set, scale)
     pbt_count: int = 0  # PBT events ever added (grows when the oldest are dropped too): views compare it
     policy_set: set[int] = field(default_factory=set)  # the policies the run reported rows of
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -38,6 +39,7 @@ class RunHistory:
         row = dict(msg["row"])
         if self.rows and as_number(row.get("time_s")) < as_number(self.rows[-1].get("time_s")):
             self.rows, self.policies, self.pbt = [], [], []  # the same experiment name started again from scratch
+            self.events = []
             self.policy_set = set()
             self.generation += 1
             self.pbt_count += 1
@@ -107,6 +109,15 @@ class MetricsStore:
         self.runs[name].add_pbt(msg)
         return True
 
+    def add_event(self, msg: Any) -> bool:
+        """Record one ``daskrl-events`` event (a run handle's ``set`` or ``scale``) of a run already seen."""
+        if not isinstance(msg, dict) or str(msg.get("run")) not in self.runs or not msg.get("event"):
+            return False
+        events = self.runs[str(msg["run"])].events
+        events.append(dict(msg))
+        del events[:-MAX_PBT_EVENTS]
+        return True
+
     def get(self, run: str | None = None) -> RunHistory | None:
         """A run by name, or the one that started last."""
         if run:
@@ -134,7 +145,8 @@ def history_payload(store: MetricsStore, run: str | None = None) -> dict[str, An
     return {"run": hist.run if hist else None, "env": hist.env if hist else None,
             "rows": [_clean(r) for r in hist.rows] if hist else [],
             "policies": [_clean(r) for r in hist.policy_rows()] if hist else [],
-            "pbt": json_safe(hist.pbt) if hist else [], "shares": hist.shares if hist else {},
+            "pbt": json_safe(hist.pbt) if hist else [], "events": json_safe(hist.events) if hist else [],
+            "shares": hist.shares if hist else {},
             "stop_at": hist.stop_at if hist else {}, "runs": store.names()}
 
 

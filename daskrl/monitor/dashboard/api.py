@@ -1,5 +1,6 @@
-"""The daskrl JSON API on the scheduler's HTTP server: ``<prefix>daskrl/api/latest`` (each run's last report) and
-``<prefix>daskrl/api/history`` (its kept history), for scripts and tests that want numbers rather than a page."""
+"""The daskrl JSON API on the scheduler's HTTP server: ``<prefix>daskrl/api/latest`` (each run's last report),
+``<prefix>daskrl/api/history`` (its kept history) and ``<prefix>daskrl/api/runs`` (the runs training on the cluster
+now), for scripts and tests that want numbers rather than a page."""
 
 from __future__ import annotations
 
@@ -37,7 +38,21 @@ class JsonHandler(web.RequestHandler):
         self.write(json.dumps(json_safe(self.payload(self.store, run)), allow_nan=False))
 
 
-def api_routes(page_path: str, store: MetricsStore) -> list[tuple[str, type, dict[str, Any]]]:
-    """Tornado routes ``(pattern, handler, kwargs)`` for each API under ``page_path`` (``<prefix>daskrl``)."""
-    return [(re.escape(f"{page_path}/api/{name}"), JsonHandler, {"store": store, "payload": payload})
-            for name, payload in PAYLOADS.items()]
+class RunsHandler(web.RequestHandler):
+    """``api/runs``: the runs training on the cluster now (see :mod:`daskrl.monitor.dashboard.runs`)."""
+
+    def initialize(self, runs: Callable[[], list[dict[str, Any]]]) -> None:
+        self.runs = runs
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(json_safe({"runs": self.runs()}), allow_nan=False))
+
+
+def api_routes(page_path: str, store: MetricsStore,
+               runs: Callable[[], list[dict[str, Any]]]) -> list[tuple[str, type, dict[str, Any]]]:
+    """Tornado routes ``(pattern, handler, kwargs)`` for each API under ``page_path`` (``<prefix>daskrl``);
+    ``runs()`` lists the live runs."""
+    routes = [(re.escape(f"{page_path}/api/{name}"), JsonHandler, {"store": store, "payload": payload})
+              for name, payload in PAYLOADS.items()]
+    return [*routes, (re.escape(f"{page_path}/api/runs"), RunsHandler, {"runs": runs})]

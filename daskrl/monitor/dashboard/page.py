@@ -1,12 +1,13 @@
-"""The daskrl Bokeh page, ``<dashboard>/daskrl``: a run chooser, a summary line, the live plots and, with PBT, a
-table of the latest replacements, refreshed every second from the plugin's store. Bokeh is imported when a page
-is built, not when this module is."""
+"""The daskrl Bokeh page, ``<dashboard>/daskrl``: the runs training on the cluster now, a run chooser, a summary
+line, the chosen run's live plots and, with PBT, a table of the latest replacements, refreshed every second from
+the plugin's store. Bokeh is imported when a page is built, not when this module is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from daskrl.monitor.dashboard.runs import runs_table_html
 from daskrl.monitor.dashboard.summary import summary_html
 from daskrl.monitor.history import MetricsStore, RunHistory
 from daskrl.monitor.plots import series, share_bars, shares_figure, time_figures
@@ -16,12 +17,14 @@ from daskrl.runtime import dask_internals
 REFRESH_MS = 1000
 
 
-def page_document(store: MetricsStore) -> Callable[[Any, dict | None, Any], None]:
+def page_document(store: MetricsStore, runs: Callable[[], list[dict[str, Any]]] = list
+                  ) -> Callable[[Any, dict | None, Any], None]:
     """What :func:`~daskrl.runtime.dask_internals.add_dashboard_page` calls to build one browser session's
-    document (once per page load), with Dask's navigation bar when it gives template variables."""
+    document (once per page load), with Dask's navigation bar when it gives template variables; ``runs()`` lists
+    the runs training on the cluster now."""
 
     def document(_scheduler: Any, template_variables: dict | None, doc: Any) -> None:
-        page = RunPage(store)
+        page = RunPage(store, runs)
         doc.title = "daskrl"
         doc.add_root(page.root)
         doc.add_periodic_callback(page.update, REFRESH_MS)
@@ -38,11 +41,13 @@ class RunPage:
 
     LATEST = "(latest run)"
 
-    def __init__(self, store: MetricsStore) -> None:
+    def __init__(self, store: MetricsStore, runs: Callable[[], list[dict[str, Any]]] = list) -> None:
         from bokeh.layouts import column, row
         from bokeh.models import ColumnDataSource, Div, Select
 
         self.store = store
+        self.runs = runs
+        self.runs_table = Div(text="", sizing_mode="stretch_width", name="daskrl-runs")
         self.source = ColumnDataSource(series([]), name="daskrl-series")
         self.share_source = ColumnDataSource(share_bars({}))
         self.pbt_source = ColumnDataSource(pbt_series([]), name="daskrl-pbt")
@@ -56,8 +61,8 @@ class RunPage:
         self.pbt_key: tuple | None = None
         self.seen = 0  # rows of that run already in the sources
         self.layout(())
-        self.root = column(row(self.chooser, self.summary, sizing_mode="stretch_width"), self.body, self.pbt_table,
-                           sizing_mode="stretch_width")
+        self.root = column(self.runs_table, row(self.chooser, self.summary, sizing_mode="stretch_width"), self.body,
+                           self.pbt_table, sizing_mode="stretch_width")
         self.update()
 
     def layout(self, policies: tuple[int, ...]) -> None:
@@ -82,7 +87,9 @@ class RunPage:
         self.key = None
 
     def update(self) -> None:
-        """Bokeh's periodic callback: offer the runs seen so far and follow the chosen one's new reports."""
+        """Bokeh's periodic callback: list the live runs, offer the runs seen so far and follow the chosen one's new
+        reports."""
+        self.runs_table.text = runs_table_html(self.runs())
         names = self.store.names()
         if self.chooser.options != [self.LATEST, *names]:
             self.chooser.options = [self.LATEST, *names]

@@ -6,13 +6,15 @@ dashboard through :mod:`daskrl.runtime.dask_internals` only."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from daskrl.monitor.dashboard import prometheus
 from daskrl.monitor.dashboard.api import api_routes
 from daskrl.monitor.dashboard.page import page_document
-from daskrl.monitor.history import MetricsStore
-from daskrl.protocol import METRICS_TOPIC, PBT_TOPIC
+from daskrl.monitor.dashboard.runs import live_runs
+from daskrl.monitor.history import MetricsStore, history_payload
+from daskrl.protocol import EVENTS_TOPIC, METRICS_TOPIC, PBT_TOPIC
 from daskrl.runtime import dask_internals
 from daskrl.runtime.dask_internals import SchedulerPlugin
 
@@ -65,13 +67,14 @@ class DashboardPlugin(SchedulerPlugin):
     async def start(self, scheduler) -> None:
         # no await in here: no event can slip between reading the log and receiving log_event() calls
         self._replay_logged_events(scheduler)
+        dask_internals.add_scheduler_handlers(scheduler, {"daskrl_history": self.history})
         if self._add_page_and_api(scheduler):
             self._add_gauges()
 
     def _replay_logged_events(self, scheduler) -> None:
         """The events logged before this plugin started, both topics in the order they came (a run started again
         drops the PBT events of its previous life)."""
-        logged = [(stamp, topic, msg) for topic in (METRICS_TOPIC, PBT_TOPIC)
+        logged = [(stamp, topic, msg) for topic in (METRICS_TOPIC, PBT_TOPIC, EVENTS_TOPIC)
                   for stamp, msg in scheduler.get_events(topic)]
         for stamp, topic, msg in sorted(logged, key=lambda event: event[0]):
             self.log_event(topic, msg, stamp)
@@ -84,8 +87,9 @@ class DashboardPlugin(SchedulerPlugin):
             return False
         try:
             prefix = dask_app.prefix.rstrip("/") + "/"
-            dask_internals.add_dashboard_page(scheduler, f"/{PAGE}", page_document(self.store), prefix)
-            dask_internals.add_http_routes(scheduler, api_routes(f"{prefix}{PAGE}", self.store))
+            runs = partial(live_runs, scheduler)
+            dask_internals.add_dashboard_page(scheduler, f"/{PAGE}", page_document(self.store, runs), prefix)
+            dask_internals.add_http_routes(scheduler, api_routes(f"{prefix}{PAGE}", self.store, runs))
         except Exception:  # a view must never stop the scheduler
             logger.warning("daskrl dashboard: could not add the daskrl page", exc_info=True)
             return False
@@ -103,6 +107,12 @@ class DashboardPlugin(SchedulerPlugin):
             self.store.add(msg, stamp)
         elif topic == PBT_TOPIC:
             self.store.add_pbt(msg, stamp)
+        elif topic == EVENTS_TOPIC:
+            self.store.add_event(msg)
+
+    async def history(self, run: str | None = None) -> dict[str, Any]:
+        """Every report of a run the store kept (an attached handle's ``metrics()``)."""
+        return history_payload(self.store, run)
 
     async def close(self) -> None:
         prometheus.unwatch(self)

@@ -30,6 +30,11 @@ def summary_html(hist: RunHistory) -> str:
     progress = budget_fraction(row, hist.stop_at)
     if progress is not None:
         parts.append(f"{100 * progress:.0f}% of the budget")
+    if hist.events:
+        last = hist.events[-1]
+        detail = " ".join(f"{k}={v}" for k, v in sorted((last.get("detail") or {}).items()))
+        parts.append(f"last change at {as_number(last.get('env_steps'), 0):,.0f} env steps: "
+                     f"{html.escape(str(last['event']))} {html.escape(detail)}")
     silent_s = time.time() - hist.updated
     if silent_s > STALE_AFTER_S:
         parts.append(f"last report {silent_s:,.0f} s ago")
