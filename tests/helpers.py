@@ -7,6 +7,7 @@ No test module imports another test module: a helper two of them need lives here
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -203,6 +204,30 @@ def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=No
             raise AssertionError(f"{len(client.scheduler_info()['workers'])}/{n_workers} workers; exited: {dead}")
         time.sleep(0.3)
     return client
+
+
+@contextlib.contextmanager
+def start_cli_cluster(log_dir: Path, n_workers: int, worker_args: Callable[[int], list[str]] = lambda i: []):
+    """``dask scheduler`` and ``n_workers`` ``dask worker`` processes (one thread each, named w0, w1, ...; ``worker_args``
+    gives worker ``i`` more flags) started from the command line on loopback; yields ``{"address", "client",
+    "procs"}``, then stops every process and checks none is left."""
+    procs = Processes(log_dir)
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    client = None
+    try:
+        procs.start("scheduler", dask_command(), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                    "--dashboard-address", "127.0.0.1:0")
+        for i in range(n_workers):
+            procs.start(f"w{i}", dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
+                        "--name", f"w{i}", *worker_args(i))
+        client = wait_for_cluster(address, n_workers, procs)
+        yield {"address": address, "client": client, "procs": procs}
+    finally:
+        if client is not None:
+            client.close()
+        left = procs.stop()
+        assert left == [], f"processes left running: {left}"
 
 
 def worker_names(client) -> dict[str, str]:

@@ -42,6 +42,7 @@ from .helpers import (
     free_port,
     run_config,
     slow,
+    start_cli_cluster,
     wait_for_cluster,
     worker_names,
     worker_pids,
@@ -67,26 +68,9 @@ def segments_of(pids: set[int]) -> list[str]:
 @pytest.fixture(scope="module")
 def cli_cluster(tmp_path_factory):
     """``dask scheduler`` and three ``dask worker`` processes; w2 offers the ``learner`` resource."""
-    tmp = tmp_path_factory.mktemp("cli_cluster")
-    procs = Processes(tmp)
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = dask_command()
-    client = None
-    try:
-        procs.start("scheduler", dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                    "--dashboard-address", "127.0.0.1:0")
-        for i in range(3):
-            extra = ["--resources", "learner=1"] if i == 2 else []
-            procs.start(f"w{i}", dask, "worker", address, "--nworkers", "1", "--nthreads", "1", "--name", f"w{i}",
-                        *extra)
-        client = wait_for_cluster(address, 3, procs)
-        yield {"address": address, "client": client, "procs": procs, "pids": worker_pids(client)}
-    finally:
-        if client is not None:
-            client.close()
-        left = procs.stop()
-        assert left == [], f"processes left running: {left}"
+    with start_cli_cluster(tmp_path_factory.mktemp("cli_cluster"), 3,
+                           lambda i: ["--resources", "learner=1"] if i == 2 else []) as cluster:
+        yield {**cluster, "pids": worker_pids(cluster["client"])}
 
 
 def test_too_few_workers_is_a_config_error_before_anything_is_created(cli_cluster, tmp_path):

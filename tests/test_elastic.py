@@ -17,7 +17,7 @@ import pytest
 from daskrl import Observer, train
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
-from .helpers import Processes, dask_command, free_port, run_config, slow, wait_for, wait_for_cluster, worker_names
+from .helpers import dask_command, run_config, slow, start_cli_cluster, wait_for, worker_names
 
 pytestmark = slow("elastic runs of 40 and 75 s on clusters of their own")
 
@@ -25,23 +25,8 @@ pytestmark = slow("elastic runs of 40 and 75 s on clusters of their own")
 @pytest.fixture
 def small_cluster(tmp_path):
     """``dask scheduler`` and two ``dask worker`` processes (w0, w1); the test adds more."""
-    procs = Processes(tmp_path)
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    client = None
-    try:
-        procs.start("scheduler", dask_command(), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                    "--dashboard-address", "127.0.0.1:0")
-        for i in range(2):
-            procs.start(f"w{i}", dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
-                        "--name", f"w{i}")
-        client = wait_for_cluster(address, 2, procs)
-        yield {"address": address, "client": client, "procs": procs}
-    finally:
-        if client is not None:
-            client.close()
-        left = procs.stop()
-        assert left == [], f"processes left running: {left}"
+    with start_cli_cluster(tmp_path, 2) as cluster:
+        yield cluster
 
 
 class Drill(Observer):

@@ -16,29 +16,15 @@ import pytest
 
 from daskrl.runtime.runs import list_runs
 
-from .helpers import Processes, dask_command, free_port, slow, wait_for, wait_for_cluster
+from .helpers import slow, start_cli_cluster, wait_for
 
 pytestmark = slow("four dask workers and four daskrl drivers started from the command line")
 
 
 @pytest.fixture
 def four_workers(tmp_path):
-    procs = Processes(tmp_path)
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = dask_command()
-    client = None
-    try:
-        procs.start("scheduler", dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                    "--dashboard-address", "127.0.0.1:0")
-        for i in range(4):
-            procs.start(f"w{i}", dask, "worker", address, "--nworkers", "1", "--nthreads", "1", "--name", f"w{i}")
-        client = wait_for_cluster(address, 4, procs)
-        yield {"address": address, "client": client, "procs": procs}
-    finally:
-        if client is not None:
-            client.close()
-        assert procs.stop() == [], "processes left running"
+    with start_cli_cluster(tmp_path, 4) as cluster:
+        yield cluster
 
 
 def train_command(address: str, train_dir: Path, name: str, *extra: str) -> list[str]:
