@@ -319,17 +319,21 @@ def get_json(url: str) -> dict:
 # ---- sampled slots ----
 
 
-def split_chains(slots: list[dict], num_splits: int) -> list[list[dict]]:
+def split_chains(slots: list[dict], num_splits: int,
+                 continues: Callable[[dict, dict], bool] | None = None) -> list[list[dict]]:
     """Group one worker's slots (arrival order) into per-split chains: a slot continues the chain whose last
     observation (obs[T]) is its first one. A new chain may only start from freshly reset Counting envs.
 
     Two splits can end in the same Counting state (same step, episode and last actions); either chain is then
     the same for the env bookkeeping, and the slot goes to the one whose newest policy version fits best (the
-    newest not above the slot's first version), so a valid assignment is never missed."""
+    newest not above the slot's first version), so a valid assignment is never missed. ``continues(last, slot)``:
+    a further condition for ``slot`` to follow a chain's ``last`` slot (a recurrent policy's carried state tells
+    two such splits apart)."""
     chains: list[list[dict]] = []
     for i, s in enumerate(slots):
         first = s["obs"][0]
-        matches = [c for c in chains if np.array_equal(c[-1]["obs"][-1], first)]
+        matches = [c for c in chains if np.array_equal(c[-1]["obs"][-1], first)
+                   and (continues is None or continues(c[-1], s))]
         if matches:
             v = s["policy_version"][0]
             fits = [c for c in matches if c[-1]["policy_version"][-1] <= v] or matches
