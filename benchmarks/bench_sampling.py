@@ -137,18 +137,20 @@ def _measure(spec: str) -> None:
 
 
 def compare_trees(args: argparse.Namespace, inline: dict, remote: dict, startup: dict) -> dict:
-    """This tree and ``--baseline``, (b) and (c) of each env, in turn within each round; returns per env the
-    rounds' rates and the median of the per-round ratios (this tree / baseline)."""
+    """This tree and ``--baseline``, (b) and (c) of each env, in turn within each round (the first of the two
+    alternates between rounds, so an effect of the order hits both trees alike); returns per env the rounds' rates and the
+    median of the per-round ratios (this tree / baseline)."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out: dict[str, dict] = {}
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
+        order = (here, args.baseline) if round_index % 2 == 0 else (args.baseline, here)  # who goes first, in turn
         for key in args.envs:
             for mode, settings in (("inline", inline), ("remote", remote)):
                 if key not in settings:
                     continue
-                pair = [daskrl_fps_of(tree, ENVS[key], mode, args.seconds, settings[key], startup[key][mode])
-                        for tree in (here, args.baseline)]
-                out.setdefault(f"{key} {mode}", []).append(pair)
+                rates = {tree: daskrl_fps_of(tree, ENVS[key], mode, args.seconds, settings[key], startup[key][mode])
+                         for tree in order}
+                out.setdefault(f"{key} {mode}", []).append([rates[here], rates[args.baseline]])
     return {line: {"rounds": [[round(x) for x in pair] for pair in pairs],
                    "ratio": round(statistics.median(p[0] / p[1] for p in pairs), 3)} for line, pairs in out.items()}
 

@@ -329,7 +329,7 @@ def test_episode_records_come_back_from_the_event_log_and_the_book_reads_them_by
     book = PolicyBook(config, resuming=False)
     try:
         assert book.trained(back) == [episodes[0], episodes[2], episodes[3]]
-        book.add_episodes(back)
+        book.add_episodes(book.trained(back))
         # against snapshot 0 (acting as policy 2) by its version; against policy 0, one row for all its versions
         assert book.games == {(0, 2, 7): [1, 0, 0, 7], (1, 0, -1): [0, 1, 0, 4]}
         assert [list(window.returns) for window in book.episodes] == [[1.0], [3.0, 0.0]]

@@ -71,12 +71,18 @@ class PolicyBook:
         """The episodes a trained policy played (not a self-play snapshot's side of a game)."""
         return [e for e in episodes if e.policy < self.num_policies]
 
-    def add_episodes(self, episodes: list[Episode]) -> None:
-        """Episodes as rollout workers report them (:class:`~daskrl.sampling.episode.Episode`)."""
-        for episode in self.trained(episodes):  # not a snapshot's side of a self-play game
-            self.episodes[episode.policy].extend([episode])
-            if self.tally_games and episode.opponent != NO_OPPONENT:
-                self._tally(episode)
+    def add_episodes(self, trained: list[Episode]) -> None:
+        """Episodes the trained policies played (:meth:`trained` of what rollout workers report), each policy's
+        into its window at once."""
+        by_policy: dict[int, list[Episode]] = {}
+        for episode in trained:
+            by_policy.setdefault(episode.policy, []).append(episode)
+        for policy, episodes in by_policy.items():
+            self.episodes[policy].extend(episodes)
+        if self.tally_games:
+            for episode in trained:
+                if episode.opponent != NO_OPPONENT:
+                    self._tally(episode)
 
     def _tally(self, episode: Episode) -> None:
         """Count a game against another policy. A snapshot is one fixed player per version; a trained opponent

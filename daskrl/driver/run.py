@@ -223,9 +223,9 @@ class Run:
             self.book.note_learner(self.fleet.policy_of(s["name"]), s)
         if role is not None and "env_steps" in s:
             self.state.tally.update(s["name"], s["env_steps"])
-        episodes = episodes_from_event(s.get("episodes", []))
-        self.state.episodes.extend(self.book.trained(episodes))
-        self.book.add_episodes(episodes)
+        trained = self.book.trained(episodes_from_event(s.get("episodes", [])))  # not a snapshot's side of a game
+        self.state.episodes.extend(trained)
+        self.book.add_episodes(trained)
         self.state.add_extras(s.get("episode_extras", []))
 
     def _update_state(self, stats: list[dict]) -> None:
@@ -253,8 +253,9 @@ class Run:
         """A rollout worker that left in order: count its last steps and episodes."""
         if final.get("env_steps") is not None:
             self.state.tally.update(handle.name, final["env_steps"])
-        self.state.episodes.extend(self.book.trained(final.get("episodes", [])))
-        self.book.add_episodes(final.get("episodes", []))
+        trained = self.book.trained(final.get("episodes", []))
+        self.state.episodes.extend(trained)
+        self.book.add_episodes(trained)
         self._keep_stats([final] if final.get("name") else [])
         self.state.tally.lose(handle.name)
 

@@ -26,10 +26,11 @@ class EpisodeWindow:
 
     def extend(self, episodes: list) -> None:
         """``episodes``: (return, length, ...) records; what follows the length (the policy that played) is not
-        this window's business."""
-        for episode in episodes:
-            self.returns.append(float(episode[0]))
-            self.lengths.append(int(episode[1]))
+        this window's business. Only the newest ``size`` can stay in the window, so only they are read: a cheap env
+        ends thousands of episodes a second, and the driver shares the machine's cores with the samplers."""
+        recent = episodes[-self.size:] if len(episodes) > self.size else episodes
+        self.returns.extend(float(episode[0]) for episode in recent)
+        self.lengths.extend(int(episode[1]) for episode in recent)
         self.total += len(episodes)
 
     @property
