@@ -16,7 +16,7 @@ from typing import Any
 
 from daskrl.algo.hyperparams import checked
 from daskrl.driver.runner import LiveRun
-from daskrl.driver.steering import scale_rollout, set_hyperparams
+from daskrl.driver.steering import adopt_training_state, scale_rollout, set_hyperparams
 from daskrl.evaluation.episodes import evaluate_weights
 from daskrl.monitor.dashboard import dashboard_page
 
@@ -112,6 +112,20 @@ class RunHandle:
         weights, env_steps = self._steer(_newest_weights)
         stats = evaluate_weights(self.config, self._run.spaces, weights, episodes, deterministic)
         return {**stats, "env_steps": env_steps}
+
+    def training_state(self) -> dict[str, Any]:
+        """Policy 0's whole training state (weights, optimizer, normalizers, hyperparameters), taken between two
+        training steps: for another run's :meth:`adopt` (PBT across runs)."""
+        return self._steer(lambda run: run.fleet.policy_learners[0].call("export_training_state", timeout=120))
+
+    def adopt(self, state: dict[str, Any], source: str = "", **hyperparameters: float) -> int:
+        """Train on from another run's :meth:`training_state` with these hyperparameters (its own where left
+        out); ``config.json`` and a checkpoint hold them at once, and the change is an event. Returns the policy
+        version the loaded weights are published as."""
+        values = checked({**state.get("hyperparams", {}), **hyperparameters})
+        version = self._steer(lambda run: adopt_training_state(run, state, values, source))
+        self.config = self._run.config
+        return version
 
     def _steer(self, fn: Any) -> Any:
         return self._run.steering.submit(fn).result(timeout=STEER_TIMEOUT_S)

@@ -7,6 +7,7 @@ function of the run, queued here and answered through a ``Future``.
 - :func:`set_hyperparams`: every policy's learner takes the values on its own thread between two training steps
   (so no step mixes old and new values), and the change is an event in ``events.csv``, TensorBoard and the
   dashboard.
+- :func:`adopt_training_state`: continue from another run's training state (PBT across a sweep's trials).
 - :func:`scale_rollout`: grow onto workers no run holds (claimed first) or drain the newest rollout workers, within
   what the cluster holds.
 """
@@ -51,6 +52,8 @@ class Run(Protocol):
     def request_stop(self, reason: str) -> None: ...
 
     def account_retired(self, handle: Any, final: dict) -> None: ...
+
+    def checkpoint(self) -> None: ...
 
 #: seconds a learner may take to take new hyperparameters (it waits for the training step in progress)
 SET_TIMEOUT_S = 120
@@ -105,6 +108,23 @@ def set_hyperparams(run: Run, values: dict[str, float]) -> dict[str, float]:
     run.fleet.form_learner_group()  # a group's members take the leader's whole state, its new values included
     record_event(run, "set", {**values, "after_train_step": now[0].get("after_train_step", 0) if now else 0})
     return now[0] if now else {}
+
+
+def adopt_training_state(run: Run, state: dict, values: dict[str, float], source: str) -> int:
+    """Continue from another run's exported training state (weights, optimizer, normalizers) with ``values``
+    (PBT across a sweep's trials): every policy's learner loads it between two steps; ``config.json`` and a
+    checkpoint taken at once hold the new hyperparameters, so a restore trains with what the run trained with.
+    Returns policy 0's new version."""
+    values = checked(values)
+    versions = [learner.call("import_training_state", state, values, timeout=SET_TIMEOUT_S)
+                for learner in run.fleet.policy_learners]
+    run.fleet.form_learner_group()
+    run.config = run.config.replace(**values)
+    with open(os.path.join(run.config.experiment_dir, "config.json"), "w") as f:
+        f.write(run.config.to_json())
+    run.checkpoint()
+    record_event(run, "exploit", {**values, "source": source})
+    return versions[0] if versions else 0
 
 
 def scale_rollout(run: Run, target: int) -> dict[str, Any]:
@@ -181,4 +201,5 @@ def apply_remote(run: Run, command: dict[str, Any]) -> None:
         run.warn(f"an attached handle asked for {op!r}, which a run does not do (stop, set, scale)")
 
 
-__all__ = ["Steering", "apply_remote", "record_event", "retire_rollout", "scale_rollout", "set_hyperparams"]
+__all__ = ["Steering", "adopt_training_state", "apply_remote", "record_event", "retire_rollout", "scale_rollout",
+           "set_hyperparams"]
