@@ -20,6 +20,7 @@ from typing import NoReturn
 from daskrl.config import SECTIONS, Config
 from daskrl.driver.experiment import run_log_path
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
+from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
 
 
 class Parser(argparse.ArgumentParser):
@@ -115,9 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "extra: pip install 'daskrl[video]')")
     report = sub.add_parser("report", help="write a self-contained HTML report of an experiment (curves, "
                                            "throughput, time breakdown)")
-    report.add_argument("--experiment", required=True, help="experiment name")
+    which = report.add_mutually_exclusive_group(required=True)
+    which.add_argument("--experiment", help="experiment name")
+    which.add_argument("--sweep", metavar="DIR", help="a sweep's directory: its configurations across seeds")
     report.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     report.add_argument("--output", default=None, help="HTML file to write (default: <experiment dir>/report.html)")
+    add_sweep_parser(sub)
     runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
                                        "frames/s, return, age)")
     runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
@@ -137,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                 config.run.sampling_only = True
             return _train(config.validate())
         if args.command == "report":
-            return _report(os.path.join(args.train_dir, args.experiment), args.output)
+            return _report(args.sweep or os.path.join(args.train_dir, args.experiment), args.output,
+                           sweep=bool(args.sweep))
+        if args.command == "sweep":
+            return _sweep(args)
         if args.command == "runs":
             return _runs(args.scheduler, args.connect_timeout)
         return _enjoy(args)
@@ -208,15 +215,29 @@ def _log_traceback(config: Config | None, exc: BaseException) -> str:
     return path
 
 
-def _report(experiment_dir: str, output: str | None) -> int:
+def _report(directory: str, output: str | None, sweep: bool = False) -> int:
     from daskrl.monitor.report import write_report
+    from daskrl.sweep.report import write_sweep_report
 
     try:
-        path = write_report(experiment_dir, output)
+        path = (write_sweep_report if sweep else write_report)(directory, output)
     except ConfigError as exc:  # one line: what is missing and where it was looked for
         print(f"daskrl report: error: {'; '.join(exc.problems)}", file=sys.stderr)
         return 2
     print(f"daskrl report: wrote {path}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from daskrl.sweep import run_sweep
+
+    spec = None if args.resume else spec_from_args(args)  # a bad spec: one line per problem, before any trial
+    if not args.scheduler:
+        from daskrl.runtime.cluster import prestart_worker_server
+
+        prestart_worker_server()  # the embedded cluster's workers import torch while this process imports the rest
+    result = run_sweep(spec, train_dir=args.train_dir, scheduler=args.scheduler, resume=args.resume)
+    print_result(result)
     return 0
 
 

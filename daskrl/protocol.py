@@ -144,10 +144,12 @@ ENV_ERRORS_TOPIC = "daskrl-env-errors"
 PBT_TOPIC = "daskrl-pbt"
 #: a change made to a live run from outside it (a run handle's set or scale): what, when, with which values
 EVENTS_TOPIC = "daskrl-events"
+#: a sweep's table of trials (status, env steps, returns), sent at every change for the dashboard page
+SWEEPS_TOPIC = "daskrl-sweeps"
 
 __all__ = [
     "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "EVENTS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
-    "RECOVERIES_TOPIC",
+    "RECOVERIES_TOPIC", "SWEEPS_TOPIC",
     "ActionsReady", "FreeSlots", "InferenceRequest", "SharesAssigned", "TrajectoryReady",
     "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",
     "wire_sampling_graph",

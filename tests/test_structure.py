@@ -95,6 +95,7 @@ LAYERS = [
     ("daskrl.driver",),
     ("daskrl.evaluation", "daskrl.pbt"),
     ("daskrl.api", "daskrl.testing"),
+    ("daskrl.sweep",),
     ("daskrl.cli", "daskrl.runner", "daskrl.testing_faults", "daskrl"),
 ]
 

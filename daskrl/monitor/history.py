@@ -83,6 +83,14 @@ class MetricsStore:
     def __init__(self, max_runs: int = MAX_RUNS) -> None:
         self.max_runs = max_runs
         self.runs: dict[str, RunHistory] = {}
+        self.sweeps: dict[str, dict[str, Any]] = {}  # each sweep's newest table (the daskrl-sweeps topic)
+
+    def add_sweep(self, msg: Any) -> bool:
+        """Keep a sweep's newest table of trials; a malformed event is ignored."""
+        if not isinstance(msg, dict) or not msg.get("sweep") or not isinstance(msg.get("trials"), list):
+            return False
+        self.sweeps[str(msg["sweep"])] = msg
+        return True
 
     def add(self, msg: Any, stamp: float | None = None) -> bool:
         """Record one ``daskrl-metrics`` event; a malformed one is ignored (it is a view, not a contract)."""
@@ -172,3 +180,8 @@ def _clean(row: dict[str, Any] | None) -> dict[str, Any] | None:
     if row is None:
         return None
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def sweeps_payload(store: MetricsStore, run: str | None = None) -> dict[str, Any]:
+    """``api/sweeps``: every sweep's newest table of trials (status, env steps, returns) and best return so far."""
+    return {"sweeps": list(store.sweeps.values())}

@@ -11,12 +11,13 @@ from typing import Any
 
 from tornado import web
 
-from daskrl.monitor.history import MetricsStore, history_payload, json_safe, latest_payload
+from daskrl.monitor.history import MetricsStore, history_payload, json_safe, latest_payload, sweeps_payload
 
 #: route name -> the payload it serves, from the store and a run's name (None: the run that started last)
 PAYLOADS: dict[str, Callable[[MetricsStore, str | None], dict[str, Any]]] = {
     "latest": latest_payload,
     "history": history_payload,
+    "sweeps": sweeps_payload,
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from daskrl.monitor.dashboard.runs import runs_table_html
+from daskrl.monitor.dashboard.runs import runs_table_html, sweeps_table_html
 from daskrl.monitor.dashboard.summary import summary_html
 from daskrl.monitor.history import MetricsStore, RunHistory
 from daskrl.monitor.plots import series, share_bars, shares_figure, time_figures
@@ -89,7 +89,7 @@ class RunPage:
     def update(self) -> None:
         """Bokeh's periodic callback: list the live runs, offer the runs seen so far and follow the chosen one's new
         reports."""
-        self.runs_table.text = runs_table_html(self.runs())
+        self.runs_table.text = runs_table_html(self.runs()) + sweeps_table_html(self.store.sweeps)
         names = self.store.names()
         if self.chooser.options != [self.LATEST, *names]:
             self.chooser.options = [self.LATEST, *names]

@@ -36,5 +36,22 @@ def runs_table_html(runs: list[dict[str, Any]]) -> str:
     return f"<b>runs on this cluster</b><table>{'<tr>' + head + '</tr>'}{rows}</table>"
 
 
+def sweeps_table_html(sweeps: dict[str, dict[str, Any]]) -> str:
+    """Each sweep's trials (status counts) and best finished return so far, newest sweep first."""
+    if not sweeps:
+        return ""
+    rows = []
+    for name, msg in sorted(sweeps.items(), key=lambda item: -float(item[1].get("time") or 0)):
+        counts: dict[str, int] = {}
+        for trial in msg["trials"]:
+            counts[str(trial.get("status"))] = counts.get(str(trial.get("status")), 0) + 1
+        status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        rows.append("<tr>" + "".join(f"<td style='padding-right:1em'>{html.escape(str(v))}</td>" for v in (
+            name, len(msg["trials"]), status, _number(msg.get("best")))) + "</tr>")
+    head = "".join(f"<th style='text-align:left;padding-right:1em'>{h}</th>"
+                   for h in ("sweep", "trials", "status", "best return so far"))
+    return f"<b>sweeps</b><table id='daskrl-sweeps'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
 def _number(x: Any) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{float(x):.1f}"
