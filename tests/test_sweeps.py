@@ -96,6 +96,19 @@ def _sweep_process(args: list[str], cwd: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+def _ctrl_c_when(args: list[str], cwd: Path, condition, what: str) -> str:
+    """Run ``daskrl sweep ARGS``, send it SIGINT once ``condition()`` holds, and return its output (exit 0)."""
+    proc = _sweep_process(args, cwd)
+    try:
+        wait_for(condition, timeout=180, interval=0.2, what=what)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    return out
+
+
 def _trained(sweep_dir: Path, trial: str) -> bool:
     """The trial is running and has reported env steps."""
     try:
@@ -119,15 +132,8 @@ def test_pbt_across_trials_keeps_each_trials_hyperparameters_true_through_ctrl_c
                            "ranges": {"learning_rate": [1e-6, 1e-2]}})
     (tmp_path / "pbt.json").write_text(json.dumps(spec))
     sweep_dir = tmp_path / "train_dir" / "pbt"
-    proc = _sweep_process(["pbt.json"], tmp_path)
-    try:
-        wait_for(lambda: (sweep_dir / "pbt.csv").exists() and len((sweep_dir / "pbt.csv").read_text().splitlines()) > 1,
-                 timeout=180, interval=0.5, what="an exploit in pbt.csv")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, out
+    out = _ctrl_c_when(["pbt.json"], tmp_path, lambda: (sweep_dir / "pbt.csv").exists()
+                       and len((sweep_dir / "pbt.csv").read_text().splitlines()) > 1, "an exploit in pbt.csv")
     assert "continue with: daskrl sweep --resume" in out
     exploits = (sweep_dir / "pbt.csv").read_text().splitlines()[1:]
     target = exploits[0].split(",")[2]
@@ -152,15 +158,9 @@ def test_resume_after_ctrl_c_runs_only_the_trials_that_did_not_finish(tmp_path):
                       space={"learning_rate": [3e-3, 1e-3, 3e-4]})
     (tmp_path / "resume.json").write_text(json.dumps(spec))
     sweep_dir = tmp_path / "train_dir" / "resume"
-    proc = _sweep_process(["resume.json"], tmp_path)
-    try:
-        wait_for(lambda: _statuses(sweep_dir).get("c000-s0") == "finished" and _trained(sweep_dir, "c001-s0"),
-                 timeout=180, interval=0.2, what="the first trial finished, the second training")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, out
+    _ctrl_c_when(["resume.json"], tmp_path,
+                 lambda: _statuses(sweep_dir).get("c000-s0") == "finished" and _trained(sweep_dir, "c001-s0"),
+                 "the first trial finished, the second training")
     statuses = _statuses(sweep_dir)
     assert statuses["c000-s0"] == "finished" and statuses["c001-s0"] == "interrupted", statuses
     first = (sweep_dir / "c000-s0" / "metrics.csv").read_text()
