@@ -31,7 +31,7 @@ def run_sweep(spec: SweepSpec | dict[str, Any] | str | None = None, train_dir: s
     need = workers_needed(spec.trial_config(trials[0].params if trials else {}, 0, train_dir, "probe"))
     cluster = SweepCluster(client, scheduler, n_workers=embedded_workers(spec.concurrent, need))
     try:
-        driver = SweepDriver(spec, sweep_dir, trials, cluster, say=say)
+        driver = SweepDriver(spec, sweep_dir, trials, cluster, need, say=say)
         say(f"daskrl sweep: {spec.name}: {spec.search} search, {len(spec.seeds)} seed(s) per configuration, "
             f"{spec.budget_env_steps:,} env steps per trial, up to {driver.concurrent} at once, in {sweep_dir}")
         ended = driver.run()

@@ -20,7 +20,6 @@ from typing import Any
 
 from daskrl.config import Config
 from daskrl.driver.experiment import has_checkpoint
-from daskrl.driver.placement import workers_needed
 from daskrl.driver.stop_signals import StopOnSignals
 from daskrl.sweep.asha import ASHA
 from daskrl.sweep.cluster import SweepCluster
@@ -37,8 +36,9 @@ POLL_S = 0.5
 class SweepDriver:
     """See the module docstring."""
 
-    def __init__(self, spec: SweepSpec, sweep_dir: str, trials: list[Trial], cluster: SweepCluster,
+    def __init__(self, spec: SweepSpec, sweep_dir: str, trials: list[Trial], cluster: SweepCluster, need: int,
                  say: Any = print) -> None:
+        """``need``: the worker processes one trial's run takes (:func:`daskrl.driver.placement.workers_needed`)."""
         self.spec, self.sweep_dir, self.trials, self.cluster, self.say = spec, sweep_dir, trials, cluster, say
         self.searcher = make_searcher(spec, sweep_dir)
         self.asha = ASHA(spec.rung_steps(), spec.reduction)
@@ -54,7 +54,7 @@ class SweepDriver:
                                if all(u.status in ENDED for u in trials if u.config_index == t.config_index)}
         self.judged: set[tuple[int, int]] = set()  # (configuration, rung) decided: each once
         self._restore_rungs()
-        self.need = workers_needed(self._config_of(trials[0]) if trials else self._probe_config())
+        self.need = need
         self.concurrent = spec.concurrent or max(1, cluster.total_workers() // self.need)
 
     # ---- the loop ----
@@ -129,10 +129,6 @@ class SweepDriver:
                                         f"{os.path.basename(self.sweep_dir)}/{trial.trial_id}")
         resume = has_checkpoint(config.experiment_dir)
         return config.replace(resume=resume, overwrite=not resume)
-
-    def _probe_config(self) -> Config:
-        params = self.searcher.ask(0) or {}
-        return self.spec.trial_config(params, 0, os.path.dirname(self.sweep_dir), "probe")
 
     def _collect_starts(self) -> bool:
         changed = False
@@ -216,9 +212,8 @@ class SweepDriver:
         if index in self.told or any(t.status not in ENDED for t in mine):
             return
         self.told.add(index)
-        values = [t.final_return for t in mine if t.status != FAILED and not math.isnan(t.final_return)]
-        value = sum(values) / len(values) if values else None
-        self.searcher.tell(index, value, pruned=any(t.status == STOPPED for t in mine))
+        value = finite_mean([t.final_return for t in mine if t.status != FAILED])
+        self.searcher.tell(index, None if math.isnan(value) else value, pruned=any(t.status == STOPPED for t in mine))
 
     # ---- early stopping ----
 
@@ -238,9 +233,7 @@ class SweepDriver:
                                                            if t.status not in ENDED):
             return
         self.judged.add((index, step))
-        values = [t.rung_values[step] for t in mine if step in t.rung_values]
-        finite = [v for v in values if not math.isnan(v)]
-        value = sum(finite) / len(finite) if finite else math.nan
+        value = finite_mean([t.rung_values[step] for t in mine if step in t.rung_values])
         if self.spec.early_stopping == "median":
             go_on = not self.searcher.report(index, step, value)
         else:
@@ -260,8 +253,7 @@ class SweepDriver:
             for step in self.asha.rungs:
                 values = [t.rung_values[step] for t in mine if step in t.rung_values]
                 if mine and len(values) == len(mine):
-                    finite = [v for v in values if not math.isnan(v)]
-                    self.asha.restore(index, step, sum(finite) / len(finite) if finite else math.nan)
+                    self.asha.restore(index, step, finite_mean(values))
                     self.judged.add((index, step))
 
     # ---- a stop, and the table ----
@@ -296,6 +288,12 @@ class SweepDriver:
 
     def _trial(self, trial_id: str) -> Trial:
         return next(t for t in self.trials if t.trial_id == trial_id)
+
+
+def finite_mean(values: list[float]) -> float:
+    """The mean of the numbers that are not NaN (a seed with no finished episode yet has none), or NaN."""
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
 
 
 def _one_line(exc: BaseException) -> str:
