@@ -34,9 +34,11 @@ RL_ZOO_PPO = {
     "LunarLander-v3": (1_000_000, 242.0, "v2"),
     "HalfCheetah-v5": (1_000_000, 5819.0, "v3"),
     "Hopper-v5": (1_000_000, 2410.0, "v3"),
+    "Ant-v5": (1_000_000, 1327.0, "v3"),
+    "Swimmer-v5": (1_000_000, 281.6, "v3"),
 }
 #: the share of rl-zoo's return to reach: all of it, 80% on MuJoCo (the learning issue's targets)
-TARGET_SHARE = {"HalfCheetah-v5": 0.8, "Hopper-v5": 0.8}
+TARGET_SHARE = {"HalfCheetah-v5": 0.8, "Hopper-v5": 0.8, "Ant-v5": 0.8, "Swimmer-v5": 0.8}
 
 
 def available(env: str) -> bool:

@@ -3,6 +3,7 @@ and the statistics across seeds."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -60,6 +61,11 @@ def test_flags_build_the_same_spec_a_file_does(tmp_path):
     assert spec.space["num_epochs"].integer and spec.trials == 3 and spec.seeds == (0, 1)
     with pytest.raises(ConfigError, match="at least one option to search"):
         spec_from_args(build_parser().parse_args(["sweep", "--env", "CartPole-v1"]))
+    tasks = spec_from_args(build_parser().parse_args([
+        "sweep", "--param", "learning_rate=1e-4,3e-4", "--task", "HalfCheetah-v5=5819:-280",
+        "--task", "Swimmer-v5=281.6"])).tasks
+    assert [(t.env, t.reference, t.random) for t in tasks] == [("HalfCheetah-v5", 5819.0, -280.0),
+                                                                ("Swimmer-v5", 281.6, 0.0)]
 
 
 def test_grid_runs_every_point_and_random_draws_the_same_configuration_again():
@@ -116,14 +122,49 @@ def test_iqm_and_its_interval_across_seeds():
 
 def test_ranking_puts_full_runs_by_iqm_first_and_stopped_ones_after():
     def row(config, seed, status, final):
-        return {"configuration": config, "seed": seed, "status": status, "final_return": final, "params": {},
-                "env_steps": 100}
+        return {"configuration": config, "seed": seed, "status": status, "final_return": final, "final_score": final,
+                "params": {}, "env_steps": 100, "task": ""}
     rows = [row(0, 0, "finished", 100.0), row(0, 1, "finished", 90.0), row(1, 0, "finished", 200.0),
             row(1, 1, "finished", 180.0), row(2, 0, "stopped", 500.0), row(2, 1, "stopped", 400.0),
             row(3, 0, "failed", math.nan)]
     ranked = rank(rows)
     assert [r.configuration for r in ranked] == [1, 0, 2, 3]
     assert ranked[0].mean == ranked[0].iqm == 190.0  # the IQM of two seeds is their mean
+
+
+def test_tasks_put_each_envs_returns_on_one_scale_and_rank_configurations_by_their_mean_score():
+    spec = spec_from_dict({"name": "family", "base": {"num_workers": 1}, "space": {"learning_rate": [1e-4, 3e-4]},
+                           "tasks": {"CartPole-v1": 500, "Acrobot-v1": {"reference": -100, "random": -500}}})
+    assert spec.task_envs() == ("CartPole-v1", "Acrobot-v1")
+    assert spec.score("CartPole-v1", 250.0) == 0.5 and spec.score("Acrobot-v1", -100.0) == 1.0
+    assert spec.score("Acrobot-v1", -300.0) == 0.5 and math.isnan(spec.score("Acrobot-v1", math.nan))
+    config = spec.trial_config({}, 0, "train_dir", "family/c000-Acrobot-v1-s0", "Acrobot-v1")
+    assert config.env.env == "Acrobot-v1"
+    assert Trial(3, 1, {}, task="mpe2.simple_v3:parallel_env").trial_id == "c003-mpe2.simple_v3_parallel_env-s1"
+    assert spec_from_dict(json.loads(spec.to_json())).tasks == spec.tasks  # sweep.json reads back (--resume)
+
+    def row(config, task, final):
+        return {"configuration": config, "seed": 0, "status": "finished", "final_return": final, "params": {},
+                "final_score": spec.score(task, final), "env_steps": 100, "task": task}
+    # configuration 0 has the higher returns summed, configuration 1 the higher scores: scores decide
+    rows = [row(0, "CartPole-v1", 500.0), row(0, "Acrobot-v1", -500.0),
+            row(1, "CartPole-v1", 400.0), row(1, "Acrobot-v1", -200.0)]
+    assert [r.configuration for r in rank(rows)] == [1, 0] and rank(rows)[0].mean == pytest.approx(0.775)
+
+
+def test_a_bad_task_list_is_refused_one_line_each():
+    with pytest.raises(ConfigError) as refused:
+        spec_from_dict({"name": "s", "base": {"env": "CartPole-v1"}, "space": {"learning_rate": [1e-4]},
+                        "tasks": {"CartPole-v1": 500, "Acrobot-v1": {"reference": -500, "random": -500},
+                                  "Pendulum-v1": {"best": 0}},
+                        "pbt": {"period_env_steps": 1000}})
+    text = "\n".join(refused.value.problems)
+    assert "task 'Acrobot-v1': the reference return (-500) must be finite and differ" in text
+    assert "task 'Pendulum-v1': give {reference: R}" in text
+    assert "tasks set each trial's env: leave env out of base and space" in text
+    assert "PBT across trials copies one trial's weights into another" in text
+    with pytest.raises(ConfigError, match="tasks must map each env id"):
+        spec_from_dict({**GOOD, "base": {}, "tasks": ["CartPole-v1"]})
 
 
 def test_the_dashboard_keeps_each_sweeps_newest_table_and_lists_it():

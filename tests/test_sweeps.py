@@ -75,6 +75,27 @@ def test_a_sweep_packs_its_trials_stops_the_bad_configuration_and_reports(tmp_pa
     _check_report_in_chromium(sweep_dir, tmp_path)
 
 
+@slow("4 short trials: 2 configurations on CartPole and Acrobot")
+def test_a_sweep_over_tasks_runs_each_configuration_on_every_env_and_ranks_it_by_normalized_score(tmp_path):
+    base = {k: v for k, v in BASE.items() if k != "env"}
+    tasks = {"CartPole-v1": 500.0, "Acrobot-v1": {"reference": -100.0, "random": -500.0}}
+    result = run_sweep(sweep_spec("family", base=base, seeds=1, budget_env_steps=40_000, tasks=tasks,
+                                  space={"learning_rate": [3e-3, 1e-6]}), train_dir=str(tmp_path), say=print)
+    sweep_dir = tmp_path / "family"
+    rows = read_table(str(sweep_dir))
+    assert result["ended"] == "done" and {(r["configuration"], r["task"]) for r in rows} == {
+        (c, t) for c in (0, 1) for t in tasks}
+    for r in rows:
+        env = json.loads((sweep_dir / r["trial"] / "config.json").read_text())["env"]["env"]
+        assert env == r["task"] and r["trial"] == f"c{r['configuration']:03d}-{r['task']}-s0"
+        reference, random = (500.0, 0.0) if env == "CartPole-v1" else (-100.0, -500.0)
+        assert r["final_score"] == pytest.approx((r["final_return"] - random) / (reference - random), abs=1e-3)
+    # a working learning rate against one that learns nothing: chosen by its mean score over both envs
+    assert result["best"]["configuration"] == 0, rows
+    page = html.unescape(Path(write_sweep_report(str(sweep_dir))).read_text())
+    assert "Mean final return per task" in page and "Acrobot-v1 (reference -100)" in page and "mean score" in page
+
+
 def _check_report_in_chromium(sweep_dir: Path, tmp_path: Path) -> None:
     out = write_sweep_report(str(sweep_dir))
     if CHROMIUM is None:

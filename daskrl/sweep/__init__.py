@@ -22,24 +22,27 @@ def run_sweep(spec: SweepSpec | dict[str, Any] | str | None = None, train_dir: s
               scheduler: str = "", resume: str = "", say: Any = print) -> dict[str, Any]:
     """Run a sweep (``spec``: a :class:`SweepSpec`, its dict, or a spec file) or, with ``resume`` (a sweep
     directory), continue one. ``client`` / ``scheduler``: the cluster (default: an embedded one sized for the
-    trials). Returns where it stands: its directory, why it ended, the best configuration and every trial's row."""
+    trials). Returns where it stands: its directory, why it ended, the best configuration (its ``mean_return`` is
+    a mean score with tasks: ``measure`` says which) and every trial's row."""
     from daskrl.sweep.cluster import SweepCluster, embedded_workers
     from daskrl.sweep.driver import SweepDriver
     from daskrl.sweep.results import best
 
     spec, sweep_dir, trials = _open(spec, train_dir, resume)
-    need = workers_needed(spec.trial_config(trials[0].params if trials else {}, 0, train_dir, "probe"))
+    need = max(workers_needed(spec.trial_config(trials[0].params if trials else {}, 0, train_dir, "probe", task))
+               for task in spec.task_envs())
     cluster = SweepCluster(client, scheduler, n_workers=embedded_workers(spec.concurrent, need))
     try:
         driver = SweepDriver(spec, sweep_dir, trials, cluster, need, say=say)
-        say(f"daskrl sweep: {spec.name}: {spec.search} search, {len(spec.seeds)} seed(s) per configuration, "
+        tasks = f" on {len(spec.tasks)} tasks ({', '.join(spec.task_envs())})" if spec.tasks else ""
+        say(f"daskrl sweep: {spec.name}: {spec.search} search, {len(spec.seeds)} seed(s) per configuration{tasks}, "
             f"{spec.budget_env_steps:,} env steps per trial, up to {driver.concurrent} at once, in {sweep_dir}")
         ended = driver.run()
     finally:
         cluster.close()
     rows = read_table(sweep_dir)
     chosen = best(rows)
-    return {"sweep_dir": sweep_dir, "ended": ended, "rows": rows,
+    return {"sweep_dir": sweep_dir, "ended": ended, "rows": rows, "measure": "score" if spec.tasks else "return",
             "best": None if chosen is None else {"configuration": chosen.configuration, "params": chosen.params,
                                                  "mean_return": chosen.mean, "iqm": chosen.iqm, "ci": chosen.ci}}
 

@@ -42,7 +42,7 @@ class SweepCluster:
 
     def publish(self, name: str, trials: list[Trial]) -> None:
         """The sweep's table for the dashboard page (a view: a failure here never stops the sweep)."""
-        finished = [t.final_return for t in trials if t.status == "finished" and not math.isnan(t.final_return)]
+        finished = [t.final_score for t in trials if t.status == "finished" and not math.isnan(t.final_score)]
         try:
             self.client.log_event(SWEEPS_TOPIC, {
                 "sweep": name, "time": time.time(), "best": max(finished) if finished else None,

@@ -3,6 +3,7 @@
     daskrl sweep cartpole.yaml
     daskrl sweep --env CartPole-v1 --param learning_rate=1e-4,3e-4,1e-3 --param num_epochs=1:4:int \\
         --search random --trials 8 --seeds 2 --budget-env-steps 300000 --early-stopping asha
+    daskrl sweep --param learning_rate=1e-4,3e-4 --task HalfCheetah-v5=5819:-280 --task Swimmer-v5=281.6
     daskrl sweep --resume train_dir/cartpole
 """
 
@@ -34,6 +35,9 @@ def add_sweep_parser(sub: Any) -> None:
                    help="an option every trial shares (repeatable; VALUE as JSON where it parses)")
     p.add_argument("--param", action="append", default=[], metavar="OPTION=VALUES",
                    help="an option searched: V1,V2,... or LOW:HIGH[:log][:int] (repeatable)")
+    p.add_argument("--task", action="append", default=[], metavar="ENV=REFERENCE[:RANDOM]",
+                   help="run every configuration on this env too, its return scored 0 at RANDOM (default 0) and 1 "
+                        "at REFERENCE (repeatable; instead of --env)")
     p.add_argument("--name", help="the sweep's name (its directory under --train-dir)")
     p.add_argument("--search", choices=SEARCHES, help="grid, random, or Optuna's tpe / cmaes")
     p.add_argument("--trials", type=int, help="configurations a random or Optuna search tries")
@@ -61,18 +65,26 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     if not space:
         raise ConfigError(["a sweep needs at least one option to search: give a spec file with a 'space', or "
                            "--param OPTION=V1,V2"])
-    data.update(base=base, space=space)
+    tasks = dict(data.get("tasks") or {})
+    tasks.update(dict(_pair(item, "--task", _task_scale) for item in args.task))
+    data.update(base=base, space=space, **({"tasks": tasks} if tasks else {}))
     return spec_from_dict(data)
 
 
 def _pair(item: str, flag: str, parse: Any) -> tuple[str, Any]:
-    name, sep, value = item.partition("=")
+    name, sep, value = item.rpartition("=") if flag == "--task" else item.partition("=")
     if not sep or not name:
         raise ConfigError([f"{flag} {item!r}: expected OPTION=VALUE"])
     try:
-        return name.strip().replace("-", "_"), parse(value)
+        return (name.strip() if flag == "--task" else name.strip().replace("-", "_")), parse(value)
     except ValueError as exc:
         raise ConfigError([f"{flag} {item!r}: {exc}"]) from exc
+
+
+def _task_scale(text: str) -> dict[str, float]:
+    """``REFERENCE`` or ``REFERENCE:RANDOM``."""
+    reference, _, random = text.partition(":")
+    return {"reference": float(reference), "random": float(random or 0.0)}
 
 
 def _json_or_text(text: str) -> Any:
@@ -106,7 +118,9 @@ def print_result(result: dict[str, Any]) -> None:
     best = result["best"]
     if best is not None:
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
-        print(f"daskrl sweep: best configuration c{best['configuration']:03d} ({values}): mean return "
-              f"{best['mean_return']:.1f}, IQM {best['iqm']:.1f} [{best['ci'][0]:.1f}, {best['ci'][1]:.1f}]")
+        digits = 3 if result["measure"] == "score" else 1
+        mean, iqm, (low, high) = (round(best[k], digits) for k in ("mean_return", "iqm")), best["ci"]
+        print(f"daskrl sweep: best configuration c{best['configuration']:03d} ({values}): mean {result['measure']} "
+              f"{mean}, IQM {iqm} [{low:.{digits}f}, {high:.{digits}f}]")
     if result["ended"] != "done":
         print(f"daskrl sweep: continue with: daskrl sweep --resume {result['sweep_dir']}")

@@ -1,7 +1,7 @@
 """Running a sweep on one Dask cluster: its trials as daskrl runs, as many at once as the free workers hold.
 
 One loop, on the calling thread, twice a second: trials whose runs have started are watched through their handles
-(:func:`daskrl.start`), each configuration is judged at its rungs (ASHA, or Optuna's pruner) once every seed has
+(:func:`daskrl.start`), each configuration is judged at its rungs (ASHA, or Optuna's pruner) once every seed (of every task) has
 reached the rung, PBT across trials exploits at its periods, ended runs are recorded, and the next trials start
 (each start on a thread of its own, so a start-up of a few seconds holds up nothing) while the cluster has free
 workers for them. A finished or stopped trial's workers are free for the next one at once (its run's claim ends
@@ -121,12 +121,13 @@ class SweepDriver:
     def _add_configuration(self, params: dict[str, Any]) -> None:
         index = self.next_config
         self.next_config += 1
-        for seed in self.spec.seeds:
-            self.trials.append(Trial(index, seed, dict(params)))
+        for task in self.spec.task_envs():
+            for seed in self.spec.seeds:
+                self.trials.append(Trial(index, seed, dict(params), task=task))
 
     def _config_of(self, trial: Trial) -> Config:
         config = self.spec.trial_config(trial.params, trial.seed, os.path.dirname(self.sweep_dir),
-                                        f"{os.path.basename(self.sweep_dir)}/{trial.trial_id}")
+                                        f"{os.path.basename(self.sweep_dir)}/{trial.trial_id}", trial.task)
         resume = has_checkpoint(config.experiment_dir)
         return config.replace(resume=resume, overwrite=not resume)
 
@@ -152,7 +153,7 @@ class SweepDriver:
             trial = self._trial(trial_id)
             status = handle.status()
             before = (trial.env_steps, trial.final_return)
-            trial.observe(status["env_steps"], status["episode_return_mean"])
+            self._observe(trial, status)
             trial.wall_time_s = self.wall_before[trial_id] + time.monotonic() - self.started_at[trial_id]
             changed |= before != (trial.env_steps, trial.final_return)
             if handle.done:
@@ -179,6 +180,10 @@ class SweepDriver:
             self.say(f"daskrl sweep: {trial.trial_id} {trial.note} "
                      f"({', '.join(f'{k}={v:.3g}' for k, v in done.hyperparams.items())})")
         return done is not None
+
+    def _observe(self, trial: Trial, status: dict[str, Any]) -> None:
+        trial.observe(status["env_steps"], status["episode_return_mean"])
+        trial.final_score = self.spec.score(trial.task, trial.final_return)
 
     def _run_ended(self, trial: Trial, handle: Any) -> None:
         del self.handles[trial.trial_id]
@@ -212,7 +217,7 @@ class SweepDriver:
         if index in self.told or any(t.status not in ENDED for t in mine):
             return
         self.told.add(index)
-        value = finite_mean([t.final_return for t in mine if t.status != FAILED])
+        value = finite_mean([t.final_score for t in mine if t.status != FAILED])
         self.searcher.tell(index, None if math.isnan(value) else value, pruned=any(t.status == STOPPED for t in mine))
 
     # ---- early stopping ----
@@ -221,13 +226,14 @@ class SweepDriver:
         changed = False
         for step in self.asha.rungs:
             if step not in trial.rung_values and trial.env_steps >= step:
-                trial.rung_values[step] = trial.final_return
+                trial.rung_values[step] = trial.final_score
                 changed = True
                 self._judge(trial.config_index, step)
         return changed
 
     def _judge(self, index: int, step: int) -> None:
-        """Once every seed of configuration ``index`` has reached rung ``step`` (or ended): go on, or stop them all."""
+        """Once every trial of configuration ``index`` has reached rung ``step`` (or ended): go on, or stop them
+        all (judged by the mean score: the mean return without tasks)."""
         mine = [t for t in self.trials if t.config_index == index and t.status != FAILED]
         if (index, step) in self.judged or not mine or any(step not in t.rung_values for t in mine
                                                            if t.status not in ENDED):
@@ -276,8 +282,7 @@ class SweepDriver:
                 self._trial(trial_id).note = _one_line(exc)
         for trial_id, handle in self.handles.items():
             trial = self._trial(trial_id)
-            status = handle.status()  # its last numbers, after its final checkpoint
-            trial.observe(status["env_steps"], status["episode_return_mean"])
+            self._observe(trial, handle.status())  # its last numbers, after its final checkpoint
             if trial.status == RUNNING:
                 trial.status = INTERRUPTED
         self.handles.clear()

@@ -3,7 +3,8 @@
 Each configuration's learning curve is the mean over its seeds with a 95% bootstrap band (:mod:`.results`), read
 from the ``metrics.csv`` of each trial's experiment; the ranking table gives each configuration's values, status,
 seeds, env steps, mean and IQM of the final returns with the IQM's 95% bootstrap interval; the trials table is
-``sweep.csv`` itself.
+``sweep.csv`` itself. A sweep with tasks is drawn and ranked by normalized scores (:mod:`.tasks`), and a table gives
+each configuration's mean return on each task.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from daskrl.errors import ConfigError
 from daskrl.monitor.plots import new_figure
 from daskrl.monitor.report import read_metrics
 from daskrl.sweep.results import Ranked, curve_band, rank
+from daskrl.sweep.spec import SweepSpec, load_spec
 from daskrl.sweep.trials import read_table
 
 #: configurations drawn in the curve plot (the best ranked): more lines than this cannot be told apart
@@ -38,16 +40,22 @@ def write_sweep_report(sweep_dir: str, output: str | None = None) -> str:
     if not os.path.exists(os.path.join(sweep_dir, "sweep.csv")):
         raise ConfigError([f"{sweep_dir!r} is not a sweep directory with results (no sweep.csv): check --sweep"])
     rows = read_table(sweep_dir)
+    spec = load_spec(os.path.join(sweep_dir, "sweep.json"))
     ranked = rank(rows)
     name = os.path.basename(os.path.normpath(sweep_dir))
-    curve = _curves(sweep_dir, rows, ranked[:MAX_CURVES])
+    curve = _curves(sweep_dir, rows, ranked[:MAX_CURVES], spec)
+    what = ("score (0: a random policy's return, 1: the task's reference) over each configuration's tasks and seeds"
+            if spec.tasks else "return over each configuration's seeds")
     header = (f"<h2>daskrl sweep {html.escape(name)}</h2><p>{len(rows)} trials of {len(ranked)} configurations in "
-              f"{html.escape(os.path.abspath(sweep_dir))}. Curves: the mean return over each configuration's seeds, "
-              "with a 95% bootstrap band; IQM: the interquartile mean of the seeds' final returns, with its 95% "
-              "bootstrap interval (as rliable reports them).</p>")
+              f"{html.escape(os.path.abspath(sweep_dir))}. Curves: the mean {what}, with a 95% bootstrap band; IQM: "
+              "the interquartile mean of the trials' final values, with its 95% bootstrap interval (as rliable "
+              "reports them).</p>")
+    tables = [ranking_html(ranked, scored=bool(spec.tasks))]
+    if spec.tasks:
+        tables.append(per_task_html(rows, ranked, spec))
+    tables.append(trials_html(rows, scored=bool(spec.tasks)))
     parts = [Div(text=header, sizing_mode="stretch_width"), curve,
-             Div(text=ranking_html(ranked), sizing_mode="stretch_width"),
-             Div(text=trials_html(rows), sizing_mode="stretch_width")]
+             *(Div(text=t, sizing_mode="stretch_width") for t in tables)]
     page = file_html(column(*parts, sizing_mode="stretch_width"), resources=INLINE, title=f"daskrl sweep: {name}")
     output = output or os.path.join(sweep_dir, "report.html")
     with open(output, "w", encoding="utf-8") as f:
@@ -55,12 +63,14 @@ def write_sweep_report(sweep_dir: str, output: str | None = None) -> str:
     return output
 
 
-def _curves(sweep_dir: str, rows: list[dict[str, Any]], ranked: list[Ranked]) -> Any:
-    fig = new_figure("Learning curves: mean return over seeds (95% bootstrap band)", "return", "env steps")
+def _curves(sweep_dir: str, rows: list[dict[str, Any]], ranked: list[Ranked], spec: SweepSpec) -> Any:
+    value = "score" if spec.tasks else "return"
+    fig = new_figure(f"Learning curves: mean {value} over {'tasks and ' if spec.tasks else ''}seeds (95% bootstrap "
+                     "band)", value, "env steps")
     fig.xaxis.formatter.use_scientific = False
     for i, config in enumerate(ranked):
-        curves = [c for r in rows if r["configuration"] == config.configuration
-                  if (c := _trial_curve(os.path.join(sweep_dir, r["trial"]))) is not None]
+        curves = _configuration_curves(sweep_dir, [r for r in rows if r["configuration"] == config.configuration],
+                                       spec)
         if not curves:
             continue
         grid, mean, low, high = curve_band(curves)
@@ -71,6 +81,18 @@ def _curves(sweep_dir: str, rows: list[dict[str, Any]], ranked: list[Ranked]) ->
         fig.legend.location = "bottom_right"
         fig.legend.click_policy = "hide"
     return fig
+
+
+def _configuration_curves(sweep_dir: str, rows: list[dict[str, Any]], spec: SweepSpec
+                          ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The curves of one configuration's trials, each on the sweep's scale (scores with tasks, else returns)."""
+    curves = []
+    for row in rows:
+        curve = _trial_curve(os.path.join(sweep_dir, row["trial"]))
+        if curve is not None:
+            steps, returns = curve
+            curves.append((steps, np.array([spec.score(row["task"], v) for v in returns])))
+    return curves
 
 
 def _trial_curve(experiment_dir: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -86,21 +108,43 @@ def _trial_curve(experiment_dir: str) -> tuple[np.ndarray, np.ndarray] | None:
     return x, y
 
 
-def ranking_html(ranked: list[Ranked]) -> str:
-    head = ("rank", "configuration", "values", "status", "seeds", "env steps", "mean return", "IQM", "IQM 95% CI")
+def ranking_html(ranked: list[Ranked], scored: bool = False) -> str:
+    head = ("rank", "configuration", "values", "status", "trials", "env steps",
+            "mean score" if scored else "mean return", "IQM", "IQM 95% CI")
+    num = _score if scored else _num
     body = []
     for i, r in enumerate(ranked, 1):
         cells = (i, f"c{r.configuration:03d}", _values(r.params), r.status, r.seeds, f"{r.env_steps:,}",
-                 _num(r.mean), _num(r.iqm), f"[{_num(r.ci[0])}, {_num(r.ci[1])}]")
+                 num(r.mean), num(r.iqm), f"[{num(r.ci[0])}, {num(r.ci[1])}]")
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return _table("Configurations, best first", head, body, "ranking")
 
 
-def trials_html(rows: list[dict[str, Any]]) -> str:
-    head = ("trial", "values", "seed", "status", "env steps", "final return", "best return", "wall time", "note")
-    body = ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-        r["trial"], _values(r["params"]), r["seed"], r["status"], f"{r['env_steps']:,}", _num(r["final_return"]),
-        _num(r["best_return"]), f"{r['wall_time_s']:.0f} s", r.get("note", ""))) + "</tr>" for r in rows]
+def per_task_html(rows: list[dict[str, Any]], ranked: list[Ranked], spec: SweepSpec) -> str:
+    """Each configuration's mean final return on each task (over its seeds), in the ranking's order."""
+    head = ("configuration", *(f"{t.env} (reference {t.reference:g})" for t in spec.tasks))
+    body = []
+    for r in ranked:
+        cells = [f"c{r.configuration:03d}"]
+        for task in spec.tasks:
+            finals = [row["final_return"] for row in rows if row["configuration"] == r.configuration
+                      and row["task"] == task.env and not math.isnan(row["final_return"])]
+            cells.append(_num(float(np.mean(finals))) if finals else "-")
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return _table("Mean final return per task", head, body, "tasks")
+
+
+def trials_html(rows: list[dict[str, Any]], scored: bool = False) -> str:
+    head = ("trial", "values", *(("task",) if scored else ()), "seed", "status", "env steps", "final return",
+            *(("final score",) if scored else ()), "best return", "wall time", "note")
+    body = []
+    for r in rows:
+        task = (r["task"],) if scored else ()
+        score = (_score(r["final_score"]),) if scored else ()
+        cells = (r["trial"], _values(r["params"]), *task, r["seed"], r["status"], f"{r['env_steps']:,}",
+                 _num(r["final_return"]), *score, _num(r["best_return"]), f"{r['wall_time_s']:.0f} s",
+                 r.get("note", ""))
+        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return _table("Trials (sweep.csv)", head, body, "trials")
 
 
@@ -115,3 +159,7 @@ def _values(params: dict[str, Any]) -> str:
 
 def _num(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.1f}"
+
+
+def _score(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.3f}"

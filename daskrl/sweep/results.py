@@ -1,6 +1,7 @@
 """A sweep's results across seeds, the way RL papers now report them (Agarwal et al., 2021, "Deep RL at the edge
 of the statistical precipice"; their library is rliable): each configuration's interquartile mean (IQM) of its
-seeds' final returns with a 95% bootstrap confidence interval, its learning curve as the mean over seeds with a
+seeds' final returns (scores across tasks and seeds, with tasks: :mod:`.tasks`) with a 95% bootstrap confidence
+interval, its learning curve as the mean over seeds with a
 95% bootstrap band, and the configurations ranked. Numpy only: the few lines rliable's estimators need."""
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def rank(rows: list[dict[str, Any]]) -> list[Ranked]:
         by_config.setdefault(row["configuration"], []).append(row)
     out = []
     for index, mine in sorted(by_config.items()):
-        finals = np.array([r["final_return"] for r in mine if not math.isnan(r["final_return"])])
+        finals = np.array([r["final_score"] for r in mine if not math.isnan(r["final_score"])])
         statuses = {r["status"] for r in mine}
         status = "finished" if statuses == {"finished"} else "stopped" if "stopped" in statuses else \
             "failed" if statuses == {"failed"} else "/".join(sorted(statuses))

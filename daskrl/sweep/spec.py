@@ -3,7 +3,8 @@
 A spec names the options every trial shares (``base``), the options searched (``space``: a list of values, or a
 range with ``low``/``high``, optionally ``log`` and ``type: int``), how configurations are chosen (``search``: grid,
 random, or Optuna's ``tpe``/``cmaes``), how many seeds each configuration runs, the env steps of a full trial, the
-early stopping (ASHA, Optuna's median pruner, or none) and, optionally, PBT across the trials. Every problem is one
+early stopping (ASHA, Optuna's median pruner, or none), optionally the envs every configuration runs on
+(``tasks``, judged by normalized scores: :mod:`.tasks`) and, optionally, PBT across the trials. Every problem is one
 line, and all of them come at once: an unknown option (with a suggestion), an empty range, a value the option
 refuses (checked by building each value into a real :class:`~daskrl.config.Config`).
 """
@@ -19,6 +20,7 @@ from typing import Any
 from daskrl.algo.hyperparams import MUTABLE
 from daskrl.config import Config
 from daskrl.errors import ConfigError
+from daskrl.sweep.tasks import Task, parse_tasks, tasks_json
 
 SEARCHES = ("grid", "random", "tpe", "cmaes")
 EARLY_STOPPING = ("asha", "median", "none")
@@ -79,11 +81,27 @@ class SweepSpec:
     concurrent: int = 0
     search_seed: int = 0
     pbt: PBTSpec | None = None
+    tasks: tuple[Task, ...] = ()
 
-    def trial_config(self, params: dict[str, Any], seed: int, sweep_dir: str, trial_id: str) -> Config:
-        """The config of one trial: the base, the configuration's values, its seed and budget, its directory."""
-        return Config.from_flat({**self.base, **params, "seed": seed, "train_for_env_steps": self.budget_env_steps,
-                                 "train_dir": sweep_dir, "experiment": trial_id})
+    def trial_config(self, params: dict[str, Any], seed: int, sweep_dir: str, trial_id: str,
+                     task: str = "") -> Config:
+        """The config of one trial: the base, the configuration's values, its env (with tasks), its seed and
+        budget, its directory."""
+        env = {"env": task} if task else {}
+        return Config.from_flat({**self.base, **params, **env, "seed": seed,
+                                 "train_for_env_steps": self.budget_env_steps, "train_dir": sweep_dir,
+                                 "experiment": trial_id})
+
+    def task_envs(self) -> tuple[str, ...]:
+        """The env each configuration runs on: its tasks' ("" for the base's env when the spec has no tasks)."""
+        return tuple(t.env for t in self.tasks) or ("",)
+
+    def score(self, task: str, episode_return: float) -> float:
+        """What a trial's return counts for: its task's normalized score, or the return itself without tasks."""
+        for t in self.tasks:
+            if t.env == task:
+                return t.score(episode_return)
+        return episode_return
 
     def rung_steps(self) -> list[int]:
         """The env steps at which ASHA decides (the last, the full budget, is not a decision)."""
@@ -94,6 +112,7 @@ class SweepSpec:
     def to_json(self) -> str:
         data = asdict(self)
         data["space"] = {k: _domain_json(d) for k, d in self.space.items()}
+        data["tasks"] = tasks_json(self.tasks)
         return json.dumps(data, indent=2, default=list)
 
 
@@ -131,7 +150,7 @@ def read_spec_data(path: str) -> dict[str, Any]:
 
 
 _KEYS = {"name", "base", "space", "search", "trials", "seeds", "budget_env_steps", "early_stopping", "rungs",
-         "reduction", "concurrent", "search_seed", "pbt"}
+         "reduction", "concurrent", "search_seed", "pbt", "tasks"}
 
 
 def spec_from_dict(data: dict[str, Any]) -> SweepSpec:
@@ -147,9 +166,11 @@ def spec_from_dict(data: dict[str, Any]) -> SweepSpec:
     seeds = data.get("seeds", 1)
     seeds = tuple(range(int(seeds))) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
     pbt = _pbt_spec(data.get("pbt"), problems)
+    tasks = parse_tasks(data.get("tasks"), problems)
     kwargs = {k: data[k] for k in ("search", "trials", "budget_env_steps", "early_stopping", "rungs", "reduction",
                                    "concurrent", "search_seed") if k in data}
-    spec = SweepSpec(name=str(data.get("name") or "sweep"), base=base, space=space, seeds=seeds, pbt=pbt, **kwargs)
+    spec = SweepSpec(name=str(data.get("name") or "sweep"), base=base, space=space, seeds=seeds, pbt=pbt,
+                     tasks=tasks, **kwargs)
     problems += spec_problems(spec)
     if problems:
         raise ConfigError(problems)
@@ -211,17 +232,27 @@ def spec_problems(spec: SweepSpec) -> list[str]:
         problems.append("budget_env_steps and trials must be > 0, seeds at least one, rungs >= 1, reduction >= 2")
     problems += [f"the sweep sets {k!r} for each trial itself: leave it out of base and space"
                  for k in {*spec.base, *spec.space} if k in SWEEP_OWNED]
+    if spec.tasks and "env" in {*spec.base, *spec.space}:
+        problems.append("tasks set each trial's env: leave env out of base and space")
+    if spec.tasks and spec.pbt:
+        problems.append("PBT across trials copies one trial's weights into another: it needs trials of one env, "
+                        "not tasks")
     problems += _option_problems(spec)
     return problems
 
 
 def _option_problems(spec: SweepSpec) -> list[str]:
     """Build the base and every candidate value into a Config: unknown names and refused values, one line each."""
-    try:
-        base = Config.from_flat(spec.base).validate()
-    except ConfigError as exc:
-        return [f"base: {p}" for p in exc.problems]
     problems = []
+    for task in spec.task_envs()[1:] if spec.tasks else ():
+        try:
+            Config.from_flat({**spec.base, "env": task}).validate()
+        except ConfigError as exc:
+            problems += [f"task {task!r}: {p}" for p in exc.problems]
+    try:
+        base = Config.from_flat({**spec.base, "env": spec.tasks[0].env} if spec.tasks else spec.base).validate()
+    except ConfigError as exc:
+        return problems + [f"base: {p}" for p in exc.problems]
     for name, domain in spec.space.items():
         for value in domain.candidates():
             try:

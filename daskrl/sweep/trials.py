@@ -1,8 +1,9 @@
 """A sweep's trials and what is written about them: ``sweep.csv`` (one row per trial, rewritten at every change)
 and ``sweep_state.json`` (what ``--resume`` needs: every trial's configuration, seed, status and rung values).
 
-A trial is one configuration with one seed: a daskrl run whose experiment is ``<sweep>/c<config>-s<seed>``, so the
-sweep directory holds one experiment per trial and the cluster's run names stay unique across sweeps.
+A trial is one configuration with one seed (on one task, with tasks): a daskrl run whose experiment is
+``<sweep>/c<config>-s<seed>`` (``c<config>-<task>-s<seed>``), so the sweep directory holds one experiment per trial
+and the cluster's run names stay unique across sweeps.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from daskrl.sweep.tasks import Task
+
 #: a trial's statuses: still to run, training, ended at its budget, stopped early (ASHA or a pruner), failed,
 #: stopped by Ctrl-C (run again by --resume)
 QUEUED, RUNNING, FINISHED, STOPPED, FAILED, INTERRUPTED = (
     "queued", "running", "finished", "stopped", "failed", "interrupted")
 #: statuses --resume does not run again
 ENDED = (FINISHED, STOPPED, FAILED)
-CSV_COLUMNS = ("trial", "configuration", "params", "seed", "status", "env_steps", "final_return", "best_return",
-               "wall_time_s", "restarts", "note")
+CSV_COLUMNS = ("trial", "configuration", "params", "task", "seed", "status", "env_steps", "final_return",
+               "final_score", "best_return", "wall_time_s", "restarts", "note")
 
 
 @dataclass
@@ -36,12 +39,17 @@ class Trial:
     wall_time_s: float = 0.0
     restarts: int = 0
     note: str = ""
-    #: the configuration's rungs this trial reached: env steps -> its recent mean return there
+    #: the configuration's rungs this trial reached: env steps -> its score there
     rung_values: dict[int, float] = field(default_factory=dict)
+    #: its env, in a sweep with tasks ("" without: the base's env)
+    task: str = ""
+    #: what its final return counts for (:meth:`SweepSpec.score`: the return itself without tasks)
+    final_score: float = math.nan
 
     @property
     def trial_id(self) -> str:
-        return f"c{self.config_index:03d}-s{self.seed}"
+        task = f"-{Task(self.task, 1.0).slug}" if self.task else ""
+        return f"c{self.config_index:03d}{task}-s{self.seed}"
 
     def observe(self, env_steps: int, mean_return: float) -> None:
         """A newer status of its run: env steps, and the recent mean return (NaN before the first episode)."""
@@ -52,8 +60,9 @@ class Trial:
 
     def row(self) -> dict[str, Any]:
         return {"trial": self.trial_id, "configuration": self.config_index, "params": json.dumps(self.params),
-                "seed": self.seed, "status": self.status, "env_steps": self.env_steps,
-                "final_return": _round(self.final_return), "best_return": _round(self.best_return),
+                "task": self.task, "seed": self.seed, "status": self.status, "env_steps": self.env_steps,
+                "final_return": _round(self.final_return), "final_score": _round(self.final_score),
+                "best_return": _round(self.best_return),
                 "wall_time_s": round(self.wall_time_s, 1), "restarts": self.restarts, "note": self.note}
 
 
@@ -71,7 +80,7 @@ def write_table(sweep_dir: str, trials: list[Trial]) -> None:
 def _write_csv(f: Any, trials: list[Trial]) -> None:
     writer = csv.DictWriter(f, CSV_COLUMNS)
     writer.writeheader()
-    for t in sorted(trials, key=lambda t: (t.config_index, t.seed)):
+    for t in sorted(trials, key=lambda t: (t.config_index, t.task, t.seed)):
         writer.writerow(t.row())
 
 
@@ -104,6 +113,9 @@ def read_table(sweep_dir: str) -> list[dict[str, Any]]:
         row["params"] = json.loads(row["params"])
         for key in ("configuration", "seed", "env_steps", "restarts"):
             row[key] = int(row[key])
+        row.setdefault("task", "")
         for key in ("final_return", "best_return", "wall_time_s"):
             row[key] = float(row[key]) if row[key] != "" else math.nan
+        score = row.get("final_score")  # None: a table written before sweeps had tasks, scored by its returns
+        row["final_score"] = row["final_return"] if score is None else float(score) if score != "" else math.nan
     return rows

@@ -37,7 +37,7 @@ def runs_table_html(runs: list[dict[str, Any]]) -> str:
 
 
 def sweeps_table_html(sweeps: dict[str, dict[str, Any]]) -> str:
-    """Each sweep's trials (status counts) and best finished return so far, newest sweep first."""
+    """Each sweep's trials (status counts) and best finished return (score, with tasks) so far, newest sweep first."""
     if not sweeps:
         return ""
     rows = []
@@ -49,7 +49,7 @@ def sweeps_table_html(sweeps: dict[str, dict[str, Any]]) -> str:
         rows.append("<tr>" + "".join(f"<td style='padding-right:1em'>{html.escape(str(v))}</td>" for v in (
             name, len(msg["trials"]), status, _number(msg.get("best")))) + "</tr>")
     head = "".join(f"<th style='text-align:left;padding-right:1em'>{h}</th>"
-                   for h in ("sweep", "trials", "status", "best return so far"))
+                   for h in ("sweep", "trials", "status", "best return (score) so far"))
     return f"<b>sweeps</b><table id='daskrl-sweeps'><tr>{head}</tr>{''.join(rows)}</table>"
 
 
