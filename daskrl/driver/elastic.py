@@ -17,6 +17,7 @@ from typing import Any
 
 from daskrl.config import MAX_ROLLOUT_WORKERS, Config
 from daskrl.driver.observers import Observer, Run
+from daskrl.driver.placement import workers_needed
 from daskrl.runtime.handles import ComponentHandle
 
 #: a component busier than this share of its time is a bottleneck
@@ -127,9 +128,14 @@ def adapt_range(config: Config) -> tuple[int, int] | None:
     if not config.run.adapt:
         return None
     low, high = (int(x) for x in config.run.adapt.split(":"))
-    s = config.sampler
-    fixed = config.learner.num_learners + (s.num_inference_workers if s.inference == "remote" else 0)
+    fixed = _fixed_workers(config)
     return max(low, fixed + 1), max(high, fixed + 1)
+
+
+def _fixed_workers(config: Config) -> int:
+    """Workers an adaptive run holds whatever its size: every policy's learners and inference workers (as
+    :func:`~daskrl.driver.placement.role_counts` places them)."""
+    return workers_needed(config) - config.sampler.num_workers
 
 
 def adaptive_start(config: Config) -> Config:
@@ -138,6 +144,4 @@ def adaptive_start(config: Config) -> Config:
     bounds = adapt_range(config)
     if bounds is None or "num_workers" in config.explicit():
         return config
-    s = config.sampler
-    fixed = config.learner.num_learners + (s.num_inference_workers if s.inference == "remote" else 0)
-    return config.replace(num_workers=bounds[0] - fixed)
+    return config.replace(num_workers=bounds[0] - _fixed_workers(config))
