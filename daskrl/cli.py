@@ -271,7 +271,8 @@ def _print_summary(summary: dict, sampling: bool) -> None:
     ret = summary["episode_return_mean"]
     print(f"daskrl: {what} {summary['env_steps']:,} env steps in {summary['elapsed_s']:.1f} s "
           f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); "
-          f"mean return {ret:.1f} over the last 100 episodes; results in {summary['experiment_dir']}")
+          f"mean return {ret:.1f} over the last {summary.get('episodes_in_mean', 0)} episodes; results in "
+          f"{summary['experiment_dir']}")
     in_bfloat16 = sorted(name for name, p in summary.get("inference_precision", {}).items() if p == "bfloat16")
     if in_bfloat16:  # 'auto' may have chosen it on these hosts: say so, and how to keep float32
         print(f"daskrl: {', '.join(in_bfloat16)} ran the policy's encoder in bfloat16 "

@@ -208,7 +208,11 @@ class RunConfig(Section):
     seed: int = opt(0, "base random seed (envs, model init)", low=0, high=2**32 - 1)
     train_for_env_steps: int = opt(1_000_000, "stop after this many env steps (0 = no limit)", low=0)
     train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)", low=0)
-    stop_at_return: float | None = opt(None, "stop once the mean return of the last 100 episodes reaches this")
+    stop_at_return: float | None = opt(None, "stop once the mean return of the last --stop-window episodes reaches "
+                                             "this (judged only once that many have finished)")
+    stop_window: int = opt(100, "episodes in the mean return that --stop-at-return, the best checkpoint and the "
+                                "reports use; neither the stop nor best.pt acts on fewer (the first episodes to end "
+                                "are often the short ones)", low=1)
     resume: bool = opt(False, "continue the experiment from its latest checkpoint")
     env_defaults: bool = opt(True, "use the defaults of the env's family (MuJoCo, Box2D, Pendulum: printed at start) "
                                    "for the options you did not give")

@@ -42,7 +42,7 @@ class PolicyBook:
         self.num_policies = n = config.policies.num_policies
         self.stores = [CheckpointStore(d, keep=config.run.keep_checkpoints)
                        for d in checkpoint_dirs(config.experiment_dir, n)]
-        self.episodes = [EpisodeWindow() for _ in range(n)]
+        self.episodes = [EpisodeWindow(config.run.stop_window) for _ in range(n)]
         self.learners: list[dict[str, Any]] = [{} for _ in range(n)]  # each policy's newest learner stats
         self.best = [-math.inf] * n
         self.csv = CsvLog(os.path.join(config.experiment_dir, "policies.csv"), append=resuming) if n > 1 else None
@@ -162,7 +162,7 @@ class PolicyBook:
         """Write ``policy``'s learner snapshot, tagged best when its recent mean return is its best so far."""
         window = self.episodes[policy]
         mean = window.mean_return
-        best = not math.isnan(mean) and len(window.returns) >= 10 and mean > self.best[policy]
+        best = window.full and mean > self.best[policy]
         if best:
             self.best[policy] = mean
         snapshot.update({"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,

@@ -85,7 +85,7 @@ class Run:
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
-                                   None if progress else io.StringIO())
+                                   None if progress else io.StringIO(), window=config.run.stop_window)
 
     def say(self, message: str) -> None:
         """A line on the console (and in the run's log)."""
@@ -237,7 +237,7 @@ class Run:
         state.incidents = merge_incidents(self.incidents.snapshot(), list(self.last_stats.values()))
         state.messages_dropped = messages_dropped(list(self.last_stats.values()))
         target = self.config.run.stop_at_return
-        if target is not None and state.reached_return_at is None and len(state.episodes.returns) >= 10 \
+        if target is not None and state.reached_return_at is None and state.episodes.full \
                 and state.episodes.mean_return >= target:
             state.reached_return_at = state.elapsed
 

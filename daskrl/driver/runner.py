@@ -30,6 +30,7 @@ from daskrl.envs import EnvSpaces
 from daskrl.monitor.console import say
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
+from daskrl.monitor.stats import EpisodeWindow
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.logs import route_logs
@@ -111,7 +112,7 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
 def _resumed_state(prepared: _Prepared) -> RunState:
     """What the run knows at its start: the env steps and seconds of the runs it resumes (every policy's checkpoint
     is of the same moment)."""
-    state = RunState()
+    state = RunState(episodes=EpisodeWindow(prepared.book.config.run.stop_window))
     if prepared.resume_state is not None:
         state.env_steps_offset = int(prepared.resume_state[0].get("env_steps", 0))
         state.elapsed_offset = float(prepared.resume_state[0].get("elapsed_s", 0.0))

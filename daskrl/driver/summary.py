@@ -17,6 +17,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "mean_fps": (state.env_steps - state.env_steps_offset) / max(state.elapsed, 1e-9),
         "episode_return_mean": state.episodes.mean_return,
         "episodes": state.episodes.total,
+        "episodes_in_mean": len(state.episodes.returns),
         "policy_version": state.learner.get("policy_version", 0),
         "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
         "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),

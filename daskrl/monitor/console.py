@@ -19,12 +19,19 @@ def say(line: str) -> None:
     print(line, flush=True, file=sys.stdout)
 
 
-def progress_line(row: dict[str, Any]) -> str:
+def episodes_note(row: dict[str, Any], window: int) -> str:
+    """How many episodes a reported mean covers: the total so far, or, until ``window`` have finished, how few of
+    the window the mean holds (a mean of the first few episodes is no judgement of the policy)."""
+    total, in_mean = int(row.get("episodes", 0) or 0), int(row.get("episodes_in_mean", window) or 0)
+    return f"{total} ep" if in_mean >= window else f"{in_mean} of {window} ep"
+
+
+def progress_line(row: dict[str, Any], window: int = 100) -> str:
     """The plain progress line of one report (``[  12.0s] env steps  123,456 | fps ... | return ...``)."""
     ret, lag = as_number(row.get("episode_return_mean")), as_number(row.get("policy_lag"))
     ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{as_number(row.get('episode_return_std')):.1f}"
     return (f"[{as_number(row.get('time_s'), 0.0):7.1f}s] env steps {int(as_number(row.get('env_steps'), 0)):>11,} | "
-            f"fps {as_number(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({row.get('episodes', 0)} ep) | "
+            f"fps {as_number(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({episodes_note(row, window)}) | "
             f"version {row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
 
 
@@ -35,7 +42,10 @@ class ConsoleView:
     ``env_steps`` and ``time_s``; the bar shows whichever is closer to its end.
     """
 
-    def __init__(self, total_env_steps: int, total_seconds: float, stream: TextIO | None = None) -> None:
+    def __init__(self, total_env_steps: int, total_seconds: float, stream: TextIO | None = None,
+                 window: int = 100) -> None:
+        """``window``: the episodes a full mean covers (--stop-window); a mean of fewer says so."""
+        self.window = window
         self.total_env_steps = int(total_env_steps or 0)
         self.total_seconds = float(total_seconds or 0.0)
         self.stream = sys.stdout if stream is None else stream
@@ -65,7 +75,7 @@ class ConsoleView:
     def update(self, row: dict[str, Any]) -> None:
         """Show one report (a row of metrics.csv)."""
         if not self.live:
-            self.stream.write(progress_line(row) + "\n")
+            self.stream.write(progress_line(row, self.window) + "\n")
             self.stream.flush()
             return
         fraction = self.fraction(row)
@@ -99,7 +109,8 @@ class ConsoleView:
         parts = [f"{steps:,}" + (f"/{self.total_env_steps:,}" if self.total_env_steps else "") + " steps",
                  f"{as_number(row.get('fps'), 0.0):,.0f} fps",
                  "return n/a" if math.isnan(ret)
-                 else f"return {ret:.1f}±{as_number(row.get('episode_return_std')):.1f} ({row.get('episodes', 0)} ep)",
+                 else f"return {ret:.1f}±{as_number(row.get('episode_return_std')):.1f} "
+                      f"({episodes_note(row, self.window)})",
                  f"v{row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" lag {lag:.1f}"),
                  f"{as_number(row.get('time_s'), 0.0):,.0f}s" + ("" if eta is None else f" ETA {_clock(eta)}")]
         return " | ".join(parts)

@@ -80,6 +80,7 @@ class RunState:
             "episode_return_std": self.episodes.std_return,
             "episode_length_mean": self.episodes.mean_length,
             "episodes": self.episodes.total,
+            "episodes_in_mean": len(self.episodes.returns),
             "policy_version": self.learner.get("policy_version", 0),
             "policy_lag": m.get("version_diff", math.nan),
             "loss": m.get("loss", math.nan),

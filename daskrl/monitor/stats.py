@@ -34,6 +34,11 @@ class EpisodeWindow:
         self.total += len(episodes)
 
     @property
+    def full(self) -> bool:
+        """As many episodes as the window holds have finished: only then does its mean judge the policy."""
+        return len(self.returns) >= self.size
+
+    @property
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else math.nan
 

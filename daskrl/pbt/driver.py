@@ -84,7 +84,7 @@ class PBTDriver(Observer):
         version = learners[decision["target"]].call("import_training_state", state, decision["after"],
                                                     timeout=STATE_TIMEOUT_S)
         # the target is judged on its new weights from now on: the episodes its old ones played are forgotten
-        self.book.episodes[decision["target"]] = EpisodeWindow()
+        self.book.episodes[decision["target"]] = EpisodeWindow(self.book.episodes[decision["target"]].size)
         event = {**decision, "time_s": round(elapsed_s, 3), "target_version": version}
         self.exploits.append(event)
         self.log.write(decision, time_s=elapsed_s)
