@@ -1,7 +1,8 @@
 """Elastic runs on a real ``dask scheduler`` + ``dask worker`` cluster: workers that join get rollout workers, a
 worker that leaves in order (``client.retire_workers``, or SIGTERM to its ``dask worker`` process group) hands over
 every slot before it goes, and a worker SIGKILLed on a full cluster leaves the run with fewer rollout workers
-instead of retrying forever; ``--adapt`` grows an embedded cluster on its own.
+instead of retrying forever; a cluster too small for all its rollout workers starts it with fewer; ``--adapt``
+grows an embedded cluster on its own.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -169,3 +172,36 @@ def test_adapt_grows_the_embedded_cluster_to_more_rollout_workers(tmp_path, caps
     rollout = {n for n in summary["data_path"]["slots_filled"]}
     assert len(rollout) >= 2, rollout  # started with one (MIN 1 holds a learner and one rollout worker)
     assert "rollout_0" in rollout
+
+
+def test_an_elastic_run_starts_on_a_cluster_too_small_for_it_and_grows_as_workers_join(small_cluster, tmp_path):
+    """``daskrl train --scheduler ADDR`` (elastic there) on 2 ``dask worker`` processes: CartPole's 2 rollout
+    workers and a learner do not fit, so it starts with the learner and 1 rollout worker, says so in one line, and
+    grows to 3 rollout workers when two workers join (it was refused: "the cluster has 2 worker processes but this
+    run needs 3")."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--scheduler", small_cluster["address"],
+         "--train-dir", str(tmp_path), "--experiment", "small", "--dashboard-address", "", "--train-for-seconds",
+         "40", "--train-for-env-steps", "0", "--report-interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: proc.poll() is not None or any("env steps" in line and "fps" in line for line in lines),
+                 timeout=120, interval=0.2, what="the run's first report")
+        assert any("starts with 1 of its 2 rollout workers and grows as workers join" in line for line in lines), \
+            "".join(lines)
+        for name in ("w2", "w3"):
+            small_cluster["procs"].start(name, dask_command(), "worker", small_cluster["address"], "--nworkers", "1",
+                                         "--nthreads", "1", "--name", name)
+        wait_for(lambda: any("now 3 rollout and 0 inference workers" in line for line in lines), timeout=60,
+                 interval=0.2, what="the run to grow to 3 rollout workers")
+        assert proc.wait(timeout=120) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(10)
+    out = "".join(lines)
+    assert "Traceback" not in out and "trained for" in out, out

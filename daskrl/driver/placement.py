@@ -117,18 +117,21 @@ def too_few_workers(total: int, held: dict[str, str], counts: dict[str, int]) ->
 
 
 def place_claimed(client: Any, config: Config, spaces: EnvSpaces, claim: RunClaim, check_memory: bool,
-                  say: Callable[[str], None]) -> Placement:
+                  say: Callable[[str], None], elastic: bool = False) -> tuple[Placement, Config]:
     """:func:`place` on the workers no other run holds (any, with ``--share-workers``), claimed for this run, and
     checked against what they have before anything is created (:func:`check_placement`). While too few are free,
-    it waits up to ``--wait-for-workers`` seconds (saying so once), then refuses in one line that names the runs
-    holding them."""
+    an ``elastic`` run starts with the rollout workers that fit (at least one: it grows as workers join); any other
+    waits up to ``--wait-for-workers`` seconds (saying so once), then is refused in one line that names the runs
+    holding the workers. Returns the placement and the config it was made for (fewer rollout workers, when
+    an elastic run started small)."""
     deadline = time.monotonic() + config.run.wait_for_workers
     waiting = False
     while True:
         workers = client.scheduler_info()["workers"]
         held = {} if config.run.share_workers else claim.others()
         try:
-            placement = place(workers, config, held)
+            started = fitted_to(workers, config, held, say) if elastic else config
+            placement = place(workers, started, held)
         except ConfigError as exc:
             if time.monotonic() >= deadline:
                 raise
@@ -139,8 +142,21 @@ def place_claimed(client: Any, config: Config, spaces: EnvSpaces, claim: RunClai
             time.sleep(WAIT_POLL_S)
             continue
         if not claim.claim(placement.addresses()):  # none taken by a run that claimed at the same moment
-            check_placement(client, config, spaces, placement, workers, check_memory)
-            return placement
+            check_placement(client, started, spaces, placement, workers, check_memory)
+            return placement, started
+
+
+def fitted_to(workers: dict[str, dict], config: Config, held: dict[str, str], say: Callable[[str], None]) -> Config:
+    """An elastic run on a cluster with too few free workers for all its rollout workers: as many as fit (at least
+    one), said in one line; the config as it is when all fit, or when not even one does (:func:`place` refuses)."""
+    free = len([a for a in workers if a not in held])
+    counts = role_counts(config)
+    fit = free - counts["learner"] - counts["inference"]
+    if fit >= counts["rollout"] or fit < 1:
+        return config
+    say(f"daskrl: the cluster has {free} free worker processes: this elastic run starts with {fit} of its "
+        f"{counts['rollout']} rollout workers and grows as workers join")
+    return config.replace(num_workers=fit)
 
 
 def check_placement(client: Any, config: Config, spaces: EnvSpaces, placement: Placement, workers: dict[str, dict],

@@ -91,14 +91,16 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     claim.open(config.experiment_dir, config.run.share_workers)  # a live run of that name is refused here
     stack.callback(_end_claim, claim)
     # before anything is written: a refusal here leaves the experiment as if the run never started
-    placement = place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded, say=say)
+    # (``started``: ``config`` with fewer rollout workers where an elastic run starts on a small cluster)
+    placement, started = place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded,
+                                       say=say, elastic=elastic_enabled(config))
     bounds = adapt_range(config)
     if bounds is not None and session.cluster is not None:
         session.cluster.adapt(minimum=bounds[0], maximum=bounds[1])
     if prepared.resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
         with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
-            f.write(config.to_json())
-    run = Run(config, session, spaces, prepared.book, _resumed_state(prepared), observers,
+            f.write(config.to_json())  # as asked: a resume on a larger cluster starts with all its rollout workers
+    run = Run(started, session, spaces, prepared.book, _resumed_state(prepared), observers,
               elastic=elastic_enabled(config), claim=claim, progress=progress)
     stack.callback(run.close)
     try:
