@@ -73,3 +73,10 @@ class SharedMemoryError(DaskRLError):
 
 class ExperimentInUseError(DaskRLError):
     """Another live run owns the experiment directory."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line for a message (``Type: text``, whitespace folded, at most ``limit`` characters)."""
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return cause if len(cause) <= limit else cause[:limit] + " ..."
+

@@ -12,8 +12,9 @@ from daskrl.testing.faults import (
     broken_on_workers,
     flaky,
     hanging,
+    kills_its_worker_once,
     nan_reward,
 )
 
 __all__ = ["AlwaysFailingEnv", "FaultInjected", "FlakyEnv", "HangingEnv", "MissingResourceError", "NanRewardEnv",
-           "always_failing", "broken_on_workers", "flaky", "hanging", "nan_reward"]
+           "always_failing", "broken_on_workers", "flaky", "hanging", "kills_its_worker_once", "nan_reward"]

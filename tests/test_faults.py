@@ -42,7 +42,8 @@ from daskrl.runtime.shm import list_segments, owner_pid, sweep
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
-from .helpers import REPORT_OFTEN, Killer, recovery_of, registry, run_config, run_watching_children, slow, worker_pid
+from .helpers import (REPORT_OFTEN, Killer, recovery_of, registry, run_config, run_watching_children, slow,
+                      start_cli_cluster, worker_pid)
 
 pytestmark = slow("fault drills: each run waits for its fault, its recovery and its leftovers to clear")
 
@@ -593,3 +594,20 @@ def test_bad_configuration_is_refused_before_any_process_starts(tmp_path):
     assert code == 2, err
     assert err.count("\n  --") == 3 and "Traceback" not in err, err
     assert not started, f"the CLI started processes for a refused configuration: {started}"
+
+
+def test_a_worker_lost_while_the_fleet_starts_gets_the_fleet_one_more_start(tmp_path, capsys):
+    """A rollout worker's env SIGKILLs its ``dask worker`` process while the fleet is being created (the first
+    ``daskrl train --env doom/basic`` of a fresh install lost a worker that way and the run ended with "configure()
+    failed: OSError: Unable to contact Actor's worker"): the nanny brings the worker back, the run says what
+    happened in one line, starts its fleet again on the workers there are, and trains to its budget."""
+    marker = tmp_path / "killed"
+    with start_cli_cluster(tmp_path, 2) as cluster:
+        config = run_config(tmp_path, "lost_at_start", scheduler=cluster["address"], num_workers=1,
+                            env=f"{FAULTS}:kills_its_worker_once", env_kwargs={"marker": str(marker)},
+                            train_for_env_steps=20_000, elastic=False)
+        summary = train(config)
+    out = capsys.readouterr().out
+    assert marker.exists(), "the env never killed its worker"
+    assert "was lost while the fleet started" in out and "starting the fleet again, once" in out, out
+    assert summary["env_steps"] >= 20_000 and summary["stop_reason"].startswith("reached"), summary

@@ -121,6 +121,13 @@ class Run:
             observer.on_start(self)
         self.phase = "running"
 
+    def abandon_fleet(self) -> None:
+        """Stop what a fleet that failed to start had created, with no checkpoint: nothing trained yet."""
+        fleet, self.fleet = self.fleet, None
+        if fleet is not None:
+            fleet.stop(fleet.samplers())
+            fleet.stop(fleet.consumers() + fleet.learner_members)
+
     def _say_devices(self) -> None:
         learners = self.fleet.learner_devices()
         if len(learners) > 1 or any(device != "cpu" for device in learners.values()):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from daskrl.config.env_defaults import describe as describe_env_defaults
 from daskrl.driver.elastic import adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.experiment import open_experiment, run_log_path
 from daskrl.driver.observers import Observer
-from daskrl.driver.placement import place_claimed, workers_needed
+from daskrl.driver.placement import Placement, place_claimed, workers_needed
 from daskrl.driver.preflight import preflight
 from daskrl.envs import EnvSpaces
+from daskrl.errors import one_line
 from daskrl.monitor.console import say
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
@@ -42,6 +44,9 @@ if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _prepar
     from daskrl.driver.run import Run
 
 logger = logging.getLogger(__name__)
+
+#: seconds a fleet that lost a worker while it started waits for the cluster to have as many as before
+RESTART_WAIT_S = 60.0
 
 
 def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (), progress: bool = True) -> LiveRun:
@@ -103,12 +108,60 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     run = Run(started, session, spaces, prepared.book, _resumed_state(prepared), observers,
               elastic=elastic_enabled(config), claim=claim, progress=progress)
     stack.callback(run.close)
+
+    def place_again() -> Placement:
+        _wait_for_workers(session.client, len(placement.names), RESTART_WAIT_S)
+        return place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded, say=say,
+                             elastic=elastic_enabled(config))[0]
+
     try:
-        run.start(placement, prepared.starts)
+        _start_fleet(run, placement, prepared.starts, place_again)
     except BaseException:
         run.shutdown()
         raise
     return run
+
+
+def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
+                 place_again: Callable[[], Placement]) -> None:
+    """Start the run's fleet. A worker lost while it starts (a process killed, a nanny restarting it: a running
+    fleet recovers such a loss, a starting one has nothing to recover yet) gets the fleet one more start on the
+    workers the cluster has then, said in one line; a second failure, or a failure with every worker still
+    there (a bug, an env that raises), is the run's error."""
+    try:
+        run.start(placement, starts)
+        return
+    except Exception as exc:
+        lost = lost_workers(run.client, placement)
+        if not lost:
+            raise
+        run.say(f"daskrl: worker {', '.join(lost)} was lost while the fleet started ({one_line(exc)}); starting "
+                "the fleet again, once, on the workers the cluster has now")
+        run.abandon_fleet()
+    run.start(place_again(), starts)
+
+
+def lost_workers(client: Any, placement: Placement, settle_s: float = 5.0) -> list[str]:
+    """The names of ``placement``'s workers that left the cluster. The scheduler learns of a death from the
+    worker's nanny or a closed comm, a moment after the caller may have: it is given ``settle_s`` to."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            present = set(client.scheduler_info()["workers"])
+        except Exception:  # the scheduler itself is unreachable: no worker's loss to retry around
+            return []
+        lost = [placement.names.get(a, a) for a in placement.addresses() if a not in present]
+        if lost or time.monotonic() >= deadline:
+            return lost
+        time.sleep(0.25)
+
+
+def _wait_for_workers(client: Any, count: int, timeout: float) -> None:
+    """Until the cluster has ``count`` workers again (a nanny brings a killed one back in seconds), or ``timeout``
+    passed (then placement takes what there is, or refuses in its one line)."""
+    deadline = time.monotonic() + timeout
+    while len(client.scheduler_info()["workers"]) < count and time.monotonic() < deadline:
+        time.sleep(0.25)
 
 
 def _resumed_state(prepared: _Prepared) -> RunState:

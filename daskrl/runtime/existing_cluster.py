@@ -19,7 +19,7 @@ from typing import Any
 from distributed import Client
 from distributed.security import Security
 
-from daskrl.errors import ClusterAccessError
+from daskrl.errors import ClusterAccessError, one_line
 
 TLS_FLAGS = "--tls-ca-file, --tls-cert and --tls-key"
 PROTOCOLS = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
@@ -72,7 +72,7 @@ def open_client(address: str, security: Any, timeout: float) -> Client:
         client = Client(address, security=security, direct_to_workers=True, timeout=timeout)
     except Exception as exc:
         raise ClusterAccessError(f"cannot use the Dask scheduler at {address}: {_hint(exc, scheme, timeout)} "
-                                 f"({_one_line(exc)})") from exc
+                                 f"({one_line(exc)})") from exc
     try:
         check_versions(client, address)
     except BaseException:
@@ -93,11 +93,6 @@ def _hint(exc: BaseException, scheme: str, timeout: float) -> str:
         return (f"no answer within {timeout:g} s (--connect-timeout): is a scheduler running there? If the cluster "
                 f"uses TLS, give its tls:// address and {TLS_FLAGS}")
     return f"no answer within {timeout:g} s (--connect-timeout): is a scheduler running there, reachable from here?"
-
-
-def _one_line(exc: BaseException) -> str:
-    cause = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return cause if len(cause) <= 300 else cause[:300] + " ..."
 
 
 def check_versions(client: Client, address: str) -> None:

@@ -13,6 +13,8 @@ travels to the workers as plain config, e.g. ``--env daskrl.testing_faults:flaky
   stuck loop, as a deadlocked simulator would look);
 - ``broken_on_workers``: builds in the driver (so the run starts) and raises in a Dask worker, as an env that needs
   a file, a licence or a display only the user's machine has.
+- ``kills_its_worker_once``: builds in the driver; the first one built in a Dask worker SIGKILLs that worker's
+  process (the file ``marker`` records that it did), as a worker lost while the fleet starts (its nanny restarts it).
 
 Counters are per process (a rollout worker's envs share one), never per run: a recreated worker starts anew.
 """
@@ -157,3 +159,22 @@ def broken_on_workers(render_mode: str | None = None) -> gym.Env:
     except ValueError:  # not in a Dask worker: the driver probing the env's spaces
         return _Base(render_mode)
     raise MissingResourceError(f"the simulator's data files are not installed on the worker at {worker.address}")
+
+
+def kills_its_worker_once(marker: str, render_mode: str | None = None) -> gym.Env:
+    import signal
+
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:  # the driver probing the env's spaces
+        return _Base(render_mode)
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # one process wins, once
+    except FileExistsError:
+        return _Base(render_mode)
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: the process was killed")
+
