@@ -121,3 +121,45 @@ def test_invalid_arguments(tmp_path):
         store.save({}, env_steps=-1)
     with pytest.raises(FileNotFoundError):
         store.load("latest")
+
+
+def test_a_resume_loads_every_policys_checkpoint_of_the_newest_moment_they_all_have(tmp_path, capsys):
+    """A run killed between writing policy 0's checkpoint and policy 1's: the resume takes the moment before, for
+    both, removes the partial write the kill left, and says what it loaded."""
+    from daskrl.config import Config
+    from daskrl.driver.policies import PolicyBook
+    from daskrl.driver.runner import resumed_line
+    from daskrl.learning.checkpoints import checkpoint_dirs
+
+    config = Config.from_flat({"train_dir": str(tmp_path), "experiment": "two", "num_policies": 2, "resume": True})
+    stores = [CheckpointStore(d) for d in checkpoint_dirs(config.experiment_dir, 2)]
+    for step in (100, 200):
+        for store in stores:
+            store.save(_state(step), env_steps=step)
+    stores[0].save(_state(300), env_steps=300)  # killed before policy 1's checkpoint of that moment
+    (stores[1].directory / ".tmp_checkpoint_000000000300.pt.abc.tmp").write_bytes(b"half a checkpoint")
+    book = PolicyBook(config, resuming=True)
+    states = book.resume_states()
+    assert [s["env_steps"] for s in states] == [200, 200]
+    assert book.resumed_from == {"checkpoint": "checkpoints/policy_0/checkpoint_000000000200.pt", "env_steps": 200,
+                                 "partial_writes_removed": 1}
+    assert not list(stores[1].directory.glob(".tmp_*"))
+    assert resumed_line(book.resumed_from, 2) == (
+        "daskrl: resuming from checkpoints/policy_0/checkpoint_000000000200.pt (each of the 2 policies' of that "
+        "moment): 200 env steps; removed 1 partial write(s) a killed run left")
+
+
+@pytest.mark.slow(reason="5 runs of a few seconds, 4 of them SIGKILLed")
+def test_the_kill_drill_resumes_from_the_newest_complete_checkpoint_every_time():
+    """benchmarks/kill_drill.py (30 kills in docs/faults.md), short: 4 kills, 2 while a checkpoint is written."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    drill = Path(__file__).resolve().parent.parent / "benchmarks" / "kill_drill.py"
+    out = subprocess.run([sys.executable, str(drill), "--kills", "4", "--json"], capture_output=True, text=True,
+                         timeout=600)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["pass"] and result["kills"] == 4 and result["kills_during_write"] >= 2, out.stdout + out.stderr
+    assert result["resumes_newest_complete"] == result["resumes"] == 4

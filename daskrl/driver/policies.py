@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
+from daskrl.errors import TrainingError
 from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.stats import EpisodeWindow
@@ -46,6 +47,7 @@ class PolicyBook:
         self.learners: list[dict[str, Any]] = [{} for _ in range(n)]  # each policy's newest learner stats
         self.best = [-math.inf] * n
         self.csv = CsvLog(os.path.join(config.experiment_dir, "policies.csv"), append=resuming) if n > 1 else None
+        self.resumed_from: dict[str, Any] | None = None  # the checkpoint a resume loaded (resume_states)
         self.self_play = config.policies.self_play_snapshots > 0
         self.tally_games = self.self_play or n > 1  # who beat whom: with opponents that are policies of their own
         # (policy, opponent, snapshot version or -1) since the last report
@@ -57,12 +59,24 @@ class PolicyBook:
     # ---- resume ----
 
     def resume_states(self) -> list[dict] | None:
-        """The newest checkpoint of each policy, by policy (None: not resuming)."""
+        """Each policy's checkpoint of the newest moment all of them have, by policy (None: not resuming). A run
+        killed while it wrote them may have written one policy's and not the next's: that moment is skipped. What
+        was loaded, and any partial write removed, is in :attr:`resumed_from`."""
         if not self.config.run.resume:
             return None
-        states = [store.load("latest") for store in self.stores]
+        partial = sum(len(store.remove_partial_writes()) for store in self.stores)
+        common = set.intersection(*(set(store.steps()) for store in self.stores))
+        if not common:
+            raise TrainingError(f"--resume: the policies of {self.config.experiment_dir!r} have no checkpoint of the "
+                                "same moment (every policy's is written at each checkpoint): start it anew with "
+                                "--overwrite, or from one policy's weights with --init-checkpoint")
+        steps = max(common)
+        paths = [store.path_of(steps) for store in self.stores]
+        states = [store.load(path) for store, path in zip(self.stores, paths, strict=True)]
         for k, state in enumerate(states):
             self.best[k] = float(state.get("best_return", -math.inf))
+        self.resumed_from = {"checkpoint": os.path.relpath(paths[0], self.config.experiment_dir),
+                             "env_steps": steps, "partial_writes_removed": partial}
         return states
 
     # ---- what the components report ----

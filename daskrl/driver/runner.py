@@ -212,6 +212,8 @@ def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
     check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
     book = PolicyBook(config, resuming=config.run.resume)
     resume_state = book.resume_states()  # open_experiment checked they are there
+    if book.resumed_from is not None:
+        say(resumed_line(book.resumed_from, book.num_policies))
     if resume_state is not None:
         starts = [LearnerStart.from_checkpoint(state) for state in resume_state]
     elif config.run.init_checkpoint:  # every policy from the same weights
@@ -219,6 +221,14 @@ def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
     else:
         starts = [LearnerStart()] * book.num_policies
     return _Prepared(book, resume_state, starts)
+
+
+def resumed_line(resumed: dict[str, Any], num_policies: int) -> str:
+    """What a resume loaded, in one line (so a user, or a drill, sees it is the newest complete checkpoint)."""
+    partial = resumed["partial_writes_removed"]
+    every = f" (each of the {num_policies} policies' of that moment)" if num_policies > 1 else ""
+    left = f"; removed {partial} partial write(s) a killed run left" if partial else ""
+    return f"daskrl: resuming from {resumed['checkpoint']}{every}: {resumed['env_steps']:,} env steps{left}"
 
 
 def _close_when_started(starting: Future) -> None:

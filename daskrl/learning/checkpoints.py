@@ -115,6 +115,23 @@ class CheckpointStore:
             if old.name != best_name:
                 old.unlink(missing_ok=True)
 
+    def steps(self) -> list[int]:
+        """The env steps of the checkpoints present, oldest first."""
+        return [steps for steps, _ in self._checkpoints()]
+
+    def path_of(self, env_steps: int) -> Path:
+        return self.directory / f"checkpoint_{env_steps:012d}.pt"
+
+    def remove_partial_writes(self) -> list[str]:
+        """Remove what a writer killed mid-write left (its temporary files: never read, since a checkpoint only
+        gets its name once complete); call it only while no other process writes here (the experiment lock)."""
+        removed = []
+        for entry in self.directory.iterdir():
+            if entry.name.startswith(_TMP_PREFIX) and entry.is_file():
+                entry.unlink(missing_ok=True)
+                removed.append(entry.name)
+        return removed
+
     def latest(self) -> Path | None:
         checkpoints = self._checkpoints()
         return checkpoints[-1][1] if checkpoints else None
