@@ -1,6 +1,8 @@
 """Soak: train for a long time on the embedded cluster and watch the memory of every process of the run.
 
 Run:  python benchmarks/soak.py --minutes 30 [--env CartPole-v1] [--interval 10] [--json]
+      python benchmarks/soak.py --minutes 30 --env atari/Breakout                    # image slots, the CNN learner
+      python benchmarks/soak.py --minutes 30 --num-policies 4 --pbt --inference remote --kill-every 180   # chaos
 
 The run is an ordinary ``daskrl.train()`` (``--train-for-seconds`` = minutes x 60, no step limit, default
 options otherwise), in this process. Every ``--interval`` seconds the RSS and PSS (proportional set size: pages
@@ -9,8 +11,14 @@ all processes adds up to the memory the run really holds) of the driver and all 
 nannies live in the driver; the forkserver, the resource tracker and the worker processes are its descendants)
 is sampled, each process labelled with the components it hosts. A table is printed as the samples come and again
 at the end, followed by the growth of the total PSS from the 5-minute mark (1/6 of the run for runs shorter than
-30 minutes) to the end: a run that leaks grows steadily after its warm-up, a healthy one stays flat. With
-``--json`` the last line is one JSON object: {"minutes", "env", "baseline_s", "samples": [...], "growth_pct"}.
+30 minutes) to the end: a run that leaks grows steadily after its warm-up, a healthy one stays flat.
+
+``--kill-every S`` SIGKILLs a random worker process that hosts a component every S seconds (a chaos soak): each
+kill must be recovered. At the end the soak accounts for the trajectory slots (each rollout worker's slots filled
+against the slots the learners took; slots of a killed incarnation are lost with its memory and counted as dropped
+by the batcher), and checks that no process of the run and no ``/dev/shm`` segment of its is left. The soak exits 0
+when the run ended in order, every kill was recovered, PSS grew less than 5% from the baseline, no slot of a worker
+that was not killed is missing and nothing is left; else 1. With ``--json`` the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import signal
 import sys
 import tempfile
 import threading
@@ -31,8 +41,8 @@ ROLES = ("driver", "forkserver", "learner", "rollout", "inference", "other")
 
 def role_of(proc: psutil.Process, me: int, components: dict[int, list[str]]) -> str:
     names = components.get(proc.pid)
-    if names:
-        kinds = sorted({n.split("_")[0] for n in names})
+    if names:  # registry names are "<run>/<component>", e.g. "7ed6d877/learner_p0"
+        kinds = sorted({n.rsplit("/", 1)[-1].split("_")[0] for n in names})
         return kinds[0] if len(kinds) == 1 and kinds[0] in ROLES else "other"
     if proc.pid == me:
         return "driver"
@@ -101,12 +111,87 @@ def growth(samples: list[dict], baseline_s: float, key: str = "pss_mib") -> tupl
     return 100.0 * (end[key] - base[key]) / base[key], base
 
 
+class Killer:
+    """Every ``every`` seconds, SIGKILL a random worker process that hosts a component of the run."""
+
+    def __init__(self, every: float, seed: int = 0) -> None:
+        self.every, self.rng, self.kills = every, random.Random(seed), []
+
+    def run(self, done: threading.Event, t0: float) -> None:
+        while not done.wait(self.every):
+            victims = {pid: names for pid, names in component_pids().items() if pid and pid != os.getpid()}
+            if not victims:
+                continue
+            pid = self.rng.choice(sorted(victims))
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            self.kills.append({"t": round(time.monotonic() - t0, 1), "pid": pid, "components": victims[pid]})
+            print(f"soak: {time.monotonic() - t0:.0f} s: SIGKILLed worker process {pid} ({', '.join(victims[pid])})",
+                  flush=True)
+
+
+def slot_accounting(summary: dict, killed: set[str], in_flight: int) -> dict:
+    """Slots each rollout worker filled against those the learners took. A worker killed at some point restarted
+    its count (its last incarnation's is what is known) and lost the slots in flight, so only the others must add
+    up: none missing beyond the ``in_flight`` slots a worker holds (filled, not yet taken when sampling stopped).
+    With several policies a slot may hold several policies' steps, each taken by its policy's learner."""
+    path = summary["data_path"]
+    rows = {name: {"filled": filled, "taken": path["slots_taken"].get(name, 0), "killed": name in killed}
+            for name, filled in sorted(path["slots_filled"].items())}
+    missing = {name: r["filled"] - r["taken"] for name, r in rows.items()
+               if not r["killed"] and r["filled"] - r["taken"] > in_flight}
+    return {"workers": rows, "dropped": path.get("slots_dropped", 0), "missing_from_unkilled": missing,
+            "filled": sum(r["filled"] for r in rows.values()), "taken": sum(path["slots_taken"].values())}
+
+
+def slots_per_worker(config_json: str) -> int:
+    """A rollout worker's trajectory slots, from the run's config.json (the env family's defaults applied)."""
+    from daskrl.config import Config
+
+    with open(config_json) as f:
+        sampler = Config.from_json(f.read()).sampler
+    return sampler.slots_per_split * sampler.num_splits()
+
+
+def leftovers(before_pids: set[int], before_segments: set[str]) -> tuple[list[str], list[str]]:
+    """Processes under this one and daskrl segments that appeared during the run and are still there (the
+    forkserver this script started before the run is not the run's)."""
+    from daskrl.runtime.segments import list_segments
+
+    deadline = time.monotonic() + 30
+    while True:
+        procs = [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in psutil.Process().children(recursive=True)
+                 if p.pid not in before_pids and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                 and not _interpreters_own(p)]
+        segments = [n for n in list_segments() if n not in before_segments]
+        if (not procs and not segments) or time.monotonic() > deadline:
+            return procs, segments
+        time.sleep(0.5)
+
+
+def _interpreters_own(proc: psutil.Process) -> bool:
+    """This interpreter's multiprocessing helpers (the forkserver the workers fork from, the resource tracker): they
+    live as long as this process, whatever the run does."""
+    try:
+        command = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return "multiprocessing.forkserver" in command or "multiprocessing.resource_tracker" in command
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="how long to train")
     parser.add_argument("--env", default="CartPole-v1", help="env spec (Acrobot-v1 keeps learning for longer)")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between memory samples")
     parser.add_argument("--train-dir", default="", help="where the experiment goes (default: a temp dir, removed)")
+    parser.add_argument("--num-policies", type=int, default=1)
+    parser.add_argument("--pbt", action="store_true", help="population-based training of the policies")
+    parser.add_argument("--inference", default="", help="inline or remote (default: the run's default)")
+    parser.add_argument("--kill-every", type=float, default=0.0, help="SIGKILL a random component's worker "
+                                                                        "process every this many seconds (0: never)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
 
@@ -119,9 +204,16 @@ def main() -> int:
     duration = args.minutes * 60.0
     baseline_s = min(300.0, duration / 6)
     train_dir = args.train_dir or tempfile.mkdtemp(prefix="daskrl_soak_")
+    options = {"num_policies": args.num_policies, "pbt": args.pbt, **({"inference": args.inference}
+                                                                       if args.inference else {})}
     config = Config().replace(env=args.env, train_dir=train_dir, experiment=f"soak_{time.strftime('%Y%m%d_%H%M%S')}",
                               train_for_env_steps=0, train_for_seconds=duration, dashboard_address="",
-                              report_interval=10.0)
+                              report_interval=10.0, **options)
+    from daskrl.runtime.segments import list_segments
+
+    before_pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    before_segments = set(list_segments())
+    killer = Killer(args.kill_every) if args.kill_every else None
     latest = {"env_steps": 0}
     samples: list[dict] = []
     done = threading.Event()
@@ -138,15 +230,23 @@ def main() -> int:
 
     thread = threading.Thread(target=sampler, name="soak-sampler", daemon=True)
     thread.start()
+    if killer is not None:
+        threading.Thread(target=killer.run, args=(done, t0), name="soak-killer", daemon=True).start()
     try:
         summary = train(config, on_report=lambda row: latest.update(env_steps=int(row["env_steps"])))
     finally:
         done.set()
         thread.join(60)
+        run_slots = slots_per_worker(os.path.join(config.experiment_dir, "config.json"))
         if not args.train_dir:
             import shutil
 
             shutil.rmtree(train_dir, ignore_errors=True)
+    procs_left, segments_left = leftovers(before_pids, before_segments)
+    kills = killer.kills if killer is not None else []
+    killed = {name.rsplit("/", 1)[-1] for kill in kills for name in kill["components"]}
+    slots = slot_accounting(summary, killed, in_flight=run_slots)
+    recoveries = summary.get("recoveries", [])
     running = [s for s in samples if s["pss_by_role_mib"]["learner"] > 0]  # samples taken while the run was up
     pct, base = growth(running, baseline_s)
     rss_pct, _ = growth(running, baseline_s, "rss_mib")
@@ -169,12 +269,26 @@ def main() -> int:
             a, b = base["pss_by_role_mib"][role], end["pss_by_role_mib"][role]
             if a or b:
                 print(f"  {role:>10}: {a:8.1f} -> {b:8.1f} MiB ({(100 * (b - a) / a) if a else float('nan'):+.1f}%)")
+    print(f"soak: stopped: {summary['stop_reason']}; {len(kills)} kills, {len(recoveries)} recoveries")
+    print(f"soak: slots filled {slots['filled']:,}, taken by the learners {slots['taken']:,}, dropped (a killed "
+          f"worker's, memory gone) {slots['dropped']:,}; missing from workers never killed: "
+          f"{slots['missing_from_unkilled'] or 'none'}")
+    for name, row in slots["workers"].items():
+        print(f"  {name:>12}: filled {row['filled']:,}, taken {row['taken']:,}{' (killed)' if row['killed'] else ''}")
+    print(f"soak: left after the run: {len(procs_left)} processes {procs_left}, {len(segments_left)} /dev/shm "
+          f"segments {segments_left[:5]}")
+    ok = (summary["stop_reason"].startswith("trained for") and len(recoveries) >= len(kills)
+          and base is not None and pct < 5.0 and not slots["missing_from_unkilled"] and not procs_left
+          and not segments_left)
+    print(f"soak: {'PASS' if ok else 'FAIL'} (exit code {0 if ok else 1})")
     if args.json:
-        print(json.dumps({"minutes": args.minutes, "env": args.env, "baseline_s": baseline_s,
+        print(json.dumps({"minutes": args.minutes, "env": args.env, "options": options, "baseline_s": baseline_s,
                           "env_steps": summary["env_steps"], "samples": samples,
                           "growth_pct": None if base is None else round(pct, 2),
-                          "rss_growth_pct": None if base is None else round(rss_pct, 2)}))
-    return 0
+                          "rss_growth_pct": None if base is None else round(rss_pct, 2), "kills": kills,
+                          "recoveries": len(recoveries), "slots": slots, "processes_left": procs_left,
+                          "segments_left": segments_left, "stop_reason": summary["stop_reason"], "pass": ok}))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
