@@ -155,9 +155,9 @@ def slots_per_worker(config_json: str) -> int:
     return sampler.slots_per_split * sampler.num_splits()
 
 
-def leftovers(before_pids: set[int], before_segments: set[str]) -> tuple[list[str], list[str]]:
-    """Processes under this one and daskrl segments that appeared during the run and are still there (the
-    forkserver this script started before the run is not the run's)."""
+def leftovers(before_pids: set[int], run_ids: set[str]) -> tuple[list[str], list[str]]:
+    """Processes under this one that appeared during the run and the run's daskrl segments (by its run id: another
+    run on the host has its own), still there (this interpreter's multiprocessing helpers are not the run's)."""
     from daskrl.runtime.segments import list_segments
 
     deadline = time.monotonic() + 30
@@ -165,7 +165,7 @@ def leftovers(before_pids: set[int], before_segments: set[str]) -> tuple[list[st
         procs = [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in psutil.Process().children(recursive=True)
                  if p.pid not in before_pids and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
                  and not _interpreters_own(p)]
-        segments = [n for n in list_segments() if n not in before_segments]
+        segments = [n for run_id in sorted(run_ids) for n in list_segments(run_id)]
         if (not procs and not segments) or time.monotonic() > deadline:
             return procs, segments
         time.sleep(0.5)
@@ -209,10 +209,8 @@ def main() -> int:
     config = Config().replace(env=args.env, train_dir=train_dir, experiment=f"soak_{time.strftime('%Y%m%d_%H%M%S')}",
                               train_for_env_steps=0, train_for_seconds=duration, dashboard_address="",
                               report_interval=10.0, **options)
-    from daskrl.runtime.segments import list_segments
-
     before_pids = {p.pid for p in psutil.Process().children(recursive=True)}
-    before_segments = set(list_segments())
+    run_ids: set[str] = set()  # the run's id, from its components' names ("<run>/<component>")
     killer = Killer(args.kill_every) if args.kill_every else None
     latest = {"env_steps": 0}
     samples: list[dict] = []
@@ -222,6 +220,8 @@ def main() -> int:
     def sampler() -> None:
         print(table_header(), flush=True)
         while True:
+            run_ids.update(name.split("/", 1)[0] for names in component_pids().values() for name in names
+                           if "/" in name)
             s = sample(time.monotonic() - t0, latest["env_steps"])
             samples.append(s)
             print(table_row(s), flush=True)
@@ -242,7 +242,7 @@ def main() -> int:
             import shutil
 
             shutil.rmtree(train_dir, ignore_errors=True)
-    procs_left, segments_left = leftovers(before_pids, before_segments)
+    procs_left, segments_left = leftovers(before_pids, run_ids)
     kills = killer.kills if killer is not None else []
     killed = {name.rsplit("/", 1)[-1] for kill in kills for name in kill["components"]}
     slots = slot_accounting(summary, killed, in_flight=run_slots)
