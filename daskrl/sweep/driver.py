@@ -246,7 +246,8 @@ class SweepDriver:
             go_on = self.asha.decide(index, step, value)
         if go_on:
             return
-        self.say(f"daskrl sweep: configuration {index} stopped at {step:,} env steps (return {value:.1f})")
+        what = f"mean score {value:.3f}" if self.spec.tasks else f"return {value:.1f}"
+        self.say(f"daskrl sweep: configuration {index} stopped at {step:,} env steps ({what})")
         for t in mine:
             if t.trial_id in self.handles and t.trial_id not in self.stopping:
                 t.status, t.note = STOPPED, f"stopped early at the {step:,}-step rung"
