@@ -42,8 +42,17 @@ from daskrl.runtime.shm import list_segments, owner_pid, sweep
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
-from .helpers import (REPORT_OFTEN, Killer, recovery_of, registry, run_config, run_watching_children, slow,
-                      start_cli_cluster, worker_pid)
+from .helpers import (
+    REPORT_OFTEN,
+    Killer,
+    recovery_of,
+    registry,
+    run_config,
+    run_watching_children,
+    slow,
+    start_cli_cluster,
+    worker_pid,
+)
 
 pytestmark = slow("fault drills: each run waits for its fault, its recovery and its leftovers to clear")
 

@@ -1,10 +1,10 @@
 """Running a sweep on one Dask cluster: its trials as daskrl runs, as many at once as the free workers hold.
 
 One loop, on the calling thread, twice a second: trials whose runs have started are watched through their handles
-(:func:`daskrl.start`), each configuration is judged at its rungs (ASHA, or Optuna's pruner) once every seed (of every task) has
-reached the rung, PBT across trials exploits at its periods, ended runs are recorded, and the next trials start
-(each start on a thread of its own, so a start-up of a few seconds holds up nothing) while the cluster has free
-workers for them. A finished or stopped trial's workers are free for the next one at once (its run's claim ends
+(:func:`daskrl.start`), each configuration is judged at its rungs (ASHA, or Optuna's pruner) once every seed (of
+every task) has reached the rung, PBT across trials exploits at its periods, ended runs are recorded, and the next
+trials start (each start on a thread of its own, so a start-up of a few seconds holds up nothing) while the cluster
+has free workers for them. A finished or stopped trial's workers are free for the next one at once (its run's claim ends
 with it). A trial whose run fails (a worker lost beyond what the run recovers) starts again from its checkpoint,
 at most :data:`MAX_RESTARTS` times. Ctrl-C or SIGTERM stop every running trial in order (a final checkpoint
 each) and leave a table that ``--resume`` continues from.
