@@ -567,7 +567,7 @@ def test_stuck_component_is_named_with_its_stack_and_stuck_calls_time_out(tmp_pa
     took, message = calls[0]
     print(f"\nstuck control call answered in {took:.2f} s: {message}")
     assert "rollout_0" in message and "did not answer on_own_thread() within 1" in message, message
-    assert took < 2.0
+    assert took < 5.0  # its 1 s timeout, not the default 30 s (room for a loaded 2-core machine)
 
     warnings = [w for w in out.split("daskrl: warning: ") if "component 'rollout_0' has been silent for" in w]
     assert len(warnings) == 1, out  # once per silence, not at every poll
@@ -592,7 +592,7 @@ def test_bad_configuration_is_refused_before_any_process_starts(tmp_path):
     assert str(info.value).count("\n") == 3  # a heading and one line per problem
     assert any("--num-workers" in p for p in problems) and any("--gamma" in p for p in problems)
     assert any("--heartbeat-timeout" in p for p in problems)
-    assert took < 2.0
+    assert took < 5.0  # no cluster was started (that takes seconds more): room for a loaded 2-core machine
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= children_before, "a process was started"
     assert not (tmp_path / "bad").exists(), "the experiment directory was created for a refused configuration"
 

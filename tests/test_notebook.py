@@ -65,7 +65,9 @@ def test_the_example_notebook_runs_in_a_kernel_and_leaves_nothing(tmp_path, monk
     assert "[" not in printed(started) + printed(find(nb, "len(rows)")), "report lines printed into the cells"
     assert int(result_of(find(nb, "len(rows)"))) >= 3
     assert result_of(find(nb, 'run.status()["rollout_workers"]')) == "2"
-    assert cell_seconds(find(nb, "1 + 1")) < 0.2
+    # the kernel stays free while the run trains on its thread (a blocked one would wait out the run: seconds);
+    # room for a loaded 2-core machine
+    assert cell_seconds(find(nb, "1 + 1")) < 1.0
     assert "stopped by its handle" in printed(find(nb, "summary = run.stop()"))
     [experiment] = [p for p in tmp_path.iterdir() if p.name.startswith("notebook_")]
     assert sorted((experiment / "checkpoints").glob("checkpoint_*.pt")), "the stop wrote no checkpoint"
