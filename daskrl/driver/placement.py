@@ -117,7 +117,7 @@ def too_few_workers(total: int, held: dict[str, str], counts: dict[str, int]) ->
 
 
 def place_claimed(client: Any, config: Config, spaces: EnvSpaces, claim: RunClaim, check_memory: bool,
-                  say: Callable[[str], None], elastic: bool = False) -> tuple[Placement, Config]:
+                  say: Callable[[str], None], elastic: bool) -> tuple[Placement, Config]:
     """:func:`place` on the workers no other run holds (any, with ``--share-workers``), claimed for this run, and
     checked against what they have before anything is created (:func:`check_placement`). While too few are free,
     an ``elastic`` run starts with the rollout workers that fit (at least one: it grows as workers join); any other
