@@ -109,10 +109,10 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
               elastic=elastic_enabled(config), claim=claim, progress=progress)
     stack.callback(run.close)
 
-    def place_again() -> Placement:
+    def place_again() -> Placement:  # the same fleet as the run's config says (``started``), on the workers now
         _wait_for_workers(session.client, len(placement.names), RESTART_WAIT_S)
-        return place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded, say=say,
-                             elastic=elastic_enabled(config))[0]
+        return place_claimed(session.client, started, spaces, claim, check_memory=not session.embedded, say=say,
+                             elastic=False)[0]
 
     try:
         _start_fleet(run, placement, prepared.starts, place_again)
