@@ -244,11 +244,11 @@ def spec_problems(spec: SweepSpec) -> list[str]:
 def _option_problems(spec: SweepSpec) -> list[str]:
     """Build the base and every candidate value into a Config: unknown names and refused values, one line each."""
     problems = []
-    for task in spec.task_envs()[1:] if spec.tasks else ():
+    for task in spec.tasks[1:]:  # the first is the base the values below are checked on
         try:
-            Config.from_flat({**spec.base, "env": task}).validate()
+            Config.from_flat({**spec.base, "env": task.env}).validate()
         except ConfigError as exc:
-            problems += [f"task {task!r}: {p}" for p in exc.problems]
+            problems += [f"task {task.env!r}: {p}" for p in exc.problems]
     try:
         base = Config.from_flat({**spec.base, "env": spec.tasks[0].env} if spec.tasks else spec.base).validate()
     except ConfigError as exc:
