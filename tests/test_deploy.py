@@ -75,7 +75,8 @@ def cli_cluster(tmp_path_factory):
 
 def test_too_few_workers_is_a_config_error_before_anything_is_created(cli_cluster, tmp_path):
     client = cli_cluster["client"]
-    config = run_config(tmp_path, "too_few", scheduler=cli_cluster["address"], num_workers=3)  # needs 4
+    # a fixed fleet (an elastic run, the default with --scheduler, starts with the rollout workers that fit)
+    config = run_config(tmp_path, "too_few", scheduler=cli_cluster["address"], num_workers=3, elastic=False)  # needs 4
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match=r"the cluster has 3 worker processes but this run needs 4") as info:
         train(config)

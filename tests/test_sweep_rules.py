@@ -180,3 +180,17 @@ def test_the_dashboard_keeps_each_sweeps_newest_table_and_lists_it():
     page = sweeps_table_html(store.sweeps)
     assert "<td style='padding-right:1em'>lr</td>" in page and "1 finished, 1 queued" in page and "412.5" in page
     assert [s["best"] for s in sweeps_payload(store)["sweeps"]] == [412.5]
+
+
+def test_the_result_lines_give_returns_or_scores(capsys):
+    from daskrl.sweep.command import print_result
+
+    best = {"configuration": 2, "params": {"gamma": 0.98}, "mean_return": 0.5204, "iqm": 0.5751, "ci": (-0.014, 0.943)}
+    print_result({"rows": [{"status": "finished"}, {"status": "stopped"}], "ended": "SIGINT", "sweep_dir": "d",
+                  "measure": "score", "best": best})
+    out = capsys.readouterr().out
+    assert "2 trials (1 finished, 1 stopped)" in out and "continue with: daskrl sweep --resume d" in out
+    assert "best configuration c002 (gamma=0.98): mean score 0.52, IQM 0.575 [-0.014, 0.943]" in out
+    print_result({"rows": [], "ended": "done", "sweep_dir": "d", "measure": "return",
+                  "best": {**best, "mean_return": 412.46, "iqm": 420.0, "ci": (400.0, 433.3)}})
+    assert "mean return 412.5, IQM 420.0 [400.0, 433.3]" in capsys.readouterr().out

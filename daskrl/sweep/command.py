@@ -119,7 +119,8 @@ def print_result(result: dict[str, Any]) -> None:
     if best is not None:
         values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
         digits = 3 if result["measure"] == "score" else 1
-        mean, iqm, (low, high) = (round(best[k], digits) for k in ("mean_return", "iqm")), best["ci"]
+        mean, iqm = (round(best[k], digits) for k in ("mean_return", "iqm"))
+        low, high = best["ci"]
         print(f"daskrl sweep: best configuration c{best['configuration']:03d} ({values}): mean {result['measure']} "
               f"{mean}, IQM {iqm} [{low:.{digits}f}, {high:.{digits}f}]")
     if result["ended"] != "done":
