@@ -149,17 +149,18 @@ def test_a_resume_loads_every_policys_checkpoint_of_the_newest_moment_they_all_h
         "moment): 200 env steps; removed 1 partial write(s) a killed run left")
 
 
-@pytest.mark.slow(reason="5 runs of a few seconds, 4 of them SIGKILLed")
+@pytest.mark.slow(reason="3 runs of a few seconds, 2 of them SIGKILLed")
 def test_the_kill_drill_resumes_from_the_newest_complete_checkpoint_every_time():
-    """benchmarks/kill_drill.py (30 kills in docs/faults.md), short: 4 kills, 2 while a checkpoint is written."""
+    """benchmarks/kill_drill.py (30 kills in docs/faults.md), short: 2 kills, the first while a checkpoint is
+    written, and the resume after each."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
     drill = Path(__file__).resolve().parent.parent / "benchmarks" / "kill_drill.py"
-    out = subprocess.run([sys.executable, str(drill), "--kills", "4", "--json"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(drill), "--kills", "2", "--json"], capture_output=True, text=True,
                          timeout=600)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["pass"] and result["kills"] == 4 and result["kills_during_write"] >= 2, out.stdout + out.stderr
-    assert result["resumes_newest_complete"] == result["resumes"] == 4
+    assert result["pass"] and result["kills"] == 2 and result["kills_during_write"] >= 1, out.stdout + out.stderr
+    assert result["resumes_newest_complete"] == result["resumes"] == 2

@@ -182,7 +182,7 @@ def test_an_elastic_run_starts_on_a_cluster_too_small_for_it_and_grows_as_worker
     proc = subprocess.Popen(
         [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--scheduler", small_cluster["address"],
          "--train-dir", str(tmp_path), "--experiment", "small", "--dashboard-address", "", "--train-for-seconds",
-         "40", "--train-for-env-steps", "0", "--report-interval", "1"],
+         "30", "--train-for-env-steps", "0", "--report-interval", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
