@@ -31,10 +31,11 @@ class Task:
             return math.nan
         return (episode_return - self.random) / (self.reference - self.random)
 
-    @property
-    def slug(self) -> str:
-        """The env id as a part of a directory name (``module:factory`` specs hold a colon)."""
-        return re.sub(r"[^\w.-]+", "_", self.env)
+
+
+def env_slug(env: str) -> str:
+    """An env id as a part of a directory name (``module:factory`` specs hold a colon)."""
+    return re.sub(r"[^\w.-]+", "_", env)
 
 
 def parse_tasks(raw: Any, problems: list[str]) -> tuple[Task, ...]:
@@ -72,4 +73,4 @@ def tasks_json(tasks: tuple[Task, ...]) -> dict[str, dict[str, float]]:
     return {t.env: {"reference": t.reference, "random": t.random} for t in tasks}
 
 
-__all__ = ["Task", "parse_tasks", "tasks_json"]
+__all__ = ["Task", "env_slug", "parse_tasks", "tasks_json"]

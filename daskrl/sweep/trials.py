@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from daskrl.sweep.tasks import Task
+from daskrl.sweep.tasks import env_slug
 
 #: a trial's statuses: still to run, training, ended at its budget, stopped early (ASHA or a pruner), failed,
 #: stopped by Ctrl-C (run again by --resume)
@@ -48,7 +48,7 @@ class Trial:
 
     @property
     def trial_id(self) -> str:
-        task = f"-{Task(self.task, 1.0).slug}" if self.task else ""
+        task = f"-{env_slug(self.task)}" if self.task else ""
         return f"c{self.config_index:03d}{task}-s{self.seed}"
 
     def observe(self, env_steps: int, mean_return: float) -> None:
