@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from daskrl.config import MAX_ENVS_PER_WORKER, MAX_ROLLOUT_WORKERS
+from daskrl.envs import owned_processes
 from daskrl.envs.agent_spaces import is_multi_agent, multi_agent_spaces, seed_multi_agent
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvError
@@ -58,7 +59,19 @@ def make_env(
     Gymnasium only seeds through `reset(seed=...)`, so a seeded env gets that one
     reset here; later plain `reset()` calls continue the seeded RNG deterministically.
     A multi-agent (PettingZoo) env is returned as the factory made it, seeded the same way.
+    Processes and ``/dev/shm`` entries the env creates meanwhile end with its ``close`` or with this process,
+    however it ends (:mod:`daskrl.envs.owned_processes`); an env that fails half-built leaves none behind.
     """
+    with owned_processes.building() as before:
+        try:
+            env = _make_seeded(spec, seed, env_kwargs, render_mode)
+        except BaseException:
+            owned_processes.release(owned_processes.created_since(before))
+            raise
+        return owned_processes.track(env, before, was_reset=seed is not None)
+
+
+def _make_seeded(spec: str, seed: int | None, env_kwargs: dict[str, Any] | None, render_mode: str | None) -> Any:
     if not isinstance(spec, str) or not spec:
         raise EnvError(f"Environment spec must be a non-empty string, got {spec!r}")
     kwargs = dict(env_kwargs or {})

@@ -1,0 +1,210 @@
+"""Envs that own processes (a VizDoom engine per game, with ``/dev/shm`` entries): nothing of them outlives the
+process that built them, however it ends (daskrl/envs/owned_processes.py and process_watcher.py).
+
+The env is :mod:`daskrl.testing.process_envs`: a real child process per env that creates and maps a ``/dev/shm``
+entry and ignores SIGTERM, as an engine does. Builders are real processes killed from outside; runs are real
+``daskrl train`` runs on the embedded cluster, ended in the five ways of ``daskrl.testing.env_leftovers``.
+``doom/basic`` gets the three kills when vizdoom is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from daskrl.envs import EnvError, make_env, owned_processes, process_watcher
+from daskrl.testing.env_leftovers import CASES, CHECK_SECONDS, EnvTraces, run_case
+from daskrl.testing.process_envs import entry_prefix
+
+from .helpers import slow, wait_for
+
+SPEC = "daskrl.testing.process_envs:with_process"
+
+
+@pytest.fixture
+def tag() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def traces(tag: str) -> EnvTraces:
+    return EnvTraces(process_marker=entry_prefix(tag), entry_prefix=entry_prefix(tag))
+
+
+def nothing_left(t: EnvTraces) -> bool:
+    return not t.processes() and not t.entries()
+
+
+def test_a_close_that_forgets_the_env_s_process_still_ends_it(tag):
+    env = make_env(SPEC, seed=0, env_kwargs={"tag": tag, "leaky_close": True})
+    t = traces(tag)
+    assert len(t.processes()) == 1 and len(t.entries()) == 1
+    env.close()
+    assert nothing_left(t), (t.processes(), t.entries())
+
+
+def test_an_env_that_fails_half_built_leaves_nothing(tag):
+    with pytest.raises(EnvError, match="failed to reset"):
+        make_env(SPEC, seed=0, env_kwargs={"tag": tag, "leaky_close": True, "fail_on_reset": True})
+    t = traces(tag)
+    assert nothing_left(t), (t.processes(), t.entries())
+
+
+def test_an_env_that_creates_nothing_starts_no_watcher():
+    code = ("import os; from daskrl.envs import make_env, owned_processes; "
+            "envs = [make_env('CartPole-v1', seed=i) for i in range(4)]; "
+            "print(sorted(owned_processes.descendants(os.getpid())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def _builder(tag: str, n: int, last_build_seconds: float = 0.0) -> subprocess.Popen:
+    """A process that builds ``n`` envs (with close methods that would forget their processes) and waits; the last
+    build takes ``last_build_seconds`` longer, after its process is up."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from daskrl.envs import make_env
+        kwargs = {{"tag": {tag!r}, "leaky_close": True}}
+        envs = [make_env({SPEC!r}, seed=i, env_kwargs=kwargs) for i in range({n} - 1)]
+        envs.append(make_env({SPEC!r}, seed=99, env_kwargs={{**kwargs, "build_seconds": {last_build_seconds}}}))
+        print("built", flush=True)
+        time.sleep(600)
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("kill", ["the builder", "its process group"])
+def test_a_sigkilled_builder_leaves_no_process_and_no_entry(tag, kill):
+    proc = _builder(tag, 3)
+    try:
+        assert proc.stdout.readline().strip() == "built"
+        t = traces(tag)
+        assert len(t.processes()) == 3 and len(t.entries()) == 3
+        if kill == "the builder":
+            proc.send_signal(signal.SIGKILL)  # its envs' processes are re-parented to init and run on
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)  # they die with it, their entries stay
+        proc.wait(10)
+        wait_for(lambda: nothing_left(t), timeout=CHECK_SECONDS, what=f"no process or entry of {tag} left")
+    finally:
+        _kill_group(proc)
+
+
+@pytest.mark.parametrize("builds", [1, 3])
+def test_a_builder_killed_while_an_env_starts_its_process_leaves_nothing(tag, builds):
+    """The env's process is up but its build has not returned, so nobody recorded it: it carries its owner's mark
+    in its environment. With earlier envs built, the owner's watcher ends it; killed in its first build, the owner
+    has no watcher yet, and the next watcher on the host ends it when it starts."""
+    proc = _builder(tag, builds, last_build_seconds=60)
+    other = None
+    try:
+        t = traces(tag)
+        wait_for(lambda: len(t.processes()) == builds, timeout=30, what=f"{builds} processes of {tag}")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        if builds == 1:
+            other = _builder(uuid.uuid4().hex[:8], 1)
+            assert other.stdout.readline().strip() == "built"
+        wait_for(lambda: nothing_left(t), timeout=CHECK_SECONDS, what=f"no process or entry of {tag} left")
+    finally:
+        _kill_group(proc)
+        if other is not None:
+            _kill_group(other)
+
+
+def test_a_killed_watcher_is_started_again_and_told_everything_live(tag):
+    envs = [make_env(SPEC, seed=i, env_kwargs={"tag": tag, "leaky_close": True}) for i in range(2)]
+    tracker = owned_processes._TRACKER
+    tracker.watcher.kill()
+    tracker.watcher.wait(10)
+    more = make_env(SPEC, seed=2, env_kwargs={"tag": tag, "leaky_close": True})  # a new watcher, told of all three
+    assert tracker.watcher.poll() is None and len(tracker.live) >= 3
+    # started while an env was built, yet not marked as that env's: no watcher's sweep may end another watcher
+    assert process_watcher._marked_owner(tracker.watcher.pid) is None
+    for env in [*envs, more]:
+        env.close()
+    assert nothing_left(traces(tag))
+
+
+# ---- whole runs: the five ends ----
+
+
+def run_args(tmp_path: Path, case: str, spec: str, env_kwargs: str, num_envs: int, seconds: float) -> list[str]:
+    return ["--env", spec, "--env-kwargs", env_kwargs, "--train-dir", str(tmp_path), "--experiment", case,
+            "--num-workers", "2", "--num-envs-per-worker", str(num_envs), "--train-for-env-steps", "0",
+            "--train-for-seconds", str(seconds), "--dashboard-address", "", "--report-interval", "0.5"]
+
+
+def check(result, log: Path) -> None:
+    assert result.clean, f"{result.case}: left {result.left_processes} and {result.left_entries} " \
+                         f"{CHECK_SECONDS} s after the run ended; {result.log_tail}"
+    if result.case in ("worker-kill", "normal-end", "ctrl-c"):
+        assert result.returncode == 0, result.log_tail
+    if result.case == "worker-kill":
+        assert "recovering" in log.read_text(), result.log_tail
+    print(f"\n{result.case}: {result.as_dict()}")
+
+
+@slow("a daskrl train run per case, then 15 s of watching for leftovers")
+@pytest.mark.parametrize("case", CASES)
+def test_no_process_or_entry_of_an_env_outlives_a_run(tmp_path, tag, case):
+    args = run_args(tmp_path, case, SPEC, f'{{"tag": "{tag}", "leaky_close": true}}', 2, 6)
+    log = tmp_path / f"{case}.log"
+    check(run_case(case, args, traces(tag), expected_envs=4, log=log), log)
+
+
+@slow("a doom/basic run per case (VizDoom engines), then 15 s of watching for leftovers")
+@pytest.mark.parametrize("case", ["worker-kill", "driver-kill", "group-kill"])
+def test_no_vizdoom_engine_or_entry_outlives_a_killed_run(tmp_path, case):
+    """The kills, which left engines or entries before; all five ends: benchmarks/env_leftovers.py (docs/faults.md)."""
+    pytest.importorskip("vizdoom", reason="VizDoom is an extra: pip install 'daskrl[doom]'")
+    args = run_args(tmp_path, case, "doom/basic", "{}", 4, 10)
+    log = tmp_path / f"{case}.log"
+    check(run_case(case, args, EnvTraces("vizdoom/vizdoom", "ViZDoom"), expected_envs=8, log=log), log)
+
+
+def test_what_an_unseeded_env_creates_in_its_first_reset_is_watched_too(tag):
+    """VizDoom starts its game in the first reset, which make_env leaves to the caller when there is no seed."""
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time, gymnasium as gym
+        from daskrl.envs import make_env, register_env
+        from daskrl.testing.process_envs import with_process
+
+        class StartsAtReset(gym.Wrapper):
+            def __init__(self):
+                super().__init__(gym.make("CartPole-v1"))
+                self.inner = None
+
+            def reset(self, **kwargs):
+                if self.inner is None:
+                    self.inner = with_process(tag={tag!r}, leaky_close=True)
+                return super().reset(**kwargs)
+
+        register_env("starts-at-reset", StartsAtReset)
+        vec = gym.vector.SyncVectorEnv([lambda: make_env("starts-at-reset") for _ in range(2)])
+        vec.reset(seed=0)
+        print("reset", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "reset"
+        t = traces(tag)
+        assert len(t.processes()) == 2 and len(t.entries()) == 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        wait_for(lambda: nothing_left(t), timeout=CHECK_SECONDS, what=f"no process or entry of {tag} left")
+    finally:
+        _kill_group(proc)
