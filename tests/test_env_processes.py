@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from daskrl.envs import EnvError, make_env, owned_processes, process_watcher
+from daskrl.envs import EnvError, EnvGroup, make_env, owned_processes, process_watcher
 from daskrl.testing.env_leftovers import CASES, CHECK_SECONDS, EnvTraces, run_case
 from daskrl.testing.process_envs import entry_prefix
 
@@ -65,9 +65,9 @@ def test_an_env_that_creates_nothing_starts_no_watcher():
     assert out.stdout.strip() == "[]"
 
 
-def _builder(tag: str, n: int, last_build_seconds: float = 0.0) -> subprocess.Popen:
-    """A process that builds ``n`` envs (with close methods that would forget their processes) and waits; the last
-    build takes ``last_build_seconds`` longer, after its process is up."""
+def _builder(tag: str, n: int, last_build_seconds: float = 0.0, then: str = "time.sleep(600)") -> subprocess.Popen:
+    """A process that builds ``n`` envs (with close methods that would forget their processes), then runs ``then``;
+    the last build takes ``last_build_seconds`` longer, after its process is up."""
     code = textwrap.dedent(f"""
         import sys, time
         from daskrl.envs import make_env
@@ -75,7 +75,7 @@ def _builder(tag: str, n: int, last_build_seconds: float = 0.0) -> subprocess.Po
         envs = [make_env({SPEC!r}, seed=i, env_kwargs=kwargs) for i in range({n} - 1)]
         envs.append(make_env({SPEC!r}, seed=99, env_kwargs={{**kwargs, "build_seconds": {last_build_seconds}}}))
         print("built", flush=True)
-        time.sleep(600)
+        {then}
     """)
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -101,6 +101,28 @@ def test_a_sigkilled_builder_leaves_no_process_and_no_entry(tag, kill):
         wait_for(lambda: nothing_left(t), timeout=CHECK_SECONDS, what=f"no process or entry of {tag} left")
     finally:
         _kill_group(proc)
+
+
+def test_a_builder_that_exits_without_closing_its_envs_leaves_nothing(tag):
+    proc = _builder(tag, 2, then="sys.exit(0)")
+    try:
+        assert proc.stdout.readline().strip() == "built"
+        assert proc.wait(30) == 0
+        t = traces(tag)
+        wait_for(lambda: nothing_left(t), timeout=CHECK_SECONDS, what=f"no process or entry of {tag} left")
+    finally:
+        _kill_group(proc)
+
+
+def test_a_group_of_envs_closed_as_a_retired_rollout_worker_closes_them_leaves_nothing(tag):
+    """A rollout worker that stops (retired, or its run's components released on a shared cluster) closes its groups
+    while its Dask worker process lives on: what the envs' close forgot must end there and then."""
+    group = EnvGroup.from_spec(SPEC, 3, seed=0, env_kwargs={"tag": tag, "leaky_close": True},
+                               max_consecutive_failures=1)
+    t = traces(tag)
+    assert len(t.processes()) == 3 and len(t.entries()) == 3
+    group.close()
+    assert nothing_left(t), (t.processes(), t.entries())
 
 
 @pytest.mark.parametrize("builds", [1, 3])
