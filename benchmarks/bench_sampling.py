@@ -35,7 +35,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import RateProbe  # noqa: E402
+from common import RateProbe, stop_if_signalled  # noqa: E402
 
 ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
         "envpool": "atari/Breakout",  # the envpool extra: the same game, stepped by envpool (--env-backend envpool)
@@ -111,6 +111,7 @@ def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, start
             "train_for_env_steps": 0, "train_for_seconds": startup_s + warmup + seconds,
             "report_interval": 1.0, "dashboard_address": "", **options})
         summary = train(config, on_report=probe)
+    stop_if_signalled(summary)
     return probe.rate(), summary
 
 

@@ -33,6 +33,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(__file__))
+from common import stop_if_signalled  # noqa: E402
+
 PREFIX, SUBNET = "daskrlb", "10.77.1"  # not the test suite's names/range: both may exist at once
 STARTUP_ALLOWANCE_S = 15.0  # cluster start, imports and component creation before the first env step
 
@@ -74,6 +77,7 @@ def measure(seconds: float, warmup: float, **options) -> dict:
         summary = train(config, on_report=probe)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    stop_if_signalled(summary)
     path = summary.get("data_path", {})
     fps, window = probe.rate()
     return {"fps": fps, "window_s": round(window, 1), "return": summary["episode_return_mean"],
@@ -223,6 +227,7 @@ def measure_growing_hosts(hosts: int, period: float, settle: float) -> list[dict
             summary = train(config, on_report=lambda row: points.append((time.time(), int(row["env_steps"]))))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    stop_if_signalled(summary)
     grew = sorted(e["time"] for e in summary["elastic"] if e["event"] == "grew")
     started = [next(t for t, steps in points if steps > 0)] + grew
     out = []

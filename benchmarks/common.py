@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 import time
 
 import psutil
@@ -29,6 +31,17 @@ class RateProbe:
             steady = self.points[-2:]
         (t0, s0), (t1, s1) = steady[0], steady[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def stop_if_signalled(summary: dict) -> None:
+    """End the benchmark when the run it just made ended on Ctrl-C or SIGTERM. ``train()`` turns those into a clean
+    stop and returns, so a benchmark of several runs would start the next one: a ``timeout`` or a closed terminal
+    would not end it."""
+    reason = str(summary.get("stop_reason", ""))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if reason == f"{sig.name} received":
+            print(f"benchmark stopped: {reason}", file=sys.stderr)
+            raise SystemExit(128 + sig.value)
 
 
 def tree_pss_mb(root_pid: int) -> float:
