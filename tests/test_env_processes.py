@@ -161,6 +161,11 @@ def test_a_killed_watcher_is_started_again_and_told_everything_live(tag):
     assert nothing_left(traces(tag))
 
 
+def test_the_watcher_started_by_path_imports_no_module_of_its_folder_in_place_of_the_standard_library():
+    folder = Path(process_watcher.__file__).parent
+    assert not {p.stem for p in folder.glob("*.py")} & set(sys.stdlib_module_names)
+
+
 # ---- whole runs: the five ends ----
 
 

@@ -22,6 +22,7 @@ when its controller is gone), removes the entries and exits.
     python daskrl/envs/process_watcher.py OWNER_PID
 
 Started by path, standard library only: it costs about 10 MB and a few milliseconds of CPU, not the package's imports.
+This folder is then first on ``sys.path``, so no module in it may carry a standard-library module's name.
 """
 
 from __future__ import annotations
