@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -77,7 +78,19 @@ def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float, env: dict | None = N
     fps = [float(r["fps"]) for r in rows if float(r["fps"]) > 0]
     return {"seconds_to_475": run["marked_s"], "fps": statistics.median(fps) if fps else 0.0,
             "env_steps": int(rows[-1]["env_steps"]) if rows else None,  # at the stop: where 475 was reached
-            "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
+            "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"], **startup_of(run["out"])}
+
+
+def startup_of(out: str) -> dict:
+    """The start-up a daskrl run printed: seconds from launch until its components were ready, each phase's share
+    (daskrl/driver/startup.py) and its first training step; empty for a tree that does not print them."""
+    ready = re.search(r"daskrl: started in ([\d.]+) s \((.*)\)", out)
+    first = re.search(r"first training step ([\d.]+) s after launch", out)
+    if ready is None:
+        return {}
+    phases = {name: float(seconds) for name, seconds in (part.rsplit(" ", 1) for part in ready.group(2).split(", "))}
+    return {"ready_s": float(ready.group(1)), "phases_s": phases,
+            "first_step_s": float(first.group(1)) if first else None}
 
 
 def daskrl_run(seed: int, limit_s: float, checkout: str | None = None) -> dict:
@@ -104,6 +117,18 @@ def _csv_rows(path: str) -> list[dict]:
         return []
     with open(path) as f:
         return list(csv.DictReader(f))
+
+
+def median_startup(runs: list[dict]) -> dict:
+    """Medians over runs of :func:`startup_of`'s numbers (empty when the runs printed none)."""
+    printed = [r for r in runs if r.get("ready_s") is not None]
+    if not printed:
+        return {}
+    firsts = [r["first_step_s"] for r in printed if r.get("first_step_s") is not None]
+    return {"ready_s": round(statistics.median(r["ready_s"] for r in printed), 2),
+            "phases_s": {phase: round(statistics.median(r["phases_s"].get(phase, 0.0) for r in printed), 2)
+                         for phase in printed[0]["phases_s"]},
+            "first_step_s": round(statistics.median(firsts), 2) if firsts else None}
 
 
 def sb3_run(seed: int, limit_s: float, script: str = "sb3_cartpole.py") -> dict | None:
@@ -166,6 +191,15 @@ def main() -> None:
               f"{peak:,.0f} |")
         result[name] = {"seconds_to_475": [None if t is None else round(t, 2) for t in times],
                         "env_steps": steps, "fps": round(fps), "peak_pss_mb": round(peak)}
+        startup = median_startup(runs)
+        if startup:
+            result[name]["startup"] = startup
+    for name in (n for n in systems if "startup" in result.get(n, {})):
+        s = result[name]["startup"]
+        phases = ", ".join(f"{phase} {sec:.2f}" for phase, sec in s["phases_s"].items())
+        first = "n/a" if s["first_step_s"] is None else f"{s['first_step_s']:.2f} s"
+        print(f"\n{name} start-up (medians): components ready {s['ready_s']:.2f} s after launch ({phases}); "
+              f"first training step at {first}")
     if "daskrl_baseline" in result:
         ratio = result["daskrl"]["fps"] / max(result["daskrl_baseline"]["fps"], 1)
         result["fps_ratio_to_baseline"] = round(ratio, 3)

@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from daskrl.config import SECTIONS, Config
 from daskrl.driver.experiment import run_log_path
+from daskrl.driver.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
 from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
 
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     config: Config | None = None
     try:
         if args.command in ("train", "sample"):
+            count_from_process_start()  # the start-up line counts the interpreter and the imports too
             config = _config_from_args(args)
             if args.command == "sample":
                 config.run.sampling_only = True
@@ -273,6 +275,10 @@ def _print_summary(summary: dict, sampling: bool) -> None:
           f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); "
           f"mean return {ret:.1f} over the last {summary.get('episodes_in_mean', 0)} episodes; results in "
           f"{summary['experiment_dir']}")
+    startup = summary.get("startup") or {}
+    if startup.get("first_step_s") is not None:
+        print(f"daskrl: first training step {startup['first_step_s']:.1f} s after launch (components ready at "
+              f"{startup['ready_s']:.1f} s)")
     in_bfloat16 = sorted(name for name, p in summary.get("inference_precision", {}).items() if p == "bfloat16")
     if in_bfloat16:  # 'auto' may have chosen it on these hosts: say so, and how to keep float32
         print(f"daskrl: {', '.join(in_bfloat16)} ran the policy's encoder in bfloat16 "

@@ -68,6 +68,14 @@ def test_stop_at_50k_resume_and_enjoy(tmp_path):
     first = run(["train", "--train-dir", train_dir, "--experiment", "r", "--train-for-env-steps", "50000",
                  "--dashboard-address", ""])
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    # where start-up went, from the process's launch, phase by phase; then the first training step
+    started = re.search(r"daskrl: started in ([\d.]+) s \(imports ([\d.]+), checks ([\d.]+), cluster ([\d.]+), "
+                        r"placement ([\d.]+), components ([\d.]+)\)", first.stdout)
+    assert started, first.stdout[-2000:]
+    ready, *phases = (float(x) for x in started.groups())
+    assert phases[0] > 0.1 and abs(sum(phases) - ready) < 0.05, started.group(0)  # the interpreter counts
+    first_step = re.search(r"first training step ([\d.]+) s after launch", first.stdout)
+    assert first_step and float(first_step.group(1)) >= ready, first.stdout[-2000:]
     steps_first = int(rows(os.path.join(train_dir, "r", "metrics.csv"))[-1]["env_steps"])
     assert steps_first >= 50_000
     again = run(["train", "--train-dir", train_dir, "--experiment", "r", "--train-for-env-steps", "100000"])

@@ -26,6 +26,7 @@ from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, Role
 from daskrl.driver.policies import PolicyBook
 from daskrl.driver.recovery import Recovery
+from daskrl.driver.startup import StartupClock
 from daskrl.driver.steering import Steering, apply_remote
 from daskrl.driver.summary import run_summary
 from daskrl.envs import EnvSpaces
@@ -76,6 +77,7 @@ class Run:
         self.recovery: Recovery | None = None
         self.departures: Departures | None = None
         self.incidents = Incidents(logger, "runner")
+        self.startup: StartupClock | None = None  # where start-up went (set by the runner once the fleet started)
         self.stop_reason = ""
         self.stop_requested = ""  # why the run was asked to stop in order (request_stop)
         self.last_checkpoint = time.monotonic()
@@ -238,6 +240,8 @@ class Run:
     def _update_state(self, stats: list[dict]) -> None:
         state = self.state
         state.learner = self.book.learners[0] or state.learner
+        if self.startup is not None:
+            self.startup.saw_version(state.learner.get("policy_version", 0))
         state.env_steps = state.env_steps_offset + state.tally.total
         state.fps.add(state.env_steps)
         state.shares = time_shares(stats)

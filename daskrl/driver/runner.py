@@ -27,6 +27,7 @@ from daskrl.driver.experiment import open_experiment, run_log_path
 from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, place_claimed, workers_needed
 from daskrl.driver.preflight import preflight
+from daskrl.driver.startup import StartupClock
 from daskrl.envs import EnvSpaces
 from daskrl.errors import one_line
 from daskrl.monitor.console import say
@@ -57,7 +58,10 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
 
     While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
     stopped the run), not to the terminal."""
+    clock = StartupClock()
+    clock.mark("imports")
     spaces = preflight(config, client)
+    clock.mark("checks")
     config = adaptive_start(config)
     lock, note = open_experiment(config.experiment_dir, config.run.resume, config.run.overwrite)  # before any write
     stack = ExitStack()
@@ -69,7 +73,7 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
         for line in (note, describe_env_defaults(config), dropped):
             if line:
                 say(f"daskrl: {line}")
-        return LiveRun(_start(config, client, spaces, observers, stack, progress), stack)
+        return LiveRun(_start(config, client, spaces, observers, stack, progress, clock), stack)
     except BaseException as exc:
         logger.error("the run stopped before it trained: %s", exc, exc_info=exc)
         stack.close()
@@ -86,11 +90,13 @@ class _Prepared:
 
 
 def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[Observer], stack: ExitStack,
-           progress: bool) -> Run:
-    """Open the cluster, claim and place, and start the run's components (what the run opened goes on ``stack``)."""
+           progress: bool, clock: StartupClock) -> Run:
+    """Open the cluster, claim and place, and start the run's components (what the run opened goes on ``stack``),
+    each phase's end on ``clock``."""
     from daskrl.driver.run import Run  # torch-heavy: imported while the cluster started (see _open_cluster)
 
     session, prepared = _open_cluster(config, client, spaces)
+    clock.mark("cluster")
     stack.callback(session.close)
     claim = RunClaim(session.client, config.run.experiment)
     claim.open(config.experiment_dir, config.run.share_workers)  # a live run of that name is refused here
@@ -99,6 +105,7 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     # (``started``: ``config`` with fewer rollout workers where an elastic run starts on a small cluster)
     placement, started = place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded,
                                        say=say, elastic=elastic_enabled(config))
+    clock.mark("placement")
     bounds = adapt_range(config)
     if bounds is not None and session.cluster is not None:
         session.cluster.adapt(minimum=bounds[0], maximum=bounds[1])
@@ -119,6 +126,10 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     except BaseException:
         run.shutdown()
         raise
+    clock.mark("components")
+    run.startup = clock
+    clock.saw_version(run.state.learner.get("policy_version", 0))
+    say(f"daskrl: {clock.line()}")
     return run
 
 

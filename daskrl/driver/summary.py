@@ -23,6 +23,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
         "reached_return_at_s": state.reached_return_at,
         "stop_reason": run.stop_reason,
+        "startup": run.startup.summary() if run.startup is not None else None,
         "time_shares": state.shares,
         **_component_summary(run.last_stats),
         "recoveries": list(run.recovery.recoveries) if run.recovery is not None else [],

@@ -1,0 +1,47 @@
+"""The start-up clock (daskrl/driver/startup.py): phases in order from the run's launch, the first training step."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from daskrl.driver import startup
+from daskrl.driver.startup import PHASES, StartupClock, process_started_at
+
+
+def test_phases_are_the_seconds_between_marks_in_order_and_add_up_to_ready():
+    clock = StartupClock()
+    for phase in PHASES:
+        time.sleep(0.02)
+        clock.mark(phase)
+    phases = clock.phases()
+    assert list(phases) == list(PHASES)
+    assert all(seconds >= 0.01 for seconds in phases.values())
+    assert abs(sum(phases.values()) - clock.ready_s()) < 0.03
+    assert clock.line().startswith(f"started in {clock.ready_s():.2f} s (imports ")
+
+
+def test_the_first_step_is_the_first_version_newer_than_the_one_the_run_started_with():
+    clock = StartupClock()
+    clock.saw_version(7)  # a resumed run starts at version 7
+    clock.saw_version(7)
+    assert clock.first_step_s is None
+    clock.saw_version(8)
+    first = clock.first_step_s
+    assert first is not None and first >= 0
+    clock.saw_version(9)
+    assert clock.first_step_s == first
+
+
+def test_a_run_from_the_command_line_counts_from_the_process_launch(monkeypatch):
+    monkeypatch.setattr(startup, "_counted_from", [])
+    assert time.time() - StartupClock().started < 1  # from Python: from launch
+    startup.count_from_process_start()
+    assert StartupClock().started == pytest.approx(process_started_at(), abs=0.02)
+    assert time.time() - process_started_at() > 0.1  # this test process started well before now
+
+
+def test_an_unknown_phase_is_refused():
+    with pytest.raises(ValueError, match="unknown start-up phase"):
+        StartupClock().mark("coffee")
