@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import daskrl.algo.trainer as trainer_module
-from daskrl.algo.hyperparams import MUTABLE
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, LearnerConfig, ModelConfig
+from daskrl.config.hyperparams import MUTABLE
 from daskrl.envs import probe_env
 from daskrl.learning.learner import Learner, export_state, import_state
 from daskrl.models.actor_critic import build_model

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -45,3 +47,16 @@ def test_a_run_from_the_command_line_counts_from_the_process_launch(monkeypatch)
 def test_an_unknown_phase_is_refused():
     with pytest.raises(ValueError, match="unknown start-up phase"):
         StartupClock().mark("coffee")
+
+
+def test_the_command_line_checks_a_run_without_importing_torch(tmp_path):
+    """torch is imported while the cluster starts (daskrl/driver/runner.py), not before: the command line, the
+    checks and the model registry's names need none of it (about a second of start-up on two cores); a recurrent
+    model's checks do (its cell says how much state a slot holds)."""
+    code = ("import sys; import daskrl.cli; from daskrl.config import Config; from daskrl.driver.preflight import "
+            "preflight; from daskrl.models.registry import names; "
+            f"preflight(Config.from_flat({{'env': 'CartPole-v1', 'train_dir': {str(tmp_path)!r}}})); "
+            "print(names('core'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['gru', 'lstm', 'none'] False"

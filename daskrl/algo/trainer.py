@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from daskrl.algo import hyperparams
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
 from daskrl.algo.collectives import Collectives, SoloGroup, all_members, update_over_group
@@ -33,6 +32,7 @@ from daskrl.algo.flat_batch import BatchLayout, FlatBatch
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trajectory_batch import TrajectoryBatch
+from daskrl.config import hyperparams
 
 __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch"]
 
@@ -76,7 +76,7 @@ class APPOTrainer:
         #: how a step walks its batch: whole sequences through a recurrent core, shuffled steps otherwise
         self.layout: type[FlatBatch] | type[SequenceBatch] = SequenceBatch if model.recurrent else FlatBatch
         self.cfg = cfg
-        #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/algo/hyperparams.py):
+        #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/config/hyperparams.py):
         #: read from here, not from ``cfg``, which only gives their starting values
         self.hp = hyperparams.from_config(cfg)
         #: the values the step in progress (or the last one) trains with: what ``hp`` was when it began

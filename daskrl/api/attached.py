@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from daskrl.algo.hyperparams import checked
 from daskrl.api.handle import rows_table
+from daskrl.config.hyperparams import checked
 from daskrl.errors import ClusterAccessError
 from daskrl.runtime.runs import list_runs, send_command
 

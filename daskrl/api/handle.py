@@ -14,7 +14,7 @@ import html
 import math
 from typing import Any
 
-from daskrl.algo.hyperparams import checked
+from daskrl.config.hyperparams import checked
 from daskrl.driver.runner import LiveRun
 from daskrl.driver.steering import adopt_training_state, scale_rollout, set_hyperparams
 from daskrl.evaluation.episodes import evaluate_weights

@@ -19,7 +19,6 @@ from daskrl.envs import EnvSpaces, probe_env
 from daskrl.envs.envpool_atari import check_backend
 from daskrl.envs.packages import env_package_problems
 from daskrl.errors import ConfigError
-from daskrl.learning.checkpoints import checkpoint_file
 from daskrl.models.registry import model_name_problems
 from daskrl.sampling.policy_map import check_mapping
 from daskrl.sampling.policy_spaces import policy_spaces
@@ -72,6 +71,8 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     if not config.run.experiment:
         config.run.experiment = default_experiment_name(config.env.env)
     if config.run.init_checkpoint:
+        from daskrl.learning.checkpoints import checkpoint_file  # torch: only for a run that starts from one
+
         checkpoint_file(config.run.init_checkpoint)  # there to start from
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from daskrl.config import Config
 from daskrl.envs.registry import registered_factory
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.models.recurrent import rnn_state_size
+from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
 from daskrl.sampling.policy_map import slots_tagged

@@ -17,7 +17,7 @@ import numpy as np
 from daskrl.config import Config
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
-from daskrl.models.recurrent import rnn_state_size
+from daskrl.models.core_state import rnn_state_size
 from daskrl.sampling.policy_map import slots_tagged
 from daskrl.sampling.trajectories import SlotLayout
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daskrl.algo.hyperparams import checked
 from daskrl.config import Config
+from daskrl.config.hyperparams import checked
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.run_state import RunState
 from daskrl.protocol import EVENTS_TOPIC

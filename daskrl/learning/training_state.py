@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from daskrl.algo.hyperparams import checked
 from daskrl.algo.trainer import APPOTrainer
+from daskrl.config.hyperparams import checked
 
 
 def export_state(trainer: APPOTrainer, version: int) -> dict:

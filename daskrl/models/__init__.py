@@ -1,24 +1,27 @@
 """Policy/value networks: encoders, recurrent cores, action distributions, the ActorCritic, and the registry that
-names encoders and cores (and ships the user's to worker processes). No Dask here."""
+names encoders and cores (and ships the user's to worker processes). No Dask here.
 
-from daskrl.models.actor_critic import ActorCritic, build_model
-from daskrl.models.encoders import CnnEncoder, MlpEncoder, layer_init, make_encoder
-from daskrl.models.heads import Categorical, DiagGaussian, MultiCategorical, make_action_head
-from daskrl.models.recurrent import RecurrentCore
-from daskrl.models.registry import register_core, register_encoder
+The names below are imported on first use (PEP 562), not with the package: checking a run's options reads the
+registry (``daskrl.models.registry``, no torch) before the process that will use torch has started.
+"""
 
-__all__ = [
-    "ActorCritic",
-    "build_model",
-    "Categorical",
-    "CnnEncoder",
-    "DiagGaussian",
-    "MlpEncoder",
-    "MultiCategorical",
-    "RecurrentCore",
-    "layer_init",
-    "make_action_head",
-    "make_encoder",
-    "register_core",
-    "register_encoder",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "ActorCritic": "actor_critic", "build_model": "actor_critic",
+    "CnnEncoder": "encoders", "MlpEncoder": "encoders", "layer_init": "encoders", "make_encoder": "encoders",
+    "Categorical": "heads", "DiagGaussian": "heads", "MultiCategorical": "heads", "make_action_head": "heads",
+    "RecurrentCore": "recurrent",
+    "register_core": "registry", "register_encoder": "registry",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'daskrl.models' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"daskrl.models.{_HOMES[name]}"), name)

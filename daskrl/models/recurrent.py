@@ -28,32 +28,13 @@ from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.core_state import core_size, rnn_state_size, state_parts  # noqa: F401  (also read from here)
 from daskrl.models.heads import Distribution
 from daskrl.models.registry import lookup, register_builtin
 
 #: built-in values of ``--rnn`` (``register_core`` adds more)
 RNN_KINDS = ("none", "lstm", "gru")
 register_builtin("core", lstm=nn.LSTM, gru=nn.GRU)
-
-
-def state_parts(kind: str) -> int:
-    """Tensors in a cell's state: 2 for an LSTM's ``(h, c)``, else a registered cell's ``state_parts`` (1)."""
-    cell = lookup("core", kind)
-    return 2 if isinstance(cell, type) and issubclass(cell, nn.LSTM) else int(getattr(cell, "state_parts", 1))
-
-
-def core_size(model: ModelConfig, spaces: EnvSpaces) -> int:
-    """``--rnn-size``, with 0 resolved: 256 for image observations (a CNN's 512 features), 64 otherwise."""
-    if model.rnn_size > 0:
-        return int(model.rnn_size)
-    return 256 if spaces.is_image else 64
-
-
-def rnn_state_size(model: ModelConfig, spaces: EnvSpaces) -> int:
-    """Floats of state per env (0 for a feed-forward model): what a sampler keeps and a slot stores."""
-    if model.rnn == "none":
-        return 0
-    return state_parts(model.rnn) * int(model.rnn_layers) * core_size(model, spaces)
 
 
 class RecurrentCore(nn.Module):

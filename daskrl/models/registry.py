@@ -12,12 +12,15 @@ Every user registration travels, not only those ``--encoder`` and ``--rnn`` name
 encoders, looked up by name in the same table, are there too; each travels on its own, so one that cannot be sent
 or loaded fails only a run that uses it, with the reason.
 
-Built-in components register themselves where they are defined (``encoders.py``, ``recurrent.py``).
+Built-in components register themselves where they are defined (``encoders.py``, ``recurrent.py``); their names are
+also listed here (:data:`BUILTIN`), so that checking a run's options does not import those modules, and torch with
+them: the command line checks a run before the process that will use torch has started.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +32,9 @@ _CORES: dict[str, Callable[..., Any]] = {}
 _TABLES = {"encoder": _ENCODERS, "core": _CORES}
 _LABELS = {"encoder": "encoder", "core": "recurrent core"}
 _RESERVED = {"encoder": ("auto",), "core": ("none",)}  # values of --encoder and --rnn that are no component
+#: daskrl's own components: kind -> (the module that defines and registers them, their names)
+BUILTIN = {"encoder": ("daskrl.models.encoders", ("mlp", "cnn", "small_cnn")),
+           "core": ("daskrl.models.recurrent", ("lstm", "gru"))}
 _USER: set[tuple[str, str]] = set()  # (kind, name) registered by the user: what travels to the workers
 _BROKEN: dict[tuple[str, str], str] = {}  # (kind, name) shipped here but unusable: why
 
@@ -70,17 +76,24 @@ def _register(kind: str, name: str, cls: Callable[..., Any]) -> None:
 
 
 def register_builtin(kind: str, **components: Callable[..., Any]) -> None:
-    """daskrl's own components: known in every process that imports daskrl, so they do not travel."""
+    """daskrl's own components: known in every process that imports daskrl, so they do not travel. Their names must
+    be those :data:`BUILTIN` lists."""
+    unlisted = set(components) - set(BUILTIN[kind][1])
+    if unlisted:
+        raise ValueError(f"built-in {_LABELS[kind]}s {sorted(unlisted)} are missing from registry.BUILTIN")
     _TABLES[kind].update(components)
 
 
 def names(kind: str) -> list[str]:
     """The values ``--encoder`` (``kind='encoder'``) or ``--rnn`` (``'core'``) accept, sorted."""
-    return sorted({*_TABLES[kind], *_RESERVED[kind]})
+    return sorted({*_TABLES[kind], *BUILTIN[kind][1], *_RESERVED[kind]})
 
 
 def lookup(kind: str, name: str) -> Callable[..., Any]:
-    """The class registered under ``name``; an unknown name raises ``ValueError`` with :func:`unknown_message`."""
+    """The class registered under ``name`` (a built-in one's module imported on first use); an unknown name raises
+    ``ValueError`` with :func:`unknown_message`."""
+    if name not in _TABLES[kind] and name in BUILTIN[kind][1]:
+        importlib.import_module(BUILTIN[kind][0])
     try:
         return _TABLES[kind][name]
     except KeyError:
@@ -106,7 +119,7 @@ def model_name_problems(encoder: str, rnn: str, key_encoders: dict | None = None
     named = [("encoder", "encoder", encoder), ("rnn", "core", rnn)]
     named += [(f"key-encoders {key}:", "encoder", str(name)) for key, name in (key_encoders or {}).items()]
     return [f"--{flag} {name!r}: {unknown_message(kind, name)}" for flag, kind, name in named
-            if name not in _RESERVED[kind] and name not in _TABLES[kind]]
+            if name not in names(kind)]
 
 
 def pack_components() -> Shipped:

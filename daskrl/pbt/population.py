@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from daskrl.algo.hyperparams import MUTABLE
+from daskrl.config.hyperparams import MUTABLE
 
 #: a relative slack for ``ceil(fraction * N)``: 0.3 * 10 is 3.0000000000000004 in floating point, not 4
 _CEIL_SLACK = 1e-9

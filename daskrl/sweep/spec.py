@@ -17,8 +17,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from daskrl.algo.hyperparams import MUTABLE
 from daskrl.config import Config
+from daskrl.config.hyperparams import MUTABLE
 from daskrl.errors import ConfigError
 from daskrl.sweep.tasks import Task, parse_tasks, tasks_json
 
