@@ -60,3 +60,14 @@ def test_the_command_line_checks_a_run_without_importing_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['gru', 'lstm', 'none'] False"
+
+
+def test_the_built_in_names_the_registry_lists_are_the_ones_their_modules_register():
+    import importlib
+
+    from daskrl.models import registry
+
+    for kind, (module, listed) in registry.BUILTIN.items():
+        importlib.import_module(module)
+        assert set(listed) <= set(registry._TABLES[kind]), (kind, listed)
+        assert all(registry.lookup(kind, name) is registry._TABLES[kind][name] for name in listed)
