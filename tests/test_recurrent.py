@@ -22,8 +22,8 @@ from daskrl.envs import probe_env
 from daskrl.evaluation import run_episodes
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
+from daskrl.models.core_state import rnn_state_size
 from daskrl.models.numpy_policy import NumpyPolicy
-from daskrl.models.recurrent import rnn_state_size
 from daskrl.runtime import connect_cluster, spawn
 from daskrl.runtime.shm import list_segments
 from daskrl.sampling.policy import SamplingPolicy

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import time
 
+from daskrl.runtime import procfs
+
 PHASES = ("imports", "checks", "cluster", "placement", "components")
 _IMPORTED_AT = time.time()  # the fallback where /proc cannot say when this process started
 #: set by the command line (:func:`count_from_process_start`): a run from Python (a notebook) counts from ``launch``
@@ -27,14 +29,13 @@ def count_from_process_start() -> None:
 
 def process_started_at() -> float:
     """The wall-clock time this process started (Linux: from /proc; elsewhere when this module was imported)."""
+    ticks = procfs.start_time(os.getpid())
     try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/stat") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
     except (OSError, ValueError, IndexError, StopIteration):
         return _IMPORTED_AT
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    return _IMPORTED_AT if ticks is None else boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 class StartupClock:

@@ -5,8 +5,8 @@ talks to it through ``/dev/shm/ViZDoom*`` entries. Closing the env ends them; a 
 its envs (SIGKILL, out of memory, a segfault, a kill of the whole process group) leaves engines running and entries
 in ``/dev/shm``. :func:`daskrl.envs.make_env` therefore notes what each env created while it was built and first
 reset: the new descendants of this process, and the new ``/dev/shm`` entries that this process or those descendants
-map or hold open. If there is any, a watcher process (``process_watcher.py``, one per owner process,
-in a session of its own) is told of them, and ends and removes them once the owner is gone, however it went; and
+map or hold open. If there is any, a watcher process (``daskrl/runtime/process_watcher.py``, one per owner
+process, in a session of its own) is told of them, and ends and removes them once the owner is gone, however it went; and
 the env's ``close`` ends and removes whatever its own close left, so a clean end, Ctrl-C and a retired worker
 leave nothing either. An env that creates nothing (CartPole, Atari) costs two directory reads and no watcher.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daskrl.envs import process_watcher
+from daskrl.runtime import process_watcher, procfs
 
 MULTIPROCESSING_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 OWN_EXIT_SECONDS = 0.5  # how long a closed env's processes get to end by themselves before they are ended
@@ -56,66 +56,19 @@ class Created:
         return {"processes": sorted(self.processes.items()), "entries": sorted(self.entries)}
 
 
-def _children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (every thread's, from /proc; a scan of all processes where the kernel lacks it)."""
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    out: list[int] = []
-    for tid in threads:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-        except FileNotFoundError:
-            return _children_by_scan(pid)
-        except OSError:
-            continue
-    return out
-
-
-def _children_by_scan(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = _children(pid)
-    while todo:
-        child = todo.pop()
-        if child not in found:
-            found.add(child)
-            todo.extend(_children(child))
-    return found
-
-
 def shm_entries() -> set[str]:
     try:
-        return {n for n in os.listdir(process_watcher.SHM_DIR) if not n.startswith(process_watcher.NOT_ENV_ENTRIES)}
+        return {n for n in os.listdir(procfs.SHM_DIR) if not n.startswith(process_watcher.NOT_ENV_ENTRIES)}
     except FileNotFoundError:
         return set()
 
 
 def _is_multiprocessing_helper(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            command = f.read().decode(errors="replace")
-    except OSError:
-        return False
-    return any(helper in command for helper in MULTIPROCESSING_HELPERS)
+    return any(helper in arg for arg in procfs.command_line(pid) for helper in MULTIPROCESSING_HELPERS)
 
 
 def snapshot() -> Before:
-    return Before(frozenset(descendants(os.getpid())), frozenset(shm_entries()))
+    return Before(frozenset(procfs.descendants(os.getpid())), frozenset(shm_entries()))
 
 
 class _OwnerMark:
@@ -157,8 +110,8 @@ def created_since(before: Before) -> Created:
     """What appeared since ``before`` and belongs to this process: new descendants (not multiprocessing's helpers,
     not the watcher), and new entries that this process or those descendants use (not another process's)."""
     created = Created()
-    for pid in descendants(os.getpid()) - before.processes - {_TRACKER.watcher_pid}:
-        started = process_watcher.start_time(pid)
+    for pid in procfs.descendants(os.getpid()) - before.processes - {_TRACKER.watcher_pid}:
+        started = procfs.start_time(pid)
         if started is not None and not _is_multiprocessing_helper(pid):
             created.processes[pid] = started
     new_entries = shm_entries() - before.entries
@@ -179,7 +132,7 @@ def release(created: Created) -> None:
 
 def _ended_by_themselves(processes: dict[int, int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while any(process_watcher.start_time(pid) == started for pid, started in processes.items()):
+    while any(procfs.start_time(pid) == started for pid, started in processes.items()):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)

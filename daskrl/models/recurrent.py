@@ -28,7 +28,7 @@ from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.models.core_state import core_size, rnn_state_size, state_parts  # noqa: F401  (also read from here)
+from daskrl.models.core_state import core_size, state_parts
 from daskrl.models.heads import Distribution
 from daskrl.models.registry import lookup, register_builtin
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 import _posixshmem
 import os
 
+if __package__:
+    from daskrl.runtime.procfs import SHM_DIR
+else:  # imported by the reaper, started by path
+    from procfs import SHM_DIR  # type: ignore[no-redef]
+
 PREFIX = "daskrl_"
-SHM_DIR = "/dev/shm"
 
 
 def segment_name(run_id: str, pid: int, tag: str) -> str:

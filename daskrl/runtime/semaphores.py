@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 
 if __package__:
-    from daskrl.runtime.segments import SHM_DIR
+    from daskrl.runtime import procfs
 else:  # imported by the reaper, started by path
-    from segments import SHM_DIR  # type: ignore[no-redef]
+    import procfs  # type: ignore[no-redef]
 
 MULTIPROCESSING_PREFIX = "sem.mp-"
 
@@ -24,50 +24,19 @@ MULTIPROCESSING_PREFIX = "sem.mp-"
 def on_disk() -> set[str]:
     """Names of all multiprocessing semaphores in /dev/shm, whoever made them."""
     try:
-        return {n for n in os.listdir(SHM_DIR) if n.startswith(MULTIPROCESSING_PREFIX)}
+        return {n for n in os.listdir(procfs.SHM_DIR) if n.startswith(MULTIPROCESSING_PREFIX)}
     except FileNotFoundError:
         return set()
 
 
-def _parent_of(pid: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[1]  # the command may hold spaces and parentheses
-    except (OSError, IndexError):
-        return None
-
-
 def process_tree(root: int) -> list[int]:
     """``root`` and all its live descendants."""
-    children: dict[str, list[str]] = {}
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        parent = _parent_of(pid)
-        if parent is not None:
-            children.setdefault(parent, []).append(pid)
-    tree, todo = [], [str(root)]
-    while todo:
-        pid = todo.pop()
-        tree.append(int(pid))
-        todo.extend(children.get(pid, ()))
-    return tree
+    return [root, *procfs.descendants(root)]
 
 
 def mapped_semaphores(pids: list[int] | None = None) -> set[str]:
     """Names of the multiprocessing semaphores mapped by these processes (all processes when None)."""
-    if pids is None:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    marker = f"{SHM_DIR}/{MULTIPROCESSING_PREFIX}"
-    names = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    at = line.find(marker)
-                    if at >= 0:
-                        names.add(line[at + len(SHM_DIR) + 1:].split()[0])
-        except OSError:  # gone, or not ours to read
-            continue
-    return names
+    return procfs.shm_in_use(pids, MULTIPROCESSING_PREFIX)
 
 
 def remove_orphans(names: set[str]) -> set[str]:
@@ -75,7 +44,7 @@ def remove_orphans(names: set[str]) -> set[str]:
     in_use = mapped_semaphores()
     for name in names - in_use:
         try:
-            os.unlink(os.path.join(SHM_DIR, name))
+            os.unlink(os.path.join(procfs.SHM_DIR, name))
         except FileNotFoundError:  # the resource tracker was faster
             pass
     return names & on_disk()

@@ -19,10 +19,11 @@ or from its parent pid changing (a process the owner forked without exec may sti
 Then it ends what it was told of: SIGTERM, then SIGKILL after ``GRACE_SECONDS`` (a VizDoom engine ignores SIGTERM
 when its controller is gone), removes the entries and exits.
 
-    python daskrl/envs/process_watcher.py OWNER_PID
+    python daskrl/runtime/process_watcher.py OWNER_PID
 
-Started by path, standard library only: it costs about 10 MB and a few milliseconds of CPU, not the package's imports.
-This folder is then first on ``sys.path``, so no module in it may carry a standard-library module's name.
+Started by path, standard library only, like the reaper beside it (and sharing ``procfs`` with it): it costs about
+10 MB and a few milliseconds of CPU, not the package's imports. This folder is then first on ``sys.path``, so no
+module in it may carry a standard-library module's name.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ import signal
 import sys
 import time
 
-SHM_DIR = "/dev/shm"
+if __package__:
+    from daskrl.runtime import procfs
+else:  # started by path
+    import procfs  # type: ignore[no-redef]
+
 GRACE_SECONDS = 1.0
 POLL_SECONDS = 0.5
 ORPHAN_SWEEP_SECONDS = 10.0
@@ -45,19 +50,8 @@ NOT_ENV_ENTRIES = ("daskrl_", "sem.mp-")
 DASKRL_HELPERS = ("process_watcher.py", "reaper.py")  # started by path, outlive their owner on purpose
 
 
-def start_time(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (from /proc), or None for no such live process; a zombie
-    (ended, not yet reaped by its parent) counts as gone: it holds nothing."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # the command may hold spaces and parentheses
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
-
-
 def _still_running(processes: dict[int, int]) -> list[int]:
-    return [pid for pid, started in processes.items() if start_time(pid) == started]
+    return [pid for pid, started in processes.items() if procfs.start_time(pid) == started]
 
 
 def end_processes(processes: dict[int, int], grace: float = GRACE_SECONDS) -> None:
@@ -80,7 +74,7 @@ def end_processes(processes: dict[int, int], grace: float = GRACE_SECONDS) -> No
 
 def owner_mark(pid: int) -> str:
     """The value of :data:`OWNER_VARIABLE` for processes started by the envs of ``pid``: its pid and start time."""
-    return f"{pid}:{start_time(pid)}"
+    return f"{pid}:{procfs.start_time(pid)}"
 
 
 def _marked_owner(pid: int) -> str | None:
@@ -97,15 +91,11 @@ def _marked_owner(pid: int) -> str | None:
 
 def _owner_alive(mark: str) -> bool:
     pid, _, started = mark.partition(":")
-    return pid.isdigit() and str(start_time(int(pid))) == started
+    return pid.isdigit() and str(procfs.start_time(int(pid))) == started
 
 
 def _daskrl_helper(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return any(arg.endswith(DASKRL_HELPERS) for arg in f.read().decode(errors="replace").split("\0"))
-    except OSError:
-        return False
+    return any(arg.endswith(DASKRL_HELPERS) for arg in procfs.command_line(pid))
 
 
 def marked_orphans(owner: str | None = None) -> dict[int, int]:
@@ -113,31 +103,19 @@ def marked_orphans(owner: str | None = None) -> dict[int, int]:
     This finds an engine that its owner did not get to record (it died while building the env). daskrl's own
     helpers are never among them, even if one was started while another thread built an env."""
     found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            mark = _marked_owner(int(entry))
-            if mark is not None and (mark == owner or not _owner_alive(mark)) and not _daskrl_helper(int(entry)):
-                started = start_time(int(entry))
+    for pid in procfs.all_pids():
+        if pid != os.getpid():
+            mark = _marked_owner(pid)
+            if mark is not None and (mark == owner or not _owner_alive(mark)) and not _daskrl_helper(pid):
+                started = procfs.start_time(pid)
                 if started is not None:
-                    found[int(entry)] = started
+                    found[pid] = started
     return found
 
 
 def entries_in_use(pids: list[int]) -> set[str]:
     """The ``/dev/shm`` entries (not daskrl's own) that any of ``pids`` maps or holds open."""
-    marker = SHM_DIR + "/"
-    used: set[str] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                used.update(line[line.find(marker) + len(marker):].split()[0] for line in f if marker in line)
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith(marker):
-                    used.add(target[len(marker):])
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return {name for name in used if not name.startswith(NOT_ENV_ENTRIES)}
+    return {name for name in procfs.shm_in_use(pids) if not name.startswith(NOT_ENV_ENTRIES)}
 
 
 def end_orphans(owner: str | None = None) -> None:
@@ -152,7 +130,7 @@ def end_orphans(owner: str | None = None) -> None:
 def remove_entries(names: set[str]) -> None:
     for name in names:
         try:
-            os.unlink(os.path.join(SHM_DIR, name))
+            os.unlink(os.path.join(procfs.SHM_DIR, name))
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             pass
 
