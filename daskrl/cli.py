@@ -137,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     config: Config | None = None
     try:
         if args.command in ("train", "sample"):
-            count_from_process_start()  # the start-up line counts the interpreter and the imports too
             config = _config_from_args(args)
             if args.command == "sample":
                 config.run.sampling_only = True
@@ -181,6 +180,7 @@ def _train(config: Config) -> int:
         prestart_worker_server()  # the embedded cluster's workers import torch while we do
     from daskrl.api import train
 
+    count_from_process_start()  # this run's start-up line counts the interpreter and the imports too
     summary = train(config)
     _print_summary(summary, sampling=config.run.sampling_only)
     return 0

@@ -18,12 +18,14 @@ from daskrl.runtime import procfs
 
 PHASES = ("imports", "checks", "cluster", "placement", "components")
 _IMPORTED_AT = time.time()  # the fallback where /proc cannot say when this process started
-#: set by the command line (:func:`count_from_process_start`): a run from Python (a notebook) counts from ``launch``
+#: set by the command line for its run (:func:`count_from_process_start`), taken by that run's clock; any other run
+#: (from Python, a notebook, a test process that ran the command line before) counts from ``launch``
 _counted_from: list[float] = []
 
 
 def count_from_process_start() -> None:
-    """Runs of this process count their start-up from its launch (``daskrl train``: imports are part of it)."""
+    """The next run of this process counts its start-up from the process's launch (``daskrl train``: the interpreter
+    and the imports are part of it); only that one."""
     _counted_from[:] = [process_started_at()]
 
 
@@ -42,7 +44,7 @@ class StartupClock:
     """The end of each start-up phase, and the first training step (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.started = _counted_from[0] if _counted_from else time.time()
+        self.started = _counted_from.pop() if _counted_from else time.time()
         self.ends: dict[str, float] = {}
         self.start_version: int | None = None
         self.first_step_s: float | None = None
