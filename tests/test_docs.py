@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import re
 import typing
@@ -228,3 +229,16 @@ def test_the_path_checks_find_a_wrong_path():
     assert not (ROOT / "daskrl/driver/nowhere.py").exists() and (ROOT / "daskrl/runtime/params.py").exists()
     assert not resolves("daskrl.driver.nowhere.thing") and not resolves("daskrl.testing.mappings:x_y")
     assert resolves("daskrl.testing.mappings:by_role") and resolves("daskrl.runtime.shm")
+
+
+def test_every_env_family_is_named_in_the_help_and_the_training_table():
+    from daskrl.config.env_defaults import FAMILIES
+    from daskrl.config.options import RunConfig
+
+    help_text = next(f for f in dataclasses.fields(RunConfig) if f.name == "env_defaults").metadata["help"]
+    table = (ROOT / "docs" / "training.md").read_text().split("## Defaults per env family")[1].split("\n## ")[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| ")]
+    for family in FAMILIES:
+        short = family.name.split(" (")[0]
+        assert short in help_text, f"--env-defaults' help does not name the {family.name} family"
+        assert any(family.name in row or short in row for row in rows), f"docs/training.md has no row for {family.name}"
