@@ -2,7 +2,7 @@
 peak memory of each whole process tree, and the return reached in a fixed time.
 
 Run:  python benchmarks/bench_atari.py [--json] [--game Pong] [--seconds 600]
-      [--sample-factory-venv /work/venv-sf] [--only daskrl|sample_factory]
+      [--sample-factory-venv .venv-sf] [--only daskrl|sample_factory]
 
 daskrl: ``daskrl train --env atari/<Game> --train-for-seconds S`` with the Atari family's defaults (what a user gets,
 daskrl/config/env_defaults.py), without sticky actions (``--env-kwargs '{"sticky_actions": 0}'``) so that both play the
@@ -15,7 +15,7 @@ with normalized returns, which both use) and the same 32 envs, as 2 rollout
 workers of 16 in two halves (its usual double-buffered layout on 2 cores; its policy always runs in a process of its
 own); ``--sf-args`` adds or overrides Sample Factory options. Its venv, made once:
 
-    python -m venv /work/venv-sf && /work/venv-sf/bin/pip install sample-factory==2.1.1 'gymnasium<1' 'numpy<2' \
+    python -m venv .venv-sf && .venv-sf/bin/pip install sample-factory==2.1.1 'gymnasium<1' 'numpy<2' \
         ale-py torch==2.13.0
 
 What is reported, per framework:
@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0, help="training time of each run")
     parser.add_argument("--warmup", type=float, default=30.0,
                         help="seconds after the first progress that the rates leave out")
-    parser.add_argument("--sample-factory-venv", default="/work/venv-sf",
+    parser.add_argument("--sample-factory-venv", default=os.environ.get("DASKRL_SF_VENV", ".venv-sf"),
                         help="a venv with sample-factory==2.1.1, ale-py, 'gymnasium<1', 'numpy<2'")
     parser.add_argument("--only", choices=["daskrl", "sample_factory"], default=None, help="run only this one")
     parser.add_argument("--daskrl-args", default="", help="more daskrl train options (one string)")

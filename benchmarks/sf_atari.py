@@ -1,6 +1,6 @@
 """Sample Factory 2.1.1's ``sf_examples.atari`` training, launched by bench_atari.py with the SF venv's python.
 
-Run:  /work/venv-sf/bin/python benchmarks/sf_atari.py --env atari_pong --experiment sf --train_dir /tmp/sf ...
+Run:  .venv-sf/bin/python benchmarks/sf_atari.py --env atari_pong --experiment sf --train_dir /tmp/sf ...
 (every argument is Sample Factory's own).
 
 Sample Factory 2.1.1 needs gymnasium < 1, and ale-py 0.12 (the one that ships the ROMs) registers its
