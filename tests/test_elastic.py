@@ -18,11 +18,12 @@ import time
 import pytest
 
 from daskrl import Observer, train
+from daskrl.driver.elastic import ElasticGrowth
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
 from .helpers import dask_command, run_config, slow, start_cli_cluster, wait_for, worker_names
 
-pytestmark = slow("elastic runs of 40 and 75 s on clusters of their own")
+pytestmark = slow("elastic runs of 15 to 40 s on clusters of their own")
 
 
 @pytest.fixture
@@ -33,18 +34,19 @@ def small_cluster(tmp_path):
 
 
 class Drill(Observer):
-    """Three workers join; one is retired, one gets SIGTERM, one is SIGKILLed (with its nanny: it does not come back).
+    """Three workers join; one is retired, one gets SIGTERM, one is SIGKILLed (with its nanny: it does not come back);
+    then the run is stopped.
 
-    The drill keeps the run's own clock, the one its rows' ``time_s`` and ``--train-for-seconds`` count: it starts
-    when the run has started (``on_start``: the fleet is placed and elastic growth has noted the workers that were
-    there), and its steps come at seconds of the run's time. A clock of the test's own would count the run's
-    start-up too: on a loaded machine the newcomers then joined before the run looked, were taken as present from
-    the start, and no rollout worker grew on them."""
+    Each step waits for the run to have taken the one before (the newcomers grown on, the leavers retired, the loss
+    recorded), read from the run's own records, so the drill is as short as the run lets it be and never outruns a
+    loaded machine. The first step comes at seconds of the run's own time (its rows' ``time_s``), counted from
+    ``on_start`` (the fleet is placed and elastic growth has noted the workers that were there): a clock of the
+    test's own would count the run's start-up too, and newcomers that joined before the run looked were taken as
+    present from the start, so no rollout worker grew on them."""
 
-    # the drill's steps, in seconds of the run's time (it stops at 75)
-    JOIN_AT = 20.0
-    LEAVE_AT = 40.0
-    KILL_AT = 55.0
+    JOIN_AT = 4.0  # seconds of the run's time
+    STEP_TIMEOUT = 60.0  # seconds each step may wait for the run to take the one before
+    ROWS_AFTER_KILL_S = 4.0  # the run's time it goes on after the loss is recorded, before the drill stops it
 
     def __init__(self, cluster: dict) -> None:
         self.cluster = cluster
@@ -58,6 +60,8 @@ class Drill(Observer):
         self.thread = threading.Thread(target=self._drill, daemon=True)
 
     def on_start(self, run) -> None:
+        self.run = run
+        self.growth = next(o for o in run.observers if isinstance(o, ElasticGrowth))
         self.run_zero = time.monotonic() - run.state.elapsed
         self.run_zero_wall = time.time() - run.state.elapsed
         self.thread.start()
@@ -72,11 +76,11 @@ class Drill(Observer):
         """A wall-clock mark as seconds of the run's time (``time_s``)."""
         return wall - self.run_zero_wall
 
-    def _wait_until(self, run_seconds: float) -> None:
-        time.sleep(max(0.0, self.run_zero + run_seconds - time.monotonic()))
-
     def _address_of(self, name: str) -> str:
         return next(a for a, n in worker_names(self.cluster["client"]).items() if n == name)
+
+    def _await(self, condition, what: str) -> None:
+        wait_for(condition, timeout=self.STEP_TIMEOUT, interval=0.1, what=what)
 
     def _drill(self) -> None:
         try:
@@ -85,39 +89,44 @@ class Drill(Observer):
             self._kill()
         except BaseException as exc:
             self.error = exc
+        finally:
+            self.run.request_stop("the drill is done")
 
     def _join(self) -> None:
         procs, client, address = self.cluster["procs"], self.cluster["client"], self.cluster["address"]
-        self._wait_until(self.JOIN_AT)
+        time.sleep(max(0.0, self.run_zero + self.JOIN_AT - time.monotonic()))
         for name in ("w2", "w3", "w4"):
             procs.start(name, dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
                         "--name", name)
-        wait_for(lambda: len(client.scheduler_info()["workers"]) >= 5, timeout=60, interval=0.1,
-                 what="three more workers joined")
+        self._await(lambda: len(client.scheduler_info()["workers"]) >= 5, "three more workers joined")
         self.marks["joined"] = time.time()
+        self._await(lambda: sum(e["event"] == "grew" for e in self.growth.history) >= 3,
+                    "a rollout worker on each newcomer")
 
     def _leave_in_order(self) -> None:
         procs, client = self.cluster["procs"], self.cluster["client"]
-        self._wait_until(self.LEAVE_AT)
         self.left = {"retired": self._address_of("w2"), "sigterm": self._address_of("w4")}
         client.retire_workers([self.left["retired"]])  # refused by Dask (actors): daskrl completes it
         os.killpg(procs.procs["w4"].pid, signal.SIGTERM)  # as kill, scancel or a pod's stop do
-        wait_for(lambda: not set(self.left.values()) & set(client.scheduler_info()["workers"]), timeout=30,
-                 interval=0.1, what="the retired and the SIGTERMed worker left")
+        self._await(lambda: not set(self.left.values()) & set(client.scheduler_info()["workers"]),
+                    "the retired and the SIGTERMed worker left")
+        self._await(lambda: sum(e["event"] == "retired" for e in self.run.departures.history) >= 2,
+                    "the run retired both leavers' rollout workers")
 
     def _kill(self) -> None:
         procs = self.cluster["procs"]
-        self._wait_until(self.KILL_AT)
         self.killed_address = self._address_of("w3")
         # the semaphores of a SIGKILLed nanny and worker outlive them (multiprocessing's tracker dies too): the
         # test removes what it caused once they are gone
         self.orphans = mapped_semaphores(process_tree(procs.procs["w3"].pid))
         self.marks["kill"] = time.time()
         os.killpg(procs.procs["w3"].pid, signal.SIGKILL)  # its nanny too: it does not come back
+        self._await(lambda: any(r.get("not_recreated") for r in self.run.recovery.recoveries), "the loss recorded")
+        time.sleep(self.ROWS_AFTER_KILL_S)
 
 
 def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_path, capsys):
-    config = run_config(tmp_path, "elastic", scheduler=small_cluster["address"], num_workers=1, train_for_seconds=75,
+    config = run_config(tmp_path, "elastic", scheduler=small_cluster["address"], num_workers=1, train_for_seconds=240,
                         train_for_env_steps=0, report_interval=0.5)
     drill = Drill(small_cluster)
     try:
@@ -151,7 +160,7 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
     assert lost["time"] - drill.marks["kill"] < 25, lost
     assert "is not recreated: the cluster has no idle worker; running with 1 rollout workers" in out, out
     assert sum(1 for r in summary["recoveries"] if r["component"] == lost["component"]) == 1  # tried once
-    assert summary["stop_reason"].startswith("trained for"), summary["stop_reason"]
+    assert summary["stop_reason"] == "the drill is done", summary["stop_reason"]
     rows_after = [line for line in out.splitlines() if line.startswith("[") and "env steps" in line]
     assert rows_after, out
     # the run's own rows (time_s) go on after the kill, and so do its env steps
@@ -162,10 +171,23 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
     assert len(after_kill) >= 2 and after_kill[-1] > after_kill[0], (killed_at, rows[-5:])
 
 
+class StopOnceGrownWorkersFill(Observer):
+    """Stops the run once a rollout worker it grew has filled slots that the learner took."""
+
+    def on_start(self, run) -> None:
+        self.growth = next(o for o in run.observers if isinstance(o, ElasticGrowth))
+
+    def on_report(self, run, row) -> None:
+        taken = run.data_path().get("slots_taken", {})
+        if any(taken.get(e["component"], 0) > 0 for e in self.growth.history if e["event"] == "grew"):
+            run.request_stop("a grown rollout worker filled slots")
+
+
 def test_adapt_grows_the_embedded_cluster_to_more_rollout_workers(tmp_path, capsys):
-    config = run_config(tmp_path, "adapt", adapt="1:4", train_for_seconds=40, train_for_env_steps=0,
+    config = run_config(tmp_path, "adapt", adapt="1:4", train_for_seconds=120, train_for_env_steps=0,
                         report_interval=0.5)
-    summary = train(config)
+    summary = train(config, observers=[StopOnceGrownWorkersFill()])
+    assert summary["stop_reason"] == "a grown rollout worker filled slots", summary["stop_reason"]
     out = capsys.readouterr().out
     grew = [e for e in summary["elastic"] if e["event"] == "grew"]
     assert len(grew) >= 1, (summary["elastic"], out)
@@ -182,7 +204,7 @@ def test_an_elastic_run_starts_on_a_cluster_too_small_for_it_and_grows_as_worker
     proc = subprocess.Popen(
         [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--scheduler", small_cluster["address"],
          "--train-dir", str(tmp_path), "--experiment", "small", "--dashboard-address", "", "--train-for-seconds",
-         "30", "--train-for-env-steps", "0", "--report-interval", "1"],
+         "120", "--train-for-env-steps", "0", "--report-interval", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
@@ -197,11 +219,15 @@ def test_an_elastic_run_starts_on_a_cluster_too_small_for_it_and_grows_as_worker
                                          "--nthreads", "1", "--name", name)
         wait_for(lambda: any("now 3 rollout and 0 inference workers" in line for line in lines), timeout=60,
                  interval=0.2, what="the run to grow to 3 rollout workers")
-        assert proc.wait(timeout=120) == 0, "".join(lines)
+        grown_at = len(lines)
+        wait_for(lambda: any("env steps" in line for line in lines[grown_at:]), timeout=30, interval=0.2,
+                 what="a report after growing")
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: a last row, a final checkpoint, exit 0
+        assert proc.wait(timeout=60) == 0, "".join(lines)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         reader.join(10)
     out = "".join(lines)
-    assert "Traceback" not in out and "trained for" in out, out
+    assert "Traceback" not in out and "SIGINT" in out, out
