@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from daskrl import train
+from daskrl import Observer, train
 from daskrl.config import ConfigError
 from daskrl.errors import ClusterAccessError
 from daskrl.runtime.cluster import connect_cluster
@@ -299,27 +299,41 @@ def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_p
     assert path["hosts"] == sorted([h1, h2]), path
 
 
+class JoinOnceTrainingThenStopOnceFed(Observer):
+    """Starts a worker on host 2 once the run trains; stops the run once the rollout worker grown there has read
+    parameters over comms and the learner took its slots."""
+
+    def __init__(self, hosts: dict) -> None:
+        self.hosts, self.started = hosts, False
+
+    def on_report(self, run, row) -> None:
+        net = self.hosts["net"]
+        if not self.started and row["env_steps"] > 0:
+            self.started = True
+            self.hosts["procs"].start("c-joiner", "ip", "netns", "exec", net.ns[1], dask_command(), "worker",
+                                      self.hosts["address"], "--host", net.hosts[1], "--nworkers", "1", "--nthreads",
+                                      "1", "--name", "c-joiner")
+        path = run.data_path()
+        grown = [name for name, c in path.get("components", {}).items() if c.get("host") == net.hosts[1]]
+        if any(path["components"][n].get("params_comms_reads", 0) > 0 and path["slots_taken"].get(n, 0) > 0
+               for n in grown):
+            run.request_stop("the far rollout worker is fed")
+
+
 def test_an_elastic_run_grows_onto_another_host_and_its_parameters_follow(two_hosts, tmp_path):
     """A run on host 1 alone (learner and one rollout worker, parameters in shared memory only); a worker that joins
     on host 2 gets a rollout worker, and the learner starts publishing over comms for it."""
     client, procs = two_hosts["client"], two_hosts["procs"]
     h1, h2 = two_hosts["net"].hosts
     config = run_config(tmp_path, "grow_across", scheduler=two_hosts["address"], num_workers=1,
-                        train_for_seconds=35, train_for_env_steps=0, report_interval=0.5)
-    started: list[int] = []
-
-    def on_report(row: dict) -> None:
-        if not started and row["env_steps"] > 0:
-            started.append(1)
-            procs.start("c-joiner", "ip", "netns", "exec", two_hosts["net"].ns[1], dask_command(), "worker",
-                        two_hosts["address"], "--host", h2, "--nworkers", "1", "--nthreads", "1", "--name", "c-joiner")
-
+                        train_for_seconds=120, train_for_env_steps=0, report_interval=0.5)
     try:
-        summary = train(config, on_report=on_report)
+        summary = train(config, observers=[JoinOnceTrainingThenStopOnceFed(two_hosts)])
     finally:
         if "c-joiner" in procs.procs:
             os.killpg(procs.procs["c-joiner"].pid, signal.SIGTERM)
             procs.procs["c-joiner"].wait(30)
+    assert summary["stop_reason"] == "the far rollout worker is fed", summary["stop_reason"]
     [grew] = [e for e in summary["elastic"] if e["event"] == "grew"]
     assert grew["address"].startswith(f"tcp://{h2}:"), grew
     path = summary["data_path"]
