@@ -119,6 +119,10 @@ def opponent_seats(loader: Loader, policy: int, opponent: str, seat: str | None,
         raise ConfigError([f"--opponent needs a game whose two seats share their spaces; {loader.config.env.env!r}'s "
                            "agents differ: leave --opponent out (each agent plays by the run's --policy-mapping)"])
     kind, number = parse_opponent(opponent)
+    trained = loader.config.policies.num_policies
+    if kind == "policy" and number >= trained:
+        raise ConfigError([f"--opponent {opponent}: the experiment trained {trained} "
+                           f"polic{'y' if trained == 1 else 'ies'} (policy:0..policy:{trained - 1})"])
     me = loader.policy(policy)
     other = RandomPlayer(group.envs[0], spaces, seed) if kind == "random" else \
         loader.policy(number) if kind == "policy" else loader.snapshot(version=number)
@@ -189,6 +193,8 @@ def describe(result: dict[str, Any]) -> list[str]:
              f"return per agent: {agents}"]
     measured = result["measured"]
     for agent, s in result["seats"].items():
+        if not s["games"]:  # --seat: the measured policy never sat here
+            continue
         who = f"{measured} in seat {agent}" if measured else f"seat {agent}"
         lines.append(f"{who}: {_games(s['games'])}, {s['won']} won, {s['drawn']} drawn, {s['lost']} lost "
                      f"(return {s['return_mean']:.2f})")

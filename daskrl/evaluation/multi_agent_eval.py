@@ -3,7 +3,8 @@
 Every agent is played as training plays it: by the policy the run's ``--policy-mapping`` gives it, game by game
 (with self-play, the frozen snapshots included), each with the newest weights its learner had when the evaluation
 was due. The row gets each agent's mean return (``eval_return/<agent>``) beside the usual evaluation columns, whose
-``eval_return_mean`` is the mean per-agent return, as the run's own ``episode_return_mean`` is.
+``eval_return_mean`` and ``eval_length_mean`` are per agent (its return, its own acting steps), as the run's own
+``episode_return_mean`` and ``episode_length_mean`` are.
 """
 
 from __future__ import annotations
@@ -71,5 +72,5 @@ def eval_result(games: Sequence[Game], agent_ids: Sequence[str], env_steps: int)
     per_agent = {column: stats["agents"][agent]["return_mean"]
                  for column, agent in zip(agent_columns(agent_ids), agent_ids, strict=True)}
     return {"eval_return_mean": stats["return_mean"], "eval_return_std": stats["return_std"],
-            "eval_length_mean": stats["length_mean"], "eval_episodes": stats["episodes"],
+            "eval_length_mean": stats["agent_length_mean"], "eval_episodes": stats["episodes"],
             "eval_env_steps": env_steps, **per_agent}

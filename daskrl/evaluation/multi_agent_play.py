@@ -32,10 +32,12 @@ Seats = tuple[Sequence[Player], int | None]
 @dataclass(frozen=True)
 class Game:
     """One game: each agent's return (in ``possible_agents`` order), its length in env steps (moves, in a
-    turn-based game), who sat in each seat and which seat the measured player had (None: every seat counts)."""
+    turn-based game), each agent's own acting steps, who sat in each seat and which seat the measured player had
+    (None: every seat counts)."""
 
     returns: tuple[float, ...]
     length: int
+    agent_steps: tuple[int, ...]
     players: tuple[str, ...]
     focus: int | None = None
 
@@ -71,12 +73,13 @@ def play_games(group: MultiAgentGroup, seats: Callable[[int], Seats], games: int
         players, focus = seats(len(played))
         for column, player in enumerate(players):
             player.begin(column)
-        totals, steps = np.zeros(n), 0
+        totals, steps, acted = np.zeros(n), 0, np.zeros(n, np.int64)
         while True:
             if stop is not None and stop():
                 return played
             if frames is not None:
                 frames.append(group.envs[0].render())
+            acted += group.active
             for player, columns in _by_player(players, group.active):
                 player.act(obs, columns, actions)
             group.step(actions, obs, reward, terminated, truncated)
@@ -89,7 +92,8 @@ def play_games(group: MultiAgentGroup, seats: Callable[[int], Seats], games: int
                 group.reset(obs)
                 group.pop_new_episodes()
                 break
-        played.append(Game(tuple(float(r) for r in totals), steps, tuple(p.name for p in players), focus))
+        played.append(Game(tuple(float(r) for r in totals), steps, tuple(int(a) for a in acted),
+                           tuple(p.name for p in players), focus))
     return played
 
 
@@ -122,14 +126,16 @@ def zero_sum(games: Sequence[Game]) -> bool:
 
 
 def game_stats(games: Sequence[Game], agent_ids: Sequence[str]) -> dict[str, Any]:
-    """Each agent's mean return (``agents``), the mean length and, for a zero-sum two-player game, each seat's
-    games, wins, draws and losses (``seats``: the measured player's, where games have one; else each seat's
-    occupant's). ``return_mean`` is over every agent's returns (the mean per-agent return, as training logs it)."""
+    """Each agent's mean return (``agents``), the games' mean length and, for a zero-sum two-player game, each
+    seat's games, wins, draws and losses (``seats``: the measured player's, where games have one; else each seat's
+    occupant's). ``return_mean`` and ``agent_length_mean`` are over every agent's episodes (the mean per-agent
+    return and own steps, as training logs them)."""
     per_agent = np.array([g.returns for g in games], np.float64).reshape(len(games), len(agent_ids))
     out: dict[str, Any] = {
         "episodes": len(games), "return_mean": float(per_agent.mean()) if games else float("nan"),
         "return_std": float(per_agent.std()) if games else float("nan"),
         "length_mean": float(np.mean([g.length for g in games])) if games else float("nan"),
+        "agent_length_mean": float(np.mean([g.agent_steps for g in games])) if games else float("nan"),
         "agents": {a: {"return_mean": float(per_agent[:, k].mean()) if games else float("nan"),
                        "return_std": float(per_agent[:, k].std()) if games else float("nan")}
                    for k, a in enumerate(agent_ids)},
