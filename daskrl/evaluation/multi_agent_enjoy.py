@@ -14,17 +14,22 @@ The games are played by :mod:`.multi_agent_play`; :func:`describe` turns the res
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from daskrl.config import Config
+from daskrl.envs.multi_agent import MultiAgentGroup
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
-from daskrl.evaluation.episodes import load_state, policy_model
+from daskrl.evaluation.loading import load_state, policy_model
 from daskrl.evaluation.multi_agent_play import Seats, game_group, game_stats, play_games
 from daskrl.evaluation.players import Player, PolicyPlayer, RandomPlayer
 from daskrl.sampling.policy_map import PolicyMap, resolve_mapping
+
+#: each game's seats (the players, seat by seat, and the measured player's seat), by game number
+SeatsFn = Callable[[int], Seats]
 
 
 def parse_opponent(text: str) -> tuple[str, int]:
@@ -94,7 +99,7 @@ class Loader:
         return self.policy(k) if k < n else self.snapshot(j=k - n)
 
 
-def mapped_seats(loader: Loader) -> Any:
+def mapped_seats(loader: Loader) -> SeatsFn:
     """Seats as the run's mapping gives them, game by game (one env: its games are episodes 0, 1, 2, ...)."""
     p, ids = loader.config.policies, loader.spaces.agent_ids
     pmap = PolicyMap(p.policy_mapping, p.num_policies, ids, [0], 1, p.self_play_snapshots)
@@ -107,7 +112,8 @@ def mapped_seats(loader: Loader) -> Any:
     return seats
 
 
-def opponent_seats(loader: Loader, policy: int, opponent: str, seat: str | None, group: Any, seed: int) -> Any:
+def opponent_seats(loader: Loader, policy: int, opponent: str, seat: str | None, group: MultiAgentGroup,
+                   seed: int) -> SeatsFn:
     """Policy ``policy`` against ``opponent`` in a two-player game, in seat ``seat`` or each seat in turn."""
     spaces = loader.spaces
     if spaces.num_agents != 2:
@@ -135,7 +141,7 @@ def opponent_seats(loader: Loader, policy: int, opponent: str, seat: str | None,
     return seats
 
 
-def every_seat(loader: Loader, policy: int) -> Any:
+def every_seat(loader: Loader, policy: int) -> SeatsFn:
     """Policy ``policy`` in every seat (it must fit every agent's spaces)."""
     spaces = loader.spaces
     if spaces.agent_spaces:  # set only where the agents' spaces differ
