@@ -209,6 +209,5 @@ def describe(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-
 def _games(n: int) -> str:
     return f"{n} game{'' if n == 1 else 's'}"
