@@ -108,7 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     enjoy.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     enjoy.add_argument("--episodes", type=int, default=10, help="episodes to run")
     enjoy.add_argument("--checkpoint", default="latest", help="'latest', 'best' or a checkpoint file")
-    enjoy.add_argument("--policy", type=int, default=0, help="with --num-policies: which policy plays")
+    enjoy.add_argument("--policy", type=int, default=None,
+                       help="with --num-policies: which policy plays (default 0); in a multi-agent env, policy K in "
+                            "every seat (default: each agent by the run's --policy-mapping), or the policy that "
+                            "plays against --opponent")
+    enjoy.add_argument("--opponent", default=None, metavar="random|policy:J|snapshot:V",
+                       help="two-player games: who plays the other seat: a uniformly random player (legal moves "
+                            "where the game has an action mask), trained policy J, or the self-play snapshot of "
+                            "policy version V; prints each seat's wins, draws and losses")
+    enjoy.add_argument("--seat", default=None, help="with --opponent: the seat (agent id or position) the policy "
+                                                     "plays (default: the seats alternate game by game)")
     enjoy.add_argument("--render", action="store_true", help="render episodes (envs with render_mode='human')")
     enjoy.add_argument("--deterministic", action="store_true", help="take the most likely action")
     enjoy.add_argument("--seed", type=int, default=12345, help="seed of the evaluation env")
@@ -191,10 +200,16 @@ def _enjoy(args: argparse.Namespace) -> int:
 
     result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
                    render=args.render, deterministic=args.deterministic, seed=args.seed, video=args.video,
-                   policy=args.policy)
-    print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
-          f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
-          f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
+                   policy=args.policy, opponent=args.opponent, seat=args.seat)
+    if result.get("multi_agent"):
+        from daskrl.evaluation.multi_agent_enjoy import describe
+
+        for line in describe(result):
+            print(f"daskrl enjoy: {line}")
+    else:
+        print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
+              f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
+              f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
     if result["video"]:
         print(f"daskrl enjoy: wrote {result['video']} ({result['video_frames']:,} frames)")
     return 0

@@ -455,8 +455,6 @@ def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):
     from daskrl.errors import ConfigError
 
     base = Config().replace(train_dir=str(tmp_path), experiment="refused")
-    with pytest.raises(ConfigError, match="--eval-interval-env-steps plays single-agent episodes.*multi-agent env"):
-        preflight(base.replace(env="daskrl.testing.envs:staggered", eval_interval_env_steps=1000))
     with pytest.raises(ConfigError, match="--self-play-snapshots 2 needs an env with two or more agents"):
         preflight(base.replace(env="CartPole-v1", self_play_snapshots=2))
     with pytest.raises(ConfigError, match="--self-play-snapshots act inline"):

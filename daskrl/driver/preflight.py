@@ -30,8 +30,7 @@ def default_experiment_name(env: str) -> str:
 
 def check_policies(config: Config, spaces: EnvSpaces) -> None:
     """What a multi-agent env or several policies need: a mapping that answers (and, where agents' spaces differ,
-    gives each policy agents of one kind), and the parts that play one agent (evaluation, videos, envpool) left
-    out."""
+    gives each policy agents of one kind)."""
     agents = spaces.agent_ids or ("agent_0",)
     check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents,
                   config.policies.self_play_snapshots)
@@ -43,13 +42,6 @@ def check_policies(config: Config, spaces: EnvSpaces) -> None:
                   (("--pbt", config.policies.pbt), ("--init-checkpoint", config.run.init_checkpoint)) if value]
         if shared:
             raise ConfigError(shared)
-    if spaces.num_agents > 1:
-        problems = [f"{flag} plays single-agent episodes; {config.env.env!r} is a multi-agent env "
-                    f"({spaces.num_agents} agents): leave {flag} at 0" for flag, value in
-                    (("--eval-interval-env-steps", config.run.eval_interval_env_steps),
-                     ("--save-video-every-env-steps", config.run.save_video_every_env_steps)) if value]
-        if problems:
-            raise ConfigError(problems)
 
 
 def check_components(config: Config) -> None:

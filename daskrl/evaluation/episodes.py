@@ -1,12 +1,12 @@
 """``daskrl enjoy``: load a trained policy from its experiment directory and run episodes with it.
 
 Evaluation runs in the calling process (no cluster): one env, the learner's network and observation
-statistics from the checkpoint, actions sampled (or the most likely one with ``deterministic``).
+statistics from the checkpoint, actions sampled (or the most likely one with ``deterministic``). A multi-agent
+env's games are seated and played by :mod:`.multi_agent_enjoy`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,51 +14,43 @@ import numpy as np
 import torch
 
 from daskrl.config import Config, ConfigError
-from daskrl.envs import make_env, probe_env
+from daskrl.envs import make_env
 from daskrl.envs.dict_obs import pack_into
-from daskrl.envs.packages import import_env_packages
-from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
+from daskrl.evaluation.loading import experiment_spaces, load_state, policy_model, read_config
 from daskrl.models.actor_critic import build_model
-from daskrl.models.registry import model_name_problems
 
 
 def load_policy(experiment_dir: str, which: str = "latest", policy: int = 0):
     """(config, model, checkpoint) of an experiment; ``which`` is 'latest', 'best' or a checkpoint path; ``policy``:
-    which of several policies (``--num-policies``)."""
-    config_path = os.path.join(experiment_dir, "config.json")
-    if not os.path.exists(config_path):
-        raise ConfigError([f"{experiment_dir!r} is not a daskrl experiment directory (no config.json): check "
-                           "--experiment and --train-dir"])
-    with open(config_path) as f:
-        config = Config.from_json(f.read())
-    policies = config.policies.num_policies
-    if not 0 <= policy < policies:
-        raise ConfigError([f"--policy {policy}: experiment {experiment_dir!r} trained {policies} "
-                           f"polic{'y' if policies == 1 else 'ies'} (0..{policies - 1})"])
-    store = CheckpointStore(checkpoint_dirs(experiment_dir, policies)[policy])
-    if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
-        raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
-    state = store.load(which)
-    import_env_packages(config.env.env_packages)  # the ids and model components they register (--env-packages)
-    m = config.model
-    if problems := model_name_problems(m.encoder, m.rnn, m.key_encoders):  # registered where it trained only
-        raise ConfigError(problems)
-    spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
-    if spaces.num_agents > 1:
-        raise ConfigError([f"{config.env.env!r} is a multi-agent env ({spaces.num_agents} agents); enjoy plays "
-                           "single-agent episodes (examples/self_play.py plays a trained policy in a PettingZoo game)"])
-    model = build_model(spaces, config.model, config.run.seed)
-    model.load_state_dict(state["model"])
-    model.eval()
-    return config, model, state
+    which of several policies (``--num-policies``). In a multi-agent env, the network is the one that policy plays
+    its agents with."""
+    config = read_config(experiment_dir)
+    spaces = experiment_spaces(config)
+    state = load_state(experiment_dir, config, which, policy)
+    return config, policy_model(config, spaces, state["model"], policy), state
 
 
 def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render: bool = False,
           deterministic: bool = False, seed: int = 12345, max_steps: int = 100_000,
-          video: str | None = None, policy: int = 0) -> dict[str, Any]:
+          video: str | None = None, policy: int | None = None, opponent: str | None = None,
+          seat: str | None = None) -> dict[str, Any]:
     """Run ``episodes`` with a trained policy (``policy``: which of several); with ``video``, record them all to
-    that .mp4 file."""
-    config, model, state = load_policy(experiment_dir, which, policy)
+    that .mp4 file. A multi-agent env's games are played by :func:`daskrl.evaluation.multi_agent_enjoy.enjoy_games`
+    (``opponent`` and ``seat`` apply to two-player games there)."""
+    config = read_config(experiment_dir)
+    spaces = experiment_spaces(config)
+    if spaces.num_agents > 1:
+        from daskrl.evaluation.multi_agent_enjoy import enjoy_games
+
+        return enjoy_games(experiment_dir, config, spaces, episodes, which, render=render,
+                           deterministic=deterministic, seed=seed, max_steps=max_steps, video=video, policy=policy,
+                           opponent=opponent, seat=seat)
+    if opponent is not None or seat is not None:
+        raise ConfigError([f"--opponent and --seat choose who plays a two-player game; {config.env.env!r} is a "
+                           "single-agent env: leave them out"])
+    policy = policy or 0
+    state = load_state(experiment_dir, config, which, policy)
+    model = policy_model(config, spaces, state["model"], policy)
     if video:
         from daskrl.monitor.video import make_render_env
 
@@ -125,7 +117,8 @@ def evaluate_weights(config: Config, spaces: Any, weights: dict, episodes: int, 
     """Play ``episodes`` with these weights (a learner's ``checkpoint_state()["model"]``) on an env of their own,
     in this process; returns :func:`episode_stats`."""
     if spaces.num_agents > 1:
-        raise ConfigError([f"{config.env.env!r} is a multi-agent env; evaluation plays single-agent episodes"])
+        raise ConfigError([f"{config.env.env!r} is a multi-agent env; these weights are one policy's, and its games "
+                           "need every agent's: evaluate with --eval-interval-env-steps or daskrl enjoy"])
     model = build_model(spaces, config.model, config.run.seed)
     model.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in weights.items()})  # a GPU learner's too
     model.eval()

@@ -12,7 +12,8 @@ slow video (rendering, encoding) never delays an evaluation. What it costs the r
 passes cost the machine. The result goes into the next report's row (``eval_return_mean`` ...), stamped with the
 env steps at which its weights were taken (``eval_env_steps``). One evaluation runs at a time: when one takes
 longer than the interval, the multiples that pass meanwhile are skipped, not queued. A failure (an env that
-raises) is one warning and an incident, and training goes on.
+raises) is one warning and an incident, and training goes on. A multi-agent run's games are played by
+:mod:`.multi_agent_eval`: every acting policy's weights are taken, and each agent gets its own mean return.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from daskrl.driver.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
 from daskrl.errors import ComponentError
 from daskrl.evaluation.episodes import episode_stats, run_episodes
+from daskrl.evaluation.multi_agent_eval import RunPolicies, acting_weights, agent_columns, eval_result
+from daskrl.evaluation.multi_agent_play import game_group, play_games
 from daskrl.models.actor_critic import build_model
 from daskrl.monitor.run_state import RunState
 from daskrl.runtime.incidents import Incidents
@@ -68,6 +71,7 @@ class Evaluator:
                  warn: Callable[[str], None]) -> None:
         r = config.run
         self.config, self.spaces, self.incidents, self.warn = config, spaces, incidents, warn
+        self.multi_agent = spaces.num_agents > 1  # games of every acting policy (multi_agent_eval.py)
         # two tasks, so a slow video (rendering, encoding) never delays an evaluation
         self.tasks = [_Task("eval", r.eval_interval_env_steps, env_steps),
                       _Task("video", r.save_video_every_env_steps, env_steps)]
@@ -75,17 +79,19 @@ class Evaluator:
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()  # the run is stopping: an evaluation in progress ends at its next step
 
-    def poll(self, state: RunState, learner) -> None:
-        """Hand a finished evaluation to the next row; start the tasks whose multiple has passed."""
+    def poll(self, state: RunState, learners: list) -> None:
+        """Hand a finished evaluation to the next row; start the tasks whose multiple has passed. ``learners``: each
+        policy's learner (a single-agent run evaluates policy 0)."""
         result, self._result = self._result, None
         if result is not None:
             state.pending_evals.append(result)
         steps = state.env_steps
         due = [task for task in self.tasks if task.due(steps)]
-        if not due or learner is None:
+        if not due or not learners or any(learner is None for learner in learners):
             return
         try:
-            weights = learner.call("checkpoint_state", timeout=120)["model"]
+            weights = acting_weights(learners) if self.multi_agent else \
+                learners[0].call("checkpoint_state", timeout=120)["model"]
         except ComponentError as exc:  # the learner is being recovered: the next poll tries again
             self.incidents.note("eval-weights-unavailable", exc)
             return
@@ -107,11 +113,16 @@ class Evaluator:
 
     # ---- on the threads ----
 
-    def _run(self, task: _Task, weights: dict, env_steps: int) -> None:
+    def _run(self, task: _Task, weights: dict | list[dict], env_steps: int) -> None:
         try:
             model = self._policy(task, weights)
             deterministic = self.config.run.eval_deterministic
-            if task.kind == "eval":
+            if task.kind == "eval" and self.multi_agent:
+                games = play_games(self._env(task), model.seats(), self.config.run.eval_episodes,
+                                   stop=self._closing.is_set)
+                if not self._closing.is_set():
+                    self._result = eval_result(games, self.spaces.agent_ids, env_steps)
+            elif task.kind == "eval":
                 returns, lengths = run_episodes(self._env(task), model, self.config.run.eval_episodes,
                                                 deterministic, stop=self._closing.is_set)
                 if self._closing.is_set():
@@ -140,11 +151,17 @@ class Evaluator:
             except Exception as exc:  # it failed already; its close failing too changes nothing
                 logger.info("closing a failed %s env: %s", task.kind, exc)
 
-    def _policy(self, task: _Task, weights: dict):
+    def _policy(self, task: _Task, weights: dict | list[dict]):
         if task.model is None:
             if not self.config.run.serial:  # the driver's torch serves only these threads (with --serial the
                 torch.set_num_threads(1)  # learner computes in this process too: its threads are left alone)
-            task.model = build_model(self.spaces, self.config.model, self.config.run.seed)
+            if self.multi_agent:
+                task.model = RunPolicies(self.config, self.spaces, self.config.run.eval_deterministic)
+            else:
+                task.model = build_model(self.spaces, self.config.model, self.config.run.seed)
+        if self.multi_agent:
+            task.model.load(weights)
+            return task.model
         task.model.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in weights.items()})  # a GPU learner's too
         task.model.eval()
         return task.model
@@ -152,7 +169,10 @@ class Evaluator:
     def _env(self, task: _Task):
         if task.env is None:
             e, seed = self.config.env, self.config.run.seed + EVAL_SEED_OFFSET
-            if task.kind == "video":
+            if self.multi_agent:
+                task.env = game_group(e.env, self.spaces, seed + (task.kind == "video"), e.env_kwargs,
+                                      "rgb_array" if task.kind == "video" else None)
+            elif task.kind == "video":
                 from daskrl.monitor.video import make_render_env
 
                 task.env = make_render_env(e.env, seed=seed + 1, env_kwargs=e.env_kwargs)
@@ -164,7 +184,11 @@ class Evaluator:
         from daskrl.monitor.video import video_fps, write_video
 
         env, frames = self._env(task), []
-        run_episodes(env, model, 1, deterministic, frames=frames)
+        if self.multi_agent:  # one game, every agent by the policy the run's mapping gives it
+            play_games(env, model.seats(), 1, frames=frames)
+            env = env.envs[0]
+        else:
+            run_episodes(env, model, 1, deterministic, frames=frames)
         write_video(os.path.join(self.video_dir, f"video_{env_steps}.mp4"), frames, video_fps(env))
 
 
@@ -182,10 +206,12 @@ class Evaluation(Observer):
     def on_start(self, run: Run) -> None:
         if run.config.run.eval_interval_env_steps:
             run.state.pending_evals = []  # the row gets the evaluation columns from the first report on
+            if run.spaces.num_agents > 1:
+                run.state.eval_agent_columns = agent_columns(run.spaces.agent_ids)
         self.evaluator = Evaluator(run.config, run.spaces, run.state.env_steps_offset, run.incidents, run.warn)
 
     def on_poll(self, run: Run) -> None:
-        self.evaluator.poll(run.state, run.fleet.policy_learners[0])
+        self.evaluator.poll(run.state, run.fleet.policy_learners)
 
     def on_stop(self, run: Run) -> None:
         if self.evaluator is not None:

@@ -178,6 +178,7 @@ class Learner(Component):
     def _snapshot(self) -> dict:
         state = self.trainer.state_dict()
         state["policy_version"] = self.version
+        state.update(self.snapshots.saved())  # self-play: the frozen opponents, for enjoy and evaluation to seat
         return state
 
     # ---- population-based training: another policy's state, other hyperparameters ----

@@ -3,7 +3,9 @@
 Samplers attach the blocks like the live policy's (:meth:`SelfPlaySnapshots.descs`) and seat the snapshots as
 opponents. Every ``snapshot_every`` versions the oldest block takes the current weights, so the blocks hold a
 rolling set of past versions (a block's version is the policy version it holds); they start as the initial weights.
-A learner without self-play has :class:`NoSnapshots`, chosen once (:func:`snapshots_for`).
+The blocks' weights go into policy 0's checkpoints (:meth:`SelfPlaySnapshots.saved`), so ``daskrl enjoy --opponent
+snapshot:V`` and evaluations can seat them. A learner without self-play has :class:`NoSnapshots`, chosen once
+(:func:`snapshots_for`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class SelfPlaySnapshots:
     def versions(self) -> list[int]:
         return [block.version for block in self.blocks]
 
+    def saved(self) -> dict:
+        """The checkpoint's part: ``{"self_play_snapshots": {"versions": [...], "weights": [...]}}``, each block's
+        version and weights (tensors, which a ``weights_only`` load reads)."""
+        import torch
+
+        weights = [{k: torch.from_numpy(v) for k, v in held.items()} for held in self.weights]
+        return {"self_play_snapshots": {"versions": self.versions(), "weights": weights}}
+
     def after_publish(self, version: int, model: ActorCritic) -> None:
         """Version ``version`` was published: every ``every`` versions, the oldest block takes its weights."""
         if version % self.every:
@@ -59,6 +69,9 @@ class NoSnapshots:
 
     def versions(self) -> list[int]:
         return []
+
+    def saved(self) -> dict:
+        return {}
 
     def after_publish(self, version: int, model: ActorCritic) -> None:
         return None

@@ -60,6 +60,8 @@ class RunState:
     # evaluations that ended and are in no row yet, oldest first (None: the run does not evaluate, so the row has no
     # such columns); each row takes one, so two that end between two reports are both logged
     pending_evals: list[dict] | None = None
+    # a multi-agent run's evaluation columns per agent (eval_return/<agent>), logged beside EVAL_COLUMNS
+    eval_agent_columns: tuple[str, ...] = ()
 
     def add_extras(self, extras: list[dict[str, float]]) -> None:
         for numbers in extras:
@@ -103,7 +105,7 @@ class RunState:
         if self.pending_evals is None:
             return {}
         values = self.pending_evals.pop(0) if self.pending_evals else {}
-        return {key: values.get(key, math.nan) for key in EVAL_COLUMNS}
+        return {key: values.get(key, math.nan) for key in (*EVAL_COLUMNS, *self.eval_agent_columns)}
 
     def _info_columns(self) -> dict[str, float]:
         """``info/<key>``: the mean over the episodes that ended since the last row (the last mean when none did)."""

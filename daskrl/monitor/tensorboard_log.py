@@ -1,8 +1,9 @@
 """TensorBoard event files for a run, through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package).
 
 Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, ``episode/``, ``learner/``,
-``health/``, ``time/``, ``eval/``); docs/metrics.md says what each one means and when to worry. Evaluation
-scalars are placed at the env steps of the weights they evaluated (``eval_env_steps``), not at the report's.
+``health/``, ``time/``, ``eval/``, and a multi-agent run's ``eval/return/<agent>``); docs/metrics.md says what each one
+means and when to worry. Evaluation scalars are placed at the env steps of the weights they evaluated
+(``eval_env_steps``), not at the report's.
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ class TensorBoardLog:
             value = row.get(column)
             if isinstance(value, (int, float)) and not math.isnan(value):
                 self.writer.add_scalar(tag, value, eval_step if tag.startswith("eval/") else step)
-        for column, value in row.items():  # an env's own episode metrics (--info-keys, episode_extra_stats)
-            if column.startswith("info/") and isinstance(value, (int, float)) and not math.isnan(value):
+        for column, value in row.items():  # an env's own episode metrics (--info-keys, episode_extra_stats), and
+            # a multi-agent run's evaluation return per agent (eval_return/<agent> -> eval/return/<agent>)
+            if not isinstance(value, (int, float)) or math.isnan(value):
+                continue
+            if column.startswith("info/"):
                 self.writer.add_scalar(column, value, step)
+            elif column.startswith("eval_return/"):
+                self.writer.add_scalar(f"eval/return/{column[len('eval_return/'):]}", value, eval_step)
         for component, parts in (shares or {}).items():
             for activity, share in parts.items():
                 self.writer.add_scalar(f"time/{component}/{activity}", share, step)

@@ -124,9 +124,10 @@ class RaceToTenEnv(TurnGame):
     """A two-player zero-sum game: players take turns adding 1 or 2 to a count from 0; whoever brings it to 10
     wins (+1, the other -1). It has a known perfect strategy (leave the count at 1, 4 or 7), random play wins half
     the games, and a policy learns to beat weaker past versions of itself within seconds: the self-play tests' game.
-    The observation is the count, one-hot (11 floats)."""
+    The observation is the count, one-hot (11 floats). With ``render_mode="rgb_array"`` it draws the count as a bar
+    (in the colour of the player about to move), so multi-agent videos have a game that renders without pygame."""
 
-    metadata: dict[str, Any] = {"name": "race_to_ten"}
+    metadata: dict[str, Any] = {"name": "race_to_ten", "render_modes": ["rgb_array"], "render_fps": 4}
 
     def __init__(self, render_mode: str | None = None) -> None:
         self.render_mode = render_mode
@@ -148,6 +149,16 @@ class RaceToTenEnv(TurnGame):
         self.count += int(action) + 1
         won = self.count >= 10
         return ({mover: 1.0, other: -1.0} if won else {mover: 0.0, other: 0.0}), won
+
+    def render(self) -> np.ndarray | None:
+        """A 32x112 frame: one 10-pixel cell per count reached, in the colour of the player to move."""
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.full((32, 112, 3), 255, np.uint8)
+        first = getattr(self, "agent_selection", self.possible_agents[0]) == self.possible_agents[0]
+        colour = (200, 40, 40) if first else (40, 40, 200)
+        frame[8:24, 6:6 + 10 * min(self.count, 10)] = colour
+        return frame
 
 
 def race_to_ten(render_mode: str | None = None) -> RaceToTenEnv:
