@@ -91,6 +91,7 @@ LAYERS = [
     ("daskrl.models", "daskrl.monitor"),
     ("daskrl.algo", "daskrl.setups"),
     ("daskrl.sampling",),
+    ("daskrl.replay",),
     ("daskrl.learning",),
     ("daskrl.driver",),
     ("daskrl.evaluation", "daskrl.pbt"),
