@@ -8,6 +8,12 @@ The data path, with the message on each arrow (payloads are msgpack-native dicts
     Learner/SamplingSink --FreeSlots on free:<w>--> RolloutWorker
     Learner (group leader) --SharesAssigned (signal)--> the other learners of its group (--num-learners K)
 
+An off-policy algorithm (``--algo dqn``) puts replay shards where the learner stood::
+
+    RolloutWorker --TrajectoryReady (signal)--> ReplayShard --FreeSlots on free:<w>--> RolloutWorker
+    Learner --SampleRequest on replay:<shard>--> ReplayShard --BatchReady on batches:<learner>--> Learner
+    Learner --PriorityUpdate on priorities:<shard>--> ReplayShard
+
 ``policy:``, ``actions:`` and ``free:`` are work queues (each message to exactly one taker); signals go to every
 connected slot. A new policy version is no message: samplers poll the version in the learner's parameter block
 (:mod:`daskrl.runtime.params`). :func:`wire_sampling_graph` makes all these connections for a set of components, and
@@ -41,6 +47,21 @@ def actions_queue(worker: str) -> str:
 def free_queue(worker: str) -> str:
     """Slots handed back to one rollout worker by whoever consumed them."""
     return f"free:{worker}"
+
+
+def replay_queue(shard: str) -> str:
+    """A learner's requests for minibatches from one replay shard."""
+    return f"replay:{shard}"
+
+
+def priorities_queue(shard: str) -> str:
+    """New priorities of transitions one replay shard served."""
+    return f"priorities:{shard}"
+
+
+def batches_queue(learner: str) -> str:
+    """Replay shards' answers to one learner: a minibatch is ready in the shard's batch block."""
+    return f"batches:{learner}"
 
 
 # ---- payloads ----
@@ -96,6 +117,39 @@ class SharesAssigned(TypedDict):
     shares: list[list[list]]
 
 
+class SampleRequest(TypedDict):
+    """Learner ``learner`` asks a replay shard for a minibatch (request ``id``: the answer names it, and the shard
+    writes it into batch buffer ``id % 2``). The shard answers once it holds enough transitions and the
+    update-to-data ratio allows another draw."""
+
+    learner: str
+    id: int
+
+
+class BatchReady(TypedDict):
+    """A minibatch of ``count`` transitions is in buffer ``buffer`` of shard ``shard``'s batch block (incarnation
+    ``inc``): drawn at ``positions`` with importance ``weights``; ``size`` transitions stored, ``added`` in all."""
+
+    shard: str
+    inc: str
+    id: int
+    buffer: int
+    count: int
+    positions: list[int]
+    weights: list[float]
+    size: int
+    added: int
+
+
+class PriorityUpdate(TypedDict):
+    """The TD errors of the transitions at ``positions`` of a shard's incarnation ``inc`` (a recreated shard drops
+    them): their new priorities."""
+
+    inc: str
+    positions: list[int]
+    td_errors: list[float]
+
+
 # ---- wiring ----
 
 
@@ -120,6 +174,13 @@ def wire_sampling_graph(client: Any, rollout: list[ComponentHandle], inference: 
         wire_inference(client, handle, queue)
     for handle in rollout:
         wire_rollout(client, handle, consumers)
+
+
+def wire_replay(client: Any, shard: ComponentHandle, learner: ComponentHandle) -> None:
+    """``shard`` serves ``learner``'s requests and takes its priorities; its answers reach the learner."""
+    add_consumer(replay_queue(shard.name), shard.on_sample, client)
+    add_consumer(priorities_queue(shard.name), shard.on_priorities, client)
+    add_consumer(batches_queue(learner.name), learner.on_batch_ready, client)
 
 
 def wire_learner_group(client: Any, leaders: list[ComponentHandle], members: list[ComponentHandle]) -> None:
@@ -150,7 +211,8 @@ SWEEPS_TOPIC = "daskrl-sweeps"
 __all__ = [
     "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "EVENTS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
     "RECOVERIES_TOPIC", "SWEEPS_TOPIC",
-    "ActionsReady", "FreeSlots", "InferenceRequest", "SharesAssigned", "TrajectoryReady",
-    "actions_queue", "free_queue", "policy_queue", "wire_inference", "wire_learner_group", "wire_rollout",
-    "wire_sampling_graph",
+    "ActionsReady", "BatchReady", "FreeSlots", "InferenceRequest", "PriorityUpdate", "SampleRequest", "SharesAssigned",
+    "TrajectoryReady",
+    "actions_queue", "batches_queue", "free_queue", "policy_queue", "priorities_queue", "replay_queue",
+    "wire_inference", "wire_learner_group", "wire_replay", "wire_rollout", "wire_sampling_graph",
 ]

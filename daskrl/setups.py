@@ -14,9 +14,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from daskrl.config import EnvConfig, LearnerConfig, ModelConfig
+from daskrl.config import AlgoConfig, EnvConfig, LearnerConfig, ModelConfig
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.registry import Shipped
+
+
+@dataclass(frozen=True)
+class EpsilonGreedy:
+    """One rollout worker's exploration (a setup field: frozen, built by the driver)."""
+
+    final_eps: float  # this worker's epsilon once the decay is over
+    decay_steps: int  # env steps of this worker over which epsilon falls from 1 to ``final_eps`` (0: none)
+    num_actions: int
+
+    @classmethod
+    def for_worker(cls, index: int, workers: int, eps: float, alpha: float, fraction: float, total_env_steps: int,
+                   num_actions: int) -> EpsilonGreedy:
+        """Worker ``index`` of ``workers`` (an elastic run's extra workers take the exponents of the first ones in
+        turn); ``total_env_steps`` 0 (no budget): no decay."""
+        position = (index % workers) / (workers - 1) if workers > 1 else 0.0
+        decay = int(fraction * total_env_steps / workers)
+        return cls(float(eps ** (1.0 + alpha * position)), decay, num_actions)
+
+    def epsilon(self, steps: int) -> float:
+        """Epsilon after this worker took ``steps`` env steps."""
+        if steps >= self.decay_steps:
+            return self.final_eps
+        return 1.0 + (self.final_eps - 1.0) * steps / self.decay_steps
 
 
 @dataclass(frozen=True)
@@ -33,6 +57,7 @@ class PolicySetup:
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
     # agents with different spaces: (obs_len, act_dim) of the slot rows this policy reads and writes (EnvSpaces.cut_for)
     cut: tuple[int, int] | None
+    exploration: EpsilonGreedy | None  # how a DQN sampler explores (None: the policy samples its own actions)
 
 
 @dataclass(frozen=True)
@@ -95,6 +120,20 @@ class LearnerSetup:
     snapshot_every: int  # policy versions between two snapshots
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
     cut: tuple[int, int] | None  # the policy's part of the slot rows, as PolicySetup.cut
+    algo: AlgoConfig  # --algo and the off-policy options (replay, targets, exploration)
+
+
+@dataclass(frozen=True)
+class ReplaySetup:
+    """A replay shard: what it stores (the slots' spaces), how much, and how it serves draws."""
+
+    spaces: EnvSpaces
+    capacity: int  # transitions this shard keeps
+    learning_starts: int  # transitions it holds before it serves a draw (its share of --learning-starts)
+    algo: AlgoConfig
+    gamma: float
+    batch_size: int
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -105,3 +144,4 @@ class RoleSetups:
     members: tuple[LearnerSetup, ...]  # ranks 1.. of policy 0's data-parallel group (--num-learners)
     rollout: tuple[RolloutSetup, ...]
     inference: tuple[InferenceSetup, ...]  # each policy's inference workers' (by policy; empty: inline)
+    replay: tuple[ReplaySetup, ...]  # the replay shards' (empty: an on-policy algorithm)

@@ -49,6 +49,13 @@ SMALL_CARTPOLE: dict[str, Any] = {"env": "CartPole-v1", "num_workers": 1, "num_e
                                   "batch_size": 128, "num_batches_per_epoch": 2, "report_interval": 0.5}
 
 
+#: DQN on CartPole, small and quick: one rollout worker, a 64x64 ReLU Q-network, a 25-update target refresh
+DQN_CARTPOLE = {"env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "num_envs_per_worker": 8, "rollout": 16,
+                "batch_size": 64, "learning_rate": 2e-3, "hidden_sizes": [64, 64], "activation": "relu",
+                "target_update_interval": 25, "replay_ratio": 0.25, "exploration_fraction": 0.2,
+                "exploration_eps": 0.02, "learning_starts": 500, "max_grad_norm": 10.0}
+
+
 # ---- the slow marker ----
 
 

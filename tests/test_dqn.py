@@ -7,6 +7,9 @@ import torch
 
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
 
+from .helpers import DQN_CARTPOLE, run_config
+from .helpers import slow as slow_marker
+
 
 def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
@@ -65,3 +68,84 @@ def test_dueling_combines_value_and_centered_advantages():
     v = torch.tensor([1.0, -2.0])
     a = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
     assert dueling(v, a).tolist() == [[0.0, 1.0, 2.0], [-3.0, -3.0, 0.0]]
+
+
+# ---- the sampler's exploration ----
+
+
+def test_each_rollout_worker_explores_with_its_own_epsilon():
+    from daskrl.setups import EpsilonGreedy
+
+    eps = [EpsilonGreedy.for_worker(i, 4, 0.4, 7.0, 0.0, 0, 2).final_eps for i in range(4)]
+    assert eps == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])  # Ape-X: eps^(1 + alpha i / (N - 1))
+    assert EpsilonGreedy.for_worker(0, 1, 0.05, 7.0, 0.0, 0, 2).final_eps == pytest.approx(0.05)
+    decaying = EpsilonGreedy.for_worker(0, 2, 0.1, 7.0, 0.5, 4000, 2)  # half of this worker's 2,000 steps
+    assert decaying.decay_steps == 1000
+    assert [decaying.epsilon(s) for s in (0, 500, 1000, 5000)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
+
+
+def test_epsilon_greedy_acting_takes_the_greedy_action_or_a_uniform_one():
+    import numpy as np
+
+    from daskrl.sampling.exploration import EpsilonGreedyActing, exploring
+    from daskrl.setups import EpsilonGreedy
+
+    def greedy(obs, state=None, deterministic=False):  # as SamplingPolicy's act
+        assert deterministic  # epsilon-greedy wraps the greedy action, never a sampled one
+        return np.full(len(obs), 2), np.zeros(len(obs), np.float32), np.zeros(len(obs), np.float32)
+
+    assert exploring(greedy, None, 0) is greedy  # APPO: the policy's own act, unwrapped
+    act = EpsilonGreedyActing(greedy, EpsilonGreedy(0.3, 0, 4), seed=0)
+    actions = np.concatenate([act(np.zeros((1000, 1)))[0] for _ in range(20)])
+    share_random = 1 - (actions == 2).mean()  # a random action is 2 one time in 4
+    assert share_random == pytest.approx(0.3 * 3 / 4, abs=0.01)
+    assert set(np.unique(actions)) == {0, 1, 2, 3} and act.steps == 20_000
+
+
+# ---- options that do not fit ----
+
+
+def test_dqn_refuses_what_it_cannot_do_in_one_line_each():
+    from daskrl.config import Config
+    from daskrl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Config.from_flat({"algo": "dqn", "inference": "remote", "num_policies": 2, "rnn": "lstm",
+                          "learning_starts": 10, "replay_capacity": 5}).validate()
+    text = str(err.value)
+    assert "--inference inline" in text and "--num-policies" in text and "--rnn" in text
+    assert "--learning-starts 10 exceeds --replay-capacity 5" in text
+    Config.from_flat({"algo": "dqn"}).validate()  # the defaults fit
+
+
+def test_dqn_refuses_continuous_actions_before_anything_starts(tmp_path):
+    from daskrl.driver.preflight import preflight
+    from daskrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--algo dqn needs discrete actions, and this env's are box"):
+        preflight(run_config(tmp_path, algo="dqn", env="Pendulum-v1"))
+
+
+# ---- a real run ----
+
+@slow_marker("a DQN run on CartPole until its greedy-ish policy balances (about 10 s of training on 2 cores)")
+def test_dqn_learns_cartpole_and_its_checkpoint_plays_greedily(tmp_path):
+    from daskrl import train
+    from daskrl.evaluation.episodes import enjoy
+    from daskrl.learning.checkpoints import CheckpointStore
+
+    config = run_config(tmp_path, "dqn", base=DQN_CARTPOLE, stop_at_return=150, stop_window=30,
+                        train_for_env_steps=60_000, train_for_seconds=150, report_interval=1.0)
+    summary = train(config)
+    assert summary["episode_return_mean"] >= 150, summary  # random play: about 22
+    assert "stop-at-return" in summary["stop_reason"]
+    # every slot went through the shard (8 envs x 16 steps each; a few may be in flight at the stop)
+    assert {"learner", "replay_0", "rollout_0"} <= set(summary["data_path"]["components"])
+    assert summary["data_path"]["slots_shm"] * 8 * 16 == pytest.approx(summary["env_steps"], abs=3 * 8 * 16 * 3)
+    # the update-to-data ratio held both ways: one update per 4 env steps after the first 500
+    state = CheckpointStore(tmp_path / "dqn" / "checkpoints").load("latest")
+    trained = state["train_steps"]
+    assert trained == pytest.approx(0.25 * (summary["env_steps"] - 500), rel=0.15), (trained, summary["env_steps"])
+    assert "target" in state  # the target network is checkpointed with the online one
+    played = enjoy(str(tmp_path / "dqn"), episodes=3, which="latest")
+    assert played["return_mean"] >= 100, played

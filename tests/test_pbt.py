@@ -18,7 +18,7 @@ import torch
 
 import daskrl.algo.trainer as trainer_module
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
-from daskrl.config import Config, LearnerConfig, ModelConfig
+from daskrl.config import AlgoConfig, Config, LearnerConfig, ModelConfig
 from daskrl.config.hyperparams import MUTABLE
 from daskrl.envs import probe_env
 from daskrl.learning.learner import Learner, export_state, import_state
@@ -382,7 +382,8 @@ def learner_setup(spaces) -> LearnerSetup:
     learner = dataclasses.replace(LearnerConfig(), learning_rate=1e-3)
     return LearnerSetup(spaces=spaces, model=ModelConfig(), learner=learner, samples_per_batch=T * N,
                         total_env_steps=0, seed=0, remote_params=False, rank=0, num_learners=1, policy_index=0,
-                        tagged=False, snapshots=0, snapshot_every=50, components=pack_components(), cut=None)
+                        tagged=False, snapshots=0, snapshot_every=50, components=pack_components(), cut=None,
+                        algo=AlgoConfig())
 
 
 def published(desc: dict) -> tuple[int, dict[str, np.ndarray]]:

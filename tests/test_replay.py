@@ -3,11 +3,15 @@ n-step transitions of a slot, and the ring store."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from daskrl.replay import PrioritizedSampler, SumTree, TransitionStore, UniformSampler, slot_transitions
 from daskrl.replay.store import numpy_arrays, store_shapes
+
+from .helpers import slow
 
 #: chi-square's 0.999 quantile for 15 degrees of freedom: a correct sampler fails this 1 time in 1,000 (seeded here)
 CHI2_15_999 = 37.697
@@ -114,3 +118,28 @@ def test_store_overwrites_oldest_first():
     assert store.read(np.arange(4))["rewards"].tolist() == [4.0, 5.0, 2.0, 3.0]
     with pytest.raises(IndexError):
         store.read(np.array([4]))
+
+
+# ---- a shard lost with its worker ----
+
+
+@slow("a DQN run with two shards, one SIGKILLed with its worker, recovered, and the run going on to its budget")
+def test_a_sigkilled_shard_loses_only_its_data_and_training_goes_on(tmp_path):
+    from daskrl import train
+
+    from .helpers import DQN_CARTPOLE, REPORT_OFTEN, Killer, recovery_of, run_config
+
+    config = run_config(tmp_path, "kill_shard", base={**DQN_CARTPOLE, **REPORT_OFTEN}, num_workers=2,
+                        replay_shards=2, learning_starts=200, train_for_env_steps=14_000)
+    killer = Killer("replay_1", ready=lambda row: row["policy_version"] >= 10)
+    summary = train(config, on_report=killer)
+    killer.check()
+    record = recovery_of(summary, "replay_1")  # rollout_1 shared its Dask worker, and came back too
+    assert record["role"] == "replay shard"
+    assert summary["env_steps"] >= 14_000
+    after = killer.rows[killer.rows_before_kill:]
+    versions = [r["policy_version"] for r in after]
+    assert versions[-1] > versions[0] + 20, versions  # training went on: replay_0 served meanwhile, then both
+    assert all(math.isfinite(r["loss"]) for r in after), [r["loss"] for r in after]  # and its loss was logged
+    shares = summary["time_shares"]
+    assert shares["replay_1"].get("insert", 0) > 0, shares  # the new shard filled again

@@ -10,6 +10,7 @@ from daskrl.config.options import (
     MAX_ENVS_PER_WORKER,
     MAX_ROLLOUT_WORKERS,
     SECTIONS,
+    AlgoConfig,
     EnvConfig,
     LearnerConfig,
     ModelConfig,
@@ -21,6 +22,6 @@ from daskrl.config.options import (
 )
 from daskrl.errors import ConfigError
 
-__all__ = ["DEVICE_PATTERN", "INFERENCE_PRECISIONS", "MAX_ENVS_PER_WORKER", "MAX_ROLLOUT_WORKERS", "SECTIONS",
+__all__ = ["AlgoConfig", "DEVICE_PATTERN", "INFERENCE_PRECISIONS", "MAX_ENVS_PER_WORKER", "MAX_ROLLOUT_WORKERS", "SECTIONS",
            "Config", "ConfigError", "EnvConfig", "LearnerConfig", "ModelConfig", "PolicyConfig", "RunConfig",
            "SamplerConfig", "Section", "check_field", "flag", "opt"]

@@ -1,4 +1,4 @@
-"""The whole configuration of a run: the six option sections (:mod:`.options`), flat access by option name, JSON,
+"""The whole configuration of a run: the seven option sections (:mod:`.options`), flat access by option name, JSON,
 and ``validate()``, which checks every value and the options that must fit together before any process starts and
 reports all problems at once, one readable line each.
 """
@@ -17,6 +17,7 @@ from typing import Any
 from daskrl.config.checks import check_field
 from daskrl.config.options import (
     SECTIONS,
+    AlgoConfig,
     EnvConfig,
     LearnerConfig,
     ModelConfig,
@@ -36,6 +37,7 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
 
     # ---- by option name: config.explicit(), config.flat(), Config.from_flat({...}), config.replace(rollout=64) ----
 

@@ -278,5 +278,44 @@ class RunConfig(Section):
                                   low=0)
 
 
+#: the algorithms of ``--algo`` (daskrl/driver/algorithms.py names what each one is made of)
+ALGOS = ("appo", "dqn")
+
+
+@dataclass
+class AlgoConfig(Section):
+    algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner) or "
+                            "'dqn' (off-policy, Discrete actions: slots go to replay shards, the learner draws "
+                            "minibatches from them)", choices=list(ALGOS))
+    replay_shards: int = opt(1, "off-policy: replay shards (components on the rollout workers' Dask workers, each "
+                                "holding the transitions of the rollout workers wired to it, in shared memory)",
+                             low=1, high=1024)
+    replay_capacity: int = opt(100_000, "off-policy: transitions kept in all (split evenly over the shards; the "
+                                        "oldest are overwritten)", low=1)
+    learning_starts: int = opt(1_000, "off-policy: transitions a shard holds (over all shards) before the learner "
+                                      "trains on it: no over-training of a nearly empty buffer", low=0)
+    replay_ratio: float = opt(0.25, "off-policy: minibatch updates per env step collected (the update-to-data ratio; "
+                                    "a shard serves no more draws than this allows, so a fast learner waits for data)",
+                              low=0, low_open=True)
+    prioritized_replay: bool = opt(True, "off-policy: draw transitions in proportion to |TD error|^alpha (with "
+                                         "importance weights), not uniformly")
+    priority_alpha: float = opt(0.6, "prioritized replay: the priority exponent (0: uniform)", low=0)
+    priority_beta: float = opt(0.4, "prioritized replay: the importance-weight exponent (1: fully corrected)",
+                               low=0, high=1)
+    n_step: int = opt(3, "off-policy: rewards summed before bootstrapping (n-step returns)", low=1, high=1000)
+    target_update_interval: int = opt(500, "dqn: minibatch updates between two copies of the online network into "
+                                           "the target network", low=1)
+    double_q: bool = opt(True, "dqn: the online network picks the bootstrap action, the target network rates it")
+    dueling: bool = opt(True, "dqn: Q = V + A - mean(A) from the model's value and action heads; without it the "
+                              "action head's outputs are the Q-values")
+    exploration_eps: float = opt(0.05, "dqn: the epsilon of epsilon-greedy exploration that rollout worker 0 ends "
+                                       "at; worker i of N ends at eps^(1 + exploration_alpha i / (N - 1)) (Ape-X's "
+                                       "scheme, which uses 0.4 over hundreds of actors)", low=0, high=1)
+    exploration_alpha: float = opt(7.0, "dqn: the spread of the rollout workers' epsilons (see --exploration-eps)",
+                                   low=0)
+    exploration_fraction: float = opt(0.1, "dqn: each worker's epsilon falls linearly from 1 to its own over this "
+                                           "fraction of --train-for-env-steps (0: from the start)", low=0, high=1)
+
+
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,
-            "policies": PolicyConfig, "run": RunConfig}
+            "policies": PolicyConfig, "run": RunConfig, "algo": AlgoConfig}

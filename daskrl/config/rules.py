@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from daskrl.config.options import EnvConfig, LearnerConfig, ModelConfig, PolicyConfig, RunConfig, SamplerConfig
+from daskrl.config.algo_rules import algo_problems
+from daskrl.config.options import AlgoConfig, EnvConfig, LearnerConfig, ModelConfig, PolicyConfig, RunConfig, SamplerConfig
 
 
 class Config(Protocol):
@@ -20,6 +21,7 @@ class Config(Protocol):
     learner: LearnerConfig
     policies: PolicyConfig
     run: RunConfig
+    algo: AlgoConfig
 
 
 def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
@@ -36,6 +38,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _combination_problems(config, found)
     problems += _recurrent_problems(config, found)
     problems += _policy_problems(config, found)
+    problems += algo_problems(config, found)
     return problems
 
 

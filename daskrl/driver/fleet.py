@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
+from daskrl.driver.algorithms import algorithm_of
 from daskrl.driver.placement import Placement, Role
 from daskrl.driver.role_setups import role_setups, rollout_setup
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
-from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_rollout
+from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_replay, wire_rollout
+from daskrl.replay.shard import ReplayShard
 from daskrl.runtime.cluster import ClusterSession
 from daskrl.runtime.handles import ComponentHandle, spawn, spawn_all
 from daskrl.runtime.shm import force_comms, host_of
@@ -70,6 +72,9 @@ class Fleet:
         self.group_generation = 0  # bumped each time the learner group is formed
         self._rollout_indices = config.sampler.num_workers  # rollout_0.. at the start; an elastic run adds more
         self.sink: ComponentHandle | None = None  # sampling only: where full slots go instead of learners
+        self.algorithm = algorithm_of(config)
+        self.replay: list[ComponentHandle] = []  # off-policy: the replay shards, where full slots go instead
+        self.shard_of: dict[str, int] = {}  # rollout worker name -> the replay shard its slots go to
         self.rollout: list[ComponentHandle] = []
         self.inference: list[ComponentHandle] = []
         self.roles: dict[str, Role] = {}  # component name -> its role
@@ -93,8 +98,9 @@ class Fleet:
         return [*self.consumers(), *self.learner_members, *self.rollout, *self.inference]
 
     def consumers(self) -> list[ComponentHandle]:
-        """Where full trajectory slots go: every policy's learner, or the sampling-only sink."""
-        return [*self.policy_learners, *([self.sink] if self.sink is not None else [])]
+        """Where full trajectory slots go and what trains on them: every policy's learner, the replay shards
+        (off-policy), or the sampling-only sink."""
+        return [*self.policy_learners, *self.replay, *([self.sink] if self.sink is not None else [])]
 
     def learners(self) -> list[ComponentHandle]:
         """Every learner: each policy's, and the members of policy 0's group."""
@@ -119,15 +125,17 @@ class Fleet:
             self.sink = self._spawn(SamplingSink, "sink", self.placement.rollout[0], None, Role.SINK)
         else:
             self._create_learners(setups, starts)
+            self._create_replay(setups)
         setups = self.setups()  # with the learners' parameter blocks
         self._create_samplers(setups)
+        self._connect_replay(self.replay)
         wire_learner_group(self.client, self.policy_learners[:1], self.learner_members)
         self.form_learner_group()
         for handle in [*self.consumers(), *self.learner_members, *self.inference, *self.rollout]:
             handle.call("start")
 
     def _create_learners(self, setups: RoleSetups, starts: Sequence[LearnerStart]) -> None:
-        leaders = [(Learner, learner_name(0, s.policy_index, self.config), host, s)
+        leaders = [(self.algorithm.learner, learner_name(0, s.policy_index, self.config), host, s)
                    for host, s in zip(self.placement.learners, setups.learners, strict=False)]
         members = [(Learner, learner_name(s.rank, 0, self.config), host, s)
                    for host, s in zip(self.placement.learners[len(leaders):], setups.members, strict=True)]
@@ -146,16 +154,35 @@ class Fleet:
         self.policy_params = [h.call("params_desc") for h in self.policy_learners]
         self.snapshot_params = self.policy_learners[0].call("snapshot_descs")
 
+    def _create_replay(self, setups: RoleSetups) -> None:
+        """Off-policy: the replay shards, each on a rollout worker's Dask worker (shard j beside rollout j)."""
+        spawn_all(self.client, [(ReplayShard, f"replay_{j}", self.placement.rollout[j % len(self.placement.rollout)],
+                                 setup) for j, setup in enumerate(setups.replay)], run_id=self.run_id,
+                  created=self.replay)
+        for handle in self.replay:
+            self._file(handle, Role.REPLAY)
+
+    def _connect_replay(self, shards: Sequence[ComponentHandle]) -> None:
+        """The shards read every rollout worker's slots and serve the learner, which reads their batch blocks."""
+        if not shards:
+            return
+        learner = self.policy_learners[0]
+        for shard in shards:
+            j = self.replay.index(shard)
+            shard.call("attach_workers", {w: b for w, b in self.buffers.items() if self.shard_of.get(w) == j})
+            wire_replay(self.client, shard, learner)
+        learner.call("attach_replay", {shard.name: shard.call("batch_descs") for shard in shards})
+
     def _create_samplers(self, setups: RoleSetups) -> None:
         """Rollout workers, then each policy's inference workers, every one wired to its queues and consumers."""
         spawn_all(self.client, [(RolloutWorker, f"rollout_{i}", host, setup)
                                 for i, (host, setup) in enumerate(zip(self.placement.rollout, setups.rollout,
                                                                       strict=True))],
                   run_id=self.run_id, created=self.rollout)
-        for handle in self.rollout:
+        for index, handle in enumerate(self.rollout):
             self._file(handle, Role.ROLLOUT)
             self.buffers[handle.name] = handle.call("buffers")
-            wire_rollout(self.client, handle, self._consumer_slots())
+            wire_rollout(self.client, handle, self._consumer_slots(handle.name, index))
         per_policy = self.config.sampler.num_inference_workers
         slots = [(setup, j) for setup in setups.inference for j in range(per_policy)]
         spawn_all(self.client, [(InferenceWorker, self._inference_name(setup.policy_index, j), host, setup)
@@ -192,8 +219,8 @@ class Fleet:
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup, Role.ROLLOUT)
         self.rollout.append(new)
         buffers = self.buffers[new.name] = new.call("buffers")
-        self._each(self.learners() + self.inference, "attach_workers", {new.name: buffers})
-        wire_rollout(self.client, new, self._consumer_slots())
+        self._each(self.learners() + self.inference + self._replay_of(new.name), "attach_workers", {new.name: buffers})
+        wire_rollout(self.client, new, self._consumer_slots(new.name, index))
         new.call("start")
         return new
 
@@ -236,7 +263,8 @@ class Fleet:
         the setup the first one got. A lost learner is :meth:`recreate_learner`'s, which needs to know where to
         start from."""
         recreators = {Role.ROLLOUT: self._recreate_rollout, Role.INFERENCE: self._recreate_inference,
-                      Role.SINK: self._recreate_sink, Role.LEARNER_MEMBER: self._recreate_member}
+                      Role.SINK: self._recreate_sink, Role.LEARNER_MEMBER: self._recreate_member,
+                      Role.REPLAY: self._recreate_replay}
         role = self.role_of(handle.name)
         if role not in recreators:
             raise ValueError(f"{handle.name!r} is a {role}: recreate_learner() restarts a learner")
@@ -244,6 +272,9 @@ class Fleet:
         new.call("start")
         if role is Role.SINK:
             self._each(self.rollout, "reclaim_slots")  # the slots the dead sink held are never coming back
+        if role is Role.REPLAY:  # what the dead shard held of its own rollout workers' slots, likewise
+            j = self.replay.index(new)
+            self._each([h for h in self.rollout if self.shard_of.get(h.name) == j], "reclaim_slots")
         return new
 
     def _recreate_rollout(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
@@ -251,7 +282,8 @@ class Fleet:
         index = self.rollout.index(handle)
         new = self._spawn(handle.cls, handle.name, worker, self.setups().rollout[index], Role.ROLLOUT)
         buffers = self.buffers[handle.name] = new.call("buffers")
-        self._each(self.learners() + self.inference, "attach_workers", {handle.name: buffers})
+        self._each(self.learners() + self.inference + self._replay_of(handle.name), "attach_workers",
+                   {handle.name: buffers})
         self.rollout[index] = new
         return new
 
@@ -266,6 +298,14 @@ class Fleet:
     def _recreate_sink(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
         self.sink = self._spawn(handle.cls, handle.name, worker, None, Role.SINK)
         return self.sink
+
+    def _recreate_replay(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
+        """A lost shard comes back empty under its name (its rollout workers' announcements find it again)."""
+        index = self.replay.index(handle)
+        new = self._spawn(handle.cls, handle.name, worker, self.setups().replay[index], Role.REPLAY)
+        self.replay[index] = new
+        self._connect_replay([new])
+        return new
 
     def _recreate_member(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
         index = self.learner_members.index(handle)
@@ -284,6 +324,8 @@ class Fleet:
         self.policy_params[policy] = new.call("params_desc")
         new.call("attach_workers", self.buffers)
         self.policy_learners[policy] = new
+        if self.replay:  # before its start: it asks every shard for a minibatch as it starts
+            new.call("attach_replay", {shard.name: shard.call("batch_descs") for shard in self.replay})
         self.form_learner_group()  # the members go on from the new leader's weights
         new.call("start")
         self._each(self.samplers(), "set_params", self.policy_params[policy], policy)
@@ -348,9 +390,17 @@ class Fleet:
         """inference_0, inference_1, ...; with several policies inference_p<k>_0, ..."""
         return f"inference_{index}" if self.config.policies.num_policies == 1 else f"inference_p{policy}_{index}"
 
-    def _consumer_slots(self) -> list:
-        """Where full slots are announced: every policy's learner (each takes its own), or the sink."""
+    def _consumer_slots(self, name: str, index: int) -> list:
+        """Where rollout worker ``name`` (index ``index``) announces its full slots: its replay shard (off-policy:
+        shard ``index % shards``), or every policy's learner (each takes its own), or the sink."""
+        if self.replay:
+            self.shard_of[name] = index % len(self.replay)
+            return [self.replay[self.shard_of[name]].on_trajectory]
         return [h.on_trajectory for h in self.consumers()]
+
+    def _replay_of(self, name: str) -> list[ComponentHandle]:
+        """The replay shard rollout worker ``name`` hands its slots to (none under an on-policy algorithm)."""
+        return [self.replay[self.shard_of[name]]] if name in self.shard_of else []
 
     def _each(self, handles: Sequence[ComponentHandle], method: str, *args: Any) -> None:
         """Call ``method`` on each component; one that fails (lost at the same time: it is recreated with what it

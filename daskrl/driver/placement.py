@@ -31,6 +31,7 @@ class Role(enum.Enum):
     ROLLOUT = "rollout"
     INFERENCE = "inference"
     SINK = "sink"
+    REPLAY = "replay shard"  # off-policy algorithms: keeps transitions, on a rollout worker's Dask worker
 
 
 ROLES = ("learner", "rollout", "inference")  # the roles that need a worker process of their own

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from daskrl.config import Config
+from daskrl.driver.algorithms import algorithm_of
 from daskrl.envs.registry import registered_factory
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.core_state import rnn_state_size
@@ -17,7 +18,7 @@ from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
 from daskrl.sampling.policy_map import slots_tagged
 from daskrl.sampling.policy_spaces import policy_spaces
-from daskrl.setups import InferenceSetup, LearnerSetup, PolicySetup, RoleSetups, RolloutSetup
+from daskrl.setups import EpsilonGreedy, InferenceSetup, LearnerSetup, PolicySetup, ReplaySetup, RoleSetups, RolloutSetup
 
 
 def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
@@ -35,15 +36,27 @@ def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None]
     leaders = tuple(_learner_setup(config, spaces, policy, 0, remote_params) for policy in range(policies))
     members = tuple(_learner_setup(config, spaces, 0, rank, remote_params)  # several policies: one learner each
                     for rank in range(1, c.learner.num_learners if policies else 1))
-    return RoleSetups(leaders, members, rollout, inference)
+    return RoleSetups(leaders, members, rollout, inference, replay_setups(config, spaces))
+
+
+def replay_setups(config: Config, spaces: EnvSpaces) -> tuple[ReplaySetup, ...]:
+    """The replay shards' setups: none for an on-policy algorithm or a sampling-only run."""
+    a = config.algo
+    if not algorithm_of(config).uses_replay or config.run.sampling_only:
+        return ()
+    shards = a.replay_shards
+    return tuple(ReplaySetup(spaces=spaces, capacity=-(-a.replay_capacity // shards),
+                             learning_starts=-(-a.learning_starts // shards), algo=dataclasses.replace(a),
+                             gamma=config.learner.gamma, batch_size=config.learner.batch_size,
+                             seed=config.run.seed + 7919 * j) for j in range(shards))
 
 
 def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None, seed: int,
-                  device: str) -> PolicySetup:
+                  device: str, exploration: EpsilonGreedy | None = None) -> PolicySetup:
     """How a sampler runs acting policy ``k`` (a trained one, or a self-play snapshot)."""
     s, own = config.sampler, acting_spaces(config, spaces)[k]
     return PolicySetup(own, _model(config), params, seed, s.numpy_inference, s.inference_precision, device,
-                       pack_components(), spaces.cut_for(own))
+                       pack_components(), spaces.cut_for(own), exploration)
 
 
 def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, remote_params: bool) -> LearnerSetup:
@@ -56,7 +69,7 @@ def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, re
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params,
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
         tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
-        snapshot_every=c.policies.self_play_snapshot_every)
+        snapshot_every=c.policies.self_play_snapshot_every, algo=dataclasses.replace(c.algo))
 
 
 def _model(config: Config):
@@ -88,8 +101,9 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | Non
     :func:`role_setups` takes them."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu") \
-        if s.inference == "inline" else None
+    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu",
+                           algorithm_of(config).sampler_policy(config, spaces, index)) if s.inference == "inline" \
+        else None
     return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
                         num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,

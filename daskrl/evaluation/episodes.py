@@ -49,6 +49,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
         raise ConfigError([f"--opponent and --seat choose who plays a two-player game; {config.env.env!r} is a "
                            "single-agent env: leave them out"])
     policy = policy or 0
+    deterministic = deterministic or config.algo.algo == "dqn"  # a Q-network acts greedily: its head holds advantages
     state = load_state(experiment_dir, config, which, policy)
     model = policy_model(config, spaces, state["model"], policy)
     if video:

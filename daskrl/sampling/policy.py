@@ -17,6 +17,7 @@ from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.models.registry import install_components
 from daskrl.runtime.params import ParameterReader
+from daskrl.sampling.exploration import exploring
 from daskrl.setups import PolicySetup
 
 
@@ -72,6 +73,8 @@ class SamplingPolicy:
         self.version = 0
         self.reader = ParameterReader(component, setup.params) if setup.params is not None else None
         self.published: dict[str, np.ndarray] | None = None  # the weights of ``version`` as published (float32)
+        #: acts for the samplers: the policy's own sampling, or wrapped by its exploration (DQN's epsilon-greedy)
+        self.act = exploring(self._act, setup.exploration, setup.seed)
 
     def follow(self, component: Any, params: dict) -> None:
         """Read parameters from a new publisher (a restarted learner) and take whatever version it has next."""
@@ -101,9 +104,10 @@ class SamplingPolicy:
             self.fast.refresh()
         return True
 
-    def act(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions, log-probs and values for ``obs``; a recurrent policy acts from ``state`` [batch, S] and writes
-        the next states there."""
+        the next states there. Samplers call ``self.act`` (this, or this wrapped by an exploration)."""
         if self.fast is not None:
-            return self.fast.act(obs, state=state)
-        return self.model.act(obs, state=state)
+            return self.fast.act(obs, deterministic, state=state)
+        return self.model.act(obs, deterministic, state=state)

@@ -1,0 +1,139 @@
+"""One DQN update on a replay minibatch: pure torch, no Dask (the off-policy learner component wraps it).
+
+The network is the run's :class:`~daskrl.models.actor_critic.ActorCritic` read as a Q-network: the action head's
+outputs are the advantages and the value head the state value, combined by the dueling rule (``--dueling``), or
+the action head's outputs alone are the Q-values. So observation normalization, Dict observations, the Nature CNN,
+checkpoints, the parameter store and ``enjoy`` (whose deterministic action is the head's argmax, the greedy
+action) work unchanged. A target network, a copy refreshed every ``--target-update-interval`` updates, rates the
+bootstrap action; with ``--double-q`` the online network picks it. Observation statistics follow the observations
+the learner trains on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from daskrl.algo.collectives import SoloGroup
+from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
+from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.config import hyperparams
+
+if TYPE_CHECKING:
+    from daskrl.config import AlgoConfig, LearnerConfig
+    from daskrl.models.actor_critic import ActorCritic
+
+
+def q_values(net: ActorCritic, obs: torch.Tensor, use_dueling: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[B, A] Q-values of ``obs`` (a feed-forward model), and the action mask of Dict observations (or None)."""
+    inputs, mask = net.prepare(obs)
+    encoded = [net._encode(encoder, inputs) for encoder in net.encoders]
+    advantages = net.actor.logits(net.core.stateless(encoded[0]))
+    if not use_dueling:
+        return advantages, mask
+    return dueling(net.critic(encoded[-1]), advantages), mask
+
+
+class DQNTrainer:
+    """Owns the online and target networks, the optimizer and the observation statistics of one policy."""
+
+    def __init__(self, model: ActorCritic, cfg: LearnerConfig, algo: AlgoConfig, device: torch.device | None = None
+                 ) -> None:
+        self.device = device if device is not None else torch.device("cpu")
+        self.model = model.to(self.device)
+        self.target = copy.deepcopy(self.model).requires_grad_(False)
+        self.cfg, self.algo = cfg, algo
+        self.group = SoloGroup()  # one learner: what the learner component expects of a trainer
+        self.hp = hyperparams.from_config(cfg)
+        self.step_hp = dict(self.hp)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], foreach=True)
+        self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
+        self.train_steps = 0
+        self.skipped_steps = 0
+        self.samples_trained = 0
+
+    def hyperparams(self) -> dict[str, float]:
+        return dict(self.hp)
+
+    def set_hyperparams(self, values: dict[str, float]) -> None:
+        self.hp.update(hyperparams.checked(values))
+
+    def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
+        """One update on a minibatch (the fields of :data:`daskrl.replay.store.FIELDS`) with importance ``weights``;
+        returns the metrics and the TD errors (the transitions' new priorities). A minibatch whose loss or
+        gradients are not finite is skipped: its TD errors are then all zero."""
+        self.step_hp = dict(self.hp)
+        if not all(np.isfinite(batch[k]).all() for k in ("obs", "rewards", "next_obs")):
+            return self._skipped(len(weights))
+        if self.obs_rms is not None:
+            self.obs_rms.update(self.model.obs_for_stats(batch["obs"]))
+            for net in (self.model, self.target):
+                net.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
+        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
+        with torch.no_grad():
+            next_target, mask = q_values(self.target, t["next_obs"], self.algo.dueling)
+            next_online = q_values(self.model, t["next_obs"], self.algo.dueling)[0] if self.algo.double_q else None
+            if mask is not None:  # the bootstrap action is one the env allows
+                allowed = (mask > 0.5) | ~(mask > 0.5).any(-1, keepdim=True)
+                next_online = (next_online if next_online is not None else next_target).masked_fill(~allowed,
+                                                                                                  -math.inf)
+            targets = dqn_targets(t["rewards"].float(), t["discounts"].float(), next_target, next_online)
+        q = q_values(self.model, t["obs"], self.algo.dueling)[0]
+        out = dqn_loss(q, t["actions"].reshape(-1), targets, torch.as_tensor(weights, device=self.device))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.step_hp["learning_rate"]
+        self.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        max_norm = self.cfg.max_grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
+        if not (torch.isfinite(out.loss) and torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._skipped(len(weights))
+        self.optimizer.step()
+        self.train_steps += 1
+        self.samples_trained += len(weights)
+        if self.train_steps % self.algo.target_update_interval == 0:
+            self.target.load_state_dict(self.model.state_dict())
+        metrics = {"loss": out.loss.item(), "q_mean": out.q_mean, "td_abs_mean": float(out.td_errors.abs().mean()),
+                   "grad_norm": float(grad_norm), "lr": self.step_hp["learning_rate"], "updates": 1,
+                   "skipped_updates": 0, "importance_weight_mean": float(np.mean(weights))}
+        return metrics, out.td_errors.cpu().numpy()
+
+    def _skipped(self, n: int) -> tuple[dict[str, float], np.ndarray]:
+        self.skipped_steps += 1
+        return {"updates": 0, "skipped_updates": 1}, np.zeros(n)
+
+    # ---- checkpoints ----
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(), "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None, "returns": None,
+            "train_steps": self.train_steps, "samples_trained": self.samples_trained,
+            "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        hp = hyperparams.resumed(state, self.cfg)
+        self.model.load_state_dict(state["model"])
+        self.target.load_state_dict(state.get("target") or state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.obs_rms is not None and state.get("obs_rms"):
+            self.obs_rms.load_state_dict(state["obs_rms"])
+        self.train_steps = state.get("train_steps", 0)
+        self.samples_trained = state.get("samples_trained", 0)
+        self.hp = hp
+
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Continue from published weights alone (a learner lost before its first checkpoint): the target network
+        starts as a copy, Adam afresh, the observation statistics from the weights' buffers."""
+        self.model.load_state_dict(weights, strict=False)
+        self.target.load_state_dict(self.model.state_dict())
+        if self.obs_rms is not None:
+            self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
+                                          "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})

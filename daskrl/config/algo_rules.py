@@ -1,0 +1,43 @@
+"""What each algorithm of ``--algo`` combines with (checked with the other rules, before anything starts).
+
+DQN acts epsilon-greedily inline in the rollout workers and learns with one feed-forward learner of one policy; the
+options it cannot use yet are refused with the fix in one line. Its action space (Discrete) is checked once the env
+is probed: :func:`algo_space_problems`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
+    """Options that do not fit the chosen ``--algo`` (none for appo)."""
+    a = config.algo
+    if found or a.algo == "appo":
+        return []
+    name, out = f"--algo {a.algo}", []
+    unsupported = [
+        (config.sampler.inference != "inline", "acts inline in the rollout workers (an epsilon per worker): use "
+                                               "--inference inline"),
+        (config.policies.num_policies > 1 or config.policies.self_play_snapshots > 0 or config.policies.pbt,
+         "trains one policy: leave out --num-policies, --self-play-snapshots and --pbt"),
+        (config.learner.num_learners > 1, "trains with one learner: use --num-learners 1"),
+        (config.learner.sync, "is off-policy: leave out --sync"),
+        (config.model.rnn != "none", "has no recurrent replay yet: leave out --rnn"),
+    ]
+    out += [f"{name} {why}" for bad, why in unsupported if bad]
+    if a.learning_starts > a.replay_capacity:
+        out.append(f"--learning-starts {a.learning_starts} exceeds --replay-capacity {a.replay_capacity}: training "
+                   "would never start (try --learning-starts 1000)")
+    if a.replay_shards > config.sampler.num_workers:
+        out.append(f"--replay-shards {a.replay_shards} is more than --num-workers {config.sampler.num_workers}: a "
+                   "shard takes the slots of the rollout workers wired to it, so some would stay empty")
+    return out
+
+
+def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: str) -> list[str]:
+    """The env's action space against what the algorithm acts in."""
+    if action_kind in action_kinds:
+        return []
+    return [f"--algo {algo} needs {' or '.join(action_kinds)} actions, and this env's are {action_kind}: use "
+            "--algo appo"]

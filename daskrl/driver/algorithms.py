@@ -1,0 +1,62 @@
+"""The algorithms of ``--algo``: each one object that names what it is made of.
+
+An algorithm is three choices, made once when the run is set up:
+
+- its **sampler-side policy**: how rollout workers act around the policy they hold (APPO samples its stochastic
+  policy; DQN acts epsilon-greedily with an epsilon per rollout worker, :mod:`daskrl.sampling.exploration`);
+- its **data source**: the batcher's fresh slots (full slots announced to the learner, trained on once) or replay
+  (slots announced to replay shards, :mod:`daskrl.replay.shard`, which keep transitions and serve draws);
+- its **trainer**, inside its learner component (:class:`~daskrl.learning.learner.Learner` with the APPO trainer,
+  :class:`~daskrl.learning.replay_learner.ReplayLearner` with the DQN trainer).
+
+APPO's path is the one it always had: no exploration wrapper, no shards, the same learner. Adding an algorithm is
+one entry here, its trainer in ``daskrl/algo/``, a learner component if its data source needs one, and its rules
+in ``daskrl/config/algo_rules.py`` (README "Adding an algorithm").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from daskrl.config import Config
+from daskrl.envs.spaces import EnvSpaces
+from daskrl.learning.learner import Learner
+from daskrl.learning.replay_learner import ReplayLearner
+from daskrl.setups import EpsilonGreedy
+
+
+def _samples_its_policy(config: Config, spaces: EnvSpaces, index: int) -> None:
+    """The policy's own stochastic actions: no exploration of the sampler's."""
+    return None
+
+
+def _epsilon_greedy(config: Config, spaces: EnvSpaces, index: int) -> EpsilonGreedy:
+    """Rollout worker ``index``'s epsilon (Ape-X's per-actor scheme, with a decay: see --exploration-eps)."""
+    a = config.algo
+    return EpsilonGreedy.for_worker(index, config.sampler.num_workers, a.exploration_eps, a.exploration_alpha,
+                                    a.exploration_fraction, config.run.train_for_env_steps, int(spaces.num_actions))
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    #: rollout worker ``index``'s exploration setup (None: act as the policy samples)
+    sampler_policy: Callable[[Config, EnvSpaces, int], EpsilonGreedy | None]
+    data_source: str  # "fresh slots" or "replay"
+    learner: type[Learner]  # the learner component, which holds the trainer
+    action_kinds: tuple[str, ...]  # the action spaces it can act in (EnvSpaces.action_kind)
+
+    @property
+    def uses_replay(self) -> bool:
+        return self.data_source == "replay"
+
+
+ALGORITHMS = {
+    "appo": Algorithm("appo", _samples_its_policy, "fresh slots", Learner, ("discrete", "multi_discrete", "box")),
+    "dqn": Algorithm("dqn", _epsilon_greedy, "replay", ReplayLearner, ("discrete",)),
+}
+
+
+def algorithm_of(config: Config) -> Algorithm:
+    return ALGORITHMS[config.algo.algo]

@@ -1,0 +1,150 @@
+"""The off-policy learner: minibatches drawn from replay shards, one update each, priorities sent back.
+
+Under an off-policy algorithm (``--algo dqn``) rollout workers' slots go to the replay shards
+(:mod:`daskrl.replay.shard`), not here. This learner keeps one :class:`~daskrl.protocol.SampleRequest` in flight
+per shard; a shard answers when it holds enough transitions and the update-to-data ratio allows another draw, so
+the learner waits for data (its ``waiting`` share) rather than over-training a small buffer. On each answer it
+copies the minibatch out of the shard's batch block, asks that shard for the next one (the shard draws while this
+one trains), makes one update (:class:`~daskrl.algo.dqn_trainer.DQNTrainer`), sends the TD errors back as the
+transitions' new priorities and publishes the weights every :data:`PUBLISH_EVERY` updates.
+
+A shard that does not answer within :data:`REQUEST_TIMEOUT_S` is asked again (it may have been lost and recreated
+under its name); the runner hands this learner a recreated shard's batch block with :meth:`attach_replay`. Until
+then training goes on with the other shards. Everything else (parameters, checkpoints, restarts, statistics) is the
+:class:`~daskrl.learning.learner.Learner`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from daskrl import devices
+from daskrl.algo.dqn_trainer import DQNTrainer
+from daskrl.learning.group_member import role_for
+from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner
+from daskrl.learning.snapshots import snapshots_for
+from daskrl.models.actor_critic import build_model
+from daskrl.models.registry import install_components
+from daskrl.protocol import BatchReady, PriorityUpdate, SampleRequest, TrajectoryReady, priorities_queue, replay_queue
+from daskrl.runtime.signals import slot
+from daskrl.setups import LearnerSetup
+
+#: seconds after which an unanswered request to a shard is sent again (a shard holds requests while it fills, so
+#: an answer may take long; asking again costs one message, and a late answer to an older request is ignored)
+REQUEST_TIMEOUT_S = 5.0
+#: updates between two published parameter versions
+PUBLISH_EVERY = 8
+
+
+class ReplayLearner(Learner):
+    """See the module docstring."""
+
+    def on_configure(self, setup: LearnerSetup) -> None:
+        torch.set_num_threads(setup.learner.learner_threads)
+        self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
+                                      "--learner-device")
+        install_components(setup.components)
+        self.model = build_model(setup.spaces, setup.model, setup.seed)
+        self.trainer = DQNTrainer(self.model, setup.learner, setup.algo, self.device)
+        self.role = role_for(0, 1)
+        self.publication = self.role.publication(self, self.model, setup.remote_params)
+        self.snapshots = snapshots_for(self, self.model, 0, 1, setup.remote_params)
+        self.policy_index = setup.policy_index
+        self.metrics: dict[str, float] = {}
+        self.step_hyperparams: deque = deque(maxlen=STEP_HYPERPARAMS_KEPT)
+        self.env_steps_offset = 0
+        self.bad_steps = 0
+        self.nan_tolerance = setup.learner.nan_tolerance
+        self.max_lag_seen = 0.0
+        self.shards: dict[str, dict[str, Any]] = {}  # shard -> {"inc", "arrays", "asked": (id, time) or None}
+        self.next_id = 0
+        self.replay_seen: dict[str, dict[str, int]] = {}  # shard -> size and transitions added, as last answered
+        self.add_timer(1.0, self._ask_again)
+
+    async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
+        """Slots go to the replay shards, not here: nothing to attach."""
+        return []
+
+    async def attach_replay(self, shards: dict[str, dict]) -> list[str]:
+        """Read minibatches from these shards ({name: ReplayShard.batch_descs()}), a recreated one included, and
+        ask each for one; may be called while running."""
+
+        def attach() -> list[str]:
+            for name, descs in shards.items():
+                arrays = {field: self.attach_array(desc) for field, desc in descs["arrays"].items()}
+                self.shards[name] = {"inc": descs["inc"], "arrays": arrays, "asked": None}
+                if self.state == "running":
+                    self._ask(name)
+            return sorted(self.shards)
+
+        return await self.on_own_thread(attach)
+
+    def on_start(self) -> None:
+        for name in self.shards:
+            self._ask(name)
+
+    def _ask(self, shard: str) -> None:
+        request: SampleRequest = {"learner": self.name, "id": self.next_id}
+        self.shards[shard]["asked"] = (self.next_id, time.monotonic())
+        self.next_id += 1
+        self.put(replay_queue(shard), request)
+
+    def _ask_again(self) -> None:
+        now = time.monotonic()
+        for name, shard in self.shards.items():
+            if shard["asked"] is not None and now - shard["asked"][1] > REQUEST_TIMEOUT_S:
+                self.counters["requests_resent"] += 1
+                self._ask(name)
+
+    @slot
+    def on_trajectory(self, payload: TrajectoryReady) -> None:
+        self.counters["unexpected_slots"] += 1  # slots go to the shards: one here is a wiring bug
+
+    @slot
+    def on_batch_ready(self, payload: BatchReady) -> None:
+        shard = self.shards.get(payload["shard"])
+        if shard is None or shard["inc"] != payload["inc"] or shard["asked"] is None \
+                or shard["asked"][0] != payload["id"]:
+            self.counters["stale_batches"] += 1  # an answer to a request asked again, or from a lost incarnation
+            return
+        with self.timing("copy"):
+            batch = {field: _read(array, payload["buffer"]) for field, array in shard["arrays"].items()}
+        self.replay_seen[payload["shard"]] = {"size": payload["size"], "added": payload["added"]}
+        self._ask(payload["shard"])  # the shard draws the next minibatch while this one trains
+        with self.timing("train"):
+            metrics, td_errors = self.trainer.train(batch, np.asarray(payload["weights"], np.float32))
+        update: PriorityUpdate = {"inc": payload["inc"], "positions": payload["positions"],
+                                  "td_errors": td_errors.tolist()}
+        if metrics["updates"]:
+            self.put(priorities_queue(payload["shard"]), update)
+        if self.trainer.train_steps % PUBLISH_EVERY == 0 and metrics["updates"]:
+            with self.timing("publish"):
+                self.publication.publish(self.model)
+        metrics["policy_lag_max"] = 0.0
+        self._account(metrics)
+
+    def extra_stats(self) -> dict:
+        return {
+            "max_policy_lag_seen": 0.0, "policy_version": self.version, "train_steps": self.trainer.train_steps,
+            "policy": self.policy_index, "snapshot_versions": [], "remote_params": self.publication.remote,
+            "device": str(self.device),
+            "group": {"rank": 0, "size": 1, "generation": 0, "training_with": 1, "digests": []},
+            "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),
+            "batcher": {}, "replay_seen": {k: dict(v) for k, v in self.replay_seen.items()},
+            "hyperparams": self.trainer.hyperparams(), "step_hyperparams": list(self.step_hyperparams),
+            "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
+            "time": time.time(),
+        }
+
+    def on_stop(self) -> None:
+        """No batcher thread to stop."""
+
+
+def _read(array: Any, buffer: int) -> np.ndarray:
+    """One buffer of a shard's batch block: a copy from shared memory, or one round trip from another host."""
+    return np.array(array.array[buffer]) if hasattr(array, "array") else array.read(buffer)

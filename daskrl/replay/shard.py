@@ -1,0 +1,195 @@
+"""A replay shard: a component that keeps the transitions of the rollout workers wired to it, and serves draws.
+
+Rollout workers announce full slots to their shard (``trajectory_ready``, only indices travel) as they announce
+them to the learner under APPO. The shard copies each slot out of the worker's shared memory (over comms from
+another host), turns it into n-step transitions (:func:`~daskrl.replay.n_step.slot_transitions`) and writes them
+into its ring (:class:`~daskrl.replay.store.TransitionStore`, in shared memory the shard owns).
+
+A learner asks for minibatches on the shard's work queue (:class:`~daskrl.protocol.SampleRequest`); the shard
+draws (uniform or prioritized), copies the minibatch into one of the two buffers of its batch block (shared memory
+on its host, read over comms from another) and answers with the positions and importance weights
+(:class:`~daskrl.protocol.BatchReady`). New priorities come back as :class:`~daskrl.protocol.PriorityUpdate`
+messages (a priority that arrives after its transition was overwritten lands on the newer one: rare, and harmless).
+
+The update-to-data ratio holds both ways. The shard holds a request while it has fewer than ``learning_starts``
+transitions or while serving it would exceed the ratio: the learner waits for data instead of over-training a small
+buffer. And it hands copied slots back only while the learner keeps up: the rollout workers then wait for free
+slots (the batcher's back-pressure, here), so a run makes the gradient updates per env step it asked for.
+
+A shard lost with its worker loses only its own transitions: the runner recreates it, empty, and it fills again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from daskrl.errors import SharedMemoryError
+from daskrl.protocol import (
+    BatchReady,
+    FreeSlots,
+    PriorityUpdate,
+    SampleRequest,
+    TrajectoryReady,
+    batches_queue,
+    free_queue,
+)
+from daskrl.replay.n_step import slot_transitions
+from daskrl.replay.sampler import PrioritizedSampler, UniformSampler
+from daskrl.replay.store import TransitionStore, store_shapes
+from daskrl.runtime.component import Component
+from daskrl.runtime.shm import read_together
+from daskrl.runtime.signals import slot
+from daskrl.sampling.trajectories import attach_slots
+from daskrl.setups import ReplaySetup
+
+#: the fields of a trajectory slot that its transitions are made of
+SLOT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs", "final_at")
+#: minibatch buffers per shard: the learner copies one while the shard may fill the other
+BUFFERS = 2
+
+
+class ReplayShard(Component):
+    """See the module docstring."""
+
+    def on_configure(self, setup: ReplaySetup) -> None:
+        self.incarnation = uuid.uuid4().hex[:12]
+        s, a = setup.spaces, setup.algo
+        shapes = store_shapes(setup.capacity, tuple(s.obs_shape), s.obs_dtype, tuple(s.action_shape), s.action_dtype)
+        self.arrays = {name: self.create_array(shape, dtype, f"replay_{name}_") for name, (shape, dtype)
+                       in shapes.items()}
+        self.store = TransitionStore({name: array.array for name, array in self.arrays.items()})
+        self.batch = {name: self.create_array((BUFFERS, setup.batch_size, *shape[1:]), dtype, f"rbatch_{name}_")
+                      for name, (shape, dtype) in shapes.items()}
+        self.sampler = PrioritizedSampler(setup.capacity, a.priority_alpha, a.priority_beta, seed=setup.seed) \
+            if a.prioritized_replay else UniformSampler(setup.capacity, seed=setup.seed)
+        self.n_step, self.gamma, self.batch_size = a.n_step, setup.gamma, setup.batch_size
+        self.learning_starts, self.replay_ratio = max(setup.learning_starts, 1), a.replay_ratio
+        self.workers: dict[str, dict[str, Any]] = {}  # rollout worker -> its attached slot arrays
+        self.worker_inc: dict[str, str] = {}
+        self.pending: deque[SampleRequest] = deque()  # requests waiting for data
+        self.held: deque[tuple[str, int, str]] = deque()  # slots copied but not yet handed back (back-pressure)
+        self.served = 0
+        #: slots copied in place from shared memory ("shm") or over Dask comms ("comms"), the seconds each way,
+        #: and per rollout worker: the run's data-path accounting reads them as it reads the batcher's
+        self.copies = {"shm": 0, "comms": 0}
+        self.copy_s = {"shm": 0.0, "comms": 0.0}
+        self.slots_by_worker: dict[str, int] = {}
+
+    async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
+        """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running. A
+        worker lost at the same time (its memory gone) is left out until its successor's arrays come."""
+
+        def attach() -> list[str]:
+            for name, descs in buffers.items():
+                try:
+                    self.workers[name] = attach_slots(self, descs)
+                except SharedMemoryError as exc:
+                    self.incidents.note("rollout-worker-gone", exc)
+                    continue
+                self.worker_inc[name] = descs["_incarnation"]
+            return sorted(self.workers)
+
+        return await self.on_own_thread(attach)
+
+    async def batch_descs(self) -> dict:
+        """Where a learner reads the minibatches this shard draws: its batch block, and this incarnation."""
+        return {"inc": self.incarnation, "arrays": {name: a.desc for name, a in self.batch.items()}}
+
+    @slot
+    def on_trajectory(self, payload: TrajectoryReady) -> None:
+        worker, index = payload["worker"], payload["slot"]
+        if self.worker_inc.get(worker) != payload["inc"]:  # a slot of an incarnation since recreated
+            self.counters["dropped_slots"] += 1
+            return
+        t0 = time.perf_counter()
+        part, way = self._read(self.workers[worker], index)
+        self.copy_s[way] += time.perf_counter() - t0
+        self.copies[way] += 1
+        self.slots_by_worker[worker] = self.slots_by_worker.get(worker, 0) + 1
+        with self.timing("insert"):
+            positions = self.store.add(slot_transitions(part, self.n_step, self.gamma))
+            self.sampler.added(positions)
+        self.held.append((worker, index, payload["inc"]))
+        self.counters["slots"] += 1
+        self._serve()
+
+    @staticmethod
+    def _read(arrays: dict[str, Any], index: int) -> tuple[dict[str, np.ndarray], str]:
+        """One slot's fields, and how they came: copies from shared memory on this host ("shm"), or one round trip
+        from another host ("comms")."""
+        if all(isinstance(arrays[name], np.ndarray) for name in SLOT_FIELDS):
+            part, way = {name: np.array(arrays[name][index]) for name in SLOT_FIELDS}, "shm"
+        else:
+            part = dict(zip(SLOT_FIELDS, read_together([arrays[name] for name in SLOT_FIELDS], index), strict=True))
+            way = "comms"
+        used = int((part["final_at"] >= 0).sum())  # time-limit final observations fill the buffer from its start
+        part["final_obs"], part["final_at"] = part["final_obs"][:used], part["final_at"][:used]
+        return part, way
+
+    @slot
+    def on_sample(self, payload: SampleRequest) -> None:
+        self.pending.append(payload)
+        self._serve()
+
+    @slot
+    def on_priorities(self, payload: PriorityUpdate) -> None:
+        if payload["inc"] != self.incarnation:  # about an earlier incarnation's transitions
+            return
+        positions = np.asarray(payload["positions"], np.int64)
+        keep = positions < self.store.size
+        with self.timing("priorities"):
+            self.sampler.update(positions[keep], np.asarray(payload["td_errors"], np.float64)[keep])
+
+    def allowed(self) -> bool:
+        """Whether another draw may be served: enough transitions, and the update-to-data ratio not exceeded (one
+        draw at ``learning_starts`` transitions, then ``replay_ratio`` per transition added)."""
+        if self.store.size < self.learning_starts:
+            return False
+        return self.served < 1 + self.replay_ratio * (self.store.added - self.learning_starts)
+
+    def behind(self) -> bool:
+        """Whether the learner has drawn fewer minibatches than the update-to-data ratio asks for the transitions
+        added so far (while the shard fills up to ``learning_starts``, never)."""
+        if self.store.size < self.learning_starts:
+            return False
+        return self.served + 1 < self.replay_ratio * (self.store.added - self.learning_starts)
+
+    def _release(self) -> None:
+        """Hand copied slots back unless the learner is behind: the rollout workers then wait for free slots, so
+        sampling never runs ahead of the ratio (the batcher's back-pressure, here)."""
+        while self.held and not self.behind():
+            worker, index, inc = self.held.popleft()
+            freed: FreeSlots = {"slots": [index], "inc": inc}
+            self.put(free_queue(worker), freed)
+
+    def _serve(self) -> None:
+        self._release()
+        while self.pending and self.allowed():
+            request = self.pending.popleft()
+            with self.timing("sample"):
+                draw = self.sampler.draw(self.store.size, self.batch_size)
+                buffer = request["id"] % BUFFERS
+                for name, values in self.store.read(draw.positions).items():
+                    self.batch[name].array[buffer] = values
+            answer: BatchReady = {
+                "shard": self.name, "inc": self.incarnation, "id": request["id"], "buffer": buffer,
+                "count": self.batch_size, "positions": draw.positions.tolist(), "weights": draw.weights.tolist(),
+                "size": self.store.size, "added": self.store.added}
+            self.put(batches_queue(request["learner"]), answer)
+            self.served += 1
+        self._release()
+
+    def extra_stats(self) -> dict:
+        return {"replay": {"size": self.store.size, "capacity": self.store.capacity, "added": self.store.added,
+                           "served": self.served, "waiting_requests": len(self.pending), "held_slots": len(self.held),
+                           "prioritized": self.sampler.prioritized, "incarnation": self.incarnation},
+                "batcher": {"slots_shm": self.copies["shm"], "slots_comms": self.copies["comms"],
+                            "copy_s_shm": self.copy_s["shm"], "copy_s_comms": self.copy_s["comms"],
+                            "slots_by_worker": dict(self.slots_by_worker),
+                            "dropped_slots": int(self.counters.get("dropped_slots", 0))}}
+

@@ -1,0 +1,46 @@
+"""How a sampler explores around its policy: chosen once per policy copy, so the default costs nothing per step.
+
+APPO samples from its stochastic policy (no wrapper at all). DQN's samplers act epsilon-greedily on the Q-values
+(the greedy action is the action head's argmax, which is the Q-values' under the dueling combination) with an
+epsilon per rollout worker, as Ape-X gives each actor its own: worker ``i`` of ``N`` ends at
+``eps^(1 + alpha i / (N - 1))``, so a few workers explore much and the rest hardly at all. Each worker's epsilon
+falls linearly from 1 to its own over the first ``fraction`` of its share of the run's env steps (Ape-X keeps it
+constant: ``--exploration-fraction 0``); a small run with one or two workers needs that early exploration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from daskrl.setups import EpsilonGreedy
+
+#: what a policy copy's act returns: actions, log-probs, values
+Acted = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class EpsilonGreedyActing:
+    """Wraps a policy copy's act: the greedy action, replaced by a uniformly random one with probability epsilon.
+    The log-probs and values written beside are the greedy policy's (an off-policy learner reads neither)."""
+
+    def __init__(self, act: Callable[..., Acted], setup: EpsilonGreedy, seed: int) -> None:
+        self.inner = act
+        self.setup = setup
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+
+    def __call__(self, obs: np.ndarray, state: np.ndarray | None = None) -> Acted:
+        actions, log_probs, values = self.inner(obs, state, deterministic=True)
+        eps = self.setup.epsilon(self.steps)
+        self.steps += len(actions)
+        explore = self.rng.random(len(actions)) < eps
+        if explore.any():
+            actions = np.array(actions, copy=True)
+            actions[explore] = self.rng.integers(0, self.setup.num_actions, int(explore.sum()))
+        return actions, log_probs, values
+
+
+def exploring(act: Callable[..., Acted], setup: EpsilonGreedy | None, seed: int) -> Callable[..., Acted]:
+    """``act`` itself when the policy explores by sampling (APPO), else wrapped."""
+    return act if setup is None else EpsilonGreedyActing(act, setup, seed)
