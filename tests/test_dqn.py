@@ -149,3 +149,71 @@ def test_dqn_learns_cartpole_and_its_checkpoint_plays_greedily(tmp_path):
     assert "target" in state  # the target network is checkpointed with the online one
     played = enjoy(str(tmp_path / "dqn"), episodes=3, which="latest")
     assert played["return_mean"] >= 100, played
+
+
+# ---- the network options DQN shares with APPO ----
+
+
+def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask():
+    """The cue env: Dict observations (a Discrete cue and a clock; its 3x3 image is left out, the CNN has its own
+    test below), two of three actions allowed, reward 1 for the cue's action. Trained on replayed steps with
+    normalization on, the greedy (mode) action is the cue's."""
+    import numpy as np
+
+    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.envs.dict_obs import pack_into, unpack
+    from daskrl.models.actor_critic import build_model
+    from daskrl.testing.single_agent_envs import CueEnv
+
+    spaces = probe_env("daskrl.testing.envs:cue", {"masked": True}, obs_keys=["cue", "clock", "action_mask"])
+    env, rng = CueEnv(masked=True), np.random.default_rng(0)
+    rows, actions, rewards, next_rows = [], [], [], []
+    obs, _ = env.reset(seed=0)
+    for _ in range(600):
+        row = pack_into(np.zeros(spaces.obs_shape, np.uint8), obs, spaces.obs_keys)
+        action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+        obs, reward, _, truncated, _ = env.step(action)
+        if truncated:
+            obs, _ = env.reset()
+        rows.append(row)
+        actions.append(action)
+        rewards.append(reward)
+        next_rows.append(pack_into(np.zeros(spaces.obs_shape, np.uint8), obs, spaces.obs_keys))
+    data = {"obs": np.stack(rows), "actions": np.array(actions), "rewards": np.array(rewards, np.float32),
+            "next_obs": np.stack(next_rows), "discounts": np.full(600, 0.5, np.float32)}
+    trainer = DQNTrainer(build_model(spaces, ModelConfig(hidden_sizes=[32, 32]), 0),
+                         LearnerConfig(learning_rate=3e-3), AlgoConfig(target_update_interval=20))
+    for _ in range(200):
+        pick = rng.integers(0, 600, 64)
+        metrics, td = trainer.train({k: v[pick] for k, v in data.items()}, np.ones(64, np.float32))
+        assert metrics["updates"] == 1 and td.shape == (64,) and np.isfinite(td).all()
+    greedy = trainer.model.act(data["obs"], deterministic=True)[0]
+    fields = unpack(data["obs"], spaces.obs_keys)
+    assert (fields["action_mask"][np.arange(600), greedy] > 0.5).all()  # never a forbidden action
+    assert (greedy == fields["cue"].reshape(-1)).mean() > 0.9
+
+
+def test_dqn_trainer_runs_the_nature_cnn_on_atari_sized_frames():
+    import gymnasium as gym
+    import numpy as np
+
+    from daskrl.algo.dqn_trainer import DQNTrainer, q_values
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs.spaces import EnvSpaces
+    from daskrl.models.actor_critic import build_model
+
+    spaces = EnvSpaces.from_spaces(gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), gym.spaces.Discrete(6))
+    model = build_model(spaces, ModelConfig(), 0)
+    assert model.encoder_name == "cnn" and model.shared_encoder  # one Nature CNN trunk for both dueling streams
+    trainer = DQNTrainer(model, LearnerConfig(), AlgoConfig())
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (4, 84, 84, 4), dtype=np.uint8)
+    batch = {"obs": frames, "actions": np.array([0, 1, 2, 5]), "rewards": np.ones(4, np.float32),
+             "next_obs": frames[::-1].copy(), "discounts": np.full(4, 0.99, np.float32)}
+    before = q_values(trainer.model, torch.from_numpy(frames), True)[0].detach().clone()
+    metrics, td = trainer.train(batch, np.ones(4, np.float32))
+    assert metrics["updates"] == 1 and before.shape == (4, 6)
+    assert not torch.equal(before, q_values(trainer.model, torch.from_numpy(frames), True)[0])
+
