@@ -1,6 +1,15 @@
-"""What daskrl learns at rl-zoo's PPO step budgets, beside rl-zoo's published returns (DLR-RM/rl-baselines3-zoo).
+"""What daskrl learns at rl-zoo's step budgets, beside rl-zoo's published returns (DLR-RM/rl-baselines3-zoo).
 
-Run:  python benchmarks/bench_learning.py [--json] [--seeds 0 1 2] [--envs Acrobot-v1 Pendulum-v1 ...]
+Run:  python benchmarks/bench_learning.py [--algo appo|dqn] [--json] [--seeds 0 1 2] [--envs Acrobot-v1 ...]
+      python benchmarks/bench_learning.py --algo dqn --sb3      # + SB3's DQN at the same budgets, side by side
+      python benchmarks/bench_learning.py --algo dqn --budget 3000 --seeds 0 --eval-episodes 5   # a quick check
+
+``--algo appo`` compares with rl-zoo's PPO, ``--algo dqn`` with rl-zoo's DQN: daskrl runs with rl-zoo's DQN
+hyperparameters translated to its options (learning rate, minibatch, buffer, learning starts, gamma, the
+update-to-data ratio of train_freq and gradient_steps, target updates in updates, exploration, a 256x256 ReLU
+network) and its own DQN otherwise (double Q, dueling heads, 3-step returns, prioritized replay). With ``--sb3``
+each seed also runs SB3's DQN (``benchmarks/sb3_dqn.py``, rl-zoo's hyperparameters) for the same env steps and
+gradient steps, so both wall times come from one run on one machine.
 
 Each env trains as a user runs it, ``daskrl train --env ENV --train-for-env-steps BUDGET --seed S`` with the
 defaults (the env family's included), one run after the other; then ``daskrl enjoy`` evaluates the final policy on
@@ -37,6 +46,29 @@ RL_ZOO_PPO = {
     "Ant-v5": (1_000_000, 1327.0, "v3"),
     "Swimmer-v5": (1_000_000, 281.6, "v3"),
 }
+#: env -> (step budget, rl-zoo's published DQN return, the env version rl-zoo measured)
+RL_ZOO_DQN = {
+    "CartPole-v1": (50_000, 500.0, "v1"),
+    "MountainCar-v0": (120_000, -100.8, "v0"),
+    "LunarLander-v3": (100_000, 154.0, "v2"),
+}
+#: rl-zoo's dqn.yml as daskrl options: replay_ratio = gradient_steps / train_freq; rl-zoo counts target updates in
+#: env steps (CartPole's 10 fall inside each 256-step collection, so its target is refreshed once per 128-update
+#: round); 8 envs x 16 steps per slot on one rollout worker
+_DQN_COMMON = ["--algo", "dqn", "--num-workers", "1", "--num-envs-per-worker", "8", "--rollout", "16",
+               "--hidden-sizes", "256", "256", "--activation", "relu", "--max-grad-norm", "10"]
+DQN_OPTIONS = {
+    "CartPole-v1": ["--learning-rate", "2.3e-3", "--batch-size", "64", "--replay-capacity", "100000",
+                    "--learning-starts", "1000", "--gamma", "0.99", "--target-update-interval", "128",
+                    "--replay-ratio", "0.5", "--exploration-fraction", "0.16", "--exploration-eps", "0.04"],
+    "MountainCar-v0": ["--learning-rate", "4e-3", "--batch-size", "128", "--replay-capacity", "10000",
+                       "--learning-starts", "1000", "--gamma", "0.98", "--target-update-interval", "300",
+                       "--replay-ratio", "0.5", "--exploration-fraction", "0.2", "--exploration-eps", "0.07"],
+    "LunarLander-v3": ["--learning-rate", "6.3e-4", "--batch-size", "128", "--replay-capacity", "50000",
+                       "--learning-starts", "128", "--gamma", "0.99", "--target-update-interval", "250",
+                       "--replay-ratio", "1.0", "--exploration-fraction", "0.12", "--exploration-eps", "0.1"],
+}
+BUDGETS = {"appo": RL_ZOO_PPO, "dqn": RL_ZOO_DQN}
 #: the share of rl-zoo's return to reach: all of it, 80% on MuJoCo (the learning issue's targets)
 TARGET_SHARE = {"HalfCheetah-v5": 0.8, "Hopper-v5": 0.8, "Ant-v5": 0.8, "Swimmer-v5": 0.8}
 
@@ -70,26 +102,56 @@ def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int) -
             "env_steps": int(last["env_steps"]), "wall_s": run["wall_s"], "peak_pss_mb": run["peak_pss_mb"]}
 
 
+def sb3_run(env: str, budget: int, seed: int, episodes: int) -> dict | None:
+    """SB3's DQN with rl-zoo's hyperparameters (benchmarks/sb3_dqn.py); None when SB3 is not installed."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sb3_dqn.py")
+    run = run_measured([sys.executable, script, env, str(seed), str(budget), str(episodes)], timeout=3600)
+    lines = [line for line in run["out"].splitlines() if line.startswith("{")]
+    return {**json.loads(lines[-1]), "wall_s": run["wall_s"]} if lines else None
+
+
+def sb3_cell(runs: list[dict | None]) -> str:
+    """SB3's median evaluation return and wall time, or why there is none."""
+    if not runs or any(r is None for r in runs):
+        return "skipped (pip install stable-baselines3) |"
+    return (f"{statistics.median(r['eval_return'] for r in runs):.1f} | "
+            f"{statistics.median(r['wall_s'] for r in runs):.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="+", default=list(RL_ZOO_PPO), choices=list(RL_ZOO_PPO))
+    parser.add_argument("--algo", choices=list(BUDGETS), default="appo")
+    parser.add_argument("--envs", nargs="+", choices=sorted({*RL_ZOO_PPO, *RL_ZOO_DQN}),
+                        help="default: every env of the algorithm's table")
+    parser.add_argument("--budget", type=int, default=0, help="env steps per run instead of rl-zoo's (0: rl-zoo's); "
+                        "for a quick check that the benchmark runs")
+    parser.add_argument("--sb3", action="store_true", help="dqn: also run SB3's DQN per seed, side by side")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes per run (20 episodes "
                         "of Acrobot moved the mean by +-4)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     parser.add_argument("extra", nargs="*", help="more options for every run (after --)")
     args = parser.parse_args()
+    table = BUDGETS[args.algo]
     results = {}
-    print(f"{os.cpu_count()} cores; seeds {args.seeds}; evaluation: {args.eval_episodes} episodes, most likely action\n")
-    print("| env | budget | rl-zoo PPO | daskrl eval (median) | per seed | daskrl training return | vs rl-zoo | "
-          "wall s | peak PSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for env in args.envs:
-        budget, zoo, zoo_version = RL_ZOO_PPO[env]
+    print(f"{os.cpu_count()} cores; --algo {args.algo}; seeds {args.seeds}; evaluation: {args.eval_episodes} "
+          "episodes, most likely action\n")
+    sb3 = " SB3 eval (median) | SB3 wall s |" if args.sb3 else ""
+    print(f"| env | budget | rl-zoo {args.algo.upper() if args.algo == 'dqn' else 'PPO'} | daskrl eval (median) | "
+          f"per seed | daskrl training return | vs rl-zoo | wall s | peak PSS MB |{sb3}")
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.sb3 else ""))
+    for env in args.envs or list(table):
+        if env not in table:
+            print(f"| {env} | skipped: no rl-zoo {args.algo} budget for it |")
+            continue
+        budget, zoo, zoo_version = table[env]
+        budget = args.budget or budget
         if not available(env):
             print(f"| {env} | skipped: its package is not installed |")
             continue
-        runs = [one_run(env, budget, seed, args.extra, args.eval_episodes) for seed in args.seeds]
+        extra = (_DQN_COMMON + DQN_OPTIONS[env] if args.algo == "dqn" else []) + args.extra
+        runs = [one_run(env, budget, seed, extra, args.eval_episodes) for seed in args.seeds]
+        sb3_runs = [sb3_run(env, budget, seed, args.eval_episodes) for seed in args.seeds] if args.sb3 else []
         evals = [r["eval_return"] for r in runs]
         median = statistics.median(evals)
         share = TARGET_SHARE.get(env, 1.0)
@@ -102,7 +164,10 @@ def main() -> None:
         print(f"| {env} | {budget:,} | {zoo:g} ({zoo_version}) | {median:.1f} | {', '.join(f'{x:.1f}' for x in evals)}"
               f" | {statistics.median(r['train_return'] for r in runs):.1f} | "
               f"{'met' if met else 'not met'}{'' if share == 1 else f' ({share:.0%} target)'} | "
-              f"{statistics.median(r['wall_s'] for r in runs):.0f} | {results[env]['peak_pss_mb']:,} |", flush=True)
+              f"{statistics.median(r['wall_s'] for r in runs):.0f} | {results[env]['peak_pss_mb']:,} |"
+              f"{' ' + sb3_cell(sb3_runs) if args.sb3 else ''}", flush=True)
+        if args.sb3:
+            results[env]["sb3"] = sb3_runs
     if args.json:
         print(json.dumps(results))
 

@@ -1,0 +1,49 @@
+"""Stable-Baselines3's DQN with rl-zoo's hyperparameters (dqn.yml) for one env, seed and step budget.
+
+Run by bench_learning.py --algo dqn --sb3 as a subprocess (so its launch time counts in its wall time, as daskrl's
+start-up does in daskrl's); prints one JSON line at the end: the evaluation return (deterministic, as rl-zoo
+evaluates), env steps and gradient steps taken, and the seconds spent in learn().
+
+Run:  python benchmarks/sb3_dqn.py CartPole-v1 SEED BUDGET EVAL_EPISODES
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+#: rl-zoo's dqn.yml (LunarLander's is v2's, run on v3); every env uses net_arch [256, 256]
+RL_ZOO_DQN = {
+    "CartPole-v1": dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+                        target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                        exploration_final_eps=0.04),
+    "MountainCar-v0": dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000, gamma=0.98,
+                           target_update_interval=600, train_freq=16, gradient_steps=8, exploration_fraction=0.2,
+                           exploration_final_eps=0.07),
+    "LunarLander-v3": dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
+                           target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+                           exploration_final_eps=0.1),
+}
+
+
+def main() -> None:
+    env_id, seed, budget, episodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    try:
+        from stable_baselines3 import DQN
+        from stable_baselines3.common.evaluation import evaluate_policy
+    except ImportError:
+        print("stable-baselines3 is not installed: pip install stable-baselines3", file=sys.stderr)
+        sys.exit(0)  # no JSON line: the caller reports it as skipped
+    model = DQN("MlpPolicy", env_id, seed=seed, policy_kwargs={"net_arch": [256, 256]}, verbose=0,
+                **RL_ZOO_DQN[env_id])
+    t = time.time()
+    model.learn(total_timesteps=budget)
+    learn_s = time.time() - t
+    mean, _ = evaluate_policy(model, model.get_env(), n_eval_episodes=episodes, deterministic=True)
+    print(json.dumps({"eval_return": float(mean), "env_steps": int(model.num_timesteps),
+                      "gradient_steps": int(model._n_updates), "learn_s": learn_s}))
+
+
+if __name__ == "__main__":
+    main()
