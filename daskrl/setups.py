@@ -132,6 +132,8 @@ class ReplaySetup:
     learning_starts: int  # transitions it holds before it serves a draw (its share of --learning-starts)
     algo: AlgoConfig
     gamma: float
+    reward_scale: float  # rewards are scaled, then clipped (0: not), before the n-step sums: --reward-scale/-clip
+    reward_clip: float
     batch_size: int
     seed: int
 

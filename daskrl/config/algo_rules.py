@@ -1,8 +1,9 @@
 """What each algorithm of ``--algo`` combines with (checked with the other rules, before anything starts).
 
-DQN acts epsilon-greedily inline in the rollout workers and learns with one feed-forward learner of one policy; the
-options it cannot use yet are refused with the fix in one line. Its action space (Discrete) is checked once the env
-is probed: :func:`algo_space_problems`.
+DQN and SAC act inline in the rollout workers (DQN epsilon-greedily, an epsilon per worker) and learn with one
+feed-forward learner of one policy; the options they cannot use yet are refused with the fix in one line. The action
+space (Discrete for DQN, Box for SAC) is checked once the env is probed: :func:`algo_space_problems`. SAC's actor is
+a squashed Gaussian with a state-dependent std: :func:`apply_algo_model` sets those model options.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
         (config.learner.num_learners > 1, "trains with one learner: use --num-learners 1"),
         (config.learner.sync, "is off-policy: leave out --sync"),
         (config.model.rnn != "none", "has no recurrent replay yet: leave out --rnn"),
+        (a.algo == "sac" and "action_bounds" in config.explicit() and config.model.action_bounds != "squash",
+         "squashes its Gaussian into the action box: leave out --action-bounds clip"),
+        (a.algo == "sac" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "state",
+         "learns a state-dependent std: leave out --gaussian-std parameter"),
     ]
     out += [f"{name} {why}" for bad, why in unsupported if bad]
     if a.learning_starts > a.replay_capacity:
@@ -41,3 +46,11 @@ def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: s
         return []
     return [f"--algo {algo} needs {' or '.join(action_kinds)} actions, and this env's are {action_kind}: use "
             "--algo appo"]
+
+
+def apply_algo_model(config: Any) -> None:
+    """The model options an algorithm needs (SAC: a squashed Gaussian whose std depends on the state), set before
+    the run's config is saved, so samplers, the learner and ``enjoy`` build the same network."""
+    if config.algo.algo == "sac":
+        object.__setattr__(config.model, "action_bounds", "squash")  # not counted as set by the user
+        object.__setattr__(config.model, "gaussian_std", "state")

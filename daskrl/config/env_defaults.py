@@ -123,8 +123,9 @@ def _section_of(name: str) -> str:
 
 
 def apply_env_defaults(config: Config) -> dict[str, Any]:
-    """Set the family's options that the user did not set; returns them (name -> value). Idempotent."""
-    family = family_of(config.env.env) if config.run.env_defaults else None
+    """Set the family's options that the user did not set; returns them (name -> value). Idempotent. The families'
+    settings are APPO's (tuned and measured with it): another ``--algo`` keeps the global defaults."""
+    family = family_of(config.env.env) if config.run.env_defaults and config.algo.algo == "appo" else None
     if family is None:
         return {}
     explicit = config.explicit()

@@ -125,6 +125,10 @@ class ModelConfig(Section):
                                      "count as the bound); 'squash' maps it into the Box with tanh",
                              choices=["clip", "squash"])
     init_log_std: float = opt(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)")
+    gaussian_std: str = opt("parameter", "a Gaussian policy's standard deviation: 'parameter' (one learned log-std per "
+                                         "action dimension, as CleanRL's PPO) or 'state' (a head on the features, "
+                                         "log-std clamped to [-20, 2], as SAC; --algo sac sets it)",
+                            choices=["parameter", "state"])
     rnn: str = opt("none", "recurrent core between the encoder and the heads (one core shared by the policy and "
                            "value heads, which then share one encoder too): 'lstm', 'gru', a name given to "
                            "daskrl.models.register_core, or 'none' (feed-forward)", low=1)
@@ -279,14 +283,15 @@ class RunConfig(Section):
 
 
 #: the algorithms of ``--algo`` (daskrl/driver/algorithms.py names what each one is made of)
-ALGOS = ("appo", "dqn")
+ALGOS = ("appo", "dqn", "sac")
 
 
 @dataclass
 class AlgoConfig(Section):
-    algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner) or "
-                            "'dqn' (off-policy, Discrete actions: slots go to replay shards, the learner draws "
-                            "minibatches from them)", choices=list(ALGOS))
+    algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner), "
+                            "'dqn' (off-policy, Discrete actions) or 'sac' (off-policy, Box actions): for these two "
+                            "slots go to replay shards and the learner draws minibatches from them",
+                    choices=list(ALGOS))
     replay_shards: int = opt(1, "off-policy: replay shards (components on the rollout workers' Dask workers, each "
                                 "holding the transitions of the rollout workers wired to it, in shared memory)",
                              low=1, high=1024)
@@ -313,6 +318,10 @@ class AlgoConfig(Section):
                                        "scheme, which uses 0.4 over hundreds of actors)", low=0, high=1)
     exploration_alpha: float = opt(7.0, "dqn: the spread of the rollout workers' epsilons (see --exploration-eps)",
                                    low=0)
+    target_tau: float = opt(0.005, "sac: the target critics move this fraction of the way to the critics after each "
+                                   "update", low=0, high=1, low_open=True)
+    init_alpha: float = opt(1.0, "sac: the entropy temperature alpha at the start (it is then tuned to keep the "
+                                 "policy's entropy near -action_dim)", low=0, low_open=True)
     exploration_fraction: float = opt(0.1, "dqn: each worker's epsilon falls linearly from 1 to its own over this "
                                            "fraction of --train-for-env-steps (0: from the start)", low=0, high=1)
 

@@ -2,12 +2,13 @@
 
 An algorithm is three choices, made once when the run is set up:
 
-- its **sampler-side policy**: how rollout workers act around the policy they hold (APPO samples its stochastic
-  policy; DQN acts epsilon-greedily with an epsilon per rollout worker, :mod:`daskrl.sampling.exploration`);
+- its **sampler-side policy**: how rollout workers act around the policy they hold (APPO and SAC sample their
+  stochastic policy, SAC's a squashed Gaussian; DQN acts epsilon-greedily with an epsilon per rollout worker,
+  :mod:`daskrl.sampling.exploration`);
 - its **data source**: the batcher's fresh slots (full slots announced to the learner, trained on once) or replay
   (slots announced to replay shards, :mod:`daskrl.replay.shard`, which keep transitions and serve draws);
 - its **trainer**, inside its learner component (:class:`~daskrl.learning.learner.Learner` with the APPO trainer,
-  :class:`~daskrl.learning.replay_learner.ReplayLearner` with the DQN trainer).
+  :class:`~daskrl.learning.replay_learner.ReplayLearner` with the DQN or the SAC trainer).
 
 APPO's path is the one it always had: no exploration wrapper, no shards, the same learner. Adding an algorithm is
 one entry here, its trainer in ``daskrl/algo/``, a learner component if its data source needs one, and its rules
@@ -55,6 +56,7 @@ class Algorithm:
 ALGORITHMS = {
     "appo": Algorithm("appo", _samples_its_policy, "fresh slots", Learner, ("discrete", "multi_discrete", "box")),
     "dqn": Algorithm("dqn", _epsilon_greedy, "replay", ReplayLearner, ("discrete",)),
+    "sac": Algorithm("sac", _samples_its_policy, "replay", ReplayLearner, ("box",)),
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from daskrl.config import Config
-from daskrl.config.algo_rules import algo_space_problems
+from daskrl.config.algo_rules import algo_space_problems, apply_algo_model
 from daskrl.config.env_defaults import apply_env_defaults
 from daskrl.driver.algorithms import algorithm_of
 from daskrl.driver.placement import workers_needed
@@ -71,6 +71,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
     check_policies(config, spaces)
+    apply_algo_model(config)
     algorithm = algorithm_of(config)
     if problems := algo_space_problems(algorithm.name, algorithm.action_kinds, spaces.action_kind):
         raise ConfigError(problems)

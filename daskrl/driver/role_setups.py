@@ -47,7 +47,8 @@ def replay_setups(config: Config, spaces: EnvSpaces) -> tuple[ReplaySetup, ...]:
     shards = a.replay_shards
     return tuple(ReplaySetup(spaces=spaces, capacity=-(-a.replay_capacity // shards),
                              learning_starts=-(-a.learning_starts // shards), algo=dataclasses.replace(a),
-                             gamma=config.learner.gamma, batch_size=config.learner.batch_size,
+                             gamma=config.learner.gamma, reward_scale=config.learner.reward_scale,
+                             reward_clip=config.learner.reward_clip, batch_size=config.learner.batch_size,
                              seed=config.run.seed + 7919 * j) for j in range(shards))
 
 

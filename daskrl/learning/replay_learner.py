@@ -1,6 +1,6 @@
 """The off-policy learner: minibatches drawn from replay shards, one update each, priorities sent back.
 
-Under an off-policy algorithm (``--algo dqn``) rollout workers' slots go to the replay shards
+Under an off-policy algorithm (``--algo dqn`` or ``sac``) rollout workers' slots go to the replay shards
 (:mod:`daskrl.replay.shard`), not here. This learner keeps one :class:`~daskrl.protocol.SampleRequest` in flight
 per shard; a shard answers when it holds enough transitions and the update-to-data ratio allows another draw, so
 the learner waits for data (its ``waiting`` share) rather than over-training a small buffer. On each answer it
@@ -25,6 +25,7 @@ import torch
 
 from daskrl import devices
 from daskrl.algo.dqn_trainer import DQNTrainer
+from daskrl.algo.sac_trainer import SACTrainer
 from daskrl.learning.group_member import role_for
 from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner
 from daskrl.learning.snapshots import snapshots_for
@@ -50,7 +51,8 @@ class ReplayLearner(Learner):
                                       "--learner-device")
         install_components(setup.components)
         self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = DQNTrainer(self.model, setup.learner, setup.algo, self.device)
+        self.trainer = SACTrainer(self.model, setup.model, setup.learner, setup.algo, self.device) \
+            if setup.algo.algo == "sac" else DQNTrainer(self.model, setup.learner, setup.algo, self.device)
         self.role = role_for(0, 1)
         self.publication = self.role.publication(self, self.model, setup.remote_params)
         self.snapshots = snapshots_for(self, self.model, 0, 1, setup.remote_params)

@@ -62,7 +62,7 @@ class ActorCritic(nn.Module):
         self.core = make_core(model, spaces, self.encoder.out_dim)
         # both heads read the core's width: a separate value encoder is built as the policy's, so it is the same
         self.actor = make_action_head(self.core.out_dim, spaces, model.init_log_std if init_log_std is None
-                                      else init_log_std, model.action_bounds)
+                                      else init_log_std, model.action_bounds, model.gaussian_std)
         self.critic = layer_init(nn.Linear(self.core.out_dim, 1), std=1.0)
 
         #: float32 everywhere, unless a sampler switched the encoders with :meth:`use_bfloat16_encoders`

@@ -178,15 +178,25 @@ class MultiDiscreteHead(nn.Module):
 ACTION_BOUNDS = {"clip": ClippedGaussian, "squash": SquashedGaussian}
 
 
-class GaussianHead(nn.Module):
-    """Mean from features; log_std is a free parameter (state-independent), as in CleanRL. Actions are bounded by
-    the Box as ``bounds`` says (clip or squash); a Box with an infinite bound is left unbounded."""
+#: the range of a state-dependent log-std (SAC's usual clamp: a std between 2e-9 and 7.4)
+LOG_STD_RANGE = (-20.0, 2.0)
 
-    def __init__(self, in_dim: int, spaces: EnvSpaces, init_log_std: float, bounds: str) -> None:
+
+class GaussianHead(nn.Module):
+    """Mean from features; log_std is a free parameter (state-independent), as in CleanRL, or with ``std="state"`` a
+    head on the features (SAC's). Actions are bounded by the Box as ``bounds`` says (clip or squash); a Box with an
+    infinite bound is left unbounded."""
+
+    def __init__(self, in_dim: int, spaces: EnvSpaces, init_log_std: float, bounds: str, std: str = "parameter"
+                 ) -> None:
         super().__init__()
         action_dim = spaces.action_dim
         self.mean = layer_init(nn.Linear(in_dim, action_dim), std=0.01)
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        self.state_std = std == "state"
+        if self.state_std:
+            self.log_std_head = layer_init(nn.Linear(in_dim, action_dim), std=0.01, bias=float(init_log_std))
+        else:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         low = torch.tensor(spaces.low if spaces.low is not None else [-math.inf] * action_dim, dtype=torch.float32)
         high = torch.tensor(spaces.high if spaces.high is not None else [math.inf] * action_dim, dtype=torch.float32)
         bounded = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
@@ -196,14 +206,16 @@ class GaussianHead(nn.Module):
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> DiagGaussian:
         mean = self.mean(features)
+        log_std = self.log_std_head(features).clamp(*LOG_STD_RANGE) if self.state_std else self.log_std
         if self.distribution is None:
-            return DiagGaussian(mean, self.log_std)
-        return self.distribution(mean, self.log_std, self.low, self.high)
+            return DiagGaussian(mean, log_std)
+        return self.distribution(mean, log_std, self.low, self.high)
 
 
-def make_action_head(in_dim: int, spaces: EnvSpaces, init_log_std: float, bounds: str) -> nn.Module:
+def make_action_head(in_dim: int, spaces: EnvSpaces, init_log_std: float, bounds: str, std: str = "parameter"
+                     ) -> nn.Module:
     if spaces.action_kind == "discrete":
         return CategoricalHead(in_dim, int(spaces.num_actions))
     if spaces.action_kind == "multi_discrete":
         return MultiDiscreteHead(in_dim, spaces.nvec or [])
-    return GaussianHead(in_dim, spaces, init_log_std, bounds)
+    return GaussianHead(in_dim, spaces, init_log_std, bounds, std)

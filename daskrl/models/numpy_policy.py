@@ -55,8 +55,9 @@ class NumpyPolicy:
         if model.recurrent and (type(model.core) is not RecurrentCore
                                 or type(model.core.rnn) not in (nn.LSTM, nn.GRU)):
             return False  # a registered core: only torch knows it
-        if model.spaces.action_kind == "box" and model.actor.distribution not in (None, ClippedGaussian):
-            return False  # tanh squashing stays with torch
+        if model.spaces.action_kind == "box" and (model.actor.distribution not in (None, ClippedGaussian)
+                                                  or model.actor.state_std):
+            return False  # tanh squashing, and a log-std that depends on the state, stay with torch
         patterns = []
         for encoder in _encoders(model):
             if type(encoder) is not MlpEncoder:  # a registered subclass may compute otherwise: torch runs it

@@ -68,6 +68,7 @@ class ReplayShard(Component):
         self.sampler = PrioritizedSampler(setup.capacity, a.priority_alpha, a.priority_beta, seed=setup.seed) \
             if a.prioritized_replay else UniformSampler(setup.capacity, seed=setup.seed)
         self.n_step, self.gamma, self.batch_size = a.n_step, setup.gamma, setup.batch_size
+        self.reward_scale, self.reward_clip = setup.reward_scale, setup.reward_clip
         self.learning_starts, self.replay_ratio = max(setup.learning_starts, 1), a.replay_ratio
         self.workers: dict[str, dict[str, Any]] = {}  # rollout worker -> its attached slot arrays
         self.worker_inc: dict[str, str] = {}
@@ -112,6 +113,9 @@ class ReplayShard(Component):
         self.copies[way] += 1
         self.slots_by_worker[worker] = self.slots_by_worker.get(worker, 0) + 1
         with self.timing("insert"):
+            part["rewards"] = part["rewards"] * self.reward_scale
+            if self.reward_clip > 0:
+                np.clip(part["rewards"], -self.reward_clip, self.reward_clip, out=part["rewards"])
             positions = self.store.add(slot_transitions(part, self.n_step, self.gamma))
             self.sampler.added(positions)
         self.held.append((worker, index, payload["inc"]))
