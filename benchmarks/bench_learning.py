@@ -1,15 +1,17 @@
 """What daskrl learns at rl-zoo's step budgets, beside rl-zoo's published returns (DLR-RM/rl-baselines3-zoo).
 
-Run:  python benchmarks/bench_learning.py [--algo appo|dqn] [--json] [--seeds 0 1 2] [--envs Acrobot-v1 ...]
+Run:  python benchmarks/bench_learning.py [--algo appo|dqn|sac] [--json] [--seeds 0 1 2] [--envs Acrobot-v1 ...]
       python benchmarks/bench_learning.py --algo dqn --sb3      # + SB3's DQN at the same budgets, side by side
+      python benchmarks/bench_learning.py --algo sac --envs HalfCheetah-v5 --budget 200000 --seeds 0 --sb3
       python benchmarks/bench_learning.py --algo dqn --budget 3000 --seeds 0 --eval-episodes 5   # a quick check
 
-``--algo appo`` compares with rl-zoo's PPO, ``--algo dqn`` with rl-zoo's DQN: daskrl runs with rl-zoo's DQN
-hyperparameters translated to its options (learning rate, minibatch, buffer, learning starts, gamma, the
-update-to-data ratio of train_freq and gradient_steps, target updates in updates, exploration, a 256x256 ReLU
-network) and its own DQN otherwise (double Q, dueling heads, 3-step returns, prioritized replay). With ``--sb3``
-each seed also runs SB3's DQN (``benchmarks/sb3_dqn.py``, rl-zoo's hyperparameters) for the same env steps and
-gradient steps, so both wall times come from one run on one machine.
+``--algo appo`` compares with rl-zoo's PPO, ``--algo dqn`` and ``--algo sac`` with rl-zoo's DQN and SAC: daskrl runs
+with rl-zoo's hyperparameters translated to its options (learning rate, minibatch, buffer, learning starts, gamma,
+the update-to-data ratio of train_freq and gradient_steps, DQN's target updates in updates and exploration, a
+256x256 ReLU network) and its own DQN otherwise (double Q, dueling heads, 3-step returns, prioritized replay); SAC
+runs with 1-step returns and uniform replay, as SB3's. With ``--sb3`` each seed also runs SB3's DQN or SAC
+(``benchmarks/sb3_offpolicy.py``, rl-zoo's hyperparameters) for the same env steps and gradient steps, so both wall
+times come from one run on one machine (``--budget`` applies to both: HalfCheetah's 1M steps side by side).
 
 Each env trains as a user runs it, ``daskrl train --env ENV --train-for-env-steps BUDGET --seed S`` with the
 defaults (the env family's included), one run after the other; then ``daskrl enjoy`` evaluates the final policy on
@@ -68,7 +70,23 @@ DQN_OPTIONS = {
                        "--learning-starts", "128", "--gamma", "0.99", "--target-update-interval", "250",
                        "--replay-ratio", "1.0", "--exploration-fraction", "0.12", "--exploration-eps", "0.1"],
 }
-BUDGETS = {"appo": RL_ZOO_PPO, "dqn": RL_ZOO_DQN}
+#: env -> (step budget, rl-zoo's published SAC return, the env version rl-zoo measured)
+RL_ZOO_SAC = {
+    "Pendulum-v1": (20_000, -157.0, "v1"),
+    "HalfCheetah-v5": (1_000_000, 9535.0, "v3"),
+}
+#: rl-zoo's sac.yml (SB3's defaults: batch 256, tau 0.005, gamma 0.99, one update per env step, [256, 256])
+_SAC_COMMON = ["--algo", "sac", "--num-workers", "1", "--num-envs-per-worker", "4", "--rollout", "16",
+               "--hidden-sizes", "256", "256", "--activation", "relu", "--batch-size", "256", "--gamma", "0.99",
+               "--replay-ratio", "1", "--n-step", "1", "--no-prioritized-replay", "--max-grad-norm", "0",
+               "--replay-capacity", "1000000", "--target-tau", "0.005"]
+SAC_OPTIONS = {
+    "Pendulum-v1": ["--learning-rate", "1e-3", "--learning-starts", "100"],
+    "HalfCheetah-v5": ["--learning-rate", "3e-4", "--learning-starts", "10000"],
+}
+BUDGETS = {"appo": RL_ZOO_PPO, "dqn": RL_ZOO_DQN, "sac": RL_ZOO_SAC}
+ALGO_OPTIONS = {"appo": lambda env: [], "dqn": lambda env: _DQN_COMMON + DQN_OPTIONS[env],
+                "sac": lambda env: _SAC_COMMON + SAC_OPTIONS[env]}
 #: the share of rl-zoo's return to reach: all of it, 80% on MuJoCo (the learning issue's targets)
 TARGET_SHARE = {"HalfCheetah-v5": 0.8, "Hopper-v5": 0.8, "Ant-v5": 0.8, "Swimmer-v5": 0.8}
 
@@ -88,7 +106,7 @@ def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int) -
     try:
         run = run_measured([sys.executable, "-m", "daskrl.cli", "train", "--env", env, "--train-for-env-steps",
                             str(budget), "--seed", str(seed), "--train-dir", tmp, "--experiment", "bench",
-                            "--dashboard-address", "", *extra], timeout=3600)
+                            "--dashboard-address", "", *extra], timeout=36000)  # SAC on HalfCheetah: hours
         with open(os.path.join(tmp, "bench", "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
         enjoy = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--experiment", "bench", "--train-dir",
@@ -102,10 +120,10 @@ def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int) -
             "env_steps": int(last["env_steps"]), "wall_s": run["wall_s"], "peak_pss_mb": run["peak_pss_mb"]}
 
 
-def sb3_run(env: str, budget: int, seed: int, episodes: int) -> dict | None:
-    """SB3's DQN with rl-zoo's hyperparameters (benchmarks/sb3_dqn.py); None when SB3 is not installed."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sb3_dqn.py")
-    run = run_measured([sys.executable, script, env, str(seed), str(budget), str(episodes)], timeout=3600)
+def sb3_run(algo: str, env: str, budget: int, seed: int, episodes: int) -> dict | None:
+    """SB3's DQN or SAC with rl-zoo's hyperparameters (benchmarks/sb3_offpolicy.py); None when SB3 is missing."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sb3_offpolicy.py")
+    run = run_measured([sys.executable, script, algo, env, str(seed), str(budget), str(episodes)], timeout=36000)
     lines = [line for line in run["out"].splitlines() if line.startswith("{")]
     return {**json.loads(lines[-1]), "wall_s": run["wall_s"]} if lines else None
 
@@ -121,11 +139,11 @@ def sb3_cell(runs: list[dict | None]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=list(BUDGETS), default="appo")
-    parser.add_argument("--envs", nargs="+", choices=sorted({*RL_ZOO_PPO, *RL_ZOO_DQN}),
+    parser.add_argument("--envs", nargs="+", choices=sorted({*RL_ZOO_PPO, *RL_ZOO_DQN, *RL_ZOO_SAC}),
                         help="default: every env of the algorithm's table")
     parser.add_argument("--budget", type=int, default=0, help="env steps per run instead of rl-zoo's (0: rl-zoo's); "
                         "for a quick check that the benchmark runs")
-    parser.add_argument("--sb3", action="store_true", help="dqn: also run SB3's DQN per seed, side by side")
+    parser.add_argument("--sb3", action="store_true", help="dqn, sac: also run SB3's DQN or SAC per seed, side by side")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes per run (20 episodes "
                         "of Acrobot moved the mean by +-4)")
@@ -137,7 +155,7 @@ def main() -> None:
     print(f"{os.cpu_count()} cores; --algo {args.algo}; seeds {args.seeds}; evaluation: {args.eval_episodes} "
           "episodes, most likely action\n")
     sb3 = " SB3 eval (median) | SB3 wall s |" if args.sb3 else ""
-    print(f"| env | budget | rl-zoo {args.algo.upper() if args.algo == 'dqn' else 'PPO'} | daskrl eval (median) | "
+    print(f"| env | budget | rl-zoo {'PPO' if args.algo == 'appo' else args.algo.upper()} | daskrl eval (median) | "
           f"per seed | daskrl training return | vs rl-zoo | wall s | peak PSS MB |{sb3}")
     print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.sb3 else ""))
     for env in args.envs or list(table):
@@ -149,9 +167,10 @@ def main() -> None:
         if not available(env):
             print(f"| {env} | skipped: its package is not installed |")
             continue
-        extra = (_DQN_COMMON + DQN_OPTIONS[env] if args.algo == "dqn" else []) + args.extra
+        extra = ALGO_OPTIONS[args.algo](env) + args.extra
         runs = [one_run(env, budget, seed, extra, args.eval_episodes) for seed in args.seeds]
-        sb3_runs = [sb3_run(env, budget, seed, args.eval_episodes) for seed in args.seeds] if args.sb3 else []
+        sb3_runs = [sb3_run(args.algo, env, budget, seed, args.eval_episodes) for seed in args.seeds] \
+            if args.sb3 and args.algo != "appo" else []
         evals = [r["eval_return"] for r in runs]
         median = statistics.median(evals)
         share = TARGET_SHARE.get(env, 1.0)

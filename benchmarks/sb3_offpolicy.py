@@ -1,10 +1,10 @@
-"""Stable-Baselines3's DQN with rl-zoo's hyperparameters (dqn.yml) for one env, seed and step budget.
+"""Stable-Baselines3's DQN or SAC with rl-zoo's hyperparameters (dqn.yml, sac.yml) for one env, seed and budget.
 
-Run by bench_learning.py --algo dqn --sb3 as a subprocess (so its launch time counts in its wall time, as daskrl's
-start-up does in daskrl's); prints one JSON line at the end: the evaluation return (deterministic, as rl-zoo
-evaluates), env steps and gradient steps taken, and the seconds spent in learn().
+Run by bench_learning.py --algo dqn|sac --sb3 as a subprocess (so its launch time counts in its wall time, as
+daskrl's start-up does in daskrl's); prints one JSON line at the end: the evaluation return (deterministic, as
+rl-zoo evaluates), env steps and gradient steps taken, and the seconds spent in learn().
 
-Run:  python benchmarks/sb3_dqn.py CartPole-v1 SEED BUDGET EVAL_EPISODES
+Run:  python benchmarks/sb3_offpolicy.py dqn CartPole-v1 SEED BUDGET EVAL_EPISODES
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 
 #: rl-zoo's dqn.yml (LunarLander's is v2's, run on v3); every env uses net_arch [256, 256]
-RL_ZOO_DQN = {
+RL_ZOO = {"dqn": {
     "CartPole-v1": dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
                         target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
                         exploration_final_eps=0.04),
@@ -24,19 +24,24 @@ RL_ZOO_DQN = {
     "LunarLander-v3": dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
                            target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
                            exploration_final_eps=0.1),
-}
+}, "sac": {  # rl-zoo's sac.yml: SB3's defaults (net_arch [256, 256], batch 256, tau 0.005, one update per step)
+    "Pendulum-v1": dict(learning_rate=1e-3),
+    "HalfCheetah-v5": dict(learning_starts=10_000),
+}}
 
 
 def main() -> None:
-    env_id, seed, budget, episodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    algo, env_id, seed, budget, episodes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
+        int(sys.argv[5])
     try:
-        from stable_baselines3 import DQN
+        from stable_baselines3 import DQN, SAC
         from stable_baselines3.common.evaluation import evaluate_policy
     except ImportError:
         print("stable-baselines3 is not installed: pip install stable-baselines3", file=sys.stderr)
         sys.exit(0)  # no JSON line: the caller reports it as skipped
-    model = DQN("MlpPolicy", env_id, seed=seed, policy_kwargs={"net_arch": [256, 256]}, verbose=0,
-                **RL_ZOO_DQN[env_id])
+    cls = {"dqn": DQN, "sac": SAC}[algo]
+    model = cls("MlpPolicy", env_id, seed=seed, policy_kwargs={"net_arch": [256, 256]}, verbose=0,
+                **RL_ZOO[algo][env_id])
     t = time.time()
     model.learn(total_timesteps=budget)
     learn_s = time.time() - t
