@@ -212,15 +212,17 @@ class Fleet:
 
     def add_rollout(self, worker: str) -> ComponentHandle:
         """A new rollout worker on ``worker`` (one that joined the cluster), wired in and started: its slots go to
-        the learners (every member of a group) and its requests to the inference workers from now on."""
+        the learners (every member of a group), or to its replay shard, and its requests to the inference workers
+        from now on."""
         index = self.next_rollout_index()
         self._reach_params_from(worker)
         setup = rollout_setup(self.config, self.spaces, self._acting_params(), index)
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup, Role.ROLLOUT)
         self.rollout.append(new)
         buffers = self.buffers[new.name] = new.call("buffers")
+        consumers = self._consumer_slots(new.name, index)  # first: it names the new worker's shard
         self._each(self.learners() + self.inference + self._replay_of(new.name), "attach_workers", {new.name: buffers})
-        wire_rollout(self.client, new, self._consumer_slots(new.name, index))
+        wire_rollout(self.client, new, consumers)
         new.call("start")
         return new
 
