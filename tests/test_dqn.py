@@ -217,3 +217,24 @@ def test_dqn_trainer_runs_the_nature_cnn_on_atari_sized_frames():
     assert metrics["updates"] == 1 and before.shape == (4, 6)
     assert not torch.equal(before, q_values(trainer.model, torch.from_numpy(frames), True)[0])
 
+
+
+def test_the_q_network_is_the_actor_critic_read_as_dueling_streams():
+    """Q's mean over actions is the value head's output, and its argmax is the action the samplers' greedy act and
+    enjoy take, for separate encoders (vector observations) as for a shared one."""
+    import numpy as np
+
+    from daskrl.algo.dqn_trainer import q_values
+    from daskrl.config import ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import ActorCritic
+
+    spaces = probe_env("CartPole-v1")
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    for shared in (False, True):
+        model = ActorCritic(spaces, ModelConfig(), shared_encoder=shared)
+        torch.nn.init.normal_(model.actor.logits.weight, std=1.0)  # advantages that differ between actions
+        q, mask = q_values(model, torch.from_numpy(obs), True)
+        assert mask is None
+        assert torch.allclose(q.mean(-1), model(torch.from_numpy(obs))[1], atol=1e-6)
+        assert np.array_equal(q.argmax(-1).numpy(), model.act(obs, deterministic=True)[0])

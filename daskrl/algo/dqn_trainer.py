@@ -30,12 +30,11 @@ if TYPE_CHECKING:
 
 def q_values(net: ActorCritic, obs: torch.Tensor, use_dueling: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[B, A] Q-values of ``obs`` (a feed-forward model), and the action mask of Dict observations (or None)."""
-    inputs, mask = net.prepare(obs)
-    encoded = [net._encode(encoder, inputs) for encoder in net.encoders]
-    advantages = net.actor.logits(net.core.stateless(encoded[0]))
+    policy, value, mask = net.head_inputs(obs, with_value=use_dueling)
+    advantages = net.actor.logits(policy)
     if not use_dueling:
         return advantages, mask
-    return dueling(net.critic(encoded[-1]), advantages), mask
+    return dueling(net.critic(value), advantages), mask
 
 
 class DQNTrainer:

@@ -34,8 +34,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 def squashed_sample(actor: ActorCritic, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A reparameterized action of the actor's squashed Gaussian for ``obs``, and its log-probability, computed from
     the pre-squash sample (stable where tanh saturates: log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)))."""
-    inputs, mask = actor.prepare(obs)  # the policy's encoder only: the value head is not SAC's
-    dist = actor.actor(actor.core.stateless(actor._encode(actor.encoder, inputs)), mask)
+    features, _, mask = actor.head_inputs(obs, with_value=False)  # the value head is not SAC's
+    dist = actor.actor(features, mask)
     u = dist.mean + dist.log_std.exp() * torch.randn_like(dist.mean)
     gaussian = (-0.5 * ((u - dist.mean) * torch.exp(-dist.log_std)).square() - dist.log_std - _HALF_LOG_2PI).sum(-1)
     log_jacobian = (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1) + torch.log(dist.half).sum(-1)

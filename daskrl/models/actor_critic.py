@@ -99,6 +99,18 @@ class ActorCritic(nn.Module):
         features = self.core.stateless(encoded[0])
         return self.actor(features, mask), self.critic(encoded[-1]).squeeze(-1)
 
+    def head_inputs(self, obs: torch.Tensor, with_value: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Feed-forward models: what the action head and the value head read for ``obs`` (the value head's None
+        without ``with_value``: its encoder is not run), and the action mask. Off-policy trainers read the heads
+        apart: DQN's dueling streams, SAC's actor (whose value head it does not train)."""
+        inputs, mask = self.prepare(obs)
+        encoded = self._encode(self.encoder, inputs)
+        value = None
+        if with_value:
+            value = encoded if self.value_encoder is None else self._encode(self.value_encoder, inputs)
+        return self.core.stateless(encoded), value, mask
+
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
         """Recurrent models: obs (batch, *obs_shape) and states [batch, S] -> (distribution, value, next states)."""
         obs, mask = self.prepare(obs)
