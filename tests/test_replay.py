@@ -143,3 +143,34 @@ def test_a_sigkilled_shard_loses_only_its_data_and_training_goes_on(tmp_path):
     assert all(math.isfinite(r["loss"]) for r in after), [r["loss"] for r in after]  # and its loss was logged
     shares = summary["time_shares"]
     assert shares["replay_1"].get("insert", 0) > 0, shares  # the new shard filled again
+
+
+# ---- replay saved with the checkpoints ----
+
+
+@slow("two short DQN runs: the first saves its shard with its checkpoints, the resumed one starts from it")
+def test_replay_saved_with_the_checkpoints_refills_a_resumed_run(tmp_path):
+    from daskrl import Observer, train
+
+    from .helpers import DQN_CARTPOLE, run_config
+
+    base = {**DQN_CARTPOLE, "checkpoint_replay": True, "learning_starts": 200, "replay_capacity": 1_000}
+    first = train(run_config(tmp_path, "replay_ckpt", base=base, train_for_env_steps=1_500))
+    with np.load(tmp_path / "replay_ckpt" / "replay" / "replay_0.npz") as saved:
+        nxt, size, added, served = saved["counters"].tolist()
+        assert size == 1_000 and added == first["env_steps"] and served > 0  # the ring was full: it wrapped
+        assert nxt == added % 1_000
+        assert saved["obs"].shape == (1_000, 4) and len(np.unique(saved["priorities"])) > 10  # TD errors, not 1s
+
+    class FirstSight(Observer):
+        def __init__(self):
+            self.replay = None
+
+        def on_poll(self, run):
+            if self.replay is None and "replay_0" in run.last_stats:
+                self.replay = run.last_stats["replay_0"]["replay"]
+
+    sight = FirstSight()
+    train(run_config(tmp_path, "replay_ckpt", base=base, resume=True, train_for_env_steps=1_800), observers=[sight])
+    assert sight.replay["size"] == 1_000 and sight.replay["added"] >= added  # refilled before it took a slot
+    assert sight.replay["served"] >= served  # the draws it served count on: no burst of owed updates

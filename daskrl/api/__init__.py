@@ -18,7 +18,8 @@ Row = dict[str, Any]
 
 
 def feature_observers(config: Config) -> list[Observer]:
-    """The observers the config asks for: elastic growth, evaluation and videos while training, PBT."""
+    """The observers the config asks for: elastic growth, evaluation and videos while training, PBT, replay saved
+    with the checkpoints."""
     observers: list[Observer] = []
     if elastic_enabled(config):
         observers.append(ElasticGrowth())
@@ -31,6 +32,10 @@ def feature_observers(config: Config) -> list[Observer]:
         from daskrl.pbt.driver import PBTDriver
 
         observers.append(PBTDriver())
+    if config.algo.checkpoint_replay and config.algo.algo != "appo" and not r.sampling_only:
+        from daskrl.driver.replay_checkpoints import ReplayCheckpoints
+
+        observers.append(ReplayCheckpoints())
     return observers
 
 

@@ -318,6 +318,11 @@ class AlgoConfig(Section):
                                        "scheme, which uses 0.4 over hundreds of actors)", low=0, high=1)
     exploration_alpha: float = opt(7.0, "dqn: the spread of the rollout workers' epsilons (see --exploration-eps)",
                                    low=0)
+    checkpoint_replay: bool = opt(False, "off-policy: each checkpoint also saves every shard's transitions and "
+                                         "priorities under <experiment>/replay/ (large: 84x84x4 frames take 56 KB a "
+                                         "transition), and --resume refills the shards from them; the shards' "
+                                         "workers must see the experiment directory (one host, or a shared file "
+                                         "system)")
     target_tau: float = opt(0.005, "sac: the target critics move this fraction of the way to the critics after each "
                                    "update", low=0, high=1, low_open=True)
     init_alpha: float = opt(1.0, "sac: the entropy temperature alpha at the start (it is then tuned to keep the "

@@ -39,6 +39,7 @@ from daskrl.protocol import (
     free_queue,
 )
 from daskrl.replay.n_step import slot_transitions
+from daskrl.replay.persistence import load_shard, save_shard
 from daskrl.replay.sampler import PrioritizedSampler, UniformSampler
 from daskrl.replay.store import TransitionStore, store_shapes
 from daskrl.runtime.component import Component
@@ -100,6 +101,15 @@ class ReplayShard(Component):
     async def batch_descs(self) -> dict:
         """Where a learner reads the minibatches this shard draws: its batch block, and this incarnation."""
         return {"inc": self.incarnation, "arrays": {name: a.desc for name, a in self.batch.items()}}
+
+    async def save(self, path: str) -> int:
+        """Write this shard's transitions, priorities and counters to ``path`` (atomically: a file beside it, then
+        renamed), between two slots; returns the transitions saved."""
+        return await self.on_own_thread(save_shard, self, path)
+
+    async def load(self, path: str) -> int:
+        """Refill from a :meth:`save` file (none there: nothing happens); returns the transitions loaded."""
+        return await self.on_own_thread(load_shard, self, path)
 
     @slot
     def on_trajectory(self, payload: TrajectoryReady) -> None:
