@@ -154,7 +154,17 @@ def test_dqn_learns_cartpole_and_its_checkpoint_plays_greedily(tmp_path):
 # ---- the network options DQN shares with APPO ----
 
 
-def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask():
+@pytest.fixture
+def one_torch_thread():
+    """Train on one torch thread, as the learner component does (--learner-threads 1): on a busy 2-core machine two
+    intra-op threads made these small updates 10-20x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask(one_torch_thread):
     """The cue env: Dict observations (a Discrete cue and a clock; its 3x3 image is left out, the CNN has its own
     test below), two of three actions allowed, reward 1 for the cue's action. Trained on replayed steps with
     normalization on, the greedy (mode) action is the cue's."""
@@ -195,7 +205,7 @@ def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask():
     assert (greedy == fields["cue"].reshape(-1)).mean() > 0.9
 
 
-def test_dqn_trainer_runs_the_nature_cnn_on_atari_sized_frames():
+def test_dqn_trainer_runs_the_nature_cnn_on_atari_sized_frames(one_torch_thread):
     import gymnasium as gym
     import numpy as np
 

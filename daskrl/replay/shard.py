@@ -147,6 +147,11 @@ class ReplayShard(Component):
 
     @slot
     def on_sample(self, payload: SampleRequest) -> None:
+        """A learner's request; one asked again (no answer within its timeout, as while the shard fills) replaces
+        that learner's older one, so no draw is served for a request nobody waits for."""
+        stale = [r for r in self.pending if r["learner"] == payload["learner"]]
+        for request in stale:
+            self.pending.remove(request)
         self.pending.append(payload)
         self._serve()
 
