@@ -113,7 +113,8 @@ class SACTrainer:
         metrics = {"loss": critic.loss.item(), "policy_loss": policy.item(), "alpha": float(alpha),
                    "entropy": -float(log_prob.detach().mean()), "q_mean": float(q1_pi.detach().mean()),
                    "td_abs_mean": float(critic.td_errors.abs().mean()), "grad_norm": grad_norm,
-                   "lr": self.step_hp["learning_rate"], "updates": 1, "skipped_updates": 0}
+                   "lr": self.step_hp["learning_rate"], "updates": 1, "skipped_updates": 0,
+                   "importance_weight_mean": float(np.mean(weights))}
         return metrics, critic.td_errors.cpu().numpy()
 
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> float:
