@@ -4,11 +4,18 @@ the three families, so that an env spec such as ``daskrl.testing.envs:staggered`
 - :mod:`daskrl.testing.single_agent_envs`: gymnasium envs (a constant reward cut by a time limit, with info
   numbers or a breaking camera; a dict-observation cue task; a hybrid discrete + continuous action task);
 - :mod:`daskrl.testing.parallel_envs`: multi-agent envs in PettingZoo's Parallel API (agents that leave at known
-  steps; two CartPoles);
+  steps; two CartPoles; two hybrid-action tasks);
 - :mod:`daskrl.testing.turn_games`: two-player games in PettingZoo's AEC API (rewards across turns; race to ten).
 """
 
-from daskrl.testing.parallel_envs import StaggeredAgentsEnv, TwinCartPoles, staggered, twin_cartpoles
+from daskrl.testing.parallel_envs import (
+    StaggeredAgentsEnv,
+    TwinCartPoles,
+    TwinHybridTargets,
+    staggered,
+    twin_cartpoles,
+    twin_hybrid_targets,
+)
 from daskrl.testing.single_agent_envs import (
     BrokenCameraEnv,
     ConstantRewardEnv,
@@ -34,6 +41,7 @@ __all__ = [
     "TakeTurnsEnv",
     "TurnGame",
     "TwinCartPoles",
+    "TwinHybridTargets",
     "broken_camera",
     "constant_reward",
     "cue",
@@ -43,4 +51,5 @@ __all__ = [
     "staggered",
     "take_turns",
     "twin_cartpoles",
+    "twin_hybrid_targets",
 ]
