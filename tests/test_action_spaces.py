@@ -27,6 +27,8 @@ from daskrl.evaluation import enjoy
 from daskrl.models.actor_critic import build_model
 from daskrl.models.heads import make_action_head
 from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.sampling.policy import SamplingPolicy
+from daskrl.setups import PolicySetup
 
 from .helpers import run_config, slow
 
@@ -232,12 +234,14 @@ def test_env_groups_step_real_envs_with_flat_rows(structure):
 
 
 def test_the_numpy_fast_path_leaves_composite_actions_to_torch():
-    """The numpy policy computes Discrete and Box heads only: a composite head acts through torch (the training
-    runs below act inline, so through this fallback)."""
-    model = build_model(probe_env(HYBRID), ModelConfig(), 0)
-    assert not NumpyPolicy.supports(model)
-    actions, log_probs, values = model.act(np.eye(3, dtype=np.float32))
+    """The numpy policy computes Discrete and Box heads only: a sampler with the fast path on acts for a composite
+    head through torch (the training runs below act inline, so through this fallback)."""
+    spaces = probe_env(HYBRID)
+    policy = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32", "cpu", {}, None))
+    assert policy.fast is None and not NumpyPolicy.supports(policy.model)
+    actions, log_probs, values = policy.act(np.eye(3, dtype=np.float32))
     assert actions.shape == (3, 2) and actions.dtype == np.float32 and log_probs.shape == values.shape == (3,)
+    assert all(spaces.action_layout.to_env(row)[0] in (0, 1, 2) for row in actions)
 
 
 #: a hybrid-action run on one rollout worker that stops at its first env error (an action the space lacks raises);
