@@ -69,7 +69,7 @@ class ActorCritic(nn.Module):
         self.encoder_dtype = torch.float32
         self._action_shape = tuple(spaces.action_shape)
         self._action_dtype = np.dtype(spaces.action_dtype)
-        self._flat_actions = spaces.action_kind == "box"
+        self._flat_actions = spaces.action_kind in ("box", "composite")  # one flat row per action
 
     def _build_encoders(self) -> None:
         """``encoder``, and ``value_encoder`` (None when shared, so the trunk's weights appear once in state_dict).
