@@ -237,6 +237,11 @@ class RunConfig(Section):
     save_video_every_env_steps: int = opt(0, "every this many env steps, record one episode of the newest policy to "
                                              "<experiment>/videos/video_<env steps>.mp4 (envs that render rgb_array; "
                                              "needs the video extra; 0: no videos)", low=0)
+    log_level: str = opt("info", "which of the run's own lines the console shows: 'info' (what it starts, "
+                                 "recovers and stops, the progress lines, warnings), 'warning' (warnings only), "
+                                 "'error' (none: a failure is still the command's message), 'debug' (info, and the "
+                                 "driver's records of daskrl's and Dask's loggers, which otherwise go only to "
+                                 "<experiment>/daskrl.log)", choices=["debug", "info", "warning", "error"])
     init_checkpoint: str = opt("", "start a new experiment from the weights and observation/return statistics of "
                                    "this checkpoint file (or the latest checkpoint of this experiment directory); "
                                    "the optimizer starts afresh", pattern=r"\S.*", pattern_help="a path")

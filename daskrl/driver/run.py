@@ -31,7 +31,7 @@ from daskrl.driver.steering import Steering, apply_remote
 from daskrl.driver.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
-from daskrl.monitor.console import ConsoleView, say
+from daskrl.monitor.console import ConsoleView, say, shows, warn
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import dashboard_page
 from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
@@ -86,15 +86,17 @@ class Run:
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
+        shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
-                                   None if progress else io.StringIO(), window=config.run.stop_window)
+                                   None if shown else io.StringIO(), window=config.run.stop_window)
 
     def say(self, message: str) -> None:
         """A line on the console (and in the run's log)."""
         say(message)
 
     def warn(self, message: str) -> None:
-        say(f"daskrl: warning: {message}")
+        """A warning line on the console."""
+        warn(message)
 
     def request_stop(self, reason: str) -> None:
         """Stop in order at the next turn of the loop (a last row, a final checkpoint), as Ctrl-C does; ``reason``

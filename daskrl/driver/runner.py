@@ -30,7 +30,7 @@ from daskrl.driver.preflight import preflight
 from daskrl.driver.startup import StartupClock
 from daskrl.envs import EnvSpaces
 from daskrl.errors import one_line
-from daskrl.monitor.console import say
+from daskrl.monitor.console import console_level, say, say_warning
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
 from daskrl.monitor.stats import EpisodeWindow
@@ -57,7 +57,8 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
     ``progress``: each report on the console (off for a run whose handle shows its state).
 
     While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
-    stopped the run), not to the terminal."""
+    stopped the run), not to the terminal (``--log-level debug``: to both); ``--log-level`` says which of the run's
+    own lines the terminal shows."""
     clock = StartupClock()
     clock.mark("imports")
     spaces = preflight(config, client)
@@ -67,7 +68,9 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
     stack = ExitStack()
     stack.callback(lock.release)
     try:
-        stack.enter_context(route_logs(run_log_path(config.experiment_dir), say))
+        level = stack.enter_context(console_level(config.run.log_level))
+        stack.enter_context(route_logs(run_log_path(config.experiment_dir), say_warning, level=min(level, logging.INFO),
+                                       echo=level <= logging.DEBUG))
         dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
                    "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
         for line in (note, describe_env_defaults(config), dropped):
@@ -205,7 +208,8 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
             dashboard_address=config.run.dashboard_address or ":0",
             security=tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key),
             processes=not config.run.serial, scheduler_plugins=(DashboardPlugin(),),
-            timeout=config.run.connect_timeout, log_path=run_log_path(config.experiment_dir))
+            timeout=config.run.connect_timeout, log_path=run_log_path(config.experiment_dir),
+            silence_logs=False if config.run.log_level == "debug" else logging.WARNING)
         try:
             prepared = _prepare(config, spaces)
         except BaseException:
