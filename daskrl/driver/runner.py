@@ -30,7 +30,7 @@ from daskrl.driver.preflight import preflight
 from daskrl.driver.startup import StartupClock
 from daskrl.envs import EnvSpaces
 from daskrl.errors import one_line
-from daskrl.monitor.console import console_level, say, say_warning
+from daskrl.monitor.console import console_level, say, say_warning, warn
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
 from daskrl.monitor.stats import EpisodeWindow
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _prepar
     from daskrl.driver.fleet import LearnerStart
     from daskrl.driver.policies import PolicyBook
     from daskrl.driver.run import Run
+    from daskrl.monitor.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
 
@@ -112,11 +113,12 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     bounds = adapt_range(config)
     if bounds is not None and session.cluster is not None:
         session.cluster.adapt(minimum=bounds[0], maximum=bounds[1])
+    wandb_log = _open_wandb(started, prepared.resume_state is not None, stack)  # a refusal still writes nothing
     if prepared.resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
         with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
             f.write(config.to_json())  # as asked: a resume on a larger cluster starts with all its rollout workers
     run = Run(started, session, spaces, prepared.book, _resumed_state(prepared), observers,
-              elastic=elastic_enabled(config), claim=claim, progress=progress)
+              elastic=elastic_enabled(config), claim=claim, progress=progress, wandb_log=wandb_log)
     stack.callback(run.close)
 
     def place_again() -> Placement:  # the same fleet as the run's config says (``started``), on the workers now
@@ -134,6 +136,18 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     clock.saw_version(run.state.learner.get("policy_version", 0))
     say(f"daskrl: {clock.line()}")
     return run
+
+
+def _open_wandb(config: Config, resuming: bool, stack: ExitStack) -> WandbLog | None:
+    """The run's W&B run when --wandb-project asks for one (ended by the run; by ``stack`` if the run never
+    comes to be, as failed)."""
+    if not config.run.wandb_project:
+        return None
+    from daskrl.monitor.wandb_log import WandbLog
+
+    wandb_log = WandbLog.open(config, resuming, warn, quiet=config.run.log_level in ("warning", "error"))
+    stack.callback(wandb_log.close, failed=True)  # a no-op once the run closed it
+    return wandb_log
 
 
 def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
