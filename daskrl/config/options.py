@@ -237,6 +237,21 @@ class RunConfig(Section):
     save_video_every_env_steps: int = opt(0, "every this many env steps, record one episode of the newest policy to "
                                              "<experiment>/videos/video_<env steps>.mp4 (envs that render rgb_array; "
                                              "needs the video extra; 0: no videos)", low=0)
+    wandb_project: str = opt("", "log the run to this Weights & Biases project: the scalars TensorBoard gets, the "
+                                 "config and the --save-video-every-env-steps videos ('': no W&B; pip install "
+                                 "'daskrl[wandb]'; WANDB_MODE=offline keeps the run on this machine for `wandb sync`); "
+                                 "--resume continues the same W&B run", pattern=r"[^/\\#?%:]*",
+                             pattern_help="a W&B project name (none of / \\ # ? % :)")
+    wandb_entity: str = opt("", "the W&B user or team that owns --wandb-project (default: your W&B default entity)")
+    wandb_name: str = opt("", "the W&B run's display name (default: the --experiment name)")
+    wandb_group: str = opt("", "the W&B group of the run (runs compared together, such as a sweep's seeds)")
+    wandb_job_type: str = opt("", "the W&B job type of the run (a further grouping, such as 'train')")
+    wandb_tags: list[str] = opt([], "tags of the W&B run")
+    log_level: str = opt("info", "which of the run's own lines the console shows: 'info' (what it starts, "
+                                 "recovers and stops, the progress lines, warnings), 'warning' (warnings only), "
+                                 "'error' (none: a failure is still the command's message), 'debug' (info, and the "
+                                 "driver's records of daskrl's and Dask's loggers, which otherwise go only to "
+                                 "<experiment>/daskrl.log)", choices=["debug", "info", "warning", "error"])
     init_checkpoint: str = opt("", "start a new experiment from the weights and observation/return statistics of "
                                    "this checkpoint file (or the latest checkpoint of this experiment directory); "
                                    "the optimizer starts afresh", pattern=r"\S.*", pattern_help="a path")

@@ -36,7 +36,20 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _combination_problems(config, found)
     problems += _recurrent_problems(config, found)
     problems += _policy_problems(config, found)
+    problems += _wandb_problems(config.run)
     return problems
+
+
+def _wandb_problems(r: RunConfig) -> list[str]:
+    """The W&B options describe a W&B run, which only --wandb-project starts: one given alone is a forgotten project.
+    W&B refuses a tag of more than 64 characters: said here, before the run starts."""
+    if r.wandb_project:
+        return [f"--wandb-tags: a W&B tag has at most 64 characters; {tag[:20]!r}... has {len(tag)}"
+                for tag in r.wandb_tags if len(tag) > 64][:1]
+    given = [f"--{name.replace('_', '-')}" for name in ("wandb_entity", "wandb_name", "wandb_group", "wandb_job_type",
+                                                         "wandb_tags") if getattr(r, name)]
+    return [f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a Weights & Biases run, and W&B is off "
+            "without --wandb-project: add --wandb-project NAME"] if given else []
 
 
 def _policy_problems(config: Config, found: dict[str, str]) -> list[str]:
