@@ -18,13 +18,27 @@ from daskrl.envs import make_env, probe_env
 from daskrl.envs.dict_obs import pack_into
 from daskrl.envs.packages import import_env_packages
 from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
-from daskrl.models.actor_critic import build_model
+from daskrl.models.actor_critic import ActorCritic, build_model
 from daskrl.models.registry import model_name_problems
 
 
 def load_policy(experiment_dir: str, which: str = "latest", policy: int = 0):
     """(config, model, checkpoint) of an experiment; ``which`` is 'latest', 'best' or a checkpoint path; ``policy``:
     which of several policies (``--num-policies``)."""
+    config = experiment_config(experiment_dir, policy)
+    store = CheckpointStore(checkpoint_dirs(experiment_dir, config.policies.num_policies)[policy])
+    if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
+        raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
+    state = store.load(which)
+    model = untrained_model(config)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return config, model, state
+
+
+def experiment_config(experiment_dir: str, policy: int = 0) -> Config:
+    """The config an experiment trained with, refused in one line where there is none or it has no policy
+    ``policy``."""
     config_path = os.path.join(experiment_dir, "config.json")
     if not os.path.exists(config_path):
         raise ConfigError([f"{experiment_dir!r} is not a daskrl experiment directory (no config.json): check "
@@ -35,22 +49,24 @@ def load_policy(experiment_dir: str, which: str = "latest", policy: int = 0):
     if not 0 <= policy < policies:
         raise ConfigError([f"--policy {policy}: experiment {experiment_dir!r} trained {policies} "
                            f"polic{'y' if policies == 1 else 'ies'} (0..{policies - 1})"])
-    store = CheckpointStore(checkpoint_dirs(experiment_dir, policies)[policy])
-    if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
-        raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
-    state = store.load(which)
+    return config
+
+
+def untrained_model(config: Config) -> ActorCritic:
+    """The network ``config`` trains, with its initial weights, in eval mode: what a checkpoint is loaded into (or
+    a live run's published weights, for a server that follows it). Single-agent envs only."""
     import_env_packages(config.env.env_packages)  # the ids and model components they register (--env-packages)
     m = config.model
     if problems := model_name_problems(m.encoder, m.rnn, m.key_encoders):  # registered where it trained only
         raise ConfigError(problems)
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     if spaces.num_agents > 1:
-        raise ConfigError([f"{config.env.env!r} is a multi-agent env ({spaces.num_agents} agents); enjoy plays "
-                           "single-agent episodes (examples/self_play.py plays a trained policy in a PettingZoo game)"])
+        raise ConfigError([f"{config.env.env!r} is a multi-agent env ({spaces.num_agents} agents); enjoy and "
+                           "serve play single-agent policies (examples/self_play.py plays a trained policy in a "
+                           "PettingZoo game)"])
     model = build_model(spaces, config.model, config.run.seed)
-    model.load_state_dict(state["model"])
     model.eval()
-    return config, model, state
+    return model
 
 
 def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render: bool = False,
