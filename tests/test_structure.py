@@ -94,7 +94,7 @@ LAYERS = [
     ("daskrl.learning",),
     ("daskrl.driver",),
     ("daskrl.evaluation", "daskrl.pbt"),
-    ("daskrl.api", "daskrl.testing"),
+    ("daskrl.api", "daskrl.testing", "daskrl.serving"),
     ("daskrl.sweep",),
     ("daskrl.cli", "daskrl.runner", "daskrl.testing_faults", "daskrl"),
 ]
