@@ -22,6 +22,9 @@ import daskrl
 from daskrl.cli import main
 from daskrl.errors import ClusterAccessError, ConfigError, RequestError
 from daskrl.evaluation import load_policy
+from daskrl.evaluation.episodes import untrained_model
+from daskrl.serving.policy import ServedPolicy
+from daskrl.serving.service import PolicyService, ServiceThread
 
 from .helpers import SMALL_CARTPOLE, free_port, get_json, run_config, slow, wait_for
 
@@ -194,6 +197,32 @@ def test_a_recurrent_policy_keeps_a_state_per_client(trained):
     for history, row in ((solo, 0), (pair, 0), (pair, 1)):
         served = np.array([actions[row] for _, _, actions in history])
         assert np.array_equal(served, sequential_play(model, history, row))
+
+
+def test_a_new_version_is_taken_between_passes_never_within_one(trained):
+    """Weights swapped before every pass (as a followed run's are): each answer is exactly what the version it names
+    computes, however the concurrent requests were batched."""
+    config, model, _ = load_policy(str(trained / "ff"))
+    weights = [untrained_model(config).state_dict_numpy(), model.state_dict_numpy()]  # odd versions: trained
+    policy = ServedPolicy(model, 1, "CartPole-v1", deterministic=True)
+    service = PolicyService(policy, max_batch=64, max_wait_ms=2, max_clients=10, about={},
+                            refresh=lambda: policy.load(policy.version + 1, weights[(policy.version + 1) % 2]))
+    observations = cartpole_observations(8 * 40).reshape(40, 8, 4)
+    expected = []
+    for w in weights:
+        model.load_state_dict_numpy(w)
+        expected.append(np.array([model.act(o, deterministic=True)[0] for o in observations]))
+    assert not np.array_equal(expected[0], expected[1]), "the two versions act alike: the test would prove nothing"
+    thread = ServiceThread(service)
+    thread.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            replies = list(pool.map(lambda o: service.request(o).result(timeout=30), observations))
+    finally:
+        thread.stop()
+    for i, reply in enumerate(replies):
+        assert np.array_equal(reply["actions"], expected[reply["policy_version"] % 2][i]), reply
+    assert service.stats()["shared_passes"] > 0 and len({r["policy_version"] for r in replies}) > 1
 
 
 @slow("a live run on the module's cluster, followed until it publishes a newer version")
