@@ -1,4 +1,4 @@
-"""``daskrl serve``: its flags, and the command that serves until Ctrl-C (or SIGTERM).
+"""daskrl serve: answer observations with a trained policy's actions over HTTP (POST /act) until Ctrl-C or SIGTERM.
 
     daskrl serve --experiment cartpole --port 8000                # the latest checkpoint, from this process
     daskrl serve --experiment cartpole --which best --deterministic
