@@ -29,5 +29,13 @@ def attach(name: str, client, control: bool = False):
     return _attach(name, client, control=control)
 
 
-__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "make_env", "register_env", "start", "train",
-           "__version__"]
+def serve(experiment=None, client=None, **options):
+    """Serve a trained policy (a checkpoint, or a live run's newest weights with ``follow=``): a handle with
+    ``act(obs, client_id=None)`` and ``close()`` (see :func:`daskrl.serving.serve`)."""
+    from daskrl.serving import serve as _serve
+
+    return _serve(experiment, client, **options)
+
+
+__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "make_env", "register_env", "serve", "start",
+           "train", "__version__"]

@@ -21,6 +21,7 @@ from daskrl.config import SECTIONS, Config
 from daskrl.driver.experiment import run_log_path
 from daskrl.driver.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
+from daskrl.serving.command import add_serve_parser, run_serve
 from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
 
 
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     report.add_argument("--output", default=None, help="HTML file to write (default: <experiment dir>/report.html)")
     add_sweep_parser(sub)
+    add_serve_parser(sub)
     runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
                                        "frames/s, return, age)")
     runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "runs":
             return _runs(args.scheduler, args.connect_timeout)
+        if args.command == "serve":
+            return run_serve(args)
         return _enjoy(args)
     except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)

@@ -169,15 +169,16 @@ class Run:
                 return
 
     def _beat(self, now: float) -> None:
-        """Tell the cluster's run registry the run is alive, with its newest numbers, every few seconds; take the
-        requests attached handles sent through it."""
+        """Tell the cluster's run registry the run is alive, with its newest numbers and each policy's parameter
+        block (a policy server following the run reads them), every few seconds; take the requests attached handles
+        sent through it."""
         if now < self.next_beat:
             return
         self.next_beat = now + BEAT_S
         last = self.rows[-1] if self.rows else {}
         report = {k: _finite(last).get(k) for k in ("time_s", "env_steps", "fps", "episode_return_mean")}
         try:
-            for command in self.claim.beat(self.phase, report):
+            for command in self.claim.beat(self.phase, report, self.fleet.policy_params):
                 apply_remote(self, command)
         except Exception as exc:  # the scheduler did not answer this time: the next beat tells it
             self.incidents.note("run-beat-not-sent", exc)
