@@ -37,6 +37,11 @@ def _masked_mean(x: Tensor, mask: Tensor, count: Tensor) -> Tensor:
     return torch.where(mask, x, torch.zeros_like(x)).sum() / count
 
 
+def _k3(ratio: Tensor) -> Tensor:
+    """(r - 1) - log r per sample: the k3 estimate of KL(behaviour || current), always >= 0 (the module docstring)."""
+    return (ratio - 1.0) - torch.log(ratio)
+
+
 def appo_loss(
     new_log_probs: Tensor,
     old_log_probs: Tensor,
@@ -79,28 +84,19 @@ def appo_loss(
 
     mean_entropy = _masked_mean(entropy, valid_mask, count)
     total = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
-    if kl_coef > 0:
-        kl = _masked_mean((ratio - 1.0) - torch.log(ratio), valid_mask, count)
+    kl = _masked_mean(_k3(ratio), valid_mask, count) if kl_coef > 0 else None  # with its graph: the penalty's
+    if kl is not None:
         total = total + kl_coef * kl
-        approx_kl = kl.detach()
 
     with torch.no_grad():
-        if kl_coef <= 0:
-            # k3 estimator of KL(old || new): (r - 1) - log r, always >= 0; uses the clamped ratio to stay finite.
-            approx_kl = _masked_mean((ratio - 1.0) - torch.log(ratio), valid_mask, count)
+        approx_kl = kl.detach() if kl is not None else _masked_mean(_k3(ratio), valid_mask, count)
         clipped = (ratio != clipped_ratio).to(ratio.dtype)
         clip_fraction = _masked_mean(clipped, valid_mask, count)
         ratio_mean = _masked_mean(ratio, valid_mask, count)
 
-    return LossOutput(
-        total=total,
-        policy_loss=policy_loss.item(),
-        value_loss=value_loss.item(),
-        entropy=mean_entropy.item(),
-        approx_kl=approx_kl.item(),
-        clip_fraction=clip_fraction.item(),
-        ratio_mean=ratio_mean.item(),
-    )
+    return LossOutput(total=total, policy_loss=policy_loss.item(), value_loss=value_loss.item(),
+                      entropy=mean_entropy.item(), approx_kl=approx_kl.item(), clip_fraction=clip_fraction.item(),
+                      ratio_mean=ratio_mean.item())
 
 
 def policy_lag_mask(
