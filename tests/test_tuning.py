@@ -20,6 +20,7 @@ from daskrl.algo.appo_loss import appo_loss
 from daskrl.algo.lamb import Lamb
 from daskrl.algo.lr_schedule import kl_adapted_lr
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.cli import build_parser
 from daskrl.config import Config, LearnerConfig, ModelConfig
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.errors import ConfigError
@@ -276,6 +277,17 @@ def test_bad_tuning_options_are_one_line_naming_the_option(options, names):
         Config.from_flat(options).validate()
     message = str(err.value)
     assert "\n" not in message and all(name in message for name in names), message
+
+
+def test_every_commands_help_renders_with_the_tuning_options():
+    """argparse formats help text with %: a stray one in an option's help breaks --help for every option."""
+    parser = build_parser()
+    for name, command in parser.commands.items():
+        assert command.format_help(), name
+    train_help = " ".join(parser.commands["train"].format_help().split())
+    for flag in ("--optimizer {adam,adamw,lamb}", "--weight-decay", "--kl-coef", "--lr-schedule-kl-threshold",
+                 "--lr-adaptive-min", "--lr-adaptive-max", "kl_adaptive", "'impala'"):
+        assert flag in train_help, flag
 
 
 def test_good_tuning_options_validate():

@@ -138,10 +138,10 @@ class ModelConfig(Section):
 class LearnerConfig(Section):
     learning_rate: float = opt(1e-3, "learning rate of the optimizer (--optimizer)", low=0, low_open=True)
     lr_schedule: str = opt("constant", "learning-rate schedule: 'constant'; 'linear' decays it over the step budget "
-                                       "(--train-for-env-steps) to 5%; 'kl_adaptive' (Sample Factory's) divides it by "
-                                       "1.5 after an epoch whose mean KL(behaviour || current policy) is above twice "
-                                       "--lr-schedule-kl-threshold and multiplies it by 1.5 below half of it, within "
-                                       "[--lr-adaptive-min, --lr-adaptive-max]",
+                                       "(--train-for-env-steps) down to 0.05x; 'kl_adaptive' (Sample Factory's) "
+                                       "divides it by 1.5 after an epoch whose mean KL(behaviour || current policy) is "
+                                       "above twice --lr-schedule-kl-threshold and multiplies it by 1.5 below half of "
+                                       "it, within [--lr-adaptive-min, --lr-adaptive-max]",
                            choices=["constant", "linear", "kl_adaptive"])
     lr_schedule_kl_threshold: float = opt(0.008, "--lr-schedule kl_adaptive: the KL per sample it keeps the policy's "
                                                  "change near (the k3 estimate of --kl-coef)", low=0, low_open=True)
