@@ -112,9 +112,10 @@ class SamplerConfig(Section):
 @dataclass
 class ModelConfig(Section):
     encoder: str = opt("auto", "observation encoder: 'auto' (the Nature cnn for images of 36x36 pixels or more, "
-                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', or a name "
-                               "given to daskrl.models.register_encoder; with Dict observations it encodes the image "
-                               "keys", low=1)
+                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', 'impala' (the "
+                               "IMPALA ResNet: deeper, for Procgen and Atari), or a name given to "
+                               "daskrl.models.register_encoder; with Dict observations it encodes the image keys",
+                       low=1)
     key_encoders: dict = opt({}, "Dict observations: an encoder per key ({\"key\": \"name\"}, JSON on the command "
                                  "line); keys not named: images by --encoder, the rest concatenated into one MLP")
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
@@ -135,8 +136,27 @@ class ModelConfig(Section):
 
 @dataclass
 class LearnerConfig(Section):
-    learning_rate: float = opt(1e-3, "Adam learning rate", low=0, low_open=True)
-    lr_schedule: str = opt("constant", "learning-rate schedule over the step budget", choices=["constant", "linear"])
+    learning_rate: float = opt(1e-3, "learning rate of the optimizer (--optimizer)", low=0, low_open=True)
+    lr_schedule: str = opt("constant", "learning-rate schedule: 'constant'; 'linear' decays it over the step budget "
+                                       "(--train-for-env-steps) down to 0.05x; 'kl_adaptive' (Sample Factory's) "
+                                       "divides it by 1.5 after an epoch whose mean KL(behaviour || current policy) is "
+                                       "above twice --lr-schedule-kl-threshold and multiplies it by 1.5 below half of "
+                                       "it, within [--lr-adaptive-min, --lr-adaptive-max]",
+                           choices=["constant", "linear", "kl_adaptive"])
+    lr_schedule_kl_threshold: float = opt(0.008, "--lr-schedule kl_adaptive: the KL per sample it keeps the policy's "
+                                                 "change near (the k3 estimate of --kl-coef)", low=0, low_open=True)
+    lr_adaptive_min: float = opt(1e-6, "--lr-schedule kl_adaptive: the lowest learning rate it sets", low=0,
+                                 low_open=True)
+    lr_adaptive_max: float = opt(1e-2, "--lr-schedule kl_adaptive: the highest learning rate it sets", low=0,
+                                 low_open=True)
+    optimizer: str = opt("adam", "'adam'; 'adamw' (Adam with decoupled --weight-decay); 'lamb' (Adam's update scaled "
+                                 "per parameter tensor by a trust ratio |weights| / |update|, with --weight-decay; "
+                                 "You et al. 2019, for large batches)", choices=["adam", "adamw", "lamb"])
+    weight_decay: float = opt(0.0, "decoupled weight decay of --optimizer adamw or lamb (0: none)", low=0)
+    kl_coef: float = opt(0.0, "KL penalty: adds this x the mean KL(behaviour || current policy) per sample to the "
+                              "loss, estimated from the taken actions' log-probs with the k3 estimator (r - 1) - "
+                              "log r, r = pi/mu clamped to [0.05, 20] as the ratio is (unbiased, never negative; "
+                              "0: off)", low=0)
     gamma: float = opt(0.99, "discount factor", low=0, high=1)
     gae_lambda: float = opt(0.95, "GAE lambda (advantage='gae')", low=0, high=1)
     advantage: str = opt("vtrace", "advantage estimator", choices=["vtrace", "gae"])

@@ -85,7 +85,7 @@ class FlatObservations(ObservationAdapter):
         self.spaces = spaces
         self.stats_shape = tuple(spaces.obs_shape)
         self.encoder_name = resolve_encoder_name(model.encoder, spaces)
-        self.has_image = self.encoder_name in ("cnn", "small_cnn")
+        self.has_image = self.encoder_name in ("cnn", "small_cnn", "impala")
         self.encoder_kwargs = dict(encoder_kwargs or {})
         if self.encoder_name == "mlp":
             self.encoder_kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation,

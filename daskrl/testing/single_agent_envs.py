@@ -1,7 +1,7 @@
 """Single-agent gymnasium envs whose right answer is known in closed form: a constant reward cut by a time limit
 (the true value of every state is known), the same with numbers in its info dict or a camera that breaks, a
-dict-observation cue task (the best return and a blind policy's return are known), and a hybrid-action task (a
-discrete pick and a continuous aim, with a known best return)."""
+dict-observation cue task and an image task (the best return and a blind policy's return are known), and a
+hybrid-action task (a discrete pick and a continuous aim, with a known best return)."""
 
 from __future__ import annotations
 
@@ -209,3 +209,46 @@ class HybridTargetsEnv(gym.Env):
 def hybrid_targets(n: int = 3, length: int = 4, structure: str = "tuple",
                    render_mode: str | None = None) -> gym.Env:
     return HybridTargetsEnv(n, length, structure, render_mode)
+
+
+class BrightQuadrantEnv(gym.Env):
+    """Images whose answer is where the light is: ``size`` x ``size`` x 1 uint8 frames with one quadrant lit (255)
+    and the rest dark, a new random quadrant every step; reward 1 when the action names the lit quadrant (0 top
+    left, 1 top right, 2 bottom left, 3 bottom right), over ``length`` steps (then truncated). The best return is
+    ``length``; a policy blind to the pixels gets ``length / 4`` on average. Small frames, so an image encoder learns
+    it in seconds."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, size: int = 16, length: int = 8, render_mode: str | None = None) -> None:
+        if size < 2 or size % 2:
+            raise ValueError(f"size must be an even number of pixels >= 2, got {size}")
+        self.size = int(size)
+        self.length = int(length)
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0, 255, (self.size, self.size, 1), np.uint8)
+        self.action_space = gym.spaces.Discrete(4)
+        self._t = 0
+        self._lit = 0
+
+    def _obs(self) -> np.ndarray:
+        self._lit = int(self.np_random.integers(4))
+        half = self.size // 2
+        frame = np.zeros((self.size, self.size, 1), np.uint8)
+        row, col = divmod(self._lit, 2)
+        frame[row * half:(row + 1) * half, col * half:(col + 1) * half] = 255
+        return frame
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        reward = float(int(action) == self._lit)
+        self._t += 1
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
+def bright_quadrant(size: int = 16, length: int = 8, render_mode: str | None = None) -> gym.Env:
+    return BrightQuadrantEnv(size, length, render_mode)
