@@ -79,7 +79,7 @@ class WandbLog:
         except Exception as exc:  # wandb's own errors (UsageError, CommError...) have no common base worth naming
             if created:
                 shutil.rmtree(wandb_dir, ignore_errors=True)
-            raise ConfigError([f"Weights & Biases could not start a run in project {r.wandb_project!r} "
+            raise ConfigError([f"--wandb-project {r.wandb_project!r}: Weights & Biases could not start a run "
                                f"({one_line(exc)}): log in with `wandb login`, check "
                                "--wandb-entity, or set WANDB_MODE=offline to log on this machine only"]) from exc
         run.define_metric(STEP_KEY)
