@@ -95,7 +95,7 @@ class PolicyGraph(nn.Module):
 
     def __init__(self, model: ActorCritic, inputs: tuple[Tensor, ...], value_scale: tuple[float, float]) -> None:
         super().__init__()
-        self.model = model.eval()
+        self.model = model.eval().requires_grad_(False)  # inference only: a loaded TorchScript file's outputs too
         self.inputs = inputs
         self.value_mean, self.value_std = float(value_scale[0]), float(value_scale[1])
         spaces = model.spaces
