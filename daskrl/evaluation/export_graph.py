@@ -134,7 +134,8 @@ class PolicyGraph(nn.Module):
 
     def example(self, space: gym.Space, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
         """``batch`` observations drawn from the env's observation space (and random states): inputs to trace and
-        check the graph with."""
+        check the graph with. Float values are kept within +-10: a Box with unbounded (or float32-max) bounds draws
+        values near 1e38, which an unnormalized ReLU network turns into inf and NaN in both graphs alike."""
         space.seed(seed)
         drawn = [space.sample() for _ in range(batch)]
         out = []
@@ -143,6 +144,7 @@ class PolicyGraph(nn.Module):
                 out.append(torch.randn(batch, *spec.shape, generator=torch.Generator().manual_seed(seed)) * 0.5)
                 continue
             rows = [leaf(d, spec.name) for d in drawn] if self.model.spaces.is_dict else drawn
-            out.append(torch.from_numpy(np.stack([np.asarray(r, dtype=spec.dtype) for r in rows])))
+            values = np.stack([np.asarray(r, dtype=spec.dtype) for r in rows])
+            out.append(torch.from_numpy(np.clip(values, -10, 10) if values.dtype.kind == "f" else values))
         return tuple(out)
 
