@@ -91,14 +91,17 @@ def require_onnx() -> None:
 
 
 def value_scale(config: Config, model: ActorCritic) -> tuple[float, float]:
-    """(mean, std) that take the value head's output to reward units: the learner's return statistics, which travel
-    with the weights, where it normalized its targets (``--normalize-returns``); else (0, 1)."""
-    if not config.learner.normalize_returns:
-        return 0.0, 1.0
-    returns = ReturnNormalizer()
-    mean, var, count = model.return_stats.tolist()
-    returns.load_state_dict({"shape": [], "mean": mean, "var": var, "count": count})
-    return float(returns.stats.mean), float(returns.stats.std)
+    """(mean, std) that take the value head's output to the env's reward units: the learner's return statistics,
+    which travel with the weights, where it normalized its targets (``--normalize-returns``), and ``--reward-scale``
+    undone (the learner trained on scaled rewards; a ``--reward-clip`` cannot be undone)."""
+    mean, std = 0.0, 1.0
+    if config.learner.normalize_returns:
+        returns = ReturnNormalizer()
+        stats_mean, var, count = model.return_stats.tolist()
+        returns.load_state_dict({"shape": [], "mean": stats_mean, "var": var, "count": count})
+        mean, std = float(returns.stats.mean), float(returns.stats.std)
+    scale = float(config.learner.reward_scale)
+    return mean / scale, std / scale
 
 
 def _observation_space(config: Config) -> Any:

@@ -107,7 +107,7 @@ class PolicyGraph(nn.Module):
         width = {"discrete": spaces.num_actions, "multi_discrete": sum(spaces.nvec or [])}.get(spaces.action_kind,
                                                                                          spaces.action_dim)
         self.outputs = (Tensor("action", self.action_shape, spaces.action_dtype, "the most likely action (the mode)"),
-                        Tensor("value", (), "float32", "the value of the observation, in reward units"),
+                        Tensor("value", (), "float32", "the value of the observation, in the env's reward units"),
                         *(Tensor(name, (width,), "float32", doc) for name, doc in described))
         if self.recurrent:
             self.outputs += (Tensor(STATE_OUT, (model.state_size,), "float32", "the state for the next step"),)
