@@ -37,5 +37,14 @@ def serve(experiment=None, client=None, **options):
     return _serve(experiment, client, **options)
 
 
-__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "make_env", "register_env", "serve", "start",
-           "train", "__version__"]
+def export(experiment_dir: str, format: str = "onnx", policy: int = 0, which: str = "latest",
+           output: str | None = None) -> dict:
+    """Write a trained policy to an ONNX or TorchScript file for use without daskrl and return its description (see
+    :func:`daskrl.evaluation.export.export_policy` and docs/export.md)."""
+    from daskrl.evaluation.export import export_policy
+
+    return export_policy(experiment_dir, format, policy=policy, which=which, output=output)
+
+
+__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "export", "make_env", "register_env", "serve",
+           "start", "train", "__version__"]

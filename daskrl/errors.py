@@ -80,6 +80,10 @@ class RequestError(DaskRLError, ValueError):
     one line that says what the policy takes; the server answers it with HTTP 400 and goes on serving."""
 
 
+class ExportError(DaskRLError):
+    """A trained policy that could not be written to the format asked for, or whose file computes otherwise."""
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one line for a message (``Type: text``, whitespace folded, at most ``limit`` characters)."""
     cause = " ".join(f"{type(exc).__name__}: {exc}".split())

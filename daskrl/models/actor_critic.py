@@ -94,15 +94,23 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
         """obs (batch, *obs_shape) -> (action distribution, value (batch,)); feed-forward models only (a recurrent
         one steps with :meth:`step` and learns with :meth:`evaluate_sequence`: its core refuses this path)."""
-        inputs, mask = self.prepare(obs)
+        return self.decide(*self.prepare(obs))
+
+    def decide(self, inputs: EncoderInput, mask: torch.Tensor | None) -> tuple[Distribution, torch.Tensor]:
+        """:meth:`forward` from the encoder's input and the action mask (what :meth:`prepare` gives): an exported
+        policy prepares its own inputs (daskrl/evaluation/export_graph.py)."""
         encoded = [self._encode(encoder, inputs) for encoder in self.encoders]
         features = self.core.stateless(encoded[0])
         return self.actor(features, mask), self.critic(encoded[-1]).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
         """Recurrent models: obs (batch, *obs_shape) and states [batch, S] -> (distribution, value, next states)."""
-        obs, mask = self.prepare(obs)
-        out, state = self.core.step(self._encode(self.encoder, obs), state)
+        return self.decide_step(*self.prepare(obs), state)
+
+    def decide_step(self, inputs: EncoderInput, mask: torch.Tensor | None,
+                    state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
+        """:meth:`step` from the encoder's input and the action mask (see :meth:`decide`)."""
+        out, state = self.core.step(self._encode(self.encoder, inputs), state)
         return self.actor(out, mask), self.critic(out).squeeze(-1), state
 
     def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
