@@ -1,15 +1,16 @@
 """Training throughput of the learner alone: samples per second of APPO training steps, per model, device and
 learner count.
 
-Run:  python benchmarks/bench_learner.py [--json] [--steps 6] [--models mlp,cnn]
+Run:  python benchmarks/bench_learner.py [--json] [--steps 6] [--models mlp,cnn,impala]
       python benchmarks/bench_learner.py --models cnn --samples 1024 --batch-size 256 --epochs 1 --frame 84
           --runs 1x1,1x2   (one candidate training step: its shape, passes and frame size; learners x threads)
 
 Models: ``mlp`` is the CartPole policy (4 floats in, two 64-unit tanh MLPs) on batches of the default size (4,096
 samples: 8 minibatches of 512); ``cnn`` is the Nature CNN on Atari frames (84x84x4 uint8, 6 actions) on 1,024-sample
-batches (4 minibatches of 256) on the CPU and 4,096 on a GPU. Each line is one configuration, measured alone, one
-after the other, on a synthetic batch of the model's shape (the learner's cost does not depend on what the samples
-say):
+batches (4 minibatches of 256) on the CPU and 4,096 on a GPU; ``impala`` is the IMPALA ResNet (``--encoder impala``)
+on the same frames and batches (benchmarks/bench_encoders.py sets it beside the Nature CNN, learner and inference).
+Each line is one configuration, measured alone, one after the other, on a synthetic batch of the model's shape (the
+learner's cost does not depend on what the samples say):
 
 - ``1 learner, t threads``: one process trains with ``torch.set_num_threads(t)`` (t = 1 and every core);
 - ``K learners``: K processes (one thread each) form a gloo group on loopback (``daskrl.learning.learner_group``)
@@ -32,9 +33,11 @@ import time
 from dataclasses import dataclass
 
 MODELS = {
-    # name: (observation shape, dtype, actions, samples per batch on CPU / GPU, minibatch on CPU / GPU)
+    # name (the --encoder it trains with): (observation shape, dtype, actions, samples per batch on CPU / GPU,
+    # minibatch on CPU / GPU)
     "mlp": ((4,), "float32", 2, (4096, 4096), (512, 512)),
     "cnn": ((84, 84, 4), "uint8", 6, (1024, 4096), (256, 512)),
+    "impala": ((84, 84, 4), "uint8", 6, (1024, 4096), (256, 512)),
 }
 ROLLOUT = 32  # time steps per env column of a batch
 
@@ -100,7 +103,7 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
     torch.set_num_threads(threads)
     gpu = device.startswith("cuda")
     cfg = Config().replace(batch_size=step.minibatch, num_batches_per_epoch=max(1, step.samples // step.minibatch),
-                           num_epochs=step.epochs)
+                           num_epochs=step.epochs, encoder=step.model)
     trainer = APPOTrainer(build_model(_spaces(step), cfg.model, seed=0), cfg.learner, 0, torch.device(device))
     if world > 1:
         store = open_store("127.0.0.1", world) if rank == 0 else None
@@ -171,7 +174,7 @@ def main() -> None:
                                 "obs_shape": list(step.obs_shape), "samples": step.samples,
                                 "minibatch": step.minibatch, "epochs": step.epochs,
                                 "samples_per_s": round(rate, 1), "vs_first_run": round(rate / base, 3)})
-                print(f"  {model:4s} {device:7s} {'x'.join(map(str, step.obs_shape)):>9s} {step.samples} samples "
+                print(f"  {model:6s} {device:7s} {'x'.join(map(str, step.obs_shape)):>9s} {step.samples} samples "
                       f"({step.samples // step.minibatch} x {step.minibatch}) x {step.epochs} epoch(s), {world} "
                       f"learner(s) x {threads} thread(s): {rate:10,.0f} samples/s ({rate / base:.2f}x)", flush=True)
     if args.json:

@@ -29,5 +29,22 @@ def attach(name: str, client, control: bool = False):
     return _attach(name, client, control=control)
 
 
-__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "make_env", "register_env", "start", "train",
-           "__version__"]
+def serve(experiment=None, client=None, **options):
+    """Serve a trained policy (a checkpoint, or a live run's newest weights with ``follow=``): a handle with
+    ``act(obs, client_id=None)`` and ``close()`` (see :func:`daskrl.serving.serve`)."""
+    from daskrl.serving import serve as _serve
+
+    return _serve(experiment, client, **options)
+
+
+def export(experiment_dir: str, format: str = "onnx", policy: int = 0, which: str = "latest",
+           output: str | None = None) -> dict:
+    """Write a trained policy to an ONNX or TorchScript file for use without daskrl and return its description (see
+    :func:`daskrl.evaluation.export.export_policy` and docs/export.md)."""
+    from daskrl.evaluation.export import export_policy
+
+    return export_policy(experiment_dir, format, policy=policy, which=which, output=output)
+
+
+__all__ = ["Config", "ConfigError", "EnvError", "Observer", "attach", "export", "make_env", "register_env", "serve",
+           "start", "train", "__version__"]

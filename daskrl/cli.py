@@ -21,6 +21,7 @@ from daskrl.config import SECTIONS, Config
 from daskrl.driver.experiment import run_log_path
 from daskrl.driver.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
+from daskrl.serving.command import add_serve_parser, run_serve
 from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
 
 
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     enjoy.add_argument("--video", default=None, metavar="FILE.mp4",
                        help="record the episodes to this video file (envs that render rgb_array; needs the video "
                             "extra: pip install 'daskrl[video]')")
+    _add_export_parser(sub)
     report = sub.add_parser("report", help="write a self-contained HTML report of an experiment (curves, "
                                            "throughput, time breakdown)")
     which = report.add_mutually_exclusive_group(required=True)
@@ -132,11 +134,26 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     report.add_argument("--output", default=None, help="HTML file to write (default: <experiment dir>/report.html)")
     add_sweep_parser(sub)
+    add_serve_parser(sub)
     runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
                                        "frames/s, return, age)")
     runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
     runs.add_argument("--connect-timeout", type=float, default=10.0, help="seconds the scheduler gets to answer")
     return parser
+
+
+def _add_export_parser(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser("export", help="write a trained policy's forward pass to ONNX or TorchScript, for use "
+                                           "without daskrl (docs/export.md)")
+    export.add_argument("--experiment", required=True, help="experiment name")
+    export.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
+    export.add_argument("--format", default="onnx", choices=("onnx", "torchscript"),
+                        help="onnx (the default; needs the export extra: pip install 'daskrl[export]') or torchscript "
+                             "(torch only)")
+    export.add_argument("--policy", type=int, default=0, help="with --num-policies: which policy to export")
+    export.add_argument("--which", default="latest", choices=("latest", "best"), help="which checkpoint")
+    export.add_argument("--output", default=None, metavar="FILE",
+                        help="file to write (default: <experiment dir>/export/policy_<K>_<which>.onnx or .pt)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "runs":
             return _runs(args.scheduler, args.connect_timeout)
+        if args.command == "serve":
+            return run_serve(args)
+        if args.command == "export":
+            return _export(args)
         return _enjoy(args)
     except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
@@ -212,6 +233,20 @@ def _enjoy(args: argparse.Namespace) -> int:
               f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
     if result["video"]:
         print(f"daskrl enjoy: wrote {result['video']} ({result['video_frames']:,} frames)")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from daskrl.evaluation.export import export_policy
+
+    result = export_policy(os.path.join(args.train_dir, args.experiment), args.format, policy=args.policy,
+                           which=args.which, output=args.output)
+    print(f"daskrl export: wrote {result['path']} ({result['format']}; policy {result['policy']} trained for "
+          f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint; checked against the "
+          "torch policy)")
+    for what in ("inputs", "outputs"):
+        print(f"  {what + ':':8} " + ", ".join(f"{t['name']} [{', '.join(map(str, t['shape']))}] {t['dtype']}"
+                                               for t in result[what]))
     return 0
 
 

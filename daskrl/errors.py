@@ -75,6 +75,15 @@ class ExperimentInUseError(DaskRLError):
     """Another live run owns the experiment directory."""
 
 
+class RequestError(DaskRLError, ValueError):
+    """A request a served policy cannot answer (observations of the wrong shape, a body that is not JSON...), in
+    one line that says what the policy takes; the server answers it with HTTP 400 and goes on serving."""
+
+
+class ExportError(DaskRLError):
+    """A trained policy that could not be written to the format asked for, or whose file computes otherwise."""
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one line for a message (``Type: text``, whitespace folded, at most ``limit`` characters)."""
     cause = " ".join(f"{type(exc).__name__}: {exc}".split())

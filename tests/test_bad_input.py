@@ -91,6 +91,8 @@ def invalid_values(f: dataclasses.Field, hint: typing.Any) -> list[str]:
             return ["action_mask"]  # CartPole's observations are no Dict: nothing to mask with
         if f.name == "encoder":
             return ["no-such-encoder", "cnn"]  # unknown; an image encoder for CartPole's 4 numbers
+        if f.name.startswith("wandb_") and f.name != "wandb_project":
+            return ["some-name"]  # it describes a W&B run, and without --wandb-project there is none
         if f.name == "rnn":
             return ["''", "no-such-core"]  # names are looked up in the registry of cores (register_core)
         return (["''"] if meta.get("low") else []) + (["'not an address'"] if meta.get("pattern") else [])

@@ -155,7 +155,7 @@ def test_unknown_and_unusable_components_are_one_line_each():
         check_components(Config.from_flat({"encoder": "test_resmlpp", "rnn": "lstmm"}))
     encoder_line, rnn_line = info.value.problems
     assert encoder_line.startswith("--encoder 'test_resmlpp': Unknown encoder 'test_resmlpp' (did you mean "
-                                   "'test_resmlp'?): the registered encoders are auto, cnn, mlp,")
+                                   "'test_resmlp'?): the registered encoders are auto, cnn, impala, mlp,")
     assert "test_resmlp" in encoder_line.split("registered encoders are")[1] and "\n" not in encoder_line
     assert "daskrl.models.register_encoder" in encoder_line
     assert rnn_line.startswith("--rnn 'lstmm': Unknown recurrent core 'lstmm' (did you mean 'lstm'?): the "

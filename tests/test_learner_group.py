@@ -97,13 +97,19 @@ def _train_in_group(cfg: Config, shares: list[TrajectoryBatch], steps: int) -> l
     return trainers
 
 
-@pytest.mark.parametrize("advantage", ["vtrace", "gae"])
-def test_a_group_update_equals_one_learner_on_the_whole_batch(advantage):
+@pytest.mark.parametrize(("advantage", "tuning"), [
+    ("vtrace", {}), ("gae", {}),
+    # LAMB's per-tensor trust ratios, the KL penalty, and a learning rate that follows the group's KL every epoch
+    ("vtrace", {"optimizer": "lamb", "weight_decay": 0.01, "kl_coef": 0.5, "lr_schedule": "kl_adaptive"}),
+], ids=["vtrace", "gae", "vtrace-lamb-kl"])
+def test_a_group_update_equals_one_learner_on_the_whole_batch(advantage, tuning):
     """Two members on two halves of a batch apply the update one learner applies on all of it: same weights, same
     observation and return statistics (within float tolerance), with stale samples masked differently per half."""
     cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1, num_epochs=2, max_policy_lag=8,
-                           advantage=advantage, learning_rate=3e-3)
+                           advantage=advantage, learning_rate=3e-3, **tuning)
     batch = _batch()
+    if tuning:  # one half acted as the (near uniform) policy does: alone, its KL would raise the rate, not lower it
+        batch.log_probs[:, :N // 2] = np.log(0.5)
     single = _trainer(cfg)
     for step in range(3):
         single.train(batch, current_version=12 + step)
@@ -120,6 +126,9 @@ def test_a_group_update_equals_one_learner_on_the_whole_batch(advantage):
     np.testing.assert_allclose(group[0].obs_rms.var, single.obs_rms.var, rtol=1e-9)
     np.testing.assert_allclose(group[1].returns.stats.mean, single.returns.stats.mean, rtol=1e-5)
     assert group[0].samples_trained == single.samples_trained == 3 * T * N
+    assert group[0].hyperparams() == group[1].hyperparams() == pytest.approx(single.hyperparams())
+    if tuning:
+        assert single.hyperparams()["learning_rate"] != 3e-3, "the KL-adaptive rate never moved"
 
 
 def test_a_group_skips_a_step_together_when_one_member_sees_nan():

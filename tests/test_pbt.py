@@ -427,6 +427,30 @@ def test_a_learner_imports_another_learners_state_and_publishes_it_as_its_next_v
             handle.call("stop")
 
 
+def test_a_checkpoint_state_shares_no_tensor_with_the_learner_that_goes_on(inproc, spaces):
+    """The runner serializes a checkpoint after the learner's thread went back to training: a state holding the live
+    tensors would take in later steps (here, in-process workers hand the state over without a copy, and an import
+    changes the live weights in place)."""
+    workers = sorted(inproc.client.scheduler_info()["workers"])
+    a, b = (spawn(inproc.client, Learner, f"pbtlearner{next(_ids)}", run_id=inproc.run_id, worker=w,
+                  setup=learner_setup(spaces)) for w in workers)
+    try:
+        for handle in (a, b):
+            assert handle.call("start") == "running"
+        state = b.call("checkpoint_state")
+        kept = {k: v.clone() for k, v in state["model"].items()}
+        other = a.call("export_training_state")
+        for value in other["model"].values():
+            if value.is_floating_point():
+                value.add_(1.0)  # weights unlike b's
+        b.call("import_training_state", other, b.call("hyperparams"))
+        for key, value in state["model"].items():
+            assert torch.equal(value, kept[key]), f"{key} changed after the checkpoint state was taken"
+    finally:
+        for handle in (a, b):
+            handle.call("stop")
+
+
 def test_the_controller_numbers_rounds_and_replays_from_the_run_seed(inproc):
     config = Config().replace(num_policies=4, pbt=True, pbt_replace_fraction=0.25, seed=3)
     returns = {0: 1.0, 1: 5.0, 2: None, 3: 3.0}

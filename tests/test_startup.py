@@ -54,14 +54,17 @@ def test_an_unknown_phase_is_refused():
 def test_the_command_line_checks_a_run_without_importing_torch(tmp_path):
     """torch is imported while the cluster starts (daskrl/driver/runner.py), not before: the command line, the
     checks and the model registry's names need none of it (about a second of start-up on two cores); a recurrent
-    model's checks do (its cell says how much state a slot holds)."""
-    code = ("import sys; import daskrl.cli; from daskrl.config import Config; from daskrl.driver.preflight import "
-            "preflight; from daskrl.models.registry import names; "
+    model's checks do (its cell says how much state a slot holds). Nor does a run that logs to W&B need wandb
+    before its cluster starts (checking it is installed imports nothing)."""
+    code = ("import importlib.util, sys; import daskrl.cli; from daskrl.config import Config; from "
+            "daskrl.driver.preflight import preflight; from daskrl.models.registry import names; "
             f"preflight(Config.from_flat({{'env': 'CartPole-v1', 'train_dir': {str(tmp_path)!r}}})); "
-            "print(names('core'), 'torch' in sys.modules)")
+            f"wandb = {{'wandb_project': 'p'}} if importlib.util.find_spec('wandb') else {{}}; "
+            f"preflight(Config.from_flat({{'env': 'CartPole-v1', 'train_dir': {str(tmp_path)!r}, **wandb}})); "
+            "print(names('core'), 'torch' in sys.modules, 'wandb' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['gru', 'lstm', 'none'] False"
+    assert out.stdout.strip() == "['gru', 'lstm', 'none'] False False"
 
 
 def test_the_built_in_names_the_registry_lists_are_the_ones_their_modules_register():

@@ -19,6 +19,7 @@ import daskrl
 from daskrl import setups
 from daskrl.config.options import SECTIONS
 from daskrl.runtime.component import Component
+from daskrl.serving.component import PolicyServer, ServeSetup
 
 PACKAGE = Path(daskrl.__file__).parent
 MAX_LINES = 450
@@ -95,7 +96,7 @@ LAYERS = [
     ("daskrl.learning",),
     ("daskrl.driver",),
     ("daskrl.evaluation", "daskrl.pbt"),
-    ("daskrl.api", "daskrl.testing"),
+    ("daskrl.api", "daskrl.testing", "daskrl.serving"),
     ("daskrl.sweep",),
     ("daskrl.cli", "daskrl.runner", "daskrl.testing_faults", "daskrl"),
 ]
@@ -294,7 +295,7 @@ def test_the_default_check_would_catch_a_differing_default():
 
 
 @pytest.mark.parametrize("setup", [setups.PolicySetup, setups.RolloutSetup, setups.InferenceSetup,
-                                   setups.LearnerSetup])
+                                   setups.LearnerSetup, ServeSetup])
 def test_setups_are_frozen_and_have_no_defaults_of_their_own(setup):
     assert setup.__dataclass_params__.frozen
     with_defaults = [f.name for f in dataclasses.fields(setup)
@@ -308,7 +309,7 @@ def test_components_are_configured_with_one_setup_and_nothing_else():
     from daskrl.sampling.rollout_worker import RolloutWorker
     from daskrl.sampling.sink import SamplingSink
 
-    for cls in (Learner, RolloutWorker, InferenceWorker, SamplingSink):
+    for cls in (Learner, RolloutWorker, InferenceWorker, SamplingSink, PolicyServer):
         assert issubclass(cls, Component)
         params = list(inspect.signature(cls.on_configure).parameters.values())
         assert [p.name for p in params] == ["self", "setup"], f"{cls.__name__}.on_configure{params}"

@@ -1,7 +1,13 @@
-"""APPO loss: PPO-clip surrogate + clipped value loss + entropy bonus, averaged over valid samples only.
+"""APPO loss: PPO-clip surrogate + clipped value loss + entropy bonus (+ an optional KL penalty), averaged over valid
+samples only.
 
 Samples that are too stale (policy lag above ``max_policy_lag``) stay in the batch tensor, so shapes
 remain static, but are excluded through ``valid_mask`` from every mean and thus from every gradient.
+
+The KL penalty (``--kl-coef``) is estimated from what the samplers store, the log-prob of each taken action under the
+behaviour policy, not from its whole distribution (which would cost the samplers storage per step): with
+r = pi(a|s) / mu(a|s), the k3 estimator (r - 1) - log r of KL(mu || pi) is unbiased for actions drawn from mu and
+never negative. It uses the ratio after the hard clamp, as the surrogate does, so one stale sample stays finite.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ class LossOutput:
     policy_loss: float
     value_loss: float
     entropy: float
-    approx_kl: float
+    approx_kl: float  # the k3 estimate of KL(behaviour || current), per valid sample
     clip_fraction: float
     ratio_mean: float
 
@@ -29,6 +35,11 @@ class LossOutput:
 def _masked_mean(x: Tensor, mask: Tensor, count: Tensor) -> Tensor:
     # torch.where (not x * mask): an inf in a masked-out sample would otherwise turn the sum into NaN.
     return torch.where(mask, x, torch.zeros_like(x)).sum() / count
+
+
+def _k3(ratio: Tensor) -> Tensor:
+    """(r - 1) - log r per sample: the k3 estimate of KL(behaviour || current), always >= 0 (the module docstring)."""
+    return (ratio - 1.0) - torch.log(ratio)
 
 
 def appo_loss(
@@ -46,13 +57,15 @@ def appo_loss(
     entropy_coef: float,
     value_coef: float,
     ratio_clamp: tuple[float, float] = (0.05, 20.0),
+    kl_coef: float = 0.0,
 ) -> LossOutput:
     """Compute the APPO loss over samples of any (matching) shape.
 
     The ratio is first hard-clamped to ``ratio_clamp`` so a very stale sample cannot produce an exploding
     update, then clipped *symmetrically in log space* to [1 / (1 + e), 1 + e] (as in Sample Factory) instead
     of PPO's [1 - e, 1 + e]. ``valid_mask=None`` means every sample is valid; a fully masked batch yields an
-    exact zero loss (still attached to the graph) rather than 0 / 0 = NaN.
+    exact zero loss (still attached to the graph) rather than 0 / 0 = NaN. ``kl_coef`` > 0 adds ``kl_coef`` times
+    the mean k3 estimate of KL(behaviour || current) (see the module docstring) to the total.
     """
     if valid_mask is None:
         valid_mask = torch.ones_like(new_log_probs, dtype=torch.bool)
@@ -71,23 +84,19 @@ def appo_loss(
 
     mean_entropy = _masked_mean(entropy, valid_mask, count)
     total = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
+    kl = _masked_mean(_k3(ratio), valid_mask, count) if kl_coef > 0 else None  # with its graph: the penalty's
+    if kl is not None:
+        total = total + kl_coef * kl
 
     with torch.no_grad():
-        # k3 estimator of KL(old || new): (r - 1) - log r, always >= 0; uses the clamped ratio to stay finite.
-        approx_kl = _masked_mean((ratio - 1.0) - torch.log(ratio), valid_mask, count)
+        approx_kl = kl.detach() if kl is not None else _masked_mean(_k3(ratio), valid_mask, count)
         clipped = (ratio != clipped_ratio).to(ratio.dtype)
         clip_fraction = _masked_mean(clipped, valid_mask, count)
         ratio_mean = _masked_mean(ratio, valid_mask, count)
 
-    return LossOutput(
-        total=total,
-        policy_loss=policy_loss.item(),
-        value_loss=value_loss.item(),
-        entropy=mean_entropy.item(),
-        approx_kl=approx_kl.item(),
-        clip_fraction=clip_fraction.item(),
-        ratio_mean=ratio_mean.item(),
-    )
+    return LossOutput(total=total, policy_loss=policy_loss.item(), value_loss=value_loss.item(),
+                      entropy=mean_entropy.item(), approx_kl=approx_kl.item(), clip_fraction=clip_fraction.item(),
+                      ratio_mean=ratio_mean.item())
 
 
 def policy_lag_mask(

@@ -29,7 +29,9 @@ from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
 from daskrl.algo.collectives import Collectives, SoloGroup, all_members, update_over_group
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch
+from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
 from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+from daskrl.algo.optimizers import load_optimizer_state, make_optimizer
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trajectory_batch import TrajectoryBatch
 from daskrl.config import hyperparams
@@ -82,9 +84,7 @@ class APPOTrainer:
         #: the values the step in progress (or the last one) trains with: what ``hp`` was when it began
         self.step_hp = dict(self.hp)
         self.total_env_steps = total_env_steps
-        # foreach: one multi-tensor update instead of a Python loop over parameters; on CPU torch defaults to the
-        # loop, and the small CartPole learner step is faster this way (same arithmetic, same state dict)
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], eps=1e-5, foreach=True)
+        self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"])
         self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         self.train_steps = 0
@@ -101,11 +101,9 @@ class APPOTrainer:
         self.hp.update(hyperparams.checked(values))
 
     def learning_rate(self, env_steps: int) -> float:
-        """The step's learning rate: its ``learning_rate``, on the linear schedule when one is set."""
-        lr = self.step_hp["learning_rate"]
-        if self.cfg.lr_schedule == "linear" and self.total_env_steps > 0:
-            lr *= max(0.05, 1.0 - env_steps / self.total_env_steps)
-        return lr
+        """The learning rate the step starts with: its ``learning_rate``, on the linear schedule when one is set
+        (``kl_adaptive`` changes the policy's ``learning_rate`` itself, after each epoch)."""
+        return scheduled_lr(self.cfg, self.step_hp["learning_rate"], env_steps, self.total_env_steps)
 
     def train(self, batch: TrajectoryBatch, current_version: int, env_steps: int = 0,
               on_progress: Callable[[], None] | None = None) -> dict[str, float]:
@@ -126,8 +124,7 @@ class APPOTrainer:
             "valid": valid, **inputs.layout.fields(),
         }
         lr = self.learning_rate(env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self._set_lr(lr)
         sums, updates, skipped = self._epochs(inputs.layout, flat, on_progress)
         self.train_steps += 1
         self.skipped_steps += skipped
@@ -231,6 +228,7 @@ class APPOTrainer:
         for _ in range(self.cfg.num_epochs):
             order = layout.order(mb)
             starts = range(0, order.shape[0] - mb + 1, mb)
+            kl = [0.0, 0.0]  # this member's KL estimates summed over its valid samples, and those samples
             for start, counts in zip(starts, self._epoch_counts(flat, order, len(starts), mb), strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
@@ -241,9 +239,26 @@ class APPOTrainer:
                     skipped += 1
                     continue
                 updates += 1
+                kl[0] += out["approx_kl"] * counts.local
+                kl[1] += counts.local
                 for k, v in out.items():
                     sums[k] = sums.get(k, 0.0) + v
+            if self.cfg.lr_schedule == "kl_adaptive":
+                self._adapt_lr(kl)
         return sums, updates, skipped
+
+    def _adapt_lr(self, kl: list[float]) -> None:
+        """--lr-schedule kl_adaptive, after an epoch: the policy's learning rate follows the epoch's mean KL
+        estimate over the whole group (every member sets the same rate), from the next epoch on. An epoch without
+        an applied update leaves it."""
+        weighted, samples = self.group.sum_(torch.tensor(kl, dtype=torch.float64, device=self.device)).tolist()
+        if samples > 0:
+            self.hp["learning_rate"] = kl_adapted_lr(self.hp["learning_rate"], weighted / samples, self.cfg)
+            self._set_lr(self.hp["learning_rate"])
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def _skip_step(self, batch: TrajectoryBatch, current_version: int, env_steps: int) -> dict[str, float]:
         """Count a step whose inputs are not finite as skipped (every minibatch of it) and change nothing."""
@@ -289,7 +304,7 @@ class APPOTrainer:
             adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
                         clip_ratio=self.step_hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
-                        entropy_coef=self.step_hp["entropy_coef"], value_coef=cfg.value_coef)
+                        entropy_coef=self.step_hp["entropy_coef"], value_coef=cfg.value_coef, kl_coef=cfg.kl_coef)
         finite = bool(torch.isfinite(out.total))
         self.optimizer.zero_grad(set_to_none=True)
         if finite:
@@ -322,7 +337,7 @@ class APPOTrainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "optimizer_name": self.cfg.optimizer,
             "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None,
             "returns": self.returns.state_dict() if self.returns else None,
             "train_steps": self.train_steps, "samples_trained": self.samples_trained,
@@ -331,7 +346,7 @@ class APPOTrainer:
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from a model's weights alone (published ones: no optimizer state). The normalizers go on from
-        the statistics that travel in the weights' buffers; Adam starts afresh."""
+        the statistics that travel in the weights' buffers; the optimizer starts afresh."""
         try:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
         except RuntimeError as exc:  # shapes that do not fit: one line, not torch's list of every tensor
@@ -350,7 +365,8 @@ class APPOTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         hp = hyperparams.resumed(state, self.cfg)
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # saved by another --optimizer: its moments do not fit this one, which starts afresh
+        load_optimizer_state(self.optimizer, state, self.cfg)
         if self.obs_rms is not None and state.get("obs_rms"):
             self.obs_rms.load_state_dict(state["obs_rms"])
             self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)

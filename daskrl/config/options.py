@@ -112,9 +112,10 @@ class SamplerConfig(Section):
 @dataclass
 class ModelConfig(Section):
     encoder: str = opt("auto", "observation encoder: 'auto' (the Nature cnn for images of 36x36 pixels or more, "
-                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', or a name "
-                               "given to daskrl.models.register_encoder; with Dict observations it encodes the image "
-                               "keys", low=1)
+                               "small_cnn for smaller ones, mlp otherwise), 'mlp', 'cnn', 'small_cnn', 'impala' (the "
+                               "IMPALA ResNet: deeper, for Procgen and Atari), or a name given to "
+                               "daskrl.models.register_encoder; with Dict observations it encodes the image keys",
+                       low=1)
     key_encoders: dict = opt({}, "Dict observations: an encoder per key ({\"key\": \"name\"}, JSON on the command "
                                  "line); keys not named: images by --encoder, the rest concatenated into one MLP")
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
@@ -139,8 +140,27 @@ class ModelConfig(Section):
 
 @dataclass
 class LearnerConfig(Section):
-    learning_rate: float = opt(1e-3, "Adam learning rate", low=0, low_open=True)
-    lr_schedule: str = opt("constant", "learning-rate schedule over the step budget", choices=["constant", "linear"])
+    learning_rate: float = opt(1e-3, "learning rate of the optimizer (--optimizer)", low=0, low_open=True)
+    lr_schedule: str = opt("constant", "learning-rate schedule: 'constant'; 'linear' decays it over the step budget "
+                                       "(--train-for-env-steps) down to 0.05x; 'kl_adaptive' (Sample Factory's) "
+                                       "divides it by 1.5 after an epoch whose mean KL(behaviour || current policy) is "
+                                       "above twice --lr-schedule-kl-threshold and multiplies it by 1.5 below half of "
+                                       "it, within [--lr-adaptive-min, --lr-adaptive-max]",
+                           choices=["constant", "linear", "kl_adaptive"])
+    lr_schedule_kl_threshold: float = opt(0.008, "--lr-schedule kl_adaptive: the KL per sample it keeps the policy's "
+                                                 "change near (the k3 estimate of --kl-coef)", low=0, low_open=True)
+    lr_adaptive_min: float = opt(1e-6, "--lr-schedule kl_adaptive: the lowest learning rate it sets", low=0,
+                                 low_open=True)
+    lr_adaptive_max: float = opt(1e-2, "--lr-schedule kl_adaptive: the highest learning rate it sets", low=0,
+                                 low_open=True)
+    optimizer: str = opt("adam", "'adam'; 'adamw' (Adam with decoupled --weight-decay); 'lamb' (Adam's update scaled "
+                                 "per parameter tensor by a trust ratio |weights| / |update|, with --weight-decay; "
+                                 "You et al. 2019, for large batches)", choices=["adam", "adamw", "lamb"])
+    weight_decay: float = opt(0.0, "decoupled weight decay of --optimizer adamw or lamb (0: none)", low=0)
+    kl_coef: float = opt(0.0, "KL penalty: adds this x the mean KL(behaviour || current policy) per sample to the "
+                              "loss, estimated from the taken actions' log-probs with the k3 estimator (r - 1) - "
+                              "log r, r = pi/mu clamped to [0.05, 20] as the ratio is (unbiased, never negative; "
+                              "0: off)", low=0)
     gamma: float = opt(0.99, "discount factor", low=0, high=1)
     gae_lambda: float = opt(0.95, "GAE lambda (advantage='gae')", low=0, high=1)
     advantage: str = opt("vtrace", "advantage estimator", choices=["vtrace", "gae"])
@@ -241,6 +261,21 @@ class RunConfig(Section):
     save_video_every_env_steps: int = opt(0, "every this many env steps, record one episode of the newest policy to "
                                              "<experiment>/videos/video_<env steps>.mp4 (envs that render rgb_array; "
                                              "needs the video extra; 0: no videos)", low=0)
+    wandb_project: str = opt("", "log the run to this Weights & Biases project: the scalars TensorBoard gets, the "
+                                 "config and the --save-video-every-env-steps videos ('': no W&B; pip install "
+                                 "'daskrl[wandb]'; WANDB_MODE=offline keeps the run on this machine for `wandb sync`); "
+                                 "--resume continues the same W&B run", pattern=r"[^/\\#?%:]*",
+                             pattern_help="a W&B project name (none of / \\ # ? % :)")
+    wandb_entity: str = opt("", "the W&B user or team that owns --wandb-project (default: your W&B default entity)")
+    wandb_name: str = opt("", "the W&B run's display name (default: the --experiment name)")
+    wandb_group: str = opt("", "the W&B group of the run (runs compared together, such as a sweep's seeds)")
+    wandb_job_type: str = opt("", "the W&B job type of the run (a further grouping, such as 'train')")
+    wandb_tags: list[str] = opt([], "tags of the W&B run")
+    log_level: str = opt("info", "which of the run's own lines the console shows: 'info' (what it starts, "
+                                 "recovers and stops, the progress lines, warnings), 'warning' (warnings only), "
+                                 "'error' (none: a failure is still the command's message), 'debug' (info, and the "
+                                 "driver's records of daskrl's and Dask's loggers, which otherwise go only to "
+                                 "<experiment>/daskrl.log)", choices=["debug", "info", "warning", "error"])
     init_checkpoint: str = opt("", "start a new experiment from the weights and observation/return statistics of "
                                    "this checkpoint file (or the latest checkpoint of this experiment directory); "
                                    "the optimizer starts afresh", pattern=r"\S.*", pattern_help="a path")

@@ -38,8 +38,41 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _combination_problems(config, found)
     problems += _recurrent_problems(config, found)
     problems += _policy_problems(config, found)
+    problems += _wandb_problems(config.run)
+    problems += _optimizer_problems(config, found)
     problems += algo_problems(config, found)
     return problems
+
+
+def _wandb_problems(r: RunConfig) -> list[str]:
+    """The W&B options describe a W&B run, which only --wandb-project starts: one given alone is a forgotten project.
+    W&B refuses a tag of more than 64 characters: said here, before the run starts."""
+    if r.wandb_project:
+        return [f"--wandb-tags: a W&B tag has at most 64 characters; {tag[:20]!r}... has {len(tag)}"
+                for tag in r.wandb_tags if len(tag) > 64][:1]
+    given = [f"--{name.replace('_', '-')}" for name in ("wandb_entity", "wandb_name", "wandb_group", "wandb_job_type",
+                                                         "wandb_tags") if getattr(r, name)]
+    return [f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a Weights & Biases run, and W&B is off "
+            "without --wandb-project: add --wandb-project NAME"] if given else []
+
+
+def _optimizer_problems(config: Config, found: dict[str, str]) -> list[str]:
+    """--weight-decay needs an optimizer that decays; --lr-schedule kl_adaptive needs bounds around the rate."""
+    lrn, out = config.learner, []
+    if found:
+        return out
+    if lrn.weight_decay > 0 and lrn.optimizer == "adam":
+        out.append(f"--weight-decay {lrn.weight_decay:g} is decoupled weight decay, which --optimizer adam has not: "
+                   "use --optimizer adamw (or lamb), or leave --weight-decay at 0")
+    if lrn.lr_schedule == "kl_adaptive":
+        low, high = lrn.lr_adaptive_min, lrn.lr_adaptive_max
+        if low >= high:
+            out.append(f"--lr-adaptive-min {low:g} must be below --lr-adaptive-max {high:g} (the range "
+                       "--lr-schedule kl_adaptive keeps the learning rate in)")
+        elif not low <= lrn.learning_rate <= high:
+            out.append(f"--learning-rate {lrn.learning_rate:g} is outside [{low:g}, {high:g}], the range "
+                       "--lr-schedule kl_adaptive keeps it in: change --learning-rate or --lr-adaptive-min/-max")
+    return out
 
 
 def _policy_problems(config: Config, found: dict[str, str]) -> list[str]:

@@ -1,10 +1,10 @@
 """Everything about a run that can be checked before any process starts, in one call.
 
 The CLI calls it before it starts the worker forkserver, and ``train()`` calls it first: every option (type, range,
-NaN), the env (built once, for its spaces; once more to render, when videos are asked for), and, for an embedded
-cluster, whether the run's memory fits this machine. It also puts the defaults of the env's family
-(daskrl/config/env_defaults.py) in place of options left unset. It imports nothing heavy (no Dask, no torch), so checking
-costs the user no start-up time.
+NaN), the env (built once, for its spaces; once more to render, when videos are asked for), that wandb is installed
+for --wandb-project, and, for an embedded cluster, whether the run's memory fits this machine. It also puts the
+defaults of the env's family (daskrl/config/env_defaults.py) in place of options left unset. It imports nothing heavy
+(no Dask, no torch, no wandb), so checking costs the user no start-up time.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         from daskrl.monitor.video import check_can_record
 
         check_can_record(config.env.env, config.env.env_kwargs)  # the env renders frames, imageio is there
+    if config.run.wandb_project:
+        from daskrl.monitor.wandb_log import check_wandb_installed
+
+        check_wandb_installed()  # without importing it: the run imports it once the cluster starts
     if client is None and not config.run.scheduler:  # the embedded cluster's share of this machine
         check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config))
     return spaces

@@ -17,7 +17,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
 from daskrl.driver.departures import Departures
@@ -31,7 +31,7 @@ from daskrl.driver.steering import Steering, apply_remote
 from daskrl.driver.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
-from daskrl.monitor.console import ConsoleView, say
+from daskrl.monitor.console import ConsoleView, say, shows, warn
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import dashboard_page
 from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
@@ -43,6 +43,9 @@ from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.runs import RunClaim
 from daskrl.sampling.episode import episodes_from_event
+
+if TYPE_CHECKING:  # W&B is imported only by the runs that log to it
+    from daskrl.monitor.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +60,12 @@ class Run:
 
     def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, book: PolicyBook,
                  state: RunState, observers: Sequence[Observer], elastic: bool, claim: RunClaim,
-                 progress: bool = True) -> None:
+                 progress: bool = True, wandb_log: WandbLog | None = None) -> None:
         """``elastic``: the fleet follows the cluster (a lost rollout worker with no idle worker left is not
         recreated, a drained one not replaced); ``claim``: the run's record on the cluster (its workers);
         ``progress``: show each report on the console (a run started from Python, whose handle shows its state,
-        keeps them out of a notebook's cells)."""
+        keeps them out of a notebook's cells); ``wandb_log``: the run's W&B run (--wandb-project), which gets
+        what TensorBoard gets and is ended with the run."""
         self.config, self.session, self.spaces, self.book, self.state = config, session, spaces, book, state
         self.observers, self.elastic, self.claim = list(observers), elastic, claim
         self.steering = Steering()  # what a run handle asks of the loop (new hyperparameters, scaling)
@@ -72,7 +76,8 @@ class Run:
         self.client = session.client
         exp_dir = config.experiment_dir
         self.csv_log = CsvLog(os.path.join(exp_dir, "metrics.csv"), append=config.run.resume)
-        self.tb_log = TensorBoardLog(os.path.join(exp_dir, "tensorboard"))
+        self.wandb_log = wandb_log
+        self.tb_log = TensorBoardLog(os.path.join(exp_dir, "tensorboard"), mirror=wandb_log)
         self.fleet: Fleet | None = None
         self.recovery: Recovery | None = None
         self.departures: Departures | None = None
@@ -86,15 +91,17 @@ class Run:
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
+        shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
-                                   None if progress else io.StringIO(), window=config.run.stop_window)
+                                   None if shown else io.StringIO(), window=config.run.stop_window)
 
     def say(self, message: str) -> None:
         """A line on the console (and in the run's log)."""
         say(message)
 
     def warn(self, message: str) -> None:
-        say(f"daskrl: warning: {message}")
+        """A warning line on the console."""
+        warn(message)
 
     def request_stop(self, reason: str) -> None:
         """Stop in order at the next turn of the loop (a last row, a final checkpoint), as Ctrl-C does; ``reason``
@@ -162,15 +169,16 @@ class Run:
                 return
 
     def _beat(self, now: float) -> None:
-        """Tell the cluster's run registry the run is alive, with its newest numbers, every few seconds; take the
-        requests attached handles sent through it."""
+        """Tell the cluster's run registry the run is alive, with its newest numbers and each policy's parameter
+        block (a policy server following the run reads them), every few seconds; take the requests attached handles
+        sent through it."""
         if now < self.next_beat:
             return
         self.next_beat = now + BEAT_S
         last = self.rows[-1] if self.rows else {}
         report = {k: _finite(last).get(k) for k in ("time_s", "env_steps", "fps", "episode_return_mean")}
         try:
-            for command in self.claim.beat(self.phase, report):
+            for command in self.claim.beat(self.phase, report, self.fleet.policy_params):
                 apply_remote(self, command)
         except Exception as exc:  # the scheduler did not answer this time: the next beat tells it
             self.incidents.note("run-beat-not-sent", exc)
@@ -315,6 +323,7 @@ class Run:
         policy_rows = self.book.rows(row["time_s"], row["env_steps"])
         self.book.write(policy_rows, self.tb_log)
         self.book.self_play_report(row["time_s"], row["env_steps"], self.tb_log)
+        self.tb_log.flush()
         with open(os.path.join(self.config.experiment_dir, "time_breakdown.jsonl"), "a") as f:
             f.write(json.dumps({"time_s": row["time_s"], "env_steps": row["env_steps"],
                                 "shares": self.state.shares}) + "\n")
@@ -405,6 +414,8 @@ class Run:
         self.csv_log.close()
         self.book.close()
         self.tb_log.close()
+        if self.wandb_log is not None:  # after the observers stopped: the video recorded at the stop is in it
+            self.wandb_log.close(failed=self.failed or self.phase not in ("stopping", "finished"))
 
     def _keep_stats(self, stats: list[dict]) -> None:
         for s in stats:

@@ -30,7 +30,7 @@ from daskrl.driver.preflight import preflight
 from daskrl.driver.startup import StartupClock
 from daskrl.envs import EnvSpaces
 from daskrl.errors import one_line
-from daskrl.monitor.console import say
+from daskrl.monitor.console import console_level, say, say_warning, warn
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
 from daskrl.monitor.stats import EpisodeWindow
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _prepar
     from daskrl.driver.fleet import LearnerStart
     from daskrl.driver.policies import PolicyBook
     from daskrl.driver.run import Run
+    from daskrl.monitor.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
     ``progress``: each report on the console (off for a run whose handle shows its state).
 
     While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
-    stopped the run), not to the terminal."""
+    stopped the run), not to the terminal (``--log-level debug``: to both); ``--log-level`` says which of the run's
+    own lines the terminal shows."""
     clock = StartupClock()
     clock.mark("imports")
     spaces = preflight(config, client)
@@ -67,7 +69,9 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
     stack = ExitStack()
     stack.callback(lock.release)
     try:
-        stack.enter_context(route_logs(run_log_path(config.experiment_dir), say))
+        level = stack.enter_context(console_level(config.run.log_level))
+        stack.enter_context(route_logs(run_log_path(config.experiment_dir), say_warning, level=min(level, logging.INFO),
+                                       echo=level <= logging.DEBUG))
         dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
                    "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
         for line in (note, describe_env_defaults(config), dropped):
@@ -109,11 +113,12 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     bounds = adapt_range(config)
     if bounds is not None and session.cluster is not None:
         session.cluster.adapt(minimum=bounds[0], maximum=bounds[1])
+    wandb_log = _open_wandb(started, prepared.resume_state is not None, stack)  # a refusal still writes nothing
     if prepared.resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
         with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
             f.write(config.to_json())  # as asked: a resume on a larger cluster starts with all its rollout workers
     run = Run(started, session, spaces, prepared.book, _resumed_state(prepared), observers,
-              elastic=elastic_enabled(config), claim=claim, progress=progress)
+              elastic=elastic_enabled(config), claim=claim, progress=progress, wandb_log=wandb_log)
     stack.callback(run.close)
 
     def place_again() -> Placement:  # the same fleet as the run's config says (``started``), on the workers now
@@ -131,6 +136,18 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     clock.saw_version(run.state.learner.get("policy_version", 0))
     say(f"daskrl: {clock.line()}")
     return run
+
+
+def _open_wandb(config: Config, resuming: bool, stack: ExitStack) -> WandbLog | None:
+    """The run's W&B run when --wandb-project asks for one (ended by the run; by ``stack`` if the run never
+    comes to be, as failed)."""
+    if not config.run.wandb_project:
+        return None
+    from daskrl.monitor.wandb_log import WandbLog
+
+    wandb_log = WandbLog.open(config, resuming, warn, quiet=config.run.log_level in ("warning", "error"))
+    stack.callback(wandb_log.close, failed=True)  # a no-op once the run closed it
+    return wandb_log
 
 
 def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
@@ -205,7 +222,8 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
             dashboard_address=config.run.dashboard_address or ":0",
             security=tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key),
             processes=not config.run.serial, scheduler_plugins=(DashboardPlugin(),),
-            timeout=config.run.connect_timeout, log_path=run_log_path(config.experiment_dir))
+            timeout=config.run.connect_timeout, log_path=run_log_path(config.experiment_dir),
+            silence_logs=False if config.run.log_level == "debug" else logging.WARNING)
         try:
             prepared = _prepare(config, spaces)
         except BaseException:

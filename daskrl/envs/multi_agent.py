@@ -90,6 +90,7 @@ class MultiAgentGroup(EpisodeRecords):
         self._phase = "reset"
         kind = self.spaces.action_kind
         self._discrete, self._box = kind == "discrete", kind == "box"
+        self._to_env = self.spaces.action_layout.to_env if kind == "composite" else None  # Tuple or Dict actions
         # agents with different spaces: each one's observation fills the first obs_len of its row (zeros after),
         # and takes the first act_dim of its Box action row, clipped to its own bounds
         own = self.spaces.agent_spaces
@@ -153,6 +154,8 @@ class MultiAgentGroup(EpisodeRecords):
             acts: Any = list(actions)  # numpy scalars, which Discrete.contains checks fastest (see EnvGroup)
         elif self._box:
             acts = np.clip(actions, self._low, self._high, out=self._clipped)
+        elif self._to_env is not None:
+            acts = [self._to_env(row) for row in actions]
         else:
             acts = actions
         reward_out[:] = 0

@@ -14,10 +14,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from daskrl.envs.composite_actions import ActionLayout, read_composite
 from daskrl.envs.dict_obs import ObsKey, read_dict_space, record_size
 from daskrl.errors import EnvError
 
-ACTION_KINDS = ("discrete", "multi_discrete", "box")
+#: "composite": a Tuple or Dict of the other kinds, stored as one flat float32 row (daskrl/envs/composite_actions.py)
+ACTION_KINDS = ("discrete", "multi_discrete", "box", "composite")
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,14 @@ class EnvSpaces:
     # agents whose spaces differ (daskrl/envs/agent_spaces.py): the spaces above are the slot layout (the union) and
     # these each agent's own, in agent_ids order; empty when every agent has the spaces above
     agent_spaces: tuple[EnvSpaces, ...] = ()
+    # composite (Tuple or Dict) actions: their parts and where each sits in the flat row (action_shape is (width,))
+    action_layout: ActionLayout | None = None
 
     def __post_init__(self) -> None:
         if self.action_kind not in ACTION_KINDS:
             raise EnvError(f"action_kind must be one of {ACTION_KINDS}, got {self.action_kind!r}")
+        if (self.action_kind == "composite") != (self.action_layout is not None):
+            raise EnvError("composite actions, and only they, have an action_layout")
 
     @property
     def is_image(self) -> bool:
@@ -130,6 +136,7 @@ class EnvSpaces:
             "num_agents": self.num_agents,
             "agent_ids": list(self.agent_ids),
             "agent_spaces": [a.to_dict() for a in self.agent_spaces],
+            "action_layout": None if self.action_layout is None else self.action_layout.to_dict(),
         }
 
     @classmethod
@@ -150,6 +157,7 @@ class EnvSpaces:
             num_agents=int(d.get("num_agents", 1)),
             agent_ids=tuple(str(a) for a in d.get("agent_ids") or ()),
             agent_spaces=tuple(EnvSpaces.from_dict(a) for a in d.get("agent_spaces") or ()),
+            action_layout=None if d.get("action_layout") is None else ActionLayout.from_dict(d["action_layout"]),
         )
 
 
@@ -179,10 +187,13 @@ def _read_action_mask(keys: Sequence[ObsKey], name: str, actions: dict[str, Any]
     if key is None:
         raise EnvError(f"--action-mask-key {chosen!r}: the observations have no such key (they have "
                        f"{[k.name for k in keys]})")
-    if actions["action_kind"] == "box":
-        raise EnvError(f"observation key {chosen!r} masks actions, but this env's actions are continuous (Box); "
-                       "masks apply to Discrete and MultiDiscrete actions")
-    width = actions["num_actions"] if actions["action_kind"] == "discrete" else sum(actions["nvec"])
+    layout = actions.get("action_layout")
+    if actions["action_kind"] == "box" or (layout is not None and not layout.num_logits):
+        what = "continuous (Box)" if layout is None else f"a {layout.structure.title()} of Box parts only"
+        raise EnvError(f"observation key {chosen!r} masks actions, but this env's actions are {what}; masks apply "
+                       "to Discrete and MultiDiscrete actions (and those parts of Tuple or Dict actions)")
+    width = actions["num_actions"] if actions["action_kind"] == "discrete" else \
+        layout.num_logits if layout is not None else sum(actions["nvec"])
     if key.kind not in ("box", "multi_binary") or key.size != width:
         raise EnvError(f"action mask {chosen!r} must be a MultiBinary or Box of {width} values (one per action), "
                        f"got {key.kind} of shape {key.shape}")
@@ -190,6 +201,10 @@ def _read_action_mask(keys: Sequence[ObsKey], name: str, actions: dict[str, Any]
 
 
 def _read_action_space(space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        layout = read_composite(space, _read_action_space)
+        return {"action_kind": "composite", "action_shape": (layout.width,), "action_dtype": "float32",
+                "action_layout": layout}
     if isinstance(space, gym.spaces.Discrete):
         if int(space.start) != 0:
             raise _unsupported("action", space, "Discrete actions must start at 0; wrap the action space.")
@@ -233,6 +248,6 @@ def _read_action_space(space: gym.Space) -> dict[str, Any]:
     raise _unsupported(
         "action",
         space,
-        "supported action spaces are Discrete, MultiDiscrete, MultiBinary and Box; "
-        "wrap the env to expose one of them (composite spaces can be flattened).",
+        "supported action spaces are Discrete, MultiDiscrete, MultiBinary and Box, and a Tuple or Dict of them; "
+        "wrap the env to expose one of them.",
     )

@@ -146,6 +146,8 @@ class EnvGroup(EpisodeRecords):
             self._low = np.asarray(self.spaces.low, dtype=dtype).reshape(shape)
             self._high = np.asarray(self.spaces.high, dtype=dtype).reshape(shape)
             self._clipped = np.empty((self.num_envs, *shape), dtype=dtype)
+        # Tuple or Dict actions: each flat row becomes the env's structure here, where the env is stepped
+        self._to_env = self.spaces.action_layout.to_env if kind == "composite" else None
 
     @classmethod
     def from_spec(
@@ -197,6 +199,8 @@ class EnvGroup(EpisodeRecords):
             acts: Any = list(actions)
         elif self._box:
             acts = np.clip(actions, self._low, self._high, out=self._clipped)
+        elif self._to_env is not None:
+            acts = [self._to_env(row) for row in actions]
         else:
             acts = actions
         ep_return, ep_length = self._ep_return, self._ep_length

@@ -81,6 +81,7 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
     ``frames``, append what ``env.render()`` shows before each step. ``stop`` (asked every
     step) ends early, with the episodes finished so far. Returns (returns, lengths)."""
     discrete = model.spaces.action_kind == "discrete"  # one integer action, as gymnasium's Discrete takes it
+    layout = model.spaces.action_layout  # Tuple or Dict actions: the flat row becomes the env's structure
     keys = model.spaces.obs_keys  # Dict observations are packed into records, as the samplers store them
     size = model.spaces.obs_shape[0] if keys else 0
     returns, lengths = [], []
@@ -98,7 +99,8 @@ def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int 
                 batch = batch.astype(np.float32)
             with torch.inference_mode():
                 action, _, _ = model.act(batch, deterministic=deterministic, state=state)  # carries the state
-            obs, reward, terminated, truncated, _ = env.step(action[0].item() if discrete else action[0])
+            act = action[0].item() if discrete else action[0] if layout is None else layout.to_env(action[0])
+            obs, reward, terminated, truncated, _ = env.step(act)
             total += float(reward)
             steps += 1
             done = terminated or truncated

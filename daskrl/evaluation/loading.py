@@ -28,6 +28,21 @@ def read_config(experiment_dir: str) -> Config:
         return Config.from_json(f.read())
 
 
+def experiment_config(experiment_dir: str, policy: int = 0) -> Config:
+    """The config an experiment trained with, refused in one line where there is none or it has no policy
+    ``policy`` (what a server needs before any checkpoint exists: ``daskrl serve --follow``)."""
+    config = read_config(experiment_dir)
+    check_policy(experiment_dir, config, policy)
+    return config
+
+
+def check_policy(experiment_dir: str, config: Config, policy: int) -> None:
+    policies = config.policies.num_policies
+    if not 0 <= policy < policies:
+        raise ConfigError([f"--policy {policy}: experiment {experiment_dir!r} trained {policies} "
+                           f"polic{'y' if policies == 1 else 'ies'} (0..{policies - 1})"])
+
+
 def experiment_spaces(config: Config) -> EnvSpaces:
     """The env's spaces, after importing what the run's ``--env-packages`` register (env ids, model parts)."""
     import_env_packages(config.env.env_packages)  # the ids and model components they register (--env-packages)
@@ -40,11 +55,8 @@ def experiment_spaces(config: Config) -> EnvSpaces:
 def load_state(experiment_dir: str, config: Config, which: str = "latest", policy: int = 0) -> dict[str, Any]:
     """Policy ``policy``'s checkpoint (``which``: 'latest', 'best' or a checkpoint path), one readable error when
     there is no such policy or checkpoint."""
-    policies = config.policies.num_policies
-    if not 0 <= policy < policies:
-        raise ConfigError([f"--policy {policy}: experiment {experiment_dir!r} trained {policies} "
-                           f"polic{'y' if policies == 1 else 'ies'} (0..{policies - 1})"])
-    store = CheckpointStore(checkpoint_dirs(experiment_dir, policies)[policy])
+    check_policy(experiment_dir, config, policy)
+    store = CheckpointStore(checkpoint_dirs(experiment_dir, config.policies.num_policies)[policy])
     if which in ("latest", "best") and (store.latest() if which == "latest" else store.best()) is None:
         raise ConfigError([f"experiment {experiment_dir!r} has no {which} checkpoint yet"])
     return store.load(which)
@@ -58,5 +70,17 @@ def policy_model(config: Config, spaces: EnvSpaces, weights: dict, policy: int =
     own = acting_spaces(config, spaces)[policy] if spaces.num_agents > 1 else spaces
     model = build_model(own, config.model, config.run.seed)
     model.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in weights.items()})  # a GPU learner's too
+    model.eval()
+    return model
+
+
+def untrained_model(config: Config):
+    """The network ``config`` trains, with its initial weights, in eval mode: what a live run's published weights are
+    loaded into by a server that follows it. Single-agent envs only (a server answers one agent's observations)."""
+    spaces = experiment_spaces(config)
+    if spaces.num_agents > 1:
+        raise ConfigError([f"{config.env.env!r} is a multi-agent env ({spaces.num_agents} agents); serve answers "
+                           "single-agent policies (daskrl enjoy plays multi-agent ones)"])
+    model = build_model(spaces, config.model, config.run.seed)
     model.eval()
     return model

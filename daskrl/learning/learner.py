@@ -176,8 +176,9 @@ class Learner(Component):
         return await self.on_own_thread(self._snapshot)
 
     def _snapshot(self) -> dict:
-        state = self.trainer.state_dict()
-        state["policy_version"] = self.version
+        """The training state, copied: it is serialized after this thread has gone back to training, so live
+        tensors would mix the next steps into the checkpoint (a model ahead of its return statistics, say)."""
+        state = export_state(self.trainer, self.version)
         state.update(self.snapshots.saved())  # self-play: the frozen opponents, for enjoy and evaluation to seat
         return state
 

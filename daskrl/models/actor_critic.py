@@ -69,7 +69,7 @@ class ActorCritic(nn.Module):
         self.encoder_dtype = torch.float32
         self._action_shape = tuple(spaces.action_shape)
         self._action_dtype = np.dtype(spaces.action_dtype)
-        self._flat_actions = spaces.action_kind == "box"
+        self._flat_actions = spaces.action_kind in ("box", "composite")  # one flat row per action
 
     def _build_encoders(self) -> None:
         """``encoder``, and ``value_encoder`` (None when shared, so the trunk's weights appear once in state_dict).
@@ -94,7 +94,11 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
         """obs (batch, *obs_shape) -> (action distribution, value (batch,)); feed-forward models only (a recurrent
         one steps with :meth:`step` and learns with :meth:`evaluate_sequence`: its core refuses this path)."""
-        inputs, mask = self.prepare(obs)
+        return self.decide(*self.prepare(obs))
+
+    def decide(self, inputs: EncoderInput, mask: torch.Tensor | None) -> tuple[Distribution, torch.Tensor]:
+        """:meth:`forward` from the encoder's input and the action mask (what :meth:`prepare` gives): an exported
+        policy prepares its own inputs (daskrl/evaluation/export_graph.py)."""
         encoded = [self._encode(encoder, inputs) for encoder in self.encoders]
         features = self.core.stateless(encoded[0])
         return self.actor(features, mask), self.critic(encoded[-1]).squeeze(-1)
@@ -113,8 +117,12 @@ class ActorCritic(nn.Module):
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
         """Recurrent models: obs (batch, *obs_shape) and states [batch, S] -> (distribution, value, next states)."""
-        obs, mask = self.prepare(obs)
-        out, state = self.core.step(self._encode(self.encoder, obs), state)
+        return self.decide_step(*self.prepare(obs), state)
+
+    def decide_step(self, inputs: EncoderInput, mask: torch.Tensor | None,
+                    state: torch.Tensor) -> tuple[Distribution, torch.Tensor, torch.Tensor]:
+        """:meth:`step` from the encoder's input and the action mask (see :meth:`decide`)."""
+        out, state = self.core.step(self._encode(self.encoder, inputs), state)
         return self.actor(out, mask), self.critic(out).squeeze(-1), state
 
     def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
@@ -187,20 +195,21 @@ class ActorCritic(nn.Module):
 
     @torch.inference_mode()
     def act(
-        self, obs_np: np.ndarray, deterministic: bool = False, state: np.ndarray | None = None
+        self, obs_np: np.ndarray, deterministic: bool | np.ndarray = False, state: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rollout path: numpy obs batch -> (actions, log_prob float32, value float32) as numpy.
 
         The obs array is wrapped without a copy (unless it is read-only); results are
         views of the output tensors. A recurrent model reads its states from ``state`` (float32 [batch, S]) and
-        writes the next states there, in place (a sampler's shared memory, say).
+        writes the next states there, in place (a sampler's shared memory, say). ``deterministic`` may also be a
+        bool per row (a policy server's batch mixes requests that want the most likely action and those that sample).
         """
         if not obs_np.flags.writeable:
             obs_np = obs_np.copy()  # torch warns on read-only arrays; encoders never write anyway
         device = self.critic.weight.device
         obs = torch.from_numpy(obs_np).to(device, non_blocking=True)
         dist, value = self.core.act(self, obs, state)
-        actions = dist.mode() if deterministic else dist.sample()
+        actions = _choose(dist, deterministic)
         log_prob = dist.log_prob(actions)
         actions_np = actions.cpu().numpy().reshape(obs_np.shape[0], *self._action_shape)
         if actions_np.dtype != self._action_dtype:
@@ -233,6 +242,15 @@ class ActorCritic(nn.Module):
             v = np.asarray(v)
             tensors[k] = torch.from_numpy(v) if v.flags.writeable else torch.tensor(v)
         self.load_state_dict(tensors, strict=True)
+
+
+def _choose(dist: Distribution, deterministic: bool | np.ndarray) -> torch.Tensor:
+    """The most likely actions, sampled ones, or per row (``deterministic`` a bool array: True rows take the mode)."""
+    if isinstance(deterministic, np.ndarray):
+        mode, sample = dist.mode(), dist.sample()
+        rows = torch.as_tensor(deterministic, dtype=torch.bool, device=mode.device)
+        return torch.where(rows.reshape(-1, *[1] * (mode.dim() - 1)), mode, sample)
+    return dist.mode() if deterministic else dist.sample()
 
 
 def _shares_encoder(model: ModelConfig, has_image: bool, shared_encoder: bool | None) -> bool:

@@ -36,7 +36,7 @@ def key_spaces(spaces: EnvSpaces, key: ObsKey) -> EnvSpaces:
     """The EnvSpaces an encoder of one key sees: that key's shape and dtype, the env's actions."""
     return EnvSpaces(obs_shape=key.shape, obs_dtype=key.dtype, action_kind=spaces.action_kind,
                      action_shape=spaces.action_shape, action_dtype=spaces.action_dtype, num_actions=spaces.num_actions,
-                     nvec=spaces.nvec, low=spaces.low, high=spaces.high)
+                     nvec=spaces.nvec, low=spaces.low, high=spaces.high, action_layout=spaces.action_layout)
 
 
 def mlp_input(key: ObsKey, x: torch.Tensor) -> torch.Tensor:

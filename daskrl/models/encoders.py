@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.impala import ImpalaEncoder
 from daskrl.models.registry import _ENCODERS, lookup, register_builtin, register_encoder  # noqa: F401  (old home)
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
@@ -119,7 +120,7 @@ class SmallCnnEncoder(nn.Module):
         return self.fc(self.conv(obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)))
 
 
-register_builtin("encoder", mlp=MlpEncoder, cnn=CnnEncoder, small_cnn=SmallCnnEncoder)
+register_builtin("encoder", mlp=MlpEncoder, cnn=CnnEncoder, small_cnn=SmallCnnEncoder, impala=ImpalaEncoder)
 
 
 def resolve_encoder_name(name: str, spaces: EnvSpaces) -> str:

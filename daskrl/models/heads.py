@@ -14,7 +14,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from daskrl.envs.composite_actions import ActionPart
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.composite_head import CompositeDistribution, CompositeHead
 from daskrl.models.encoders import layer_init
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -142,7 +144,7 @@ class SquashedGaussian(DiagGaussian):
         return super().log_prob(u) - (torch.log1p(-y.square()) + torch.log(self.half)).sum(-1)
 
 
-Distribution = Categorical | MultiCategorical | DiagGaussian
+Distribution = Categorical | MultiCategorical | DiagGaussian | CompositeDistribution
 
 
 def masked(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -187,8 +189,8 @@ class GaussianHead(nn.Module):
     head on the features (SAC's). Actions are bounded by the Box as ``bounds`` says (clip or squash); a Box with an
     infinite bound is left unbounded."""
 
-    def __init__(self, in_dim: int, spaces: EnvSpaces, init_log_std: float, bounds: str, std: str = "parameter"
-                 ) -> None:
+    def __init__(self, in_dim: int, spaces: EnvSpaces | ActionPart, init_log_std: float, bounds: str,
+                 std: str = "parameter") -> None:
         super().__init__()
         action_dim = spaces.action_dim
         self.mean = layer_init(nn.Linear(in_dim, action_dim), std=0.01)
@@ -212,8 +214,14 @@ class GaussianHead(nn.Module):
         return self.distribution(mean, log_std, self.low, self.high)
 
 
-def make_action_head(in_dim: int, spaces: EnvSpaces, init_log_std: float, bounds: str, std: str = "parameter"
-                     ) -> nn.Module:
+def make_action_head(in_dim: int, spaces: EnvSpaces | ActionPart, init_log_std: float, bounds: str,
+                     std: str = "parameter") -> nn.Module:
+    """The head of an env's actions, or of one part of a Tuple or Dict action (each part gets the head of its kind:
+    daskrl/models/composite_head.py); ``std``: how a Gaussian head's std is made (``--gaussian-std``)."""
+    if spaces.action_kind == "composite":
+        layout = spaces.action_layout
+        return CompositeHead(layout, [make_action_head(in_dim, part, init_log_std, bounds, std)
+                                      for part in layout.parts])
     if spaces.action_kind == "discrete":
         return CategoricalHead(in_dim, int(spaces.num_actions))
     if spaces.action_kind == "multi_discrete":

@@ -5,8 +5,8 @@ rollout worker's time, and at these sizes torch's per-op overhead dominates: ``a
 observations takes several times longer in torch than here (docs/performance.md). This computes the same function, the same
 Gumbel-max sampling, the same log-probabilities and values, and is checked against the torch model in tests.
 Recurrent models with daskrl's LSTM or GRU core run their cell here too (one step, states read and written in place,
-as the samplers keep them). Models it cannot express (CNN encoders, multi-discrete heads, custom encoders or cores,
-Dict observations) keep the torch path.
+as the samplers keep them). Models it cannot express (CNN encoders, multi-discrete heads, the heads of Tuple and Dict
+actions, custom encoders or cores, Dict observations) keep the torch path.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ class FlatObservations(ObservationAdapter):
         self.spaces = spaces
         self.stats_shape = tuple(spaces.obs_shape)
         self.encoder_name = resolve_encoder_name(model.encoder, spaces)
-        self.has_image = self.encoder_name in ("cnn", "small_cnn")
+        self.has_image = self.encoder_name in ("cnn", "small_cnn", "impala")
         self.encoder_kwargs = dict(encoder_kwargs or {})
         if self.encoder_name == "mlp":
             self.encoder_kwargs = {"hidden": tuple(model.hidden_sizes), "activation": model.activation,
@@ -138,7 +138,11 @@ class DictObservations(ObservationAdapter):
         return DictEncoder(self.spaces, **self.encoder_kwargs)
 
     def encoder_input(self, obs: torch.Tensor, stats: nn.Module) -> tuple[EncoderInput, torch.Tensor | None]:
-        fields = unpack_tensors(obs, self.spaces.obs_keys)
+        return self.fields_input(unpack_tensors(obs, self.spaces.obs_keys), stats)
+
+    def fields_input(self, fields: dict[str, torch.Tensor], stats: nn.Module) -> tuple[EncoderInput, torch.Tensor | None]:
+        """As :meth:`encoder_input`, from one tensor per key in the record's dtypes (what :func:`unpack_tensors`
+        gives): an exported policy takes its keys as separate inputs, never a packed record."""
         mask = fields.pop(self.spaces.action_mask_key, None)  # no such field without a mask key
         return self._normalized(fields, stats), mask
 

@@ -1,22 +1,75 @@
-"""Progress of a run on the terminal: a live view on a TTY, plain lines everywhere else.
+"""Progress of a run on the terminal: a live view on a TTY, plain lines everywhere else; and which of the run's
+own lines the terminal shows (``--log-level``).
 
 A person watching a terminal wants one place that moves (a bar toward the step or time budget, frames/s,
 return, ETA); a log file, a pipe or CI wants one greppable line per report. :class:`ConsoleView` picks by
 ``stream.isatty()``; the plain line is the format the runner has always printed.
+
+Each line the run says has a level: its warnings (``daskrl: warning: ...``) are warnings, the rest (what it
+started, recovered, stopped; the progress lines) are info. ``--log-level warning`` keeps only the warnings, and
+``error`` none of them (the failure that ends a run is the command's own message); the level is per process, and
+while several runs of one process are live the most talkative one's holds (:func:`console_level`).
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import math
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from daskrl.monitor.stats import as_number
 
+#: the values of ``--log-level``
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+DEFAULT_LEVEL = logging.INFO
+_levels: dict[int, int] = {}  # the live runs' levels, by a number each run holds
+_levels_lock = threading.Lock()
+_tokens = itertools.count()
 
-def say(line: str) -> None:
-    """One line of the run's own output (``daskrl: ...``) on stdout, flushed at once."""
-    print(line, flush=True, file=sys.stdout)
+
+def shown_level() -> int:
+    """The level from which the console shows the run's lines: the lowest any live run asked for, else info."""
+    with _levels_lock:
+        return min(_levels.values(), default=DEFAULT_LEVEL)
+
+
+def shows(level: int) -> bool:
+    return level >= shown_level()
+
+
+@contextmanager
+def console_level(name: str) -> Iterator[int]:
+    """While the block runs, the console shows the lines of level ``name`` (a key of :data:`LOG_LEVELS`) and up."""
+    token, level = next(_tokens), LOG_LEVELS[name]
+    with _levels_lock:
+        _levels[token] = level
+    try:
+        yield level
+    finally:
+        with _levels_lock:
+            del _levels[token]
+
+
+def say(line: str, level: int = logging.INFO) -> None:
+    """One line of the run's own output (``daskrl: ...``) on stdout, flushed at once, when ``--log-level`` shows
+    ``level``."""
+    if shows(level):
+        print(line, flush=True, file=sys.stdout)
+
+
+def say_warning(line: str) -> None:
+    """A line at warning level (``daskrl: warning: ...``: the caller words it)."""
+    say(line, logging.WARNING)
+
+
+def warn(message: str) -> None:
+    """``daskrl: warning: <message>`` on the console."""
+    say_warning(f"daskrl: warning: {message}")
 
 
 def episodes_note(row: dict[str, Any], window: int) -> str:

@@ -31,6 +31,7 @@ from daskrl.monitor.policy_plots import (
     return_lines,
     split_policies,
 )
+from daskrl.monitor.video import saved_videos
 
 #: a newer video than this is linked (by its path next to the report) rather than embedded
 MAX_EMBEDDED_VIDEO_BYTES = 32 * 2**20
@@ -157,13 +158,8 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
 
 def latest_video(experiment_dir: str) -> str | None:
     """The newest ``videos/video_<env steps>.mp4`` of an experiment (the most env steps), or None."""
-    folder = os.path.join(experiment_dir, "videos")
-    found = []
-    for name in os.listdir(folder) if os.path.isdir(folder) else []:
-        stem, ext = os.path.splitext(name)
-        if ext == ".mp4" and stem.startswith("video_") and stem[6:].isdigit():
-            found.append((int(stem[6:]), os.path.join(folder, name)))
-    return max(found)[1] if found else None
+    found = saved_videos(experiment_dir)
+    return found[-1][1] if found else None
 
 
 def _video_html(path: str, output: str) -> str:

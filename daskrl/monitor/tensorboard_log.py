@@ -4,12 +4,15 @@ Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, 
 ``health/``, ``time/``, ``eval/``, and a multi-agent run's ``eval/return/<agent>``); docs/metrics.md says what each one
 means and when to worry. Evaluation scalars are placed at the env steps of the weights they evaluated
 (``eval_env_steps``), not at the report's.
+
+A *mirror* (Weights & Biases: :mod:`daskrl.monitor.wandb_log`) gets every scalar and text written here, whoever
+writes it (this class, each policy's rows, the events of a steered run): the two can never log different series.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 # The CSV column -> TensorBoard tag of every scalar we write.
 TAGS = {
@@ -36,11 +39,44 @@ TAGS = {
 }
 
 
+class Mirror(Protocol):
+    """Another place for the scalars and texts of a run; :meth:`flush` ends a report."""
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None: ...
+
+    def add_text(self, tag: str, text: str, step: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class _Tee:
+    """TensorBoard's writer, with each scalar and text handed to a mirror too."""
+
+    def __init__(self, writer: Any, mirror: Mirror) -> None:
+        self.writer, self.mirror = writer, mirror
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.writer.add_scalar(tag, value, step)
+        self.mirror.add_scalar(tag, float(value), int(step))
+
+    def add_text(self, tag: str, text: str, step: int) -> None:
+        self.writer.add_text(tag, text, step)
+        self.mirror.add_text(tag, text, int(step))
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self.mirror.flush()
+
+    def close(self) -> None:
+        self.writer.close()  # the mirror's end is its owner's to choose (the run, once its videos are all written)
+
+
 class TensorBoardLog:
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, mirror: Mirror | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=log_dir)
+        writer = SummaryWriter(log_dir=log_dir)
+        self.writer = writer if mirror is None else _Tee(writer, mirror)
 
     def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:
         step = int(row["env_steps"])
@@ -61,6 +97,9 @@ class TensorBoardLog:
         for component, parts in (shares or {}).items():
             for activity, share in parts.items():
                 self.writer.add_scalar(f"time/{component}/{activity}", share, step)
+
+    def flush(self) -> None:
+        """End a report: what was written since the last one reaches the files (and the mirror) now."""
         self.writer.flush()
 
     def close(self) -> None:

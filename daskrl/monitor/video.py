@@ -79,5 +79,17 @@ def _rgb(frame: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(frame[..., :3])
 
 
+def saved_videos(experiment_dir: str) -> list[tuple[int, str]]:
+    """The videos a run recorded while training, ``videos/video_<env steps>.mp4``, as (env steps, path) in order of
+    env steps (a file being written has another name: see :func:`write_video`)."""
+    folder = os.path.join(experiment_dir, "videos")
+    found = []
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        stem, ext = os.path.splitext(name)
+        if ext == ".mp4" and stem.startswith("video_") and stem[6:].isdigit():
+            found.append((int(stem[6:]), os.path.join(folder, name)))
+    return sorted(found)
+
+
 def video_fps(env) -> float:
     return float(env.metadata.get("render_fps") or 30)

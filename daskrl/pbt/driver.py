@@ -33,7 +33,7 @@ class PBTDriver(Observer):
 
     def on_start(self, run: Run) -> None:
         self.fleet, self.book, self.config = run.fleet, run.book, run.config
-        self.say, self.log_event = run.say, run.log_event
+        self.say, self.warn, self.log_event = run.say, run.warn, run.log_event
         self.period = self.config.policies.pbt_period_env_steps
         self.next_round_at = (run.state.env_steps_offset // self.period + 1) * self.period
         self.log = PBTLog(self.config.experiment_dir)
@@ -72,7 +72,7 @@ class PBTDriver(Observer):
         try:
             decisions = self.controller.call("round", env_steps, returns, hyperparams)
         except ComponentError as exc:  # its worker went with a learner: a new controller numbers rounds on
-            self.say(f"daskrl: warning: the PBT controller was lost ({exc}); starting a new one")
+            self.warn(f"the PBT controller was lost ({exc}); starting a new one")
             self.controller = self._spawn_controller()
             decisions = self.controller.call("round", env_steps, returns, hyperparams)
         for decision in decisions:

@@ -148,13 +148,16 @@ def connect_cluster(
     processes: bool = True,
     scheduler_plugins: tuple = (),
     log_path: str | None = None,
+    silence_logs: int | bool = logging.WARNING,
 ) -> ClusterSession:
     """Return a ready :class:`ClusterSession` (see module docstring).
 
     ``security``: a ``distributed.security.Security`` (see :func:`tls_security`) for a TLS cluster, or for an
     embedded cluster whose every connection should use TLS. ``scheduler_plugins`` are installed after daskrl's
     own (the runner adds the dashboard page this way). ``log_path``: the worker processes of an embedded cluster
-    write their log lines there (see :mod:`daskrl.runtime.logs`) instead of to the terminal.
+    write their log lines there (see :mod:`daskrl.runtime.logs`) instead of to the terminal. ``silence_logs``: the
+    level below which an embedded cluster keeps Dask's lines of this process (its scheduler's, its nannies') from
+    their handlers, or False for none (``--log-level debug``).
     """
     cluster = None
     if isinstance(scheduler, Client):
@@ -170,7 +173,7 @@ def connect_cluster(
                 processes=processes,
                 dashboard_address=dashboard_address,
                 memory_limit=memory_limit,
-                silence_logs=logging.WARNING,
+                silence_logs=silence_logs,
                 security=security,
             )
         client = Client(cluster, direct_to_workers=True, security=security)

@@ -4,13 +4,15 @@ Dask logs to stderr (``distributed - WARNING - Restarting worker ...`` in the mi
 would daskrl's own loggers in worker processes. During a run, :func:`route_logs` sends every line of the loggers
 below to one file in the experiment directory (the driver's, and on an embedded cluster its workers' too, through
 the worker plugin), with full tracebacks, while the terminal shows only what the runner says. The few Dask warnings
-that matter to a user are restated in daskrl's words (:class:`Restater`).
+that matter to a user are restated in daskrl's words (:class:`Restater`). With ``--log-level debug`` the driver's
+records also go to the terminal (stderr), daskrl's down to debug and Dask's at the level Dask's config gives them.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -91,11 +93,16 @@ class _Routes:
 _routes = _Routes()
 
 
-def _install(path: str, say: Callable[[str], None] | None, level: int) -> Callable[[], None]:
-    """Point the :data:`ROUTED` loggers at ``path`` (too); returns the function that takes it away again."""
+def _install(path: str, say: Callable[[str], None] | None, level: int, echo: bool = False) -> Callable[[], None]:
+    """Point the :data:`ROUTED` loggers at ``path`` (too), and with ``echo`` at stderr as well; returns the function
+    that takes it away again."""
     handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
     mine: list[logging.Handler] = [handler] + ([Restater(say)] if say is not None else [])
+    if echo:
+        terminal = logging.StreamHandler(sys.stderr)
+        terminal.setFormatter(logging.Formatter(FORMAT))
+        mine.append(terminal)
     _routes.add(mine, level)
 
     def restore() -> None:
@@ -106,10 +113,13 @@ def _install(path: str, say: Callable[[str], None] | None, level: int) -> Callab
 
 
 @contextmanager
-def route_logs(path: str, say: Callable[[str], None] | None = None, level: int = logging.INFO) -> Iterator[str]:
+def route_logs(path: str, say: Callable[[str], None] | None = None, level: int = logging.INFO,
+               echo: bool = False) -> Iterator[str]:
     """Send the :data:`ROUTED` loggers of this process to ``path`` (appended) until the block ends, then put their
-    handlers back. ``say`` also gets the restated Dask warnings. Yields ``path``."""
-    restore = _install(path, say, level)
+    handlers back. ``say`` also gets the restated Dask warnings; ``level``: daskrl's loggers' (and those of the
+    others that have none of their own); ``echo``: the records go to stderr too (``--log-level debug``). Yields
+    ``path``."""
+    restore = _install(path, say, level, echo)
     try:
         yield path
     finally:

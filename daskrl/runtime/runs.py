@@ -21,6 +21,7 @@ from tornado.ioloop import PeriodicCallback
 
 from daskrl.errors import ClusterAccessError
 from daskrl.runtime import dask_internals
+from daskrl.runtime.wiring import registry_call
 
 PLUGIN_NAME = "daskrl-run-registry"
 #: seconds a run's claim outlives its driver's last sign of life
@@ -44,7 +45,7 @@ class RunRegistry(SchedulerPlugin):
         dask_internals.add_scheduler_handlers(scheduler, {
             "daskrl_run_open": self.open, "daskrl_run_claim": self.claim, "daskrl_run_release": self.release,
             "daskrl_run_beat": self.beat, "daskrl_run_close": self.end, "daskrl_runs": self.table,
-            "daskrl_run_command": self.command,
+            "daskrl_run_command": self.command, "daskrl_run_params": self.params,
         })
         self._expiry = PeriodicCallback(self.expire, EXPIRE_EVERY_S * 1000)
         self._expiry.start()
@@ -82,8 +83,10 @@ class RunRegistry(SchedulerPlugin):
             run["workers"] = [w for w in run["workers"] if w not in workers]
         return {"status": "ok"}
 
-    async def beat(self, name: str, state: str = "running", report: dict | None = None) -> dict[str, Any]:
-        """The driver is alive; ``report``: the run's newest numbers (env steps, frames/s, return). The reply
+    async def beat(self, name: str, state: str = "running", report: dict | None = None,
+                   params: list | None = None) -> dict[str, Any]:
+        """The driver is alive; ``report``: the run's newest numbers (env steps, frames/s, return); ``params``: each
+        policy's parameter block (where a policy server that follows the run reads its newest weights). The reply
         hands over the requests attached handles sent since the last beat (:meth:`command`)."""
         run = self.runs.get(name)
         if run is None:
@@ -91,6 +94,8 @@ class RunRegistry(SchedulerPlugin):
         run["beat"], run["state"] = time.time(), state
         if report:
             run["report"] = dict(report)
+        if params is not None:
+            run["params"] = list(params)
         commands, run["commands"] = run["commands"], []
         return {"status": "ok", "commands": commands}
 
@@ -103,6 +108,16 @@ class RunRegistry(SchedulerPlugin):
         run["commands"].append(dict(command))
         return {"status": "ok"}
 
+    async def params(self, name: str) -> dict[str, Any]:
+        """Run ``name``'s parameter blocks, one per policy (empty until its driver's first beat), and its experiment
+        directory."""
+        run = self.runs.get(name)
+        if run is None:
+            live = ", ".join(sorted(self.runs)) or "none"
+            return {"status": "unknown", "message": f"no run named {name!r} is training on this cluster (live runs: "
+                                                    f"{live})"}
+        return {"status": "ok", "params": run.get("params", []), "experiment": run["experiment"]}
+
     async def end(self, name: str) -> dict[str, Any]:
         """The run ended: its workers are free."""
         self.runs.pop(name, None)
@@ -110,8 +125,9 @@ class RunRegistry(SchedulerPlugin):
 
     async def table(self) -> dict[str, Any]:
         now = time.time()
-        return {"runs": [{**run, "age_s": now - run["started"], "silent_s": now - run["beat"]}
-                         for run in self.runs.values()], "workers": sorted(self.scheduler.workers)}
+        return {"runs": [{**{k: v for k, v in run.items() if k != "params"}, "age_s": now - run["started"],
+                          "silent_s": now - run["beat"]} for run in self.runs.values()],
+                "workers": sorted(self.scheduler.workers)}
 
     # ---- what frees claims ----
 
@@ -172,11 +188,12 @@ class RunClaim:
         self.workers -= set(workers)
         self._call("daskrl_run_release", workers=list(workers))
 
-    def beat(self, state: str, report: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """The run is alive (``state``, its newest numbers); returns what attached handles asked of it since. A
-        registry that forgot the run (a driver silent past the lease, a scheduler restarted) gets it back, with the
-        workers it still uses."""
-        reply = self._call("daskrl_run_beat", state=state, report=report or {})
+    def beat(self, state: str, report: dict[str, Any] | None = None,
+             params: list[dict | None] | None = None) -> list[dict[str, Any]]:
+        """The run is alive (``state``, its newest numbers, each policy's parameter block); returns what attached
+        handles asked of it since. A registry that forgot the run (a driver silent past the lease, a scheduler
+        restarted) gets it back, with the workers it still uses."""
+        reply = self._call("daskrl_run_beat", state=state, report=report or {}, params=params)
         if reply["status"] == "unknown":
             self.open(self.experiment, self.share)
             self._call("daskrl_run_claim", workers=sorted(self.workers))
@@ -199,6 +216,16 @@ def send_command(client: Any, name: str, command: dict[str, Any]) -> None:
     reply = client.sync(client.scheduler.daskrl_run_command, name=name, command=command)
     if reply["status"] != "ok":
         raise ClusterAccessError(reply["message"])
+
+
+def run_params(client: Any, name: str) -> dict[str, Any]:
+    """``{"params": [...], "experiment": dir}``: the parameter block of each policy of run ``name`` as its driver
+    last told the registry (empty before its first beat), and its experiment directory. ``client`` None: from a
+    component's own thread. Raises :class:`ClusterAccessError` when no live run has that name."""
+    reply = registry_call(client, "daskrl_run_params", name=name)
+    if reply["status"] != "ok":
+        raise ClusterAccessError(reply["message"])
+    return reply
 
 
 def list_runs(client: Any) -> dict[str, Any]:

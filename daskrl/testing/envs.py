@@ -2,41 +2,59 @@
 the three families, so that an env spec such as ``daskrl.testing.envs:staggered`` names any of them.
 
 - :mod:`daskrl.testing.single_agent_envs`: gymnasium envs (a constant reward cut by a time limit, with info
-  numbers or a breaking camera; a dict-observation cue task);
+  numbers or a breaking camera; a dict-observation cue task; a hybrid discrete + continuous action task; an image
+  task, which quadrant is lit);
 - :mod:`daskrl.testing.parallel_envs`: multi-agent envs in PettingZoo's Parallel API (agents that leave at known
-  steps; two CartPoles);
+  steps; two CartPoles; two hybrid-action tasks);
 - :mod:`daskrl.testing.turn_games`: two-player games in PettingZoo's AEC API (rewards across turns; race to ten).
 """
 
-from daskrl.testing.parallel_envs import StaggeredAgentsEnv, TwinCartPoles, staggered, twin_cartpoles
+from daskrl.testing.parallel_envs import (
+    StaggeredAgentsEnv,
+    TwinCartPoles,
+    TwinHybridTargets,
+    staggered,
+    twin_cartpoles,
+    twin_hybrid_targets,
+)
 from daskrl.testing.single_agent_envs import (
+    BrightQuadrantEnv,
     BrokenCameraEnv,
     ConstantRewardEnv,
     CueEnv,
+    HybridTargetsEnv,
     InfoReportingEnv,
+    bright_quadrant,
     broken_camera,
     constant_reward,
     cue,
+    hybrid_targets,
     info_reporting,
 )
 from daskrl.testing.turn_games import RaceToTenEnv, TakeTurnsEnv, TurnGame, race_to_ten, take_turns
 
 __all__ = [
+    "BrightQuadrantEnv",
     "BrokenCameraEnv",
     "ConstantRewardEnv",
     "CueEnv",
+    "HybridTargetsEnv",
     "InfoReportingEnv",
     "RaceToTenEnv",
     "StaggeredAgentsEnv",
     "TakeTurnsEnv",
     "TurnGame",
     "TwinCartPoles",
+    "TwinHybridTargets",
+    "bright_quadrant",
     "broken_camera",
     "constant_reward",
     "cue",
+    "hybrid_targets",
     "info_reporting",
     "race_to_ten",
     "staggered",
     "take_turns",
     "twin_cartpoles",
+    "twin_hybrid_targets",
 ]

@@ -1,5 +1,6 @@
 """Multi-agent envs in PettingZoo's Parallel API (duck-typed: no pettingzoo needed), every agent acting at each
-step: agents that leave at known steps with known returns, and two CartPoles side by side."""
+step: agents that leave at known steps with known returns, and two CartPoles (or two hybrid-action tasks) side by
+side."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from daskrl.testing.single_agent_envs import HybridTargetsEnv
 
 
 class StaggeredAgentsEnv:
@@ -117,9 +120,14 @@ class TwinCartPoles:
         terms: dict[str, bool] = {}
         truncs: dict[str, bool] = {}
         for agent in self.agents:
-            obs[agent], rewards[agent], terms[agent], truncs[agent], _ = self.poles[agent].step(int(actions[agent]))
+            obs[agent], rewards[agent], terms[agent], truncs[agent], _ = self.poles[agent].step(
+                self._action(actions[agent]))
         self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
         return obs, rewards, terms, truncs, {a: {} for a in obs}
+
+    @staticmethod
+    def _action(action: Any) -> Any:
+        return int(action)
 
     def close(self) -> None:
         for pole in self.poles.values():
@@ -128,4 +136,25 @@ class TwinCartPoles:
 
 def twin_cartpoles(render_mode: str | None = None) -> TwinCartPoles:
     return TwinCartPoles(render_mode)
+
+
+class TwinHybridTargets(TwinCartPoles):
+    """Two agents, each playing its own :class:`~daskrl.testing.single_agent_envs.HybridTargetsEnv`: a multi-agent
+    env with Tuple (or Dict) actions, which each agent's env checks it contains."""
+
+    metadata: dict[str, Any] = {"name": "twin_hybrid_targets"}
+
+    def __init__(self, structure: str = "tuple", render_mode: str | None = None) -> None:
+        self.possible_agents = ["left", "right"]
+        self.poles = {a: HybridTargetsEnv(structure=structure) for a in self.possible_agents}
+        self.agents: list[str] = []
+        self.render_mode = render_mode
+
+    @staticmethod
+    def _action(action: Any) -> Any:
+        return action
+
+
+def twin_hybrid_targets(structure: str = "tuple", render_mode: str | None = None) -> TwinHybridTargets:
+    return TwinHybridTargets(structure, render_mode)
 

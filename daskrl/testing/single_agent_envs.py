@@ -1,6 +1,7 @@
 """Single-agent gymnasium envs whose right answer is known in closed form: a constant reward cut by a time limit
-(the true value of every state is known), the same with numbers in its info dict or a camera that breaks, and a
-dict-observation cue task (the best return and a blind policy's return are known)."""
+(the true value of every state is known), the same with numbers in its info dict or a camera that breaks, a
+dict-observation cue task and an image task (the best return and a blind policy's return are known), and a
+hybrid-action task (a discrete pick and a continuous aim, with a known best return)."""
 
 from __future__ import annotations
 
@@ -153,3 +154,101 @@ class CueEnv(gym.Env):
 def cue(n: int = 3, length: int = 8, memory: bool = False, masked: bool = False,
         render_mode: str | None = None) -> gym.Env:
     return CueEnv(n, length, memory, masked, render_mode)
+
+
+class HybridTargetsEnv(gym.Env):
+    """Hybrid discrete + continuous control with a known optimum: each step shows a cue (one of ``n`` targets,
+    one-hot); the action picks a target (Discrete(n)) and aims (a Box in [-1, 1]). The reward is 1 when the pick is
+    the cue, minus the distance between the aim and the picked target's position (``POSITIONS``, spread over
+    [-0.6, 0.6]), so the best aim depends on the pick. Episodes last ``length`` steps (then truncated): the best
+    return is ``length``; a policy that picks at random and aims at 0 gets ``length * (1 / 3 - 0.4)`` for n = 3 (below
+    0), and one that picks the cue but aims at 0 ``length * 0.6``.
+
+    ``structure`` "tuple" makes the action space ``Tuple(Discrete(n), Box)``, "dict" ``Dict(target=Discrete(n),
+    aim=Box)``. An action the space does not contain raises, so a wrong conversion from daskrl's flat action rows
+    shows as an env error.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, n: int = 3, length: int = 4, structure: str = "tuple", render_mode: str | None = None) -> None:
+        if structure not in ("tuple", "dict"):
+            raise ValueError(f"structure must be 'tuple' or 'dict', got {structure!r}")
+        self.n, self.length, self.structure = int(n), int(length), structure
+        self.render_mode = render_mode
+        self.positions = np.linspace(-0.6, 0.6, self.n).astype(np.float32)
+        target, aim = gym.spaces.Discrete(self.n), gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Tuple((target, aim)) if structure == "tuple" else \
+            gym.spaces.Dict({"target": target, "aim": aim})
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.n,), np.float32)
+        self._t = 0
+        self._cue = 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.n, np.float32)
+        obs[self._cue] = 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._cue = int(self.np_random.integers(self.n))
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space}")
+        target, aim = (action["target"], action["aim"]) if self.structure == "dict" else action
+        target = int(target)
+        reward = float(target == self._cue) - abs(float(aim[0]) - float(self.positions[target]))
+        self._t += 1
+        self._cue = int(self.np_random.integers(self.n))
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
+def hybrid_targets(n: int = 3, length: int = 4, structure: str = "tuple",
+                   render_mode: str | None = None) -> gym.Env:
+    return HybridTargetsEnv(n, length, structure, render_mode)
+
+
+class BrightQuadrantEnv(gym.Env):
+    """Images whose answer is where the light is: ``size`` x ``size`` x 1 uint8 frames with one quadrant lit (255)
+    and the rest dark, a new random quadrant every step; reward 1 when the action names the lit quadrant (0 top
+    left, 1 top right, 2 bottom left, 3 bottom right), over ``length`` steps (then truncated). The best return is
+    ``length``; a policy blind to the pixels gets ``length / 4`` on average. Small frames, so an image encoder learns
+    it in seconds."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, size: int = 16, length: int = 8, render_mode: str | None = None) -> None:
+        if size < 2 or size % 2:
+            raise ValueError(f"size must be an even number of pixels >= 2, got {size}")
+        self.size = int(size)
+        self.length = int(length)
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0, 255, (self.size, self.size, 1), np.uint8)
+        self.action_space = gym.spaces.Discrete(4)
+        self._t = 0
+        self._lit = 0
+
+    def _obs(self) -> np.ndarray:
+        self._lit = int(self.np_random.integers(4))
+        half = self.size // 2
+        frame = np.zeros((self.size, self.size, 1), np.uint8)
+        row, col = divmod(self._lit, 2)
+        frame[row * half:(row + 1) * half, col * half:(col + 1) * half] = 255
+        return frame
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        reward = float(int(action) == self._lit)
+        self._t += 1
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+
+def bright_quadrant(size: int = 16, length: int = 8, render_mode: str | None = None) -> gym.Env:
+    return BrightQuadrantEnv(size, length, render_mode)
