@@ -174,3 +174,25 @@ def test_replay_saved_with_the_checkpoints_refills_a_resumed_run(tmp_path):
     train(run_config(tmp_path, "replay_ckpt", base=base, resume=True, train_for_env_steps=1_800), observers=[sight])
     assert sight.replay["size"] == 1_000 and sight.replay["added"] >= added  # refilled before it took a slot
     assert sight.replay["served"] >= served  # the draws it served count on: no burst of owed updates
+
+
+@slow("a DQN run on a cluster of its own whose workers all take the comms path")
+def test_a_dqn_run_over_comms_copies_slots_and_minibatches_by_rpc(tmp_path):
+    """With DASKRL_FORCE_COMMS=1 every worker treats the others as another host: the shard fetches each slot in one
+    round trip and the learner reads each minibatch out of the shard's batch block by RPC; the run trains."""
+    from daskrl import train
+    from daskrl.runtime import connect_cluster
+    from daskrl.runtime.shm import list_segments
+
+    from .helpers import DQN_CARTPOLE, run_config
+
+    with connect_cluster(n_workers=2, dashboard_address=None) as session:
+        session.client.run(lambda: __import__("os").environ.__setitem__("DASKRL_FORCE_COMMS", "1"))
+        summary = train(run_config(tmp_path, "comms", base=DQN_CARTPOLE, learning_starts=300,
+                                   train_for_env_steps=3_000, train_for_seconds=90.0), client=session.client)
+        run_id = session.run_id
+    assert summary["env_steps"] >= 3_000
+    assert summary["data_path"]["slots_comms"] > 0 and summary["data_path"]["slots_shm"] == 0
+    assert summary["policy_version"] >= 0.25 * (3_000 - 300) / 8 * 0.8  # the learner drew minibatches all along
+    assert not summary["incidents"], summary["incidents"]
+    assert list_segments(run_id) == []
