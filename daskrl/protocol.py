@@ -128,7 +128,8 @@ class SampleRequest(TypedDict):
 
 class BatchReady(TypedDict):
     """A minibatch of ``count`` transitions is in buffer ``buffer`` of shard ``shard``'s batch block (incarnation
-    ``inc``): drawn at ``positions`` with importance ``weights``; ``size`` transitions stored, ``added`` in all."""
+    ``inc``): drawn at ``positions`` (holding the transitions numbered ``stamps``) with importance ``weights``;
+    ``size`` transitions stored, ``added`` in all."""
 
     shard: str
     inc: str
@@ -136,17 +137,20 @@ class BatchReady(TypedDict):
     buffer: int
     count: int
     positions: list[int]
+    stamps: list[int]
     weights: list[float]
     size: int
     added: int
 
 
 class PriorityUpdate(TypedDict):
-    """The TD errors of the transitions at ``positions`` of a shard's incarnation ``inc`` (a recreated shard drops
-    them): their new priorities."""
+    """The TD errors of the transitions at ``positions`` (numbered ``stamps``) of a shard's incarnation ``inc``:
+    their new priorities. A recreated shard drops them all, and a shard the ones whose position was overwritten
+    since the draw."""
 
     inc: str
     positions: list[int]
+    stamps: list[int]
     td_errors: list[float]
 
 

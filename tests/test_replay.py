@@ -116,6 +116,8 @@ def test_store_overwrites_oldest_first():
     positions = store.add(slot_transitions(_slot(np.arange(3.0, 6.0)[:, None]), 1, 0.9))
     assert positions.tolist() == [3, 0, 1] and store.size == 4 and store.added == 6
     assert store.read(np.arange(4))["rewards"].tolist() == [4.0, 5.0, 2.0, 3.0]
+    # positions 0 and 1 now hold transitions 4 and 5: a priority computed for transitions 0 and 1 is not theirs
+    assert store.current(np.array([0, 1, 2]), np.array([0, 5, 2])).tolist() == [False, True, True]
     with pytest.raises(IndexError):
         store.read(np.array([4]))
 

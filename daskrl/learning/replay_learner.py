@@ -121,7 +121,7 @@ class ReplayLearner(Learner):
         with self.timing("train"):
             metrics, td_errors = self.trainer.train(batch, np.asarray(payload["weights"], np.float32))
         update: PriorityUpdate = {"inc": payload["inc"], "positions": payload["positions"],
-                                  "td_errors": td_errors.tolist()}
+                                  "stamps": payload["stamps"], "td_errors": td_errors.tolist()}
         if metrics["updates"]:
             self.put(priorities_queue(payload["shard"]), update)
         if self.trainer.train_steps % PUBLISH_EVERY == 0 and metrics["updates"]:

@@ -26,7 +26,7 @@ def save_shard(shard: Any, path: str) -> int:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     partial = path + ".partial"
     with open(partial, "wb") as f:
-        np.savez(f, **{name: store.arrays[name][:size] for name in FIELDS}, **extra,
+        np.savez(f, **{name: store.arrays[name][:size] for name in FIELDS}, **extra, stamps=store.stamps[:size],
                  counters=np.array([store.next, size, store.added, shard.served], np.int64))
     os.replace(partial, path)
     return size
@@ -43,6 +43,8 @@ def load_shard(shard: Any, path: str) -> int:
         for name in FIELDS:
             store.arrays[name][:size] = saved[name][:size]
         store.next, store.size, store.added = nxt % store.capacity, size, added
+        if "stamps" in saved:
+            store.stamps[:size] = saved["stamps"][:size]
         shard.served = served
         if sampler.prioritized:
             priorities = saved["priorities"][:size] if "priorities" in saved else np.ones(size)

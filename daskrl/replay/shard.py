@@ -9,7 +9,8 @@ A learner asks for minibatches on the shard's work queue (:class:`~daskrl.protoc
 draws (uniform or prioritized), copies the minibatch into one of the two buffers of its batch block (shared memory
 on its host, read over comms from another) and answers with the positions and importance weights
 (:class:`~daskrl.protocol.BatchReady`). New priorities come back as :class:`~daskrl.protocol.PriorityUpdate`
-messages (a priority that arrives after its transition was overwritten lands on the newer one: rare, and harmless).
+messages; one that arrives after its transition was overwritten is dropped (each position's stamp says which
+transition it holds).
 
 The update-to-data ratio holds both ways. The shard holds a request while it has fewer than ``learning_starts``
 transitions or while serving it would exceed the ratio: the learner waits for data instead of over-training a small
@@ -160,7 +161,8 @@ class ReplayShard(Component):
         if payload["inc"] != self.incarnation:  # about an earlier incarnation's transitions
             return
         positions = np.asarray(payload["positions"], np.int64)
-        keep = positions < self.store.size
+        keep = self.store.current(positions, np.asarray(payload["stamps"], np.int64))  # not overwritten since
+        self.counters["priorities_dropped"] += int((~keep).sum())
         with self.timing("priorities"):
             self.sampler.update(positions[keep], np.asarray(payload["td_errors"], np.float64)[keep])
 
@@ -197,7 +199,8 @@ class ReplayShard(Component):
                     self.batch[name].array[buffer] = values
             answer: BatchReady = {
                 "shard": self.name, "inc": self.incarnation, "id": request["id"], "buffer": buffer,
-                "count": self.batch_size, "positions": draw.positions.tolist(), "weights": draw.weights.tolist(),
+                "count": self.batch_size, "positions": draw.positions.tolist(),
+                "stamps": self.store.stamps[draw.positions].tolist(), "weights": draw.weights.tolist(),
                 "size": self.store.size, "added": self.store.added}
             self.put(batches_queue(request["learner"]), answer)
             self.served += 1

@@ -44,6 +44,9 @@ class TransitionStore:
         self.next = 0  # where the next transition goes
         self.size = 0
         self.added = 0  # transitions added in all, overwritten ones included
+        #: which transition each position holds (its number among all added): a priority computed for a position's
+        #: earlier occupant is recognized as such (:meth:`current`)
+        self.stamps = np.full(self.capacity, -1, np.int64)
 
     def add(self, transitions: Transitions) -> np.ndarray:
         """Write ``transitions`` (the newest last: if there are more than ``capacity``, only the newest are kept);
@@ -54,10 +57,15 @@ class TransitionStore:
         positions = (self.next + np.arange(n - skip)) % self.capacity
         for name in FIELDS:
             self.arrays[name][positions] = fields[name][skip:]
+        self.stamps[positions] = self.added + skip + np.arange(n - skip)
         self.next = int((self.next + n - skip) % self.capacity)
         self.size = min(self.capacity, self.size + n - skip)
         self.added += n
         return positions
+
+    def current(self, positions: np.ndarray, stamps: np.ndarray) -> np.ndarray:
+        """[n] bool: whether each position still holds the transition ``stamps`` names (not overwritten since)."""
+        return self.stamps[positions] == stamps
 
     def read(self, positions: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the transitions at ``positions`` (a minibatch)."""
