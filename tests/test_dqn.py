@@ -111,9 +111,9 @@ def test_dqn_refuses_what_it_cannot_do_in_one_line_each():
 
     with pytest.raises(ConfigError) as err:
         Config.from_flat({"algo": "dqn", "inference": "remote", "num_policies": 2, "rnn": "lstm",
-                          "learning_starts": 10, "replay_capacity": 5}).validate()
+                          "learning_starts": 10, "replay_capacity": 5, "lr_schedule": "linear"}).validate()
     text = str(err.value)
-    assert "--inference inline" in text and "--num-policies" in text and "--rnn" in text
+    assert "--inference inline" in text and "--num-policies" in text and "--rnn" in text and "--lr-schedule" in text
     assert "--learning-starts 10 exceeds --replay-capacity 5" in text
     Config.from_flat({"algo": "dqn"}).validate()  # the defaults fit
 
