@@ -75,6 +75,8 @@ class WandbLog:
                              group=r.wandb_group or None, job_type=r.wandb_job_type or None,
                              tags=list(r.wandb_tags) or None, config=config.flat(), dir=directory, id=run_id,
                              resume="allow" if run_id else None, reinit="create_new",
+                             # read at each start: wandb's process-wide settings keep the mode of its first run
+                             mode=os.environ.get("WANDB_MODE") or None,
                              settings=wandb.Settings(console="off", **({"silent": True} if quiet else {})))
         except Exception as exc:  # wandb's own errors (UsageError, CommError...) have no common base worth naming
             if created:
