@@ -248,3 +248,17 @@ def test_the_q_network_is_the_actor_critic_read_as_dueling_streams():
         assert mask is None
         assert torch.allclose(q.mean(-1), model(torch.from_numpy(obs))[1], atol=1e-6)
         assert np.array_equal(q.argmax(-1).numpy(), model.act(obs, deterministic=True)[0])
+
+
+def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
+    from daskrl.config.algo_rules import describe_algo_defaults
+    from daskrl.driver.preflight import preflight
+
+    config = run_config(tmp_path, algo="dqn", batch_size=32)
+    assert describe_algo_defaults(config) == ("defaults for --algo dqn: --activation relu --max-grad-norm 10.0 "
+                                              "(options you give win)")
+    preflight(config)
+    assert (config.learner.batch_size, config.model.activation, config.learner.max_grad_norm) == (32, "relu", 10.0)
+    appo = run_config(tmp_path)
+    preflight(appo)
+    assert (appo.learner.batch_size, appo.model.activation) == (512, "tanh") and not describe_algo_defaults(appo)

@@ -50,9 +50,38 @@ def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: s
             "--algo appo"]
 
 
-def apply_algo_model(config: Any) -> None:
-    """The model options an algorithm needs (SAC: a squashed Gaussian whose std depends on the state), set before
-    the run's config is saved, so samplers, the learner and ``enjoy`` build the same network."""
-    if config.algo.algo == "sac":
-        object.__setattr__(config.model, "action_bounds", "squash")  # not counted as set by the user
-        object.__setattr__(config.model, "gaussian_std", "state")
+#: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
+#: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "dqn": {"batch_size": 64, "activation": "relu", "max_grad_norm": 10.0},
+    "sac": {"batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256], "learning_rate": 3e-4,
+            "max_grad_norm": 0.0, "n_step": 1},
+}
+#: what SAC's actor must be (set whatever the user gave: the rules refuse another value given explicitly)
+_SAC_ACTOR = {"action_bounds": "squash", "gaussian_std": "state"}
+
+
+def apply_algo_model(config: Any) -> dict[str, Any]:
+    """Set the options an algorithm needs (SAC's actor: a squashed Gaussian whose std depends on the state) and its
+    defaults (:data:`ALGO_DEFAULTS`) where the user gave none, before the run's config is saved, so samplers, the
+    learner and ``enjoy`` build the same network; returns the defaults applied (name -> value)."""
+    explicit, applied = config.explicit(), {}
+    wanted = {**ALGO_DEFAULTS.get(config.algo.algo, {}), **(_SAC_ACTOR if config.algo.algo == "sac" else {})}
+    for name, value in wanted.items():
+        if name in explicit:
+            continue
+        section = next(getattr(config, s) for s in ("learner", "model", "algo") if hasattr(getattr(config, s), name))
+        object.__setattr__(section, name, list(value) if isinstance(value, list) else value)  # not set by the user
+        applied[name] = value
+    return applied
+
+
+def describe_algo_defaults(config: Any) -> str:
+    """One line naming the off-policy defaults in force for this run ('' for appo, or when the user gave them all)."""
+    explicit = config.explicit()
+    shown = {name: value for name, value in ALGO_DEFAULTS.get(config.algo.algo, {}).items() if name not in explicit}
+    if not shown:
+        return ""
+    flags = " ".join(f"--{name.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                     for name, v in shown.items())
+    return f"defaults for --algo {config.algo.algo}: {flags} (options you give win)"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
+from daskrl.config.algo_rules import describe_algo_defaults
 from daskrl.config.env_defaults import describe as describe_env_defaults
 from daskrl.driver.elastic import adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.experiment import open_experiment, run_log_path
@@ -74,7 +75,7 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
                                        echo=level <= logging.DEBUG))
         dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
                    "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
-        for line in (note, describe_env_defaults(config), dropped):
+        for line in (note, describe_env_defaults(config), describe_algo_defaults(config), dropped):
             if line:
                 say(f"daskrl: {line}")
         return LiveRun(_start(config, client, spaces, observers, stack, progress, clock), stack)
