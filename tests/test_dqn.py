@@ -255,10 +255,11 @@ def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
     from daskrl.driver.preflight import preflight
 
     config = run_config(tmp_path, algo="dqn", batch_size=32)
-    assert describe_algo_defaults(config) == ("defaults for --algo dqn: --activation relu --max-grad-norm 10.0 "
-                                              "(options you give win)")
+    assert describe_algo_defaults(config) == ("defaults for --algo dqn: --num-envs-per-worker 8 --rollout 16 "
+                                              "--activation relu --max-grad-norm 10.0 (options you give win)")
     preflight(config)
     assert (config.learner.batch_size, config.model.activation, config.learner.max_grad_norm) == (32, "relu", 10.0)
+    assert (config.sampler.num_envs_per_worker, config.sampler.rollout) == (8, 16)
     appo = run_config(tmp_path)
     preflight(appo)
     assert (appo.learner.batch_size, appo.model.activation) == (512, "tanh") and not describe_algo_defaults(appo)

@@ -129,7 +129,7 @@ def test_sac_refuses_discrete_actions_and_an_unsquashed_gaussian(tmp_path):
     config = run_config(tmp_path, algo="sac", env="Pendulum-v1")
     preflight(config)  # sets the actor SAC needs; an APPO run keeps its own
     assert (config.model.action_bounds, config.model.gaussian_std) == ("squash", "state")
-    assert not config.learner.sync and config.sampler.rollout == 32  # Pendulum's family settings are APPO's
+    assert not config.learner.sync and config.learner.gamma == 0.99  # Pendulum's family settings (gamma 0.95) are APPO's
     appo = run_config(tmp_path, env="Pendulum-v1")
     preflight(appo)
     assert (appo.model.action_bounds, appo.model.gaussian_std) == ("clip", "parameter")

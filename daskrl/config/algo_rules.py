@@ -50,12 +50,15 @@ def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: s
             "--algo appo"]
 
 
+#: smaller slots than APPO's 32 envs x 32 steps: the update-to-data ratio holds back sampling a slot at a time, so a
+#: rollout worker's pool of slots (3 per split) is how far sampling may run ahead of the learner
+_OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 #: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
 #: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
-    "dqn": {"batch_size": 64, "activation": "relu", "max_grad_norm": 10.0},
-    "sac": {"batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256], "learning_rate": 3e-4,
-            "max_grad_norm": 0.0, "n_step": 1},
+    "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0},
+    "sac": {**_OFF_POLICY_SLOTS, "batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256],
+            "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1},
 }
 #: what SAC's actor must be (set whatever the user gave: the rules refuse another value given explicitly)
 _SAC_ACTOR = {"action_bounds": "squash", "gaussian_std": "state"}
@@ -70,7 +73,8 @@ def apply_algo_model(config: Any) -> dict[str, Any]:
     for name, value in wanted.items():
         if name in explicit:
             continue
-        section = next(getattr(config, s) for s in ("learner", "model", "algo") if hasattr(getattr(config, s), name))
+        section = next(getattr(config, s) for s in ("sampler", "learner", "model", "algo")
+                       if hasattr(getattr(config, s), name))
         object.__setattr__(section, name, list(value) if isinstance(value, list) else value)  # not set by the user
         applied[name] = value
     return applied
