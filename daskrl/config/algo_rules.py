@@ -58,7 +58,7 @@ _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0},
     "sac": {**_OFF_POLICY_SLOTS, "batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256],
-            "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1},
+            "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0},
 }
 #: what SAC's actor must be (set whatever the user gave: the rules refuse another value given explicitly)
 _SAC_ACTOR = {"action_bounds": "squash", "gaussian_std": "state"}
