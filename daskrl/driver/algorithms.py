@@ -17,13 +17,13 @@ in ``daskrl/config/algo_rules.py`` (README "Adding an algorithm").
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from daskrl.config import Config
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.learning.learner import Learner
-from daskrl.learning.replay_learner import ReplayLearner
 from daskrl.setups import EpsilonGreedy
 
 
@@ -45,18 +45,26 @@ class Algorithm:
     #: rollout worker ``index``'s exploration setup (None: act as the policy samples)
     sampler_policy: Callable[[Config, EnvSpaces, int], EpsilonGreedy | None]
     data_source: str  # "fresh slots" or "replay"
-    learner: type[Learner]  # the learner component, which holds the trainer
+    #: the learner component, which holds the trainer, as "module:class": the driver's checks name algorithms
+    #: without importing torch (the learners are imported where the fleet creates them)
+    learner_path: str
     action_kinds: tuple[str, ...]  # the action spaces it can act in (EnvSpaces.action_kind)
 
     @property
     def uses_replay(self) -> bool:
         return self.data_source == "replay"
 
+    @property
+    def learner(self) -> Any:
+        module, _, name = self.learner_path.partition(":")
+        return getattr(importlib.import_module(module), name)
+
 
 ALGORITHMS = {
-    "appo": Algorithm("appo", _samples_its_policy, "fresh slots", Learner, ("discrete", "multi_discrete", "box")),
-    "dqn": Algorithm("dqn", _epsilon_greedy, "replay", ReplayLearner, ("discrete",)),
-    "sac": Algorithm("sac", _samples_its_policy, "replay", ReplayLearner, ("box",)),
+    "appo": Algorithm("appo", _samples_its_policy, "fresh slots", "daskrl.learning.learner:Learner",
+                      ("discrete", "multi_discrete", "box")),
+    "dqn": Algorithm("dqn", _epsilon_greedy, "replay", "daskrl.learning.replay_learner:ReplayLearner", ("discrete",)),
+    "sac": Algorithm("sac", _samples_its_policy, "replay", "daskrl.learning.replay_learner:ReplayLearner", ("box",)),
 }
 
 
