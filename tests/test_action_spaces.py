@@ -246,15 +246,15 @@ def test_the_numpy_fast_path_leaves_composite_actions_to_torch():
 
 #: a hybrid-action run on one rollout worker that stops at its first env error (an action the space lacks raises);
 #: a small initial spread of the aim, so the short run can reach the aim's optimum (Adam moves log_std about
-#: learning-rate per step); it stops once the mean return of 100 episodes reaches 0.85 of the best
+#: learning-rate per step); it stops once the mean return of 100 episodes reaches 0.9 of the best
 HYBRID_RUN = {"env": HYBRID, "num_workers": 1, "num_envs_per_worker": 16, "rollout": 16, "batch_size": 512,
               "num_batches_per_epoch": 1, "init_log_std": -2.0, "report_interval": 0.5, "env_failure_limit": 0,
-              "stop_at_return": 0.85 * LENGTH, "train_for_env_steps": 150_000, "train_for_seconds": 120}
+              "stop_at_return": 0.9 * LENGTH, "train_for_env_steps": 300_000, "train_for_seconds": 180}
 
 
 @slow("trains to the optimum")
 def test_tuple_actions_train_to_the_optimum_and_enjoy_plays_them(cluster, tmp_path):
-    """Inline acting (through torch): the run reaches 0.85 of the best return with sampled actions, and ``enjoy``'s
+    """Inline acting (through torch): the run reaches 0.9 of the best return with sampled actions, and ``enjoy``'s
     most likely actions (the cue, aimed at its position) score 0.95 of it."""
     summary = train(run_config(tmp_path, "tuple", base=HYBRID_RUN), client=cluster.client)
     assert "--stop-at-return" in summary["stop_reason"], summary["stop_reason"]

@@ -62,7 +62,7 @@ class Algorithm:
 
 ALGORITHMS = {
     "appo": Algorithm("appo", _samples_its_policy, "fresh slots", "daskrl.learning.learner:Learner",
-                      ("discrete", "multi_discrete", "box")),
+                      ("discrete", "multi_discrete", "box", "composite")),
     "dqn": Algorithm("dqn", _epsilon_greedy, "replay", "daskrl.learning.replay_learner:ReplayLearner", ("discrete",)),
     "sac": Algorithm("sac", _samples_its_policy, "replay", "daskrl.learning.replay_learner:ReplayLearner", ("box",)),
 }
