@@ -97,6 +97,28 @@ def test_a_random_player_and_a_masked_network_play_only_legal_tictactoe_moves():
         assert seat["won"] + seat["drawn"] + seat["lost"] == seat["games"]
 
 
+@slow("trains PettingZoo's tic-tac-toe briefly, then daskrl enjoy as a command")
+def test_enjoy_plays_a_pettingzoo_game_against_a_random_opponent(tmp_path):
+    """The command a user types on a real PettingZoo game (tic-tac-toe, whose raw env refuses an illegal move: the
+    action mask is honoured by both players): each seat's wins, draws and losses, summing to its games."""
+    pytest.importorskip("pettingzoo", reason="the multiagent extra (pip install 'daskrl[multiagent]') is not installed")
+    from daskrl import train
+
+    config = Config().replace(env="pettingzoo.classic.tictactoe.tictactoe:raw_env", train_dir=str(tmp_path),
+                              experiment="ttt", dashboard_address="", num_workers=1, num_envs_per_worker=8,
+                              rollout=16, batch_size=128, train_for_env_steps=3_000, train_for_seconds=60,
+                              report_interval=0.5)
+    train(config)
+    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--train-dir", str(tmp_path), "--experiment",
+                           "ttt", "--opponent", "random", "--episodes", "20"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, done.stderr
+    seats = re.findall(r"policy 0 in seat (\w+): (\d+) games, (\d+) won, (\d+) drawn, (\d+) lost", done.stdout)
+    assert [s[0] for s in seats] == ["player_1", "player_2"], done.stdout
+    counts = [tuple(map(int, s[1:])) for s in seats]
+    assert [games for games, *_ in counts] == [10, 10] and all(g == w + d + lo for g, w, d, lo in counts), done.stdout
+
+
 def test_a_general_sum_game_counts_no_wins():
     layout = probe_env("daskrl.testing.envs:take_turns")
     group = game_group("daskrl.testing.envs:take_turns", layout, seed=0)
