@@ -102,6 +102,9 @@ class Drill(Observer):
         self.marks["joined"] = time.time()
         self._await(lambda: sum(e["event"] == "grew" for e in self.growth.history) >= 3,
                     "a rollout worker on each newcomer")
+        grown = [e["component"] for e in self.growth.history if e["event"] == "grew"]
+        self._await(lambda: all(self.run.data_path().get("slots_filled", {}).get(name, 0) > 0 for name in grown),
+                    "every grown rollout worker filled slots")  # working, not just placed, before some leave
 
     def _leave_in_order(self) -> None:
         procs, client = self.cluster["procs"], self.cluster["client"]
