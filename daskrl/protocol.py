@@ -1,6 +1,7 @@
 """The messages of a run, in one place: queue and topic names, what each payload holds, and the wiring.
 
-The data path, with the message on each arrow (payloads are msgpack-native dicts: indices, never arrays)::
+The data path, with the message on each arrow (payloads are msgpack-native dicts: indices, never arrays; small index
+and weight vectors of replay travel as packed bytes)::
 
     RolloutWorker --InferenceRequest on policy:<k>--> InferenceWorker     (remote inference only)
     InferenceWorker --ActionsReady on actions:<w>--> RolloutWorker
@@ -24,6 +25,8 @@ metrics and fault events, never data) are listed at the end.
 from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
+
+import numpy as np
 
 from daskrl.runtime.component import ERROR_TOPIC
 from daskrl.runtime.handles import ComponentHandle
@@ -118,40 +121,55 @@ class SharesAssigned(TypedDict):
 
 
 class SampleRequest(TypedDict):
-    """Learner ``learner`` asks a replay shard for a minibatch (request ``id``: the answer names it, and the shard
-    writes it into batch buffer ``id % 2``). The shard answers once it holds enough transitions and the
-    update-to-data ratio allows another draw."""
+    """Learner ``learner`` asks a replay shard for up to ``k`` minibatches (request ``id``: the answer names it, and
+    the shard writes them into half ``id % 2`` of its batch block). The shard answers once it holds enough
+    transitions and the update-to-data ratio allows at least one draw, with as many as it allows then."""
 
     learner: str
     id: int
+    k: NotRequired[int]  # absent: 1
 
 
 class BatchReady(TypedDict):
-    """A minibatch of ``count`` transitions is in buffer ``buffer`` of shard ``shard``'s batch block (incarnation
-    ``inc``): drawn at ``positions`` (holding the transitions numbered ``stamps``) with importance ``weights``;
-    ``size`` transitions stored, ``added`` in all."""
+    """``count`` minibatches of ``batch`` transitions each are in half ``buffer`` of shard ``shard``'s batch block
+    (incarnation ``inc``): drawn at ``positions`` (holding the transitions numbered ``stamps``) with importance
+    ``weights``, each ``count x batch`` values packed by :func:`pack` (int64, int64, float32); ``size``
+    transitions stored, ``added`` in all."""
 
     shard: str
     inc: str
     id: int
     buffer: int
     count: int
-    positions: list[int]
-    stamps: list[int]
-    weights: list[float]
+    batch: int
+    positions: bytes
+    stamps: bytes
+    weights: bytes
     size: int
     added: int
 
 
 class PriorityUpdate(TypedDict):
-    """The TD errors of the transitions at ``positions`` (numbered ``stamps``) of a shard's incarnation ``inc``:
-    their new priorities. A recreated shard drops them all, and a shard the ones whose position was overwritten
-    since the draw."""
+    """The TD errors (float32) of the transitions at ``positions`` (int64, numbered ``stamps``: int64), packed by
+    :func:`pack`, of a shard's incarnation ``inc``: their new priorities, for every minibatch of one answer at once.
+    A recreated shard drops them all, and a shard the ones whose position was overwritten since the draw."""
 
     inc: str
-    positions: list[int]
-    stamps: list[int]
-    td_errors: list[float]
+    positions: bytes
+    stamps: bytes
+    td_errors: bytes
+
+
+def pack(values: np.ndarray, dtype: str) -> bytes:
+    """An array as the raw bytes of ``dtype`` values: msgpack carries bytes in one piece, where a list costs a
+    Python object per item at both ends and in the bus's payload check."""
+    return np.ascontiguousarray(values, dtype=dtype).tobytes()
+
+
+def unpack(data: bytes, dtype: str) -> np.ndarray:
+    """A writable array of the ``dtype`` values :func:`pack` made (a copy: the bytes may be the sender's own, in
+    one process)."""
+    return np.frombuffer(data, dtype=dtype).copy()
 
 
 # ---- wiring ----
@@ -217,6 +235,7 @@ __all__ = [
     "RECOVERIES_TOPIC", "SWEEPS_TOPIC",
     "ActionsReady", "BatchReady", "FreeSlots", "InferenceRequest", "PriorityUpdate", "SampleRequest", "SharesAssigned",
     "TrajectoryReady",
-    "actions_queue", "batches_queue", "free_queue", "policy_queue", "priorities_queue", "replay_queue",
+    "actions_queue", "batches_queue", "free_queue", "pack", "policy_queue", "priorities_queue", "replay_queue",
+    "unpack",
     "wire_inference", "wire_learner_group", "wire_replay", "wire_rollout", "wire_sampling_graph",
 ]

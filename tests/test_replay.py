@@ -1,5 +1,5 @@
 """Replay's pieces against hand computations: the sum tree, prioritized draws (chi-square), importance weights,
-n-step transitions of a slot, and the ring store."""
+n-step transitions of a slot, the ring store, and the update-to-data ratio with several minibatches per request."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from daskrl.replay import PrioritizedSampler, SumTree, TransitionStore, UniformSampler, slot_transitions
+from daskrl.replay.ratio import AUTO_MAX_BATCHES, ReplayRatio, batches_per_request
 from daskrl.replay.store import numpy_arrays, store_shapes
 
 from .helpers import slow
@@ -120,6 +121,123 @@ def test_store_overwrites_oldest_first():
     assert store.current(np.array([0, 1, 2]), np.array([0, 5, 2])).tolist() == [False, True, True]
     with pytest.raises(IndexError):
         store.read(np.array([4]))
+
+
+def test_several_minibatches_drawn_at_once_are_each_stratified_and_weighted_exactly():
+    n = 64
+    sampler = PrioritizedSampler(n, alpha=0.6, beta=0.4, seed=2)
+    sampler.added(np.arange(n))  # all equally likely: stratum i of a 64-draw minibatch is position i
+    assert (sampler.draw(n, 64, count=5).positions.reshape(5, 64) == np.arange(64)).all()
+    errors = np.random.default_rng(1).uniform(0.05, 3.0, 16)
+    sampler = PrioritizedSampler(16, alpha=0.7, beta=0.5, seed=3)
+    sampler.update(np.arange(16), errors)
+    counts = np.zeros(16)
+    for _ in range(125):
+        draw = sampler.draw(16, 64, count=8)
+        assert draw.positions.shape == draw.weights.shape == (8 * 64,)
+        np.add.at(counts, draw.positions, 1)
+    p = (errors + sampler.eps) ** 0.7
+    expected = 64_000 * p / p.sum()
+    assert ((counts - expected) ** 2 / expected).sum() < CHI2_15_999
+    w = (16 * p / p.sum()) ** -0.5
+    assert np.allclose(draw.weights, w[draw.positions] / w.max(), rtol=1e-6)
+    assert UniformSampler(10, seed=0).draw(10, 32, count=3).positions.shape == (96,)
+
+
+def test_a_request_for_several_minibatches_gets_what_the_ratio_allows_and_no_more():
+    """Served in one go, a request gets exactly the draws that requests of one minibatch each, served one after
+    another, would have got: none before learning_starts, never past the ratio, at least one when one is allowed."""
+    starts, r = 100, 0.25
+    ratio = ReplayRatio(starts, r)
+    assert ratio.draws_allowed(size=99, added=99, served=0, most=16) == 0
+    assert ratio.draws_allowed(size=100, added=100, served=0, most=16) == 1  # one draw at learning_starts
+    assert ratio.draws_allowed(size=100, added=120, served=1, most=16) == 5  # then 0.25 per transition added
+    assert ratio.draws_allowed(size=100, added=120, served=1, most=3) == 3
+    rng = np.random.default_rng(0)
+    served = added = answers = 0
+    for _ in range(3_000):
+        added += int(rng.integers(0, 40))
+        size, most = min(added, 500), int(rng.integers(1, 17))
+        one_by_one = 0
+        while one_by_one < most and size >= starts and served + one_by_one < 1 + r * (added - starts):
+            one_by_one += 1
+        n = ratio.draws_allowed(size, added, served, most)
+        assert n == one_by_one, (size, added, served, most)
+        served += n
+        answers += n > 0
+        assert served == 0 or served - 1 < 1 + r * (added - starts)  # the last draw served was allowed
+        assert not ratio.behind(size, added, served) or n == most  # behind only where the request was too small
+    assert served > 2 * answers  # most requests carried several minibatches
+
+
+def test_batches_per_request_are_the_updates_one_slot_allows_unless_given():
+    assert batches_per_request(0, 0.25, 128) == AUTO_MAX_BATCHES  # 32 updates a slot, capped
+    assert batches_per_request(0, 0.05, 64) == 4  # 3.2 updates a slot
+    assert batches_per_request(0, 0.001, 64) == 1
+    assert batches_per_request(5, 0.25, 128) == 5
+
+
+def test_replay_batches_per_request_is_checked():
+    from daskrl.config import Config
+    from daskrl.errors import ConfigError
+
+    for bad in (-1, 65):
+        with pytest.raises(ConfigError, match="replay.batches.per.request"):
+            Config.from_flat({"algo": "dqn", "replay_batches_per_request": bad}).validate()
+    Config.from_flat({"algo": "dqn", "replay_batches_per_request": 8}).validate()
+
+
+def test_a_store_reads_a_minibatch_straight_into_a_block():
+    store = TransitionStore(numpy_arrays(store_shapes(8, (2,), "float32", (), "int64")))
+    store.add(slot_transitions(_slot(np.arange(6.0)[:, None]), 1, 0.9))
+    positions = np.array([5, 0, 3, 3])
+    block = numpy_arrays(store_shapes(4, (2,), "float32", (), "int64"))
+    store.read_into(positions, block)
+    for name, values in store.read(positions).items():
+        assert np.array_equal(block[name], values), name
+    with pytest.raises(IndexError):
+        store.read_into(np.array([6]), block)
+
+
+# ---- several minibatches per request in a real run ----
+
+
+@slow("a short DQN run whose learner asks for 4 minibatches per request, its shard watched at every poll")
+def test_several_minibatches_per_request_keep_the_ratio_and_send_back_every_priority(tmp_path):
+    from daskrl import Observer, train
+    from daskrl.learning.checkpoints import CheckpointStore
+
+    from .helpers import DQN_CARTPOLE, REPORT_OFTEN, run_config
+
+    class Watch(Observer):
+        def __init__(self):
+            self.polls = []
+
+        def on_poll(self, run):
+            if "replay_0" in run.last_stats:
+                self.polls.append(run.last_stats["replay_0"])
+
+    watch, starts, r = Watch(), 300, 0.25
+    config = run_config(tmp_path, "k4", base={**DQN_CARTPOLE, **REPORT_OFTEN}, learning_starts=starts,
+                        replay_batches_per_request=4, train_for_env_steps=4_000)
+    summary = train(config, observers=[watch])
+    assert watch.polls and all(p["replay"]["batches_per_request"] == 4 for p in watch.polls)
+    for poll in watch.polls:  # served is read first: a later count of transitions can only allow more
+        replay = poll["replay"]
+        if replay["size"] < starts:
+            assert replay["served"] == 0, replay  # the learner waited for learning_starts
+        else:
+            assert replay["served"] - 1 < 1 + r * (replay["added"] - starts), replay  # never past the ratio
+        received = poll["counters"].get("priorities_kept", 0) + poll["counters"].get("priorities_dropped", 0)
+        assert received <= replay["served"] * 64, (received, replay)
+    last = watch.polls[-1]
+    assert last["replay"]["served"] > 2 * last["replay"]["answers"]  # most answers carried several minibatches
+    received = last["counters"].get("priorities_kept", 0) + last["counters"].get("priorities_dropped", 0)
+    in_flight = 3 * 4 * 64  # an answer training, one drawn, one's priorities on the way
+    assert received >= last["replay"]["served"] * 64 - in_flight, (received, last)  # every minibatch's came back
+    trained = CheckpointStore(tmp_path / "k4" / "checkpoints").load("latest")["train_steps"]
+    assert trained == pytest.approx(r * (summary["env_steps"] - starts), rel=0.15), (trained, summary["env_steps"])
+    assert summary["policy_version"] >= trained // 8 - 4  # one version per 8 updates, published once per answer
 
 
 # ---- a shard lost with its worker ----

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 class DQNLoss:
     loss: torch.Tensor  # scalar, to minimize
     td_errors: torch.Tensor  # [B] detached: |these| are the new priorities
-    q_mean: float  # the mean Q-value of the taken actions (a diverging critic shows here first)
+    q_mean: torch.Tensor  # 0-d, detached: the mean Q-value of the taken actions (a diverging critic shows here first)
 
 
 def dqn_targets(rewards: torch.Tensor, discounts: torch.Tensor, next_q_target: torch.Tensor,
@@ -42,7 +42,7 @@ def dqn_loss(q: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, weig
     else:
         per_sample = F.huber_loss(taken, targets, reduction="none", delta=huber_delta)
     loss = (weights * per_sample).mean()
-    return DQNLoss(loss, td.detach(), float(taken.detach().mean()))
+    return DQNLoss(loss, td.detach(), taken.detach().mean())
 
 
 def dueling(values: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 from daskrl.algo.collectives import SoloGroup
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
 from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.algo.replay_steps import StepMetrics, finite_rows, skipped_metrics
 from daskrl.config import hyperparams
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class DQNTrainer:
         self.step_hp = dict(self.hp)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], foreach=True)
         self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
+        self.params = list(model.parameters())  # (loading a checkpoint copies into these: the list stays right)
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0
@@ -65,14 +67,48 @@ class DQNTrainer:
         """One update on a minibatch (the fields of :data:`daskrl.replay.store.FIELDS`) with importance ``weights``;
         returns the metrics and the TD errors (the transitions' new priorities). A minibatch whose loss or
         gradients are not finite is skipped: its TD errors are then all zero."""
+        metrics, td_errors, _ = self.train_many({k: v[None] for k, v in batch.items()}, np.asarray(weights)[None])
+        return metrics, td_errors[0]
+
+    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray
+                   ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """One update per minibatch, in order: ``batches`` holds K minibatches ([K, B, ...] per field), ``weights``
+        [K, B]. Returns the metrics (means over the updates made), the TD errors [K, B] (zero for a skipped
+        minibatch) and which minibatches updated [K]. The metrics stay tensors until the last update."""
         self.step_hp = dict(self.hp)
-        if not all(np.isfinite(batch[k]).all() for k in ("obs", "rewards", "next_obs")):
-            return self._skipped(len(weights))
-        if self.obs_rms is not None:
-            self.obs_rms.update(self.model.obs_for_stats(batch["obs"]))
-            for net in (self.model, self.target):
-                net.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
-        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.step_hp["learning_rate"]
+        count, size = weights.shape
+        finite = finite_rows(batches, ("obs", "rewards", "next_obs"))
+        t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}
+        w = torch.as_tensor(weights, device=self.device)
+        td = torch.zeros(count, size)
+        applied, steps = np.zeros(count, bool), StepMetrics()
+        for k in np.flatnonzero(finite).tolist():
+            if self.obs_rms is not None:
+                self._follow_obs(batches["obs"][k])
+            done = self._update({name: value[k] for name, value in t.items()}, w[k])
+            if done is not None:
+                steps.add(done[0])
+                td[k], applied[k] = done[1], True
+        made = int(applied.sum())
+        self.skipped_steps += count - made
+        if not made:
+            return skipped_metrics(count), td.numpy(), applied
+        metrics = {**steps.means(), "lr": self.step_hp["learning_rate"], "updates": made,
+                   "skipped_updates": count - made}
+        return metrics, td.numpy(), applied
+
+    def _follow_obs(self, obs: np.ndarray) -> None:
+        """Observation statistics follow the observations about to be trained on (both networks normalize so)."""
+        self.obs_rms.update(self.model.obs_for_stats(obs))
+        for net in (self.model, self.target):
+            net.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
+
+    def _update(self, t: dict[str, torch.Tensor], weights: torch.Tensor
+                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+        """One update on one minibatch of tensors; its metrics (0-d tensors) and TD errors, or None where the loss
+        or the gradients were not finite (nothing applied)."""
         with torch.no_grad():
             next_target, mask = q_values(self.target, t["next_obs"], self.algo.dueling)
             next_online = q_values(self.model, t["next_obs"], self.algo.dueling)[0] if self.algo.double_q else None
@@ -82,29 +118,22 @@ class DQNTrainer:
                                                                                                   -math.inf)
             targets = dqn_targets(t["rewards"].float(), t["discounts"].float(), next_target, next_online)
         q = q_values(self.model, t["obs"], self.algo.dueling)[0]
-        out = dqn_loss(q, t["actions"].reshape(-1), targets, torch.as_tensor(weights, device=self.device))
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.step_hp["learning_rate"]
+        out = dqn_loss(q, t["actions"].reshape(-1), targets, weights)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         max_norm = self.cfg.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
-        if not (torch.isfinite(out.loss) and torch.isfinite(grad_norm)):
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else math.inf)
+        if not bool(torch.isfinite(out.loss) & torch.isfinite(grad_norm)):  # the one sync an update needs
             self.optimizer.zero_grad(set_to_none=True)
-            return self._skipped(len(weights))
+            return None
         self.optimizer.step()
         self.train_steps += 1
         self.samples_trained += len(weights)
         if self.train_steps % self.algo.target_update_interval == 0:
-            self.target.load_state_dict(self.model.state_dict())
-        metrics = {"loss": out.loss.item(), "q_mean": out.q_mean, "td_abs_mean": float(out.td_errors.abs().mean()),
-                   "grad_norm": float(grad_norm), "lr": self.step_hp["learning_rate"], "updates": 1,
-                   "skipped_updates": 0, "importance_weight_mean": float(np.mean(weights))}
-        return metrics, out.td_errors.cpu().numpy()
-
-    def _skipped(self, n: int) -> tuple[dict[str, float], np.ndarray]:
-        self.skipped_steps += 1
-        return {"updates": 0, "skipped_updates": 1}, np.zeros(n)
+            torch._foreach_copy_(list(self.target.state_dict().values()), list(self.model.state_dict().values()))
+        metrics = {"loss": out.loss, "q_mean": out.q_mean, "td_abs_mean": out.td_errors.abs().mean(),
+                   "grad_norm": grad_norm, "importance_weight_mean": weights.mean()}
+        return metrics, out.td_errors
 
     # ---- checkpoints ----
 

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 from daskrl.algo.collectives import SoloGroup
 from daskrl.algo.normalizers import RunningMeanStd
-from daskrl.algo.sac_loss import actor_loss, alpha_loss, critic_loss, sac_targets, soft_update
+from daskrl.algo.replay_steps import StepMetrics, finite_rows, skipped_metrics
+from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.config import hyperparams
 from daskrl.models.q_critics import TwinQ
 
@@ -63,6 +64,9 @@ class SACTrainer:
         self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
+        # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
+        self.actor_params, self.critic_params = list(model.parameters()), list(self.critics.parameters())
+        self.soft_update = SoftUpdate(self.target, self.critics)
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0
@@ -76,17 +80,44 @@ class SACTrainer:
     def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
         """One update of critics, actor and temperature on a minibatch with importance ``weights``; returns the
         metrics and the TD errors (new priorities). A non-finite minibatch or loss is skipped (TD errors zero)."""
+        metrics, td_errors, _ = self.train_many({k: v[None] for k, v in batch.items()}, np.asarray(weights)[None])
+        return metrics, td_errors[0]
+
+    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray
+                   ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """One update per minibatch, in order: ``batches`` holds K minibatches ([K, B, ...] per field), ``weights``
+        [K, B]. Returns the metrics (means over the updates made), the TD errors [K, B] (zero for a skipped
+        minibatch) and which minibatches updated [K]. The metrics stay tensors until the last update."""
         self.step_hp = dict(self.hp)
-        if not all(np.isfinite(batch[k]).all() for k in ("obs", "rewards", "next_obs", "actions")):
-            return self._skipped(len(weights))
-        if self.obs_rms is not None:
-            self.obs_rms.update(self.model.obs_for_stats(batch["obs"]))
-            self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
-        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
-        w = torch.as_tensor(weights, device=self.device)
         for opt in (self.optimizer, self.critic_optimizer, self.alpha_optimizer):
             for group in opt.param_groups:
                 group["lr"] = self.step_hp["learning_rate"]
+        count, size = weights.shape
+        finite = finite_rows(batches, ("obs", "rewards", "next_obs", "actions"))
+        t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}
+        w = torch.as_tensor(weights, device=self.device)
+        td = torch.zeros(count, size)
+        applied, steps = np.zeros(count, bool), StepMetrics()
+        for k in np.flatnonzero(finite).tolist():
+            if self.obs_rms is not None:
+                self.obs_rms.update(self.model.obs_for_stats(batches["obs"][k]))
+                self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
+            done = self._update({name: value[k] for name, value in t.items()}, w[k])
+            if done is not None:
+                steps.add(done[0])
+                td[k], applied[k] = done[1], True
+        made = int(applied.sum())
+        self.skipped_steps += count - made
+        if not made:
+            return skipped_metrics(count), td.numpy(), applied
+        metrics = {**steps.means(), "lr": self.step_hp["learning_rate"], "updates": made,
+                   "skipped_updates": count - made}
+        return metrics, td.numpy(), applied
+
+    def _update(self, t: dict[str, torch.Tensor], w: torch.Tensor
+                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+        """Critics, then actor and temperature, then the target critics, on one minibatch of tensors; its metrics
+        (0-d tensors) and TD errors, or None where the critics' loss was not finite (nothing applied)."""
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
             next_actions, next_log_prob = squashed_sample(self.model, t["next_obs"])
@@ -94,43 +125,37 @@ class SACTrainer:
             targets = sac_targets(t["rewards"].float(), t["discounts"].float(), tq1, tq2, next_log_prob, alpha)
         inputs = self.model.prepare(t["obs"])[0]
         critic = critic_loss(*self.critics(inputs, t["actions"]), targets, w)
-        if not torch.isfinite(critic.loss):
-            return self._skipped(len(weights))
-        grad_norm = self._step(self.critic_optimizer, critic.loss)
+        if not bool(torch.isfinite(critic.loss)):
+            return None
+        grad_norm = self._step(self.critic_optimizer, critic.loss, self.critic_params)
         # the actor and the temperature follow the critics just updated (as SB3 and the paper's code order them)
         actions, log_prob = squashed_sample(self.model, t["obs"])
         q1_pi, q2_pi = self.critics(inputs, actions)
         policy = actor_loss(q1_pi, q2_pi, log_prob, alpha)
         temperature = alpha_loss(self.log_alpha, log_prob, self.target_entropy)
-        if torch.isfinite(policy) and torch.isfinite(temperature):
-            self._step(self.optimizer, policy)  # gradients reach only the actor's parameters (backward inputs)
-            self._step(self.alpha_optimizer, temperature)
+        if bool(torch.isfinite(policy) & torch.isfinite(temperature)):
+            self._step(self.optimizer, policy, self.actor_params)  # gradients reach only the actor's parameters
+            self._step(self.alpha_optimizer, temperature, [self.log_alpha])
         else:
             self.skipped_steps += 1
-        soft_update(self.target, self.critics, self.algo.target_tau)
+        self.soft_update(self.algo.target_tau)
         self.train_steps += 1
-        self.samples_trained += len(weights)
-        metrics = {"loss": critic.loss.item(), "policy_loss": policy.item(), "alpha": float(alpha),
-                   "entropy": -float(log_prob.detach().mean()), "q_mean": float(q1_pi.detach().mean()),
-                   "td_abs_mean": float(critic.td_errors.abs().mean()), "grad_norm": grad_norm,
-                   "lr": self.step_hp["learning_rate"], "updates": 1, "skipped_updates": 0,
-                   "importance_weight_mean": float(np.mean(weights))}
-        return metrics, critic.td_errors.cpu().numpy()
+        self.samples_trained += len(w)
+        metrics = {"loss": critic.loss, "policy_loss": policy, "alpha": alpha, "entropy": -log_prob.detach().mean(),
+                   "q_mean": q1_pi.detach().mean(), "td_abs_mean": critic.td_errors.abs().mean(),
+                   "grad_norm": grad_norm, "importance_weight_mean": w.mean()}
+        return metrics, critic.td_errors
 
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> float:
-        """Backward into ``optimizer``'s parameters only, clip (``--max-grad-norm``, 0: no clipping), step; returns
-        the gradient norm."""
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]
+              ) -> torch.Tensor:
+        """Backward into ``params`` (``optimizer``'s) only, clip (``--max-grad-norm``, 0: no clipping), step;
+        returns the gradient norm (a tensor: read once per request)."""
         optimizer.zero_grad(set_to_none=True)
         loss.backward(inputs=params)
         max_norm = self.cfg.max_grad_norm
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
         optimizer.step()
-        return float(norm)
-
-    def _skipped(self, n: int) -> tuple[dict[str, float], np.ndarray]:
-        self.skipped_steps += 1
-        return {"updates": 0, "skipped_updates": 1}, np.zeros(n)
+        return norm
 
     # ---- checkpoints ----
 

@@ -337,6 +337,10 @@ class AlgoConfig(Section):
     replay_ratio: float = opt(0.25, "off-policy: minibatch updates per env step collected (the update-to-data ratio; "
                                     "a shard serves no more draws than this allows, so a fast learner waits for data)",
                               low=0, low_open=True)
+    replay_batches_per_request: int = opt(0, "off-policy: minibatches a replay shard may serve per learner request "
+                                             "(the learner trains them one after another and sends their priorities "
+                                             "back at once; the ratio still decides how many are served). 0 = auto: "
+                                             "the updates one trajectory slot allows, at most 16", low=0, high=64)
     prioritized_replay: bool = opt(True, "off-policy: draw transitions in proportion to |TD error|^alpha (with "
                                          "importance weights), not uniformly")
     priority_alpha: float = opt(0.6, "prioritized replay: the priority exponent (0: uniform)", low=0)

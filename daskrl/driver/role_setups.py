@@ -16,6 +16,7 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
+from daskrl.replay.ratio import batches_per_request
 from daskrl.sampling.policy_map import slots_tagged
 from daskrl.sampling.policy_spaces import policy_spaces
 from daskrl.setups import EpsilonGreedy, InferenceSetup, LearnerSetup, PolicySetup, ReplaySetup, RoleSetups, RolloutSetup
@@ -46,7 +47,7 @@ def replay_setups(config: Config, spaces: EnvSpaces) -> tuple[ReplaySetup, ...]:
         return ()
     shards = a.replay_shards
     return tuple(ReplaySetup(spaces=spaces, capacity=-(-a.replay_capacity // shards),
-                             learning_starts=-(-a.learning_starts // shards), algo=dataclasses.replace(a),
+                             learning_starts=-(-a.learning_starts // shards), algo=_algo(config),
                              gamma=config.learner.gamma, reward_scale=config.learner.reward_scale,
                              reward_clip=config.learner.reward_clip, batch_size=config.learner.batch_size,
                              seed=config.run.seed + 7919 * j) for j in range(shards))
@@ -70,7 +71,16 @@ def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, re
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params,
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
         tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
-        snapshot_every=c.policies.self_play_snapshot_every, algo=dataclasses.replace(c.algo))
+        snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c))
+
+
+def _algo(config: Config):
+    """A copy of the algorithm's options with ``--replay-batches-per-request`` resolved (0: from the ratio and the
+    slot size), so that the shards and the learner agree on it."""
+    s = config.sampler
+    slot_steps = s.num_envs_per_worker // s.num_splits() * s.rollout
+    return dataclasses.replace(config.algo, replay_batches_per_request=batches_per_request(
+        config.algo.replay_batches_per_request, config.algo.replay_ratio, slot_steps))
 
 
 def _model(config: Config):

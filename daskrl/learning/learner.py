@@ -264,9 +264,9 @@ class Learner(Component):
         metrics["version_diff"] = float(version - batch.policy_version.mean())
         self._account(metrics)
 
-    def _account(self, metrics: dict[str, float]) -> None:
-        """Keep a step's metrics and counters; stop the run after ``nan_tolerance`` steps in a row that skipped
-        every update."""
+    def _account(self, metrics: dict[str, float], steps: int = 1) -> None:
+        """Keep a step's metrics and counters (``steps``: the training steps they cover, all skipped where none
+        updated); stop the run after ``nan_tolerance`` steps in a row that skipped every update."""
         self.max_lag_seen = max(self.max_lag_seen, metrics["policy_lag_max"])
         metrics["train_step_ms"] = self.timing.totals["train"] / max(self.trainer.train_steps, 1) * 1e3
         self.metrics = metrics
@@ -276,7 +276,7 @@ class Learner(Component):
         if metrics["updates"] > 0 or metrics["skipped_updates"] == 0:
             self.bad_steps = 0
             return
-        self.bad_steps += 1
+        self.bad_steps += steps
         if self.bad_steps >= self.nan_tolerance:
             self.fail("training", FloatingPointError(
                 f"the loss or gradients were NaN/inf in {self.bad_steps} training steps in a row, so no update "

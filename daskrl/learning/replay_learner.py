@@ -2,11 +2,16 @@
 
 Under an off-policy algorithm (``--algo dqn`` or ``sac``) rollout workers' slots go to the replay shards
 (:mod:`daskrl.replay.shard`), not here. This learner keeps one :class:`~daskrl.protocol.SampleRequest` in flight
-per shard; a shard answers when it holds enough transitions and the update-to-data ratio allows another draw, so
-the learner waits for data (its ``waiting`` share) rather than over-training a small buffer. On each answer it
-copies the minibatch out of the shard's batch block, asks that shard for the next one (the shard draws while this
-one trains), makes one update (:class:`~daskrl.algo.dqn_trainer.DQNTrainer`), sends the TD errors back as the
-transitions' new priorities and publishes the weights every :data:`PUBLISH_EVERY` updates.
+per shard, each for up to ``--replay-batches-per-request`` minibatches; a shard answers when it holds enough
+transitions and the update-to-data ratio allows at least one draw (with as many as it allows), so the learner
+waits for data (its ``waiting`` share) rather than over-training a small buffer. On each answer it copies the
+minibatches out of the shard's batch block, asks that shard for the next ones (the shard draws while these train),
+makes one update per minibatch in order (:class:`~daskrl.algo.dqn_trainer.DQNTrainer`,
+:class:`~daskrl.algo.sac_trainer.SACTrainer`), sends all their TD errors back in one message as the transitions'
+new priorities, and publishes the weights once per answer when it crossed a multiple of :data:`PUBLISH_EVERY`
+updates (the version then grows by one per :data:`PUBLISH_EVERY` updates, as when it published that often). One
+message round trip so pays for several updates; the price is priorities up to two answers stale (the next answer is
+drawn before this one's TD errors arrive), as Ape-X's learner accepts.
 
 A shard that does not answer within :data:`REQUEST_TIMEOUT_S` is asked again (it may have been lost and recreated
 under its name); the runner hands this learner a recreated shard's batch block with :meth:`attach_replay`. Until
@@ -31,7 +36,16 @@ from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner
 from daskrl.learning.snapshots import snapshots_for
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import install_components
-from daskrl.protocol import BatchReady, PriorityUpdate, SampleRequest, TrajectoryReady, priorities_queue, replay_queue
+from daskrl.protocol import (
+    BatchReady,
+    PriorityUpdate,
+    SampleRequest,
+    TrajectoryReady,
+    pack,
+    priorities_queue,
+    replay_queue,
+    unpack,
+)
 from daskrl.runtime.signals import slot
 from daskrl.setups import LearnerSetup
 
@@ -66,6 +80,7 @@ class ReplayLearner(Learner):
         self.shards: dict[str, dict[str, Any]] = {}  # shard -> {"inc", "arrays", "asked": (id, time) or None}
         self.next_id = 0
         self.replay_seen: dict[str, dict[str, int]] = {}  # shard -> size and transitions added, as last answered
+        self.batches_per_request = max(1, setup.algo.replay_batches_per_request)  # resolved by the setup
         self.add_timer(1.0, self._ask_again)
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
@@ -91,7 +106,7 @@ class ReplayLearner(Learner):
             self._ask(name)
 
     def _ask(self, shard: str) -> None:
-        request: SampleRequest = {"learner": self.name, "id": self.next_id}
+        request: SampleRequest = {"learner": self.name, "id": self.next_id, "k": self.batches_per_request}
         self.shards[shard]["asked"] = (self.next_id, time.monotonic())
         self.next_id += 1
         self.put(replay_queue(shard), request)
@@ -114,21 +129,29 @@ class ReplayLearner(Learner):
                 or shard["asked"][0] != payload["id"]:
             self.counters["stale_batches"] += 1  # an answer to a request asked again, or from a lost incarnation
             return
-        with self.timing("copy"):
-            batch = {field: _read(array, payload["buffer"]) for field, array in shard["arrays"].items()}
+        count = payload["count"]
+        with self.timing("copy"):  # one copy per field of every minibatch of the answer
+            batches = {field: array.read((payload["buffer"], slice(0, count)))
+                       for field, array in shard["arrays"].items()}
+        weights = unpack(payload["weights"], "float32").reshape(count, payload["batch"])
         self.replay_seen[payload["shard"]] = {"size": payload["size"], "added": payload["added"]}
-        self._ask(payload["shard"])  # the shard draws the next minibatch while this one trains
+        self._ask(payload["shard"])  # the shard draws the next minibatches while these train
+        before = self.trainer.train_steps
         with self.timing("train"):
-            metrics, td_errors = self.trainer.train(batch, np.asarray(payload["weights"], np.float32))
-        update: PriorityUpdate = {"inc": payload["inc"], "positions": payload["positions"],
-                                  "stamps": payload["stamps"], "td_errors": td_errors.tolist()}
+            metrics, td_errors, applied = self.trainer.train_many(batches, weights)
         if metrics["updates"]:
-            self.put(priorities_queue(payload["shard"]), update)
-        if self.trainer.train_steps % PUBLISH_EVERY == 0 and metrics["updates"]:
-            with self.timing("publish"):
-                self.publication.publish(self.model)
+            self.put(priorities_queue(payload["shard"]), _priorities(payload, td_errors, applied))
+        self._publish(before)
         metrics["policy_lag_max"] = 0.0
-        self._account(metrics)
+        self._account(metrics, steps=count)
+
+    def _publish(self, before: int) -> None:
+        """Publish the weights if the updates since ``before`` crossed a multiple of :data:`PUBLISH_EVERY`, as the
+        version one per multiple crossed (readers see versions grow as if published every that many updates)."""
+        crossed = self.trainer.train_steps // PUBLISH_EVERY - before // PUBLISH_EVERY
+        if crossed > 0:
+            with self.timing("publish"):
+                self.publication.publish_after(self.version + crossed - 1, self.model)
 
     def extra_stats(self) -> dict:
         return {
@@ -147,6 +170,14 @@ class ReplayLearner(Learner):
         """No batcher thread to stop."""
 
 
-def _read(array: Any, buffer: int) -> np.ndarray:
-    """One buffer of a shard's batch block: a copy from shared memory, or one round trip from another host."""
-    return np.array(array.array[buffer]) if hasattr(array, "array") else array.read(buffer)
+def _priorities(answer: BatchReady, td_errors: np.ndarray, applied: np.ndarray) -> PriorityUpdate:
+    """The new priorities of an answer's minibatches that updated the networks (a skipped one's transitions keep
+    theirs, as before)."""
+    positions, stamps = answer["positions"], answer["stamps"]
+    if not applied.all():
+        rows = answer["batch"]
+        keep = np.repeat(applied, rows)
+        positions = pack(unpack(positions, "int64")[keep], "int64")
+        stamps = pack(unpack(stamps, "int64")[keep], "int64")
+        td_errors = td_errors[applied]
+    return {"inc": answer["inc"], "positions": positions, "stamps": stamps, "td_errors": pack(td_errors, "float32")}

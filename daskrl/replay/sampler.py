@@ -36,10 +36,11 @@ class UniformSampler:
     def added(self, positions: np.ndarray) -> None:
         """New transitions were written at ``positions`` (nothing to do: every position is as likely)."""
 
-    def draw(self, size: int, batch: int) -> Draw:
+    def draw(self, size: int, batch: int, count: int = 1) -> Draw:
+        """``count`` minibatches of ``batch`` positions among the first ``size``, one after another."""
         if size < 1:
             raise ValueError("cannot draw from an empty replay store")
-        return Draw(self.rng.integers(0, size, batch, dtype=np.int64), np.ones(batch, np.float32))
+        return Draw(self.rng.integers(0, size, batch * count, dtype=np.int64), np.ones(batch * count, np.float32))
 
     def update(self, positions: np.ndarray, td_errors: np.ndarray) -> None:
         """Priorities do not change uniform draws."""
@@ -62,14 +63,15 @@ class PrioritizedSampler:
     def added(self, positions: np.ndarray) -> None:
         self.tree.update(positions, self.max_priority)
 
-    def draw(self, size: int, batch: int) -> Draw:
-        """``batch`` positions among the first ``size``, stratified (one draw per equal share of the total mass,
-        which lowers the variance of a minibatch and keeps each draw's probability ``P(i)``)."""
+    def draw(self, size: int, batch: int, count: int = 1) -> Draw:
+        """``count`` minibatches of ``batch`` positions among the first ``size``, one after another, each
+        stratified (one draw per equal share of the total mass, which lowers the variance of a minibatch and keeps
+        each draw's probability ``P(i)``); all from the priorities as they are now, in one pass down the tree."""
         total = self.tree.total
         if size < 1 or total <= 0:
             raise ValueError("cannot draw from an empty replay store")
-        bounds = np.arange(batch) * (total / batch)
-        mass = np.minimum(bounds + self.rng.random(batch) * (total / batch), np.nextafter(total, 0))
+        bounds = np.tile(np.arange(batch) * (total / batch), count)
+        mass = np.minimum(bounds + self.rng.random(batch * count) * (total / batch), np.nextafter(total, 0))
         positions = self.tree.find(mass)
         return Draw(positions, self.weights(positions, size))
 

@@ -5,12 +5,15 @@ them to the learner under APPO. The shard copies each slot out of the worker's s
 another host), turns it into n-step transitions (:func:`~daskrl.replay.n_step.slot_transitions`) and writes them
 into its ring (:class:`~daskrl.replay.store.TransitionStore`, in shared memory the shard owns).
 
-A learner asks for minibatches on the shard's work queue (:class:`~daskrl.protocol.SampleRequest`); the shard
-draws (uniform or prioritized), copies the minibatch into one of the two buffers of its batch block (shared memory
-on its host, read over comms from another) and answers with the positions and importance weights
-(:class:`~daskrl.protocol.BatchReady`). New priorities come back as :class:`~daskrl.protocol.PriorityUpdate`
-messages; one that arrives after its transition was overwritten is dropped (each position's stamp says which
-transition it holds).
+A learner asks for up to ``k`` minibatches on the shard's work queue (:class:`~daskrl.protocol.SampleRequest`);
+the shard draws as many as the update-to-data ratio allows now (uniform or prioritized, each minibatch its own
+draw), copies them into one of the two halves of its batch block (shared memory on its host, read over comms from
+another; each half holds ``batches_per_request`` minibatches) and answers with their positions and importance
+weights (:class:`~daskrl.protocol.BatchReady`). One answer's minibatches are all drawn before the learner trains on
+the first, so the later ones are drawn with priorities that do not yet reflect the earlier ones' TD errors: the
+staleness Ape-X's learner accepts too, bounded by the request's depth. New priorities come back in one
+:class:`~daskrl.protocol.PriorityUpdate` per answer; one that arrives after its transition was overwritten is
+dropped (each position's stamp says which transition it holds).
 
 The update-to-data ratio holds both ways. The shard holds a request while it has fewer than ``learning_starts``
 transitions or while serving it would exceed the ratio: the learner waits for data instead of over-training a small
@@ -38,9 +41,12 @@ from daskrl.protocol import (
     TrajectoryReady,
     batches_queue,
     free_queue,
+    pack,
+    unpack,
 )
 from daskrl.replay.n_step import slot_transitions
 from daskrl.replay.persistence import load_shard, save_shard
+from daskrl.replay.ratio import ReplayRatio
 from daskrl.replay.sampler import PrioritizedSampler, UniformSampler
 from daskrl.replay.store import TransitionStore, store_shapes
 from daskrl.runtime.component import Component
@@ -51,7 +57,7 @@ from daskrl.setups import ReplaySetup
 
 #: the fields of a trajectory slot that its transitions are made of
 SLOT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs", "final_at")
-#: minibatch buffers per shard: the learner copies one while the shard may fill the other
+#: halves of a shard's batch block: the learner copies one while the shard may fill the other
 BUFFERS = 2
 
 
@@ -65,13 +71,15 @@ class ReplayShard(Component):
         self.arrays = {name: self.create_array(shape, dtype, f"replay_{name}_") for name, (shape, dtype)
                        in shapes.items()}
         self.store = TransitionStore({name: array.array for name, array in self.arrays.items()})
-        self.batch = {name: self.create_array((BUFFERS, setup.batch_size, *shape[1:]), dtype, f"rbatch_{name}_")
-                      for name, (shape, dtype) in shapes.items()}
+        self.depth = max(1, setup.algo.replay_batches_per_request)  # resolved by the setup (0: not resolved)
+        self.batch = {name: self.create_array((BUFFERS, self.depth, setup.batch_size, *shape[1:]), dtype,
+                                              f"rbatch_{name}_") for name, (shape, dtype) in shapes.items()}
         self.sampler = PrioritizedSampler(setup.capacity, a.priority_alpha, a.priority_beta, seed=setup.seed) \
             if a.prioritized_replay else UniformSampler(setup.capacity, seed=setup.seed)
         self.n_step, self.gamma, self.batch_size = a.n_step, setup.gamma, setup.batch_size
         self.reward_scale, self.reward_clip = setup.reward_scale, setup.reward_clip
         self.learning_starts, self.replay_ratio = max(setup.learning_starts, 1), a.replay_ratio
+        self.ratio = ReplayRatio(self.learning_starts, a.replay_ratio)
         self.workers: dict[str, dict[str, Any]] = {}  # rollout worker -> its attached slot arrays
         self.worker_inc: dict[str, str] = {}
         self.pending: deque[SampleRequest] = deque()  # requests waiting for data
@@ -160,25 +168,22 @@ class ReplayShard(Component):
     def on_priorities(self, payload: PriorityUpdate) -> None:
         if payload["inc"] != self.incarnation:  # about an earlier incarnation's transitions
             return
-        positions = np.asarray(payload["positions"], np.int64)
-        keep = self.store.current(positions, np.asarray(payload["stamps"], np.int64))  # not overwritten since
+        positions = unpack(payload["positions"], "int64")
+        keep = self.store.current(positions, unpack(payload["stamps"], "int64"))  # not overwritten since
         self.counters["priorities_dropped"] += int((~keep).sum())
+        self.counters["priorities_kept"] += int(keep.sum())
         with self.timing("priorities"):
-            self.sampler.update(positions[keep], np.asarray(payload["td_errors"], np.float64)[keep])
+            self.sampler.update(positions[keep], unpack(payload["td_errors"], "float32")[keep])
 
-    def allowed(self) -> bool:
-        """Whether another draw may be served: enough transitions, and the update-to-data ratio not exceeded (one
-        draw at ``learning_starts`` transitions, then ``replay_ratio`` per transition added)."""
-        if self.store.size < self.learning_starts:
-            return False
-        return self.served < 1 + self.replay_ratio * (self.store.added - self.learning_starts)
+    def allowed(self, most: int = 1) -> int:
+        """How many of ``most`` further draws may be served now: enough transitions, and the update-to-data ratio
+        not exceeded (one draw at ``learning_starts`` transitions, then ``replay_ratio`` per transition added)."""
+        return self.ratio.draws_allowed(self.store.size, self.store.added, self.served, most)
 
     def behind(self) -> bool:
         """Whether the learner has drawn fewer minibatches than the update-to-data ratio asks for the transitions
         added so far (while the shard fills up to ``learning_starts``, never)."""
-        if self.store.size < self.learning_starts:
-            return False
-        return self.served + 1 < self.replay_ratio * (self.store.added - self.learning_starts)
+        return self.ratio.behind(self.store.size, self.store.added, self.served)
 
     def _release(self) -> None:
         """Hand copied slots back unless the learner is behind: the rollout workers then wait for free slots, so
@@ -190,25 +195,33 @@ class ReplayShard(Component):
 
     def _serve(self) -> None:
         self._release()
-        while self.pending and self.allowed():
+        while self.pending and (count := self.allowed(min(self.pending[0].get("k", 1), self.depth))):
             request = self.pending.popleft()
             with self.timing("sample"):
-                draw = self.sampler.draw(self.store.size, self.batch_size)
-                buffer = request["id"] % BUFFERS
-                for name, values in self.store.read(draw.positions).items():
-                    self.batch[name].array[buffer] = values
-            answer: BatchReady = {
-                "shard": self.name, "inc": self.incarnation, "id": request["id"], "buffer": buffer,
-                "count": self.batch_size, "positions": draw.positions.tolist(),
-                "stamps": self.store.stamps[draw.positions].tolist(), "weights": draw.weights.tolist(),
-                "size": self.store.size, "added": self.store.added}
+                answer = self._draw(request, count)
             self.put(batches_queue(request["learner"]), answer)
-            self.served += 1
+            self.served += count
+            self.counters["answers"] += 1
         self._release()
 
+    def _draw(self, request: SampleRequest, count: int) -> BatchReady:
+        """Draw ``count`` minibatches (each stratified on its own) into half ``id % 2`` of the batch block; the
+        answer that says where they are."""
+        buffer = request["id"] % BUFFERS
+        draw = self.sampler.draw(self.store.size, self.batch_size, count)
+        rows = count * self.batch_size
+        self.store.read_into(draw.positions, {name: block.array[buffer, :count].reshape(rows, *block.shape[3:])
+                                              for name, block in self.batch.items()})
+        return {"shard": self.name, "inc": self.incarnation, "id": request["id"], "buffer": buffer,
+                "count": count, "batch": self.batch_size, "positions": pack(draw.positions, "int64"),
+                "stamps": pack(self.store.stamps[draw.positions], "int64"), "weights": pack(draw.weights, "float32"),
+                "size": self.store.size, "added": self.store.added}
+
     def extra_stats(self) -> dict:
-        return {"replay": {"size": self.store.size, "capacity": self.store.capacity, "added": self.store.added,
-                           "served": self.served, "waiting_requests": len(self.pending), "held_slots": len(self.held),
+        served = self.served  # read before the counts it depends on: a draw served needs transitions added first
+        return {"replay": {"served": served, "size": self.store.size, "capacity": self.store.capacity,
+                           "added": self.store.added, "waiting_requests": len(self.pending), "held_slots": len(self.held),
+                           "answers": int(self.counters.get("answers", 0)), "batches_per_request": self.depth,
                            "prioritized": self.sampler.prioritized, "incarnation": self.incarnation},
                 "batcher": {"slots_shm": self.copies["shm"], "slots_comms": self.copies["comms"],
                             "copy_s_shm": self.copy_s["shm"], "copy_s_comms": self.copy_s["comms"],

@@ -69,6 +69,16 @@ class TransitionStore:
 
     def read(self, positions: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the transitions at ``positions`` (a minibatch)."""
+        self._check(positions)
+        return {name: self.arrays[name][positions] for name in FIELDS}
+
+    def read_into(self, positions: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        """Copy the transitions at ``positions`` straight into ``out`` (contiguous arrays of ``len(positions)``
+        rows per field, such as a shard's batch block): one copy where :meth:`read` then a write take two."""
+        self._check(positions)
+        for name in FIELDS:
+            np.take(self.arrays[name], positions, axis=0, out=out[name], mode="clip")  # checked: no buffering
+
+    def _check(self, positions: np.ndarray) -> None:
         if positions.size and (positions.min() < 0 or positions.max() >= self.size):
             raise IndexError(f"replay positions out of range [0, {self.size})")
-        return {name: self.arrays[name][positions] for name in FIELDS}
