@@ -263,3 +263,37 @@ def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
     appo = run_config(tmp_path)
     preflight(appo)
     assert (appo.learner.batch_size, appo.model.activation) == (512, "tanh") and not describe_algo_defaults(appo)
+
+
+def test_several_minibatches_in_one_call_train_exactly_as_one_call_each(one_torch_thread):
+    """The learner trains a request's K minibatches in one call: the same updates, bit for bit, as K calls of one
+    (normalized observations, target copies within the K, a non-finite minibatch skipped and its TD errors zero)."""
+    import numpy as np
+
+    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    spaces, rng, K, B = probe_env("CartPole-v1"), np.random.default_rng(0), 6, 16
+    batches = {"obs": rng.normal(size=(K, B, 4)).astype(np.float32), "actions": rng.integers(0, 2, (K, B)),
+               "rewards": rng.normal(size=(K, B)).astype(np.float32),
+               "next_obs": rng.normal(size=(K, B, 4)).astype(np.float32), "discounts": np.full((K, B), 0.99, np.float32)}
+    batches["rewards"][2, 3] = np.nan
+    weights = rng.uniform(0.1, 1.0, (K, B)).astype(np.float32)
+
+    def trainer() -> DQNTrainer:
+        model = build_model(spaces, ModelConfig(hidden_sizes=[32, 32], normalize_obs=True), 0)
+        return DQNTrainer(model, LearnerConfig(learning_rate=1e-3, max_grad_norm=10.0), AlgoConfig(target_update_interval=3))
+
+    one, many = trainer(), trainer()
+    singles = [one.train({k: v[i] for k, v in batches.items()}, weights[i]) for i in range(K)]
+    metrics, td, applied = many.train_many(batches, weights)
+    assert applied.tolist() == [True, True, False, True, True, True] and metrics["updates"] == 5
+    assert metrics["skipped_updates"] == 1 and many.train_steps == one.train_steps == 5
+    assert np.array_equal(td, np.stack([t for _, t in singles])) and not td[2].any()
+    assert metrics["loss"] == pytest.approx(np.mean([m["loss"] for m, _ in singles if m["updates"]]), rel=1e-6)
+    for net in ("model", "target"):
+        for (name, a), b in zip(getattr(one, net).state_dict().items(), getattr(many, net).state_dict().values(),
+                                strict=True):
+            assert torch.equal(a, b), (net, name)

@@ -133,3 +133,37 @@ def test_sac_refuses_discrete_actions_and_an_unsquashed_gaussian(tmp_path):
     appo = run_config(tmp_path, env="Pendulum-v1")
     preflight(appo)
     assert (appo.model.action_bounds, appo.model.gaussian_std) == ("clip", "parameter")
+
+
+def test_several_minibatches_in_one_call_train_exactly_as_one_call_each():
+    """The learner trains a request's K minibatches in one call: the same updates, bit for bit, as K calls of one
+    (the same random actions drawn in the same order, target critics moved after each)."""
+    import numpy as np
+
+    from daskrl.algo.sac_trainer import SACTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    spaces, rng, K, B = probe_env("Pendulum-v1"), np.random.default_rng(0), 4, 16
+    batches = {"obs": rng.normal(size=(K, B, 3)).astype(np.float32),
+               "actions": rng.uniform(-2, 2, (K, B, 1)).astype(np.float32),
+               "rewards": rng.normal(size=(K, B)).astype(np.float32),
+               "next_obs": rng.normal(size=(K, B, 3)).astype(np.float32), "discounts": np.full((K, B), 0.99, np.float32)}
+    weights = rng.uniform(0.1, 1.0, (K, B)).astype(np.float32)
+    model_cfg = ModelConfig(hidden_sizes=[32, 32], action_bounds="squash", gaussian_std="state")
+
+    def trainer() -> SACTrainer:
+        torch.manual_seed(0)
+        return SACTrainer(build_model(spaces, model_cfg, 0), model_cfg, LearnerConfig(learning_rate=3e-4, max_grad_norm=0.0),
+                          AlgoConfig(algo="sac", n_step=1))
+
+    one = trainer()
+    singles = [one.train({k: v[i] for k, v in batches.items()}, weights[i])[1] for i in range(K)]
+    many = trainer()
+    _, td, applied = many.train_many(batches, weights)
+    assert applied.all() and np.array_equal(td, np.stack(singles))
+    for part in ("model", "critics", "target"):
+        for a, b in zip(getattr(one, part).state_dict().values(), getattr(many, part).state_dict().values(), strict=True):
+            assert torch.equal(a, b), part
+    assert one.log_alpha.item() == many.log_alpha.item()

@@ -21,7 +21,7 @@ import torch
 from daskrl.algo.collectives import SoloGroup
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
 from daskrl.algo.normalizers import RunningMeanStd
-from daskrl.algo.replay_steps import StepMetrics, finite_rows, skipped_metrics
+from daskrl.algo.replay_steps import StepMetrics, finite_rows, grad_norm, skipped_metrics
 from daskrl.config import hyperparams
 
 if TYPE_CHECKING:
@@ -121,9 +121,8 @@ class DQNTrainer:
         out = dqn_loss(q, t["actions"].reshape(-1), targets, weights)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
-        max_norm = self.cfg.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else math.inf)
-        if not bool(torch.isfinite(out.loss) & torch.isfinite(grad_norm)):  # the one sync an update needs
+        norm = grad_norm(self.params, self.cfg.max_grad_norm)
+        if not bool(torch.isfinite(out.loss) & torch.isfinite(norm)):  # the one sync an update needs
             self.optimizer.zero_grad(set_to_none=True)
             return None
         self.optimizer.step()
@@ -132,7 +131,7 @@ class DQNTrainer:
         if self.train_steps % self.algo.target_update_interval == 0:
             torch._foreach_copy_(list(self.target.state_dict().values()), list(self.model.state_dict().values()))
         metrics = {"loss": out.loss, "q_mean": out.q_mean, "td_abs_mean": out.td_errors.abs().mean(),
-                   "grad_norm": grad_norm, "importance_weight_mean": weights.mean()}
+                   "grad_norm": norm, "importance_weight_mean": weights.mean()}
         return metrics, out.td_errors
 
     # ---- checkpoints ----

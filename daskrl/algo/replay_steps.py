@@ -26,22 +26,31 @@ def finite_rows(batches: dict[str, np.ndarray], fields: Iterable[str]) -> np.nda
 
 
 class StepMetrics:
-    """Per-update scalar metrics as 0-d tensors; :meth:`means` turns them into numbers in one go."""
+    """Per-update scalar metrics, one stacked tensor per update; :meth:`means` turns them into numbers in one go."""
 
     def __init__(self) -> None:
-        self.values: dict[str, list[torch.Tensor]] = {}
+        self.names: list[str] = []
+        self.rows: list[torch.Tensor] = []
 
     def add(self, metrics: dict[str, torch.Tensor]) -> None:
-        for name, value in metrics.items():
-            self.values.setdefault(name, []).append(value.detach().reshape(()).float())
+        """One update's 0-d tensors (the same names every time)."""
+        self.names = self.names or list(metrics)
+        with torch.no_grad():
+            self.rows.append(torch.stack([metrics[name].reshape(()).float() for name in self.names]))
 
     def means(self) -> dict[str, float]:
         """{name: mean over the updates added} (empty if none was)."""
-        if not self.values:
+        if not self.rows:
             return {}
-        names = list(self.values)
-        stacked = torch.stack([torch.stack(self.values[name]).mean() for name in names]).cpu().tolist()
-        return dict(zip(names, stacked, strict=True))
+        return dict(zip(self.names, torch.stack(self.rows).mean(0).cpu().tolist(), strict=True))
+
+
+def grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The gradients' total norm, clipped to ``max_norm`` first where it is above 0 (0: no clipping, and then no
+    multiplication by a clip coefficient of exactly 1 either)."""
+    if max_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
 
 
 def skipped_metrics(count: int) -> dict[str, float]:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from daskrl.algo.collectives import SoloGroup
 from daskrl.algo.normalizers import RunningMeanStd
-from daskrl.algo.replay_steps import StepMetrics, finite_rows, skipped_metrics
+from daskrl.algo.replay_steps import StepMetrics, finite_rows, grad_norm, skipped_metrics
 from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.config import hyperparams
 from daskrl.models.q_critics import TwinQ
@@ -60,8 +60,8 @@ class SACTrainer:
         self.hp = hyperparams.from_config(cfg)
         self.step_hp = dict(self.hp)
         lr = self.hp["learning_rate"]
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)  # the actor's: "optimizer" in checkpoints
-        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)  # the actor's: "optimizer" in checkpoints
+        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr, foreach=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
@@ -127,7 +127,7 @@ class SACTrainer:
         critic = critic_loss(*self.critics(inputs, t["actions"]), targets, w)
         if not bool(torch.isfinite(critic.loss)):
             return None
-        grad_norm = self._step(self.critic_optimizer, critic.loss, self.critic_params)
+        critic_norm = self._step(self.critic_optimizer, critic.loss, self.critic_params)
         # the actor and the temperature follow the critics just updated (as SB3 and the paper's code order them)
         actions, log_prob = squashed_sample(self.model, t["obs"])
         q1_pi, q2_pi = self.critics(inputs, actions)
@@ -143,7 +143,7 @@ class SACTrainer:
         self.samples_trained += len(w)
         metrics = {"loss": critic.loss, "policy_loss": policy, "alpha": alpha, "entropy": -log_prob.detach().mean(),
                    "q_mean": q1_pi.detach().mean(), "td_abs_mean": critic.td_errors.abs().mean(),
-                   "grad_norm": grad_norm, "importance_weight_mean": w.mean()}
+                   "grad_norm": critic_norm, "importance_weight_mean": w.mean()}
         return metrics, critic.td_errors
 
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]
@@ -152,8 +152,7 @@ class SACTrainer:
         returns the gradient norm (a tensor: read once per request)."""
         optimizer.zero_grad(set_to_none=True)
         loss.backward(inputs=params)
-        max_norm = self.cfg.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+        norm = grad_norm(params, self.cfg.max_grad_norm)
         optimizer.step()
         return norm
 
