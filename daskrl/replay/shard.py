@@ -6,8 +6,8 @@ another host), turns it into n-step transitions (:func:`~daskrl.replay.n_step.sl
 into its ring (:class:`~daskrl.replay.store.TransitionStore`, in shared memory the shard owns).
 
 A learner asks for up to ``k`` minibatches on the shard's work queue (:class:`~daskrl.protocol.SampleRequest`);
-the shard draws as many as the update-to-data ratio allows now (uniform or prioritized, each minibatch its own
-draw), copies them into one of the two halves of its batch block (shared memory on its host, read over comms from
+the shard draws as many as the update-to-data ratio allows now (uniform or prioritized, each minibatch stratified
+on its own), copies them into one of the two halves of its batch block (shared memory on its host, read over comms from
 another; each half holds ``batches_per_request`` minibatches) and answers with their positions and importance
 weights (:class:`~daskrl.protocol.BatchReady`). One answer's minibatches are all drawn before the learner trains on
 the first, so the later ones are drawn with priorities that do not yet reflect the earlier ones' TD errors: the
