@@ -82,7 +82,7 @@ class DQNTrainer:
         finite = finite_rows(batches, ("obs", "rewards", "next_obs"))
         t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}
         w = torch.as_tensor(weights, device=self.device)
-        td = torch.zeros(count, size)
+        td = torch.zeros(count, size, device=self.device)  # filled on the device, read back once
         applied, steps = np.zeros(count, bool), StepMetrics()
         for k in np.flatnonzero(finite).tolist():
             if self.obs_rms is not None:
@@ -94,10 +94,10 @@ class DQNTrainer:
         made = int(applied.sum())
         self.skipped_steps += count - made
         if not made:
-            return skipped_metrics(count), td.numpy(), applied
+            return skipped_metrics(count), td.cpu().numpy(), applied
         metrics = {**steps.means(), "lr": self.step_hp["learning_rate"], "updates": made,
                    "skipped_updates": count - made}
-        return metrics, td.numpy(), applied
+        return metrics, td.cpu().numpy(), applied
 
     def _follow_obs(self, obs: np.ndarray) -> None:
         """Observation statistics follow the observations about to be trained on (both networks normalize so)."""
