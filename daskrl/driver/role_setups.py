@@ -22,12 +22,12 @@ from daskrl.setups import EpsilonGreedy, InferenceSetup, LearnerSetup, PolicySet
 
 
 def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
-                remote_params: bool = False, replay_shards: int = 0) -> RoleSetups:
+                remote_params: bool = False) -> RoleSetups:
     """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
     (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
-    exist, and in sampling-only runs: the samplers keep their initial weights). ``replay_shards``: the shards the
-    run starts with (off-policy; 0: as a number given to ``--replay-shards`` says, none for ``auto``, whose count
-    the placement decides)."""
+    exist, and in sampling-only runs: the samplers keep their initial weights). The replay shards' are those of a
+    number given to ``--replay-shards`` (none for ``auto``, whose count the placement decides: the fleet builds
+    each shard's with :func:`replay_setup`)."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
     rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
@@ -38,7 +38,7 @@ def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None]
     leaders = tuple(_learner_setup(config, spaces, policy, 0, remote_params) for policy in range(policies))
     members = tuple(_learner_setup(config, spaces, 0, rank, remote_params)  # several policies: one learner each
                     for rank in range(1, c.learner.num_learners if policies else 1))
-    shards = replay_shards or (c.algo.replay_shards if isinstance(c.algo.replay_shards, int) else 0)
+    shards = c.algo.replay_shards if isinstance(c.algo.replay_shards, int) else 0
     replay = tuple(setup for j in range(shards) if (setup := replay_setup(config, spaces, j, shards)) is not None)
     return RoleSetups(leaders, members, rollout, inference, replay)
 
