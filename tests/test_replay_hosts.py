@@ -13,7 +13,8 @@ import numpy as np
 from daskrl import Observer, train
 from daskrl.driver.replay_hosts import route, shard_workers
 from daskrl.monitor.dashboard import RunPage
-from daskrl.monitor.history import MetricsStore
+from daskrl.monitor.history import MetricsStore, latest_payload
+from daskrl.monitor.replay_stats import replay_shards, replay_totals
 
 from .helpers import DQN_CARTPOLE, REPORT_OFTEN, dask_command, run_config, slow, start_cli_cluster
 
@@ -36,6 +37,37 @@ def test_a_number_of_shards_keeps_the_fixed_layout():
     assert shard_workers(2, [A1, A2, B1]) == [A1, A2]
     assert shard_workers(3, [A1, B1]) == [A1, B1, A1]
     assert [route(2, i, B1, [A1, A2]) for i in range(4)] == [0, 1, 0, 1]  # by index, whatever the host
+
+
+# ---- the shards' numbers: rows, page ----
+
+
+def _shard_stats(address: str, size: int, by_worker: dict[str, int]) -> dict:
+    """A shard's statistics as ``ReplayShard.stats()`` reports them (the parts the runner reads)."""
+    return {"address": address, "replay": {"size": size, "capacity": 1_000, "added": size, "served": size // 10,
+                                           "waiting_requests": 1, "held_slots": 2, "prioritized": True},
+            "batcher": {"slots_shm": sum(by_worker.values()), "slots_comms": 0, "slots_by_worker": by_worker}}
+
+
+def test_shard_numbers_reach_the_rows_and_the_page_in_shard_order():
+    last_stats = {"replay_10": _shard_stats(B1, 300, {"rollout_10": 3}),
+                  "replay_2": _shard_stats(A1, 500, {"rollout_2": 4, "rollout_0": 1}),
+                  "learner": {"address": A1, "replay_seen": {"replay_2": {"size": 500, "added": 500}}},
+                  "rollout_0": {"address": A1, "slots_filled": 1}}
+    shards = replay_shards(last_stats)
+    assert [s["shard"] for s in shards] == ["replay_2", "replay_10"]
+    assert shards[0]["host"] == "10.0.0.1" and shards[0]["rollout_workers"] == ["rollout_0", "rollout_2"]
+    assert [s["trained_on"] for s in shards] == [True, False]
+    assert replay_totals(shards) == {"replay_shards": 2, "replay_size": 800, "replay_capacity": 2_000,
+                                     "replay_added": 800, "replay_served": 80}
+    assert replay_shards({"learner": {"address": A1}}) == [] and replay_totals([]) == {}  # APPO: no columns
+
+    store = MetricsStore()
+    store.add({"run": "dqn", "env": "E", "row": {"time_s": 1.0, "env_steps": 10}, "replay": shards})
+    page = RunPage(store)
+    assert page.replay_table.visible and page.replay_table.text.count("daskrl-replay-shard") == 2
+    assert "500 / 1,000 (50%)" in page.replay_table.text and "10.0.0.2" in page.replay_table.text
+    assert latest_payload(store)["replay"][1]["shard"] == "replay_10"
 
 
 # ---- one host: one shard, slots through shared memory, its numbers shown ----
