@@ -9,14 +9,17 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+import pytest
 
 from daskrl import Observer, train
 from daskrl.driver.replay_hosts import route, shard_workers
-from daskrl.monitor.dashboard import RunPage
+from daskrl.monitor.dashboard import DashboardPlugin, RunPage, dashboard_page
 from daskrl.monitor.history import MetricsStore, latest_payload
 from daskrl.monitor.replay_stats import replay_shards, replay_totals
+from daskrl.protocol import METRICS_TOPIC
 
-from .helpers import DQN_CARTPOLE, REPORT_OFTEN, dask_command, run_config, slow, start_cli_cluster
+from .browser import CHROMIUM, Browser
+from .helpers import DQN_CARTPOLE, REPORT_OFTEN, dask_command, get_json, run_config, slow, start_cli_cluster
 
 A1, A2, B1 = "tcp://10.0.0.1:4001", "tcp://10.0.0.1:4002", "tcp://10.0.0.2:4001"
 
@@ -68,6 +71,39 @@ def test_shard_numbers_reach_the_rows_and_the_page_in_shard_order():
     assert page.replay_table.visible and page.replay_table.text.count("daskrl-replay-shard") == 2
     assert "500 / 1,000 (50%)" in page.replay_table.text and "10.0.0.2" in page.replay_table.text
     assert latest_payload(store)["replay"][1]["shard"] == "replay_10"
+
+
+# The page's text, shadow roots included (Bokeh's Divs are there).
+TEXT_PROBE = """(() => {
+  const texts = (root, out) => { for (const el of root.querySelectorAll('*')) {
+      if (el.shadowRoot) { out.push(el.shadowRoot.textContent || ''); texts(el.shadowRoot, out); } } return out; };
+  return {text: document.body.innerText + '\\n' + texts(document, []).join('\\n')};
+})()"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@slow("headless Chromium")
+def test_the_page_shows_the_shard_table_in_chromium(tmp_path):
+    from distributed import Client, LocalCluster
+
+    shards = replay_shards({"replay_0": _shard_stats(A1, 640, {"rollout_0": 5}),
+                            "replay_1": _shard_stats(B1, 128, {"rollout_1": 1}),
+                            "learner": {"address": A1, "replay_seen": {"replay_0": {}, "replay_1": {}}}})
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        client.register_plugin(DashboardPlugin())
+        client.log_event(METRICS_TOPIC, {"run": "dqn", "env": "CartPole-v1", "replay": shards,
+                                         "row": {"time_s": 1.0, "env_steps": 768, "fps": 100.0}})
+        page = dashboard_page(client)
+        assert [s["shard"] for s in get_json(f"{page}/api/latest?run=dqn")["replay"]] == ["replay_0", "replay_1"]
+        browser = Browser(tmp_path)
+        try:
+            probe, _ = browser.inspect(page, lambda p: "replay shards" in p["text"], probe=TEXT_PROBE)
+        finally:
+            browser.close()
+    text = probe["text"]
+    assert "replay shards (2, 768 of 2,000 transitions held)" in text, text
+    assert "640 / 1,000 (64%)" in text and "10.0.0.2" in text and "rollout_1" in text, text
 
 
 # ---- one host: one shard, slots through shared memory, its numbers shown ----
