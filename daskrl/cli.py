@@ -53,6 +53,11 @@ def json_object(text: str) -> dict:
 json_object.__name__ = "JSON object"  # argparse names the type in its message: "invalid JSON object value"
 
 
+def number_or_word(text: str) -> int | str:
+    """An option that takes a whole number or a word (``--replay-shards 2`` or ``auto``)."""
+    return int(text) if text.strip().lstrip("+-").isdigit() else text
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     for section, cls in SECTIONS.items():
         group = parser.add_argument_group(f"{section} options")
@@ -75,6 +80,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
                 group.add_argument(flag, type=json_object, metavar="JSON", **kwargs)
             elif hint in (int, float, str):
                 group.add_argument(flag, type=hint, **kwargs)
+            elif set(typing.get_args(hint)) == {int, str}:  # a number or a word ('auto'): checked by validate()
+                group.add_argument(flag, type=number_or_word, **kwargs)
             else:  # Optional[float] and friends: the first concrete type
                 concrete = next(a for a in typing.get_args(hint) if a is not type(None))
                 group.add_argument(flag, type=concrete, **kwargs)

@@ -84,6 +84,8 @@ def invalid_values(f: dataclasses.Field, hint: typing.Any) -> list[str]:
         if high is not None:
             values.append(str(high * 10 + 1 if base is int else high * 10 + 1.0))
         return values
+    if set(typing.get_args(base)) == {int, str}:  # a number or a word ('auto'): neither a word it knows nor a count
+        return ["many", "1.5", "0", str(meta["high"] + 1)]
     if base is str:  # text: what its metadata forbids, or a file that is not there
         if f.name.startswith("tls_"):
             return ["/nonexistent/file.pem"]

@@ -18,11 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from daskrl.algo.collectives import SoloGroup
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
-from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.replay_steps import StepMetrics, finite_rows, grad_norm, skipped_metrics
-from daskrl.config import hyperparams
 
 if TYPE_CHECKING:
     from daskrl.config import AlgoConfig, LearnerConfig
@@ -38,30 +36,16 @@ def q_values(net: ActorCritic, obs: torch.Tensor, use_dueling: bool) -> tuple[to
     return dueling(net.critic(value), advantages), mask
 
 
-class DQNTrainer:
-    """Owns the online and target networks, the optimizer and the observation statistics of one policy."""
+class DQNTrainer(PolicyTrainer):
+    """Owns the online and target networks and the optimizer of one policy (the rest: :class:`PolicyTrainer`)."""
 
     def __init__(self, model: ActorCritic, cfg: LearnerConfig, algo: AlgoConfig, device: torch.device | None = None
                  ) -> None:
-        self.device = device if device is not None else torch.device("cpu")
-        self.model = model.to(self.device)
+        super().__init__(model, cfg, device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.cfg, self.algo = cfg, algo
-        self.group = SoloGroup()  # one learner: what the learner component expects of a trainer
-        self.hp = hyperparams.from_config(cfg)
-        self.step_hp = dict(self.hp)
+        self.algo = algo
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], foreach=True)
-        self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         self.params = list(model.parameters())  # (loading a checkpoint copies into these: the list stays right)
-        self.train_steps = 0
-        self.skipped_steps = 0
-        self.samples_trained = 0
-
-    def hyperparams(self) -> dict[str, float]:
-        return dict(self.hp)
-
-    def set_hyperparams(self, values: dict[str, float]) -> None:
-        self.hp.update(hyperparams.checked(values))
 
     def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
         """One update on a minibatch (the fields of :data:`daskrl.replay.store.FIELDS`) with importance ``weights``;
@@ -136,31 +120,18 @@ class DQNTrainer:
 
     # ---- checkpoints ----
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(), "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None, "returns": None,
-            "train_steps": self.train_steps, "samples_trained": self.samples_trained,
-            "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg),
-        }
+    def own_state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "returns": None}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        hp = hyperparams.resumed(state, self.cfg)
+    def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state.get("target") or state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.obs_rms is not None and state.get("obs_rms"):
-            self.obs_rms.load_state_dict(state["obs_rms"])
-        self.train_steps = state.get("train_steps", 0)
-        self.samples_trained = state.get("samples_trained", 0)
-        self.hp = hp
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from published weights alone (a learner lost before its first checkpoint): the target network
         starts as a copy, Adam afresh, the observation statistics from the weights' buffers."""
         self.model.load_state_dict(weights, strict=False)
         self.target.load_state_dict(self.model.state_dict())
-        if self.obs_rms is not None:
-            self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
-                                          "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})
+        self.obs_stats_from_model()

@@ -18,11 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from daskrl.algo.collectives import SoloGroup
-from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.replay_steps import StepMetrics, finite_rows, grad_norm, skipped_metrics
 from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
-from daskrl.config import hyperparams
 from daskrl.models.q_critics import TwinQ
 
 if TYPE_CHECKING:
@@ -43,39 +41,26 @@ def squashed_sample(actor: ActorCritic, obs: torch.Tensor) -> tuple[torch.Tensor
     return dist.center + torch.tanh(u) * dist.half, gaussian - log_jacobian
 
 
-class SACTrainer:
-    """Owns the actor, the twin critics and their targets, the temperature and the optimizers of one policy."""
+class SACTrainer(PolicyTrainer):
+    """Owns the twin critics and their targets, the temperature and the optimizers of one policy (the actor is the
+    model; the rest: :class:`PolicyTrainer`)."""
 
     def __init__(self, model: ActorCritic, model_cfg: ModelConfig, cfg: LearnerConfig, algo: AlgoConfig,
                  device: torch.device | None = None) -> None:
         """``model_cfg``: the options the actor was built with; the critics' encoders are built the same way."""
-        self.device = device if device is not None else torch.device("cpu")
-        self.model = model.to(self.device)
+        super().__init__(model, cfg, device)
         self.critics = TwinQ(model.spaces, model_cfg).to(self.device)
         self.target = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(algo.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = -float(model.spaces.action_dim)
-        self.cfg, self.algo = cfg, algo
-        self.group = SoloGroup()
-        self.hp = hyperparams.from_config(cfg)
-        self.step_hp = dict(self.hp)
+        self.algo = algo
         lr = self.hp["learning_rate"]
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)  # the actor's: "optimizer" in checkpoints
         self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr, foreach=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
-        self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
         self.actor_params, self.critic_params = list(model.parameters()), list(self.critics.parameters())
         self.soft_update = SoftUpdate(self.target, self.critics)
-        self.train_steps = 0
-        self.skipped_steps = 0
-        self.samples_trained = 0
-
-    def hyperparams(self) -> dict[str, float]:
-        return dict(self.hp)
-
-    def set_hyperparams(self, values: dict[str, float]) -> None:
-        self.hp.update(hyperparams.checked(values))
 
     def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
         """One update of critics, actor and temperature on a minibatch with importance ``weights``; returns the
@@ -158,19 +143,13 @@ class SACTrainer:
 
     # ---- checkpoints ----
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(), "critics": self.critics.state_dict(),
-            "target_critics": self.target.state_dict(), "log_alpha": self.log_alpha.item(),
-            "optimizer": self.optimizer.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-            "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None, "returns": None,
-            "train_steps": self.train_steps, "samples_trained": self.samples_trained,
-            "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg),
-        }
+    def own_state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "critics": self.critics.state_dict(),
+                "target_critics": self.target.state_dict(), "log_alpha": self.log_alpha.item(),
+                "optimizer": self.optimizer.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict(), "returns": None}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        hp = hyperparams.resumed(state, self.cfg)
+    def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.critics.load_state_dict(state["critics"])
         self.target.load_state_dict(state["target_critics"])
@@ -179,17 +158,10 @@ class SACTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        if self.obs_rms is not None and state.get("obs_rms"):
-            self.obs_rms.load_state_dict(state["obs_rms"])
-        self.train_steps = state.get("train_steps", 0)
-        self.samples_trained = state.get("samples_trained", 0)
-        self.hp = hp
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from the published actor alone (a learner lost before its first checkpoint): the critics start
         afresh (they were never published), the observation statistics from the weights' buffers."""
         self.model.load_state_dict(weights, strict=False)
-        if self.obs_rms is not None:
-            self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
-                                          "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})
+        self.obs_stats_from_model()
 

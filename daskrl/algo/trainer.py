@@ -27,14 +27,14 @@ import torch
 
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
-from daskrl.algo.collectives import Collectives, SoloGroup, all_members, update_over_group
+from daskrl.algo.collectives import all_members, update_over_group
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
-from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+from daskrl.algo.normalizers import ReturnNormalizer
 from daskrl.algo.optimizers import load_optimizer_state, make_optimizer
+from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trajectory_batch import TrajectoryBatch
-from daskrl.config import hyperparams
 
 __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch"]
 
@@ -64,41 +64,20 @@ class StepInputs:
     mine: torch.Tensor  # [T * N] bool: this policy's steps
 
 
-class APPOTrainer:
-    """Owns the optimizer and normalizers of one policy; ``train(batch, version)`` -> metrics."""
+class APPOTrainer(PolicyTrainer):
+    """Owns the optimizer and the return normalizer of one policy (the rest: :class:`PolicyTrainer`);
+    ``train(batch, version)`` -> metrics."""
 
     def __init__(self, model: ActorCritic, cfg: LearnerConfig, total_env_steps: int,
                  device: torch.device | None = None) -> None:
         """``total_env_steps`` is the run's budget (0: none), the length of a linear learning-rate schedule.
         ``model`` is moved to ``device`` (default: the CPU)."""
-        self.device = device if device is not None else torch.device("cpu")
-        self.model = model.to(self.device)
-        #: the learner group this trainer belongs to (the learner swaps it when the group is formed again)
-        self.group: Collectives = SoloGroup()
+        super().__init__(model, cfg, device)
         #: how a step walks its batch: whole sequences through a recurrent core, shuffled steps otherwise
         self.layout: type[FlatBatch] | type[SequenceBatch] = SequenceBatch if model.recurrent else FlatBatch
-        self.cfg = cfg
-        #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/config/hyperparams.py):
-        #: read from here, not from ``cfg``, which only gives their starting values
-        self.hp = hyperparams.from_config(cfg)
-        #: the values the step in progress (or the last one) trains with: what ``hp`` was when it began
-        self.step_hp = dict(self.hp)
         self.total_env_steps = total_env_steps
         self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"])
-        self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
-        self.train_steps = 0
-        self.skipped_steps = 0
-        self.samples_trained = 0
-
-    def hyperparams(self) -> dict[str, float]:
-        """This policy's current mutable hyperparameters (a copy)."""
-        return dict(self.hp)
-
-    def set_hyperparams(self, values: dict[str, float]) -> None:
-        """Train with these values from the next step on (any subset of :data:`hyperparams.MUTABLE`; all are
-        checked before any is set)."""
-        self.hp.update(hyperparams.checked(values))
 
     def learning_rate(self, env_steps: int) -> float:
         """The learning rate the step starts with: its ``learning_rate``, on the linear schedule when one is set
@@ -331,18 +310,11 @@ class APPOTrainer:
             return tensor
         return tensor.pin_memory().to(self.device, non_blocking=True)
 
-    # ---- checkpoints ----
+    # ---- checkpoints (the rest of a trainer's state: PolicyTrainer) ----
 
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "optimizer_name": self.cfg.optimizer,
-            "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None,
-            "returns": self.returns.state_dict() if self.returns else None,
-            "train_steps": self.train_steps, "samples_trained": self.samples_trained,
-            "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg),
-        }
+    def own_state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "optimizer_name": self.cfg.optimizer, "returns": self.returns.state_dict() if self.returns else None}
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from a model's weights alone (published ones: no optimizer state). The normalizers go on from
@@ -355,28 +327,19 @@ class APPOTrainer:
         if unexpected or set(missing) - {"obs_count", "return_stats"}:  # statistics older checkpoints lack are fine
             raise ValueError(f"these weights do not fit this run's network (missing {sorted(missing)}, unexpected "
                              f"{sorted(unexpected)})")
-        if self.obs_rms is not None:
-            self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
-                                          "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})
+        self.obs_stats_from_model()
         if self.returns is not None:
             mean, var, count = self.model.return_stats.tolist()
             self.returns.load_state_dict({"shape": [], "mean": mean, "var": var, "count": count})
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        hp = hyperparams.resumed(state, self.cfg)
+    def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         # saved by another --optimizer: its moments do not fit this one, which starts afresh
         load_optimizer_state(self.optimizer, state, self.cfg)
-        if self.obs_rms is not None and state.get("obs_rms"):
-            self.obs_rms.load_state_dict(state["obs_rms"])
-            self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
         if self.returns is not None and state.get("returns"):
             self.returns.load_state_dict(state["returns"])
             stats = self.returns.stats
             self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
-        self.train_steps = state.get("train_steps", 0)
-        self.samples_trained = state.get("samples_trained", 0)
-        self.hp = hp
 
 
 def _finite_inputs(batch: TrajectoryBatch) -> bool:

@@ -36,7 +36,7 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
     if a.learning_starts > a.replay_capacity:
         out.append(f"--learning-starts {a.learning_starts} exceeds --replay-capacity {a.replay_capacity}: training "
                    "would never start (try --learning-starts 1000)")
-    if a.replay_shards > config.sampler.num_workers:
+    if isinstance(a.replay_shards, int) and a.replay_shards > config.sampler.num_workers:
         out.append(f"--replay-shards {a.replay_shards} is more than --num-workers {config.sampler.num_workers}: a "
                    "shard takes the slots of the rollout workers wired to it, so some would stay empty")
     return out

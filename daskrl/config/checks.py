@@ -22,6 +22,12 @@ def check_field(f: dataclasses.Field, hint: Any, value: Any) -> str:
     base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
     if value is None:
         return "" if optional else f"{name} needs a value, got None"
+    if set(typing.get_args(base)) == {int, str}:  # a number, or a word such as 'auto' (the pattern)
+        if isinstance(value, str):
+            if re.fullmatch(meta["pattern"], value):
+                return ""
+            return f"{name} must be {meta['pattern_help']}, got {value!r}"
+        return _check_number(name, int, value, meta)
     if base is bool:
         return "" if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
     if base is dict:

@@ -327,13 +327,20 @@ class AlgoConfig(Section):
                             "'dqn' (off-policy, Discrete actions) or 'sac' (off-policy, Box actions): for these two "
                             "slots go to replay shards and the learner draws minibatches from them",
                     choices=list(ALGOS))
-    replay_shards: int = opt(1, "off-policy: replay shards (components on the rollout workers' Dask workers, each "
-                                "holding the transitions of the rollout workers wired to it, in shared memory)",
-                             low=1, high=1024)
-    replay_capacity: int = opt(100_000, "off-policy: transitions kept in all (split evenly over the shards; the "
-                                        "oldest are overwritten)", low=1)
-    learning_starts: int = opt(1_000, "off-policy: transitions a shard holds (over all shards) before the learner "
-                                      "trains on it: no over-training of a nearly empty buffer", low=0)
+    replay_shards: int | str = opt("auto", "off-policy: replay shards, each holding in shared memory the transitions "
+                                           "of the rollout workers wired to it. 'auto': one per host that runs "
+                                           "rollout workers, beside the first of them; each rollout worker hands its "
+                                           "slots to its own host's shard, and an elastic run adds a shard on each "
+                                           "host that joins. A number: that many, fixed (shard j beside rollout "
+                                           "worker j, rollout worker i hands its slots to shard i mod N)",
+                                    low=1, high=1024, pattern="auto", pattern_help="'auto' or a number of shards")
+    replay_capacity: int = opt(100_000, "off-policy: transitions kept in all by the shards the run starts with, "
+                                        "split evenly over them (the oldest are overwritten); a shard added later "
+                                        "(a host that joins, under --replay-shards auto) gets the same share, so "
+                                        "the total grows with the hosts", low=1)
+    learning_starts: int = opt(1_000, "off-policy: transitions held before the learner trains (split evenly over the "
+                                      "shards the run starts with; a shard added later waits for the same share): "
+                                      "no over-training of a nearly empty buffer", low=0)
     replay_ratio: float = opt(0.25, "off-policy: minibatch updates per env step collected (the update-to-data ratio; "
                                     "a shard serves no more draws than this allows, so a fast learner waits for data)",
                               low=0, low_open=True)

@@ -89,6 +89,7 @@ class ElasticGrowth(Observer):
         """A rollout worker on ``address`` (claimed for this run), or an inference worker where inference is the
         bottleneck; nothing past --max-rollout-workers."""
         fleet = self.fleet
+        shards = len(fleet.replay)
         if fleet.inference and _busy(fleet.inference, shares) > BUSY:
             new, why = fleet.add_inference(address), "the inference workers were the bottleneck"
         elif self.room_for_rollout():
@@ -96,9 +97,12 @@ class ElasticGrowth(Observer):
         else:
             self.run.say(f"daskrl: worker {address} joined; it stays idle (--max-rollout-workers {self.cap} reached)")
             return
-        self.history.append({"event": "grew", "component": new.name, "address": address, "time": time.time()})
-        self.run.say(f"daskrl: worker {address} joined: {new.name} placed there ({why}); now {len(fleet.rollout)} "
-                     f"rollout and {len(fleet.inference)} inference workers")
+        added = [h.name for h in fleet.replay[shards:]]  # a replay shard for a host that had none
+        self.history.append({"event": "grew", "component": new.name, "address": address, "time": time.time(),
+                             **({"shards": added} if added else {})})
+        with_shard = f" with {', '.join(added)}, its host's new replay shard" if added else ""
+        self.run.say(f"daskrl: worker {address} joined: {new.name} placed there{with_shard} ({why}); now "
+                     f"{len(fleet.rollout)} rollout and {len(fleet.inference)} inference workers")
 
     def _publish_wanted(self, shares: dict[str, dict[str, float]]) -> None:
         """Tell the scheduler how many workers this run could use now (an adaptive cluster's lower bound)."""

@@ -17,7 +17,8 @@ from typing import Any
 from daskrl.config import Config
 from daskrl.driver.algorithms import algorithm_of
 from daskrl.driver.placement import Placement, Role
-from daskrl.driver.role_setups import role_setups, rollout_setup
+from daskrl.driver.replay_hosts import route, shard_workers
+from daskrl.driver.role_setups import replay_setup, role_setups, rollout_setup
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
@@ -75,6 +76,9 @@ class Fleet:
         self.algorithm = algorithm_of(config)
         self.replay: list[ComponentHandle] = []  # off-policy: the replay shards, where full slots go instead
         self.shard_of: dict[str, int] = {}  # rollout worker name -> the replay shard its slots go to
+        self.initial_shards = 0  # shards the run started with: each keeps --replay-capacity / this many
+        #: called with each shard added while the run goes on (a host joined), before any slot reaches it
+        self.on_shard_added: list[Callable[[ComponentHandle], None]] = []
         self.rollout: list[ComponentHandle] = []
         self.inference: list[ComponentHandle] = []
         self.roles: dict[str, Role] = {}  # component name -> its role
@@ -125,7 +129,7 @@ class Fleet:
             self.sink = self._spawn(SamplingSink, "sink", self.placement.rollout[0], None, Role.SINK)
         else:
             self._create_learners(setups, starts)
-            self._create_replay(setups)
+            self._create_replay()
         setups = self.setups()  # with the learners' parameter blocks
         self._create_samplers(setups)
         self._connect_replay(self.replay)
@@ -154,13 +158,32 @@ class Fleet:
         self.policy_params = [h.call("params_desc") for h in self.policy_learners]
         self.snapshot_params = self.policy_learners[0].call("snapshot_descs")
 
-    def _create_replay(self, setups: RoleSetups) -> None:
-        """Off-policy: the replay shards, each on a rollout worker's Dask worker (shard j beside rollout j)."""
-        spawn_all(self.client, [(ReplayShard, f"replay_{j}", self.placement.rollout[j % len(self.placement.rollout)],
-                                 setup) for j, setup in enumerate(setups.replay)], run_id=self.run_id,
-                  created=self.replay)
+    def _create_replay(self) -> None:
+        """Off-policy: the replay shards, each on a rollout worker's Dask worker (one per host, or shard j beside
+        rollout worker j: :func:`~daskrl.driver.replay_hosts.shard_workers`)."""
+        if replay_setup(self.config, self.spaces, 0, 1) is None:
+            return
+        where = shard_workers(self.config.algo.replay_shards, self.placement.rollout)
+        self.initial_shards = len(where)
+        spawn_all(self.client, [(ReplayShard, f"replay_{j}", worker,
+                                 replay_setup(self.config, self.spaces, j, self.initial_shards))
+                                for j, worker in enumerate(where)], run_id=self.run_id, created=self.replay)
         for handle in self.replay:
             self._file(handle, Role.REPLAY)
+
+    def _add_shard(self, worker: str) -> int:
+        """A new shard on ``worker`` (a rollout worker joined a host with none), with the share of capacity the
+        first ones got, wired to the learner and started; returns its index. No rollout worker is routed to it
+        yet: the caller attaches the one it is for."""
+        j = len(self.replay)
+        shard = self._spawn(ReplayShard, f"replay_{j}", worker,
+                            replay_setup(self.config, self.spaces, j, self.initial_shards), Role.REPLAY)
+        self.replay.append(shard)
+        for hook in self.on_shard_added:
+            hook(shard)
+        self._connect_replay([shard])
+        shard.call("start")
+        return j
 
     def _connect_replay(self, shards: Sequence[ComponentHandle]) -> None:
         """The shards read every rollout worker's slots and serve the learner, which reads their batch blocks."""
@@ -182,7 +205,7 @@ class Fleet:
         for index, handle in enumerate(self.rollout):
             self._file(handle, Role.ROLLOUT)
             self.buffers[handle.name] = handle.call("buffers")
-            wire_rollout(self.client, handle, self._consumer_slots(handle.name, index))
+            wire_rollout(self.client, handle, self._consumer_slots(handle.name, index, handle.address))
         per_policy = self.config.sampler.num_inference_workers
         slots = [(setup, j) for setup in setups.inference for j in range(per_policy)]
         spawn_all(self.client, [(InferenceWorker, self._inference_name(setup.policy_index, j), host, setup)
@@ -212,15 +235,15 @@ class Fleet:
 
     def add_rollout(self, worker: str) -> ComponentHandle:
         """A new rollout worker on ``worker`` (one that joined the cluster), wired in and started: its slots go to
-        the learners (every member of a group), or to its replay shard, and its requests to the inference workers
-        from now on."""
+        the learners (every member of a group), or to its replay shard (under ``--replay-shards auto`` its host's,
+        a new one when its host has none), and its requests to the inference workers from now on."""
         index = self.next_rollout_index()
         self._reach_params_from(worker)
         setup = rollout_setup(self.config, self.spaces, self._acting_params(), index)
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup, Role.ROLLOUT)
         self.rollout.append(new)
         buffers = self.buffers[new.name] = new.call("buffers")
-        consumers = self._consumer_slots(new.name, index)  # first: it names the new worker's shard
+        consumers = self._consumer_slots(new.name, index, worker)  # first: it names (or adds) the worker's shard
         self._each(self.learners() + self.inference + self._replay_of(new.name), "attach_workers", {new.name: buffers})
         wire_rollout(self.client, new, consumers)
         new.call("start")
@@ -304,7 +327,8 @@ class Fleet:
     def _recreate_replay(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
         """A lost shard comes back empty under its name (its rollout workers' announcements find it again)."""
         index = self.replay.index(handle)
-        new = self._spawn(handle.cls, handle.name, worker, self.setups().replay[index], Role.REPLAY)
+        setup = replay_setup(self.config, self.spaces, index, self.initial_shards)
+        new = self._spawn(handle.cls, handle.name, worker, setup, Role.REPLAY)
         self.replay[index] = new
         self._connect_replay([new])
         return new
@@ -392,11 +416,14 @@ class Fleet:
         """inference_0, inference_1, ...; with several policies inference_p<k>_0, ..."""
         return f"inference_{index}" if self.config.policies.num_policies == 1 else f"inference_p{policy}_{index}"
 
-    def _consumer_slots(self, name: str, index: int) -> list:
-        """Where rollout worker ``name`` (index ``index``) announces its full slots: its replay shard (off-policy:
-        shard ``index % shards``), or every policy's learner (each takes its own), or the sink."""
+    def _consumer_slots(self, name: str, index: int, address: str) -> list:
+        """Where rollout worker ``name`` (index ``index``, on ``address``) announces its full slots: its replay shard
+        (off-policy: its host's, added when its host has none, or shard ``index % shards``:
+        :func:`~daskrl.driver.replay_hosts.route`), or every policy's learner (each takes its own), or the sink."""
         if self.replay:
-            self.shard_of[name] = index % len(self.replay)
+            shards = self.config.algo.replay_shards
+            j = route(shards, index, address, [h.address for h in self.replay])
+            self.shard_of[name] = self._add_shard(address) if j is None else j
             return [self.replay[self.shard_of[name]].on_trajectory]
         return [h.on_trajectory for h in self.consumers()]
 

@@ -26,7 +26,9 @@ def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None]
                 remote_params: bool = False) -> RoleSetups:
     """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
     (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
-    exist, and in sampling-only runs: the samplers keep their initial weights)."""
+    exist, and in sampling-only runs: the samplers keep their initial weights). The replay shards' are those of a
+    number given to ``--replay-shards`` (none for ``auto``, whose count the placement decides: the fleet builds
+    each shard's with :func:`replay_setup`)."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
     rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
@@ -37,20 +39,24 @@ def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None]
     leaders = tuple(_learner_setup(config, spaces, policy, 0, remote_params) for policy in range(policies))
     members = tuple(_learner_setup(config, spaces, 0, rank, remote_params)  # several policies: one learner each
                     for rank in range(1, c.learner.num_learners if policies else 1))
-    return RoleSetups(leaders, members, rollout, inference, replay_setups(config, spaces))
+    shards = c.algo.replay_shards if isinstance(c.algo.replay_shards, int) else 0
+    replay = tuple(setup for j in range(shards) if (setup := replay_setup(config, spaces, j, shards)) is not None)
+    return RoleSetups(leaders, members, rollout, inference, replay)
 
 
-def replay_setups(config: Config, spaces: EnvSpaces) -> tuple[ReplaySetup, ...]:
-    """The replay shards' setups: none for an on-policy algorithm or a sampling-only run."""
+def replay_setup(config: Config, spaces: EnvSpaces, index: int, initial: int) -> ReplaySetup | None:
+    """Replay shard ``index``'s setup, in a run that started with ``initial`` shards (None for an on-policy
+    algorithm or a sampling-only run). Each shard keeps ``--replay-capacity / initial`` transitions and waits for
+    ``--learning-starts / initial`` of them; a shard added later (a host that joined) gets the same share."""
     a = config.algo
     if not algorithm_of(config).uses_replay or config.run.sampling_only:
-        return ()
-    shards = a.replay_shards
-    return tuple(ReplaySetup(spaces=spaces, capacity=-(-a.replay_capacity // shards),
-                             learning_starts=-(-a.learning_starts // shards), algo=_algo(config),
-                             gamma=config.learner.gamma, reward_scale=config.learner.reward_scale,
-                             reward_clip=config.learner.reward_clip, batch_size=config.learner.batch_size,
-                             seed=config.run.seed + 7919 * j) for j in range(shards))
+        return None
+    share = max(initial, 1)
+    return ReplaySetup(spaces=spaces, capacity=-(-a.replay_capacity // share),
+                       learning_starts=-(-a.learning_starts // share), algo=_algo(config),
+                       gamma=config.learner.gamma, reward_scale=config.learner.reward_scale,
+                       reward_clip=config.learner.reward_clip, batch_size=config.learner.batch_size,
+                       seed=config.run.seed + 7919 * index)
 
 
 def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None, seed: int,

@@ -34,6 +34,7 @@ from daskrl.errors import ComponentError, TrainingError
 from daskrl.monitor.console import ConsoleView, say, shows, warn
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import dashboard_page
+from daskrl.monitor.replay_stats import replay_shards
 from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
 from daskrl.monitor.stats import time_shares
 from daskrl.monitor.tensorboard_log import TensorBoardLog
@@ -255,6 +256,7 @@ class Run:
         state.shares = time_shares(stats)
         state.incidents = merge_incidents(self.incidents.snapshot(), list(self.last_stats.values()))
         state.messages_dropped = messages_dropped(list(self.last_stats.values()))
+        state.replay = replay_shards(self.last_stats)
         target = self.config.run.stop_at_return
         if target is not None and state.reached_return_at is None and state.episodes.full \
                 and state.episodes.mean_return >= target:
@@ -330,7 +332,7 @@ class Run:
         self.log_event(METRICS_TOPIC, {
             "run": self.config.run.experiment, "env": self.config.env.env, "row": _finite(row),
             "policies": [_finite(r) for r in policy_rows],
-            "shares": self.state.shares, "incidents": self.state.incidents,
+            "shares": self.state.shares, "incidents": self.state.incidents, "replay": self.state.replay,
             "stop_at": {"env_steps": self.config.run.train_for_env_steps, "seconds": self.config.run.train_for_seconds}})
         self.console.update(row)
         for observer in self.observers:

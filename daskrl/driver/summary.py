@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from daskrl.monitor.replay_stats import replay_shards
+
 
 def run_summary(run: Any) -> dict[str, Any]:
     """What ``train()`` returns: ``run``'s totals (a :class:`daskrl.driver.run.Run`), and what each observer adds."""
@@ -30,6 +32,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "elastic": list(run.departures.history) if run.departures is not None else [],
         "incidents": dict(state.incidents),
         "data_path": run.data_path(),
+        "replay_shards": replay_shards(run.last_stats),  # off-policy: each shard's numbers (none for appo)
         **({"policies": run.book.summary()} if run.book.num_policies > 1 else {}),
     }
     for observer in run.observers:

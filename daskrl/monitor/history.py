@@ -31,6 +31,7 @@ class RunHistory:
     pbt_count: int = 0  # PBT events ever added (grows when the oldest are dropped too): views compare it
     policy_set: set[int] = field(default_factory=set)  # the policies the run reported rows of
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
+    replay: list[dict[str, Any]] = field(default_factory=list)  # off-policy: each replay shard's latest numbers
     stop_at: dict[str, Any] = field(default_factory=dict)
     updated: float = 0.0  # wall time of the last report
     generation: int = 0  # bumped whenever rows are replaced, so views that stream increments reload
@@ -48,6 +49,7 @@ class RunHistory:
         self.policy_set.update(r["policy"] for r in self.policies[-1])
         self.env = str(msg.get("env") or self.env)
         self.shares = msg.get("shares") or {}
+        self.replay = [dict(s) for s in msg.get("replay") or [] if isinstance(s, dict)]
         self.stop_at = msg.get("stop_at") or {}
         self.updated = stamp
         if len(self.rows) > MAX_ROWS:
@@ -143,7 +145,8 @@ def latest_payload(store: MetricsStore, run: str | None = None) -> dict[str, Any
             "time": hist.updated if hist else None, "row": _clean(hist.latest_row()) if hist else None,
             "policies": [_clean(r) for r in hist.latest_policies()] if hist else [],
             "pbt": json_safe(hist.pbt[-LATEST_PBT_EVENTS:]) if hist else [],
-            "shares": hist.shares if hist else {}, "stop_at": hist.stop_at if hist else {}, "runs": store.names()}
+            "shares": hist.shares if hist else {}, "replay": hist.replay if hist else [],
+            "stop_at": hist.stop_at if hist else {}, "runs": store.names()}
 
 
 def history_payload(store: MetricsStore, run: str | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from daskrl.monitor.replay_stats import replay_totals
 from daskrl.monitor.stats import EpisodeWindow, FrameRate
 from daskrl.runtime.shm import host_of
 
@@ -52,6 +53,7 @@ class RunState:
     shares: dict = field(default_factory=dict)
     incidents: dict = field(default_factory=dict)  # kind -> count, over the driver and every component
     messages_dropped: int = 0  # bus messages that found no receiver, over all workers
+    replay: list = field(default_factory=list)  # off-policy: each replay shard's numbers (monitor/replay_stats.py)
     best_return: float = -math.inf
     reached_return_at: float | None = None
     # episode info numbers (EnvGroup.episode_extras): collected since the last row, and the last mean of each key
@@ -96,6 +98,7 @@ class RunState:
             "valid_fraction": m.get("valid_fraction", math.nan),
             "incidents": sum(self.incidents.values()),
             "messages_dropped": self.messages_dropped,
+            **replay_totals(self.replay),
             **self._eval_row(),
             **self._info_columns(),
         }

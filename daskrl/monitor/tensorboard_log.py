@@ -36,6 +36,9 @@ TAGS = {
     "eval_return_mean": "eval/return_mean",
     "eval_return_std": "eval/return_std",
     "eval_length_mean": "eval/length_mean",
+    "replay_size": "replay/size",
+    "replay_added": "replay/added",
+    "replay_served": "replay/served",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from daskrl.monitor.dashboard.replay_table import replay_table_html
 from daskrl.monitor.dashboard.runs import runs_table_html, sweeps_table_html
 from daskrl.monitor.dashboard.summary import summary_html
 from daskrl.monitor.history import MetricsStore, RunHistory
@@ -55,6 +56,7 @@ class RunPage:
         self.chooser = Select(title="run", value=self.LATEST, options=[self.LATEST], width=320)
         self.summary = Div(text="waiting for the first report of a daskrl run…", sizing_mode="stretch_width")
         self.pbt_table = Div(text="", visible=False, sizing_mode="stretch_width", name="daskrl-pbt-table")
+        self.replay_table = Div(text="", visible=False, sizing_mode="stretch_width", name="daskrl-replay-table")
         self.body = column(sizing_mode="stretch_width")
         self.layout_for: tuple[int, ...] | None = None
         self.key: tuple | None = None  # the run whose rows the sources hold: (name, history object, generation)
@@ -62,7 +64,7 @@ class RunPage:
         self.seen = 0  # rows of that run already in the sources
         self.layout(())
         self.root = column(self.runs_table, row(self.chooser, self.summary, sizing_mode="stretch_width"), self.body,
-                           self.pbt_table, sizing_mode="stretch_width")
+                           self.replay_table, self.pbt_table, sizing_mode="stretch_width")
         self.update()
 
     def layout(self, policies: tuple[int, ...]) -> None:
@@ -107,6 +109,7 @@ class RunPage:
         if (key, hist.pbt_count) != self.pbt_key:
             self._show_pbt(hist, key)
         self._show_shares(hist)
+        self._show_replay(hist)
         self.summary.text = summary_html(hist)
 
     def _reload_series(self, hist: RunHistory, key: tuple) -> None:
@@ -130,6 +133,13 @@ class RunPage:
         self.pbt_source.data = pbt_series(hist.pbt)
         self.pbt_table.text = pbt_table_html(hist.pbt)
         self.pbt_table.visible = bool(hist.pbt)
+
+    def _show_replay(self, hist: RunHistory) -> None:
+        """Off-policy runs: the replay shards' table (hidden for a run without shards)."""
+        text = replay_table_html(hist.replay)
+        if text != self.replay_table.text:
+            self.replay_table.text = text
+        self.replay_table.visible = bool(hist.replay)
 
     def _show_shares(self, hist: RunHistory) -> None:
         """Where each component's time goes: one bar per component, the plot as tall as they need."""

@@ -1,0 +1,86 @@
+"""What every algorithm's trainer keeps of one policy, whatever its update: the base of the APPO, DQN and SAC trainers.
+
+The learner components (:mod:`daskrl.learning.learner`, :mod:`daskrl.learning.replay_learner`) read the same
+things of any trainer: its model on its device, its learner group (one learner: :class:`SoloGroup`), the mutable
+hyperparameters (``hp``, set between steps by PBT and ``run.set``; ``step_hp``, what the step in progress trains
+with), the observation statistics, and three counters. Keeping them here means a new algorithm's trainer gets
+checkpoints, steering and statistics that behave as the others' do by writing only its update.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from daskrl.algo.collectives import Collectives, SoloGroup
+from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.config import hyperparams
+
+if TYPE_CHECKING:
+    from daskrl.config import LearnerConfig
+    from daskrl.models.actor_critic import ActorCritic
+
+
+class PolicyTrainer:
+    """The bookkeeping of one policy's trainer (see the module docstring); subclasses add the update."""
+
+    def __init__(self, model: ActorCritic, cfg: LearnerConfig, device: torch.device | None = None) -> None:
+        """``model`` is moved to ``device`` (default: the CPU)."""
+        self.device = device if device is not None else torch.device("cpu")
+        self.model = model.to(self.device)
+        self.cfg = cfg
+        #: the learner group this trainer belongs to (the learner swaps it when the group is formed again)
+        self.group: Collectives = SoloGroup()
+        #: this policy's current learning rate, entropy coefficient, clip ratio and gamma (daskrl/config/hyperparams.py):
+        #: read from here, not from ``cfg``, which only gives their starting values
+        self.hp = hyperparams.from_config(cfg)
+        #: the values the step in progress (or the last one) trains with: what ``hp`` was when it began
+        self.step_hp = dict(self.hp)
+        self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
+        self.train_steps = 0
+        self.skipped_steps = 0
+        self.samples_trained = 0
+
+    def hyperparams(self) -> dict[str, float]:
+        """This policy's current mutable hyperparameters (a copy)."""
+        return dict(self.hp)
+
+    def set_hyperparams(self, values: dict[str, float]) -> None:
+        """Train with these values from the next step on (any subset of :data:`hyperparams.MUTABLE`; all are
+        checked before any is set)."""
+        self.hp.update(hyperparams.checked(values))
+
+    # ---- checkpoints: the subclass saves and loads its own parts, this the parts every trainer has ----
+
+    def own_state(self) -> dict[str, Any]:
+        """The subclass's part of a checkpoint: its networks, optimizers and anything else only it keeps."""
+        raise NotImplementedError
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        """Load what :meth:`own_state` saved."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.own_state(), "obs_rms": self.obs_rms.state_dict() if self.obs_rms else None,
+                "train_steps": self.train_steps, "samples_trained": self.samples_trained,
+                "hyperparams": dict(self.hp), "hyperparams_config": hyperparams.from_config(self.cfg)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint. Its hyperparameters are checked before anything changes; those whose option
+        was changed since win (``--resume --learning-rate 1e-4``: :func:`hyperparams.resumed`)."""
+        hp = hyperparams.resumed(state, self.cfg)
+        self.load_own_state(state)
+        if self.obs_rms is not None and state.get("obs_rms"):
+            self.obs_rms.load_state_dict(state["obs_rms"])
+            self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
+        self.train_steps = state.get("train_steps", 0)
+        self.samples_trained = state.get("samples_trained", 0)
+        self.hp = hp
+
+    def obs_stats_from_model(self) -> None:
+        """Continue the observation statistics from the model's buffers (weights loaded without a checkpoint:
+        the statistics travel in the published weights)."""
+        if self.obs_rms is not None:
+            self.obs_rms.load_state_dict({"shape": list(self.obs_rms.shape), "mean": self.model.obs_mean.tolist(),
+                                          "var": self.model.obs_var.tolist(), "count": float(self.model.obs_count)})
