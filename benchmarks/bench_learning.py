@@ -8,10 +8,11 @@ Run:  python benchmarks/bench_learning.py [--algo appo|dqn|sac] [--json] [--seed
 ``--algo appo`` compares with rl-zoo's PPO, ``--algo dqn`` and ``--algo sac`` with rl-zoo's DQN and SAC: daskrl runs
 with rl-zoo's hyperparameters translated to its options (learning rate, minibatch, buffer, learning starts, gamma,
 the update-to-data ratio of train_freq and gradient_steps, DQN's target updates in updates and exploration, a
-256x256 ReLU network) and its own DQN otherwise (double Q, dueling heads, 3-step returns, prioritized replay); SAC
-runs with 1-step returns and uniform replay, as SB3's. With ``--sb3`` each seed also runs SB3's DQN or SAC
-(``benchmarks/sb3_offpolicy.py``, rl-zoo's hyperparameters) for the same env steps and gradient steps, so both wall
-times come from one run on one machine (``--budget`` applies to both: HalfCheetah's 1M steps side by side).
+256x256 ReLU network, raw observations for DQN) and its own DQN otherwise (double Q, dueling heads, 3-step returns,
+prioritized replay); SAC runs with 1-step returns and uniform replay, as SB3's. With ``--sb3`` each seed also runs
+SB3's DQN or SAC (``benchmarks/sb3_offpolicy.py``, rl-zoo's hyperparameters) for the same env steps and gradient
+steps, so both wall times come from one run on one machine (``--budget`` applies to both: HalfCheetah's 1M steps
+side by side).
 
 Each env trains as a user runs it, ``daskrl train --env ENV --train-for-env-steps BUDGET --seed S`` with the
 defaults (the env family's included), one run after the other; then ``daskrl enjoy`` evaluates the final policy on
@@ -56,9 +57,10 @@ RL_ZOO_DQN = {
 }
 #: rl-zoo's dqn.yml as daskrl options: replay_ratio = gradient_steps / train_freq; rl-zoo counts target updates in
 #: env steps (CartPole's 10 fall inside each 256-step collection, so its target is refreshed once per 128-update
-#: round); 8 envs x 16 steps per slot on one rollout worker
+#: round); 8 envs x 16 steps per slot on one rollout worker; raw observations (rl-zoo's dqn.yml normalizes none, and
+#: daskrl's running statistics with their +-5 std clip hid MountainCar's flag: docs/offpolicy.md)
 _DQN_COMMON = ["--algo", "dqn", "--num-workers", "1", "--num-envs-per-worker", "8", "--rollout", "16",
-               "--hidden-sizes", "256", "256", "--activation", "relu", "--max-grad-norm", "10"]
+               "--hidden-sizes", "256", "256", "--activation", "relu", "--max-grad-norm", "10", "--no-normalize-obs"]
 DQN_OPTIONS = {
     "CartPole-v1": ["--learning-rate", "2.3e-3", "--batch-size", "64", "--replay-capacity", "100000",
                     "--learning-starts", "1000", "--gamma", "0.99", "--target-update-interval", "128",

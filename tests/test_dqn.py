@@ -256,10 +256,15 @@ def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
 
     config = run_config(tmp_path, algo="dqn", batch_size=32)
     assert describe_algo_defaults(config) == ("defaults for --algo dqn: --num-envs-per-worker 8 --rollout 16 "
-                                              "--activation relu --max-grad-norm 10.0 (options you give win)")
+                                              "--activation relu --max-grad-norm 10.0 --no-normalize-obs "
+                                              "(options you give win)")
     preflight(config)
     assert (config.learner.batch_size, config.model.activation, config.learner.max_grad_norm) == (32, "relu", 10.0)
     assert (config.sampler.num_envs_per_worker, config.sampler.rollout) == (8, 16)
+    assert not config.model.normalize_obs
+    given = run_config(tmp_path, algo="dqn", normalize_obs=True)  # asked for: it wins
+    preflight(given)
+    assert given.model.normalize_obs and "normalize" not in describe_algo_defaults(given)
     appo = run_config(tmp_path)
     preflight(appo)
     assert (appo.learner.batch_size, appo.model.activation) == (512, "tanh") and not describe_algo_defaults(appo)
@@ -297,3 +302,41 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each(one_torc
         for (name, a), b in zip(getattr(one, net).state_dict().items(), getattr(many, net).state_dict().values(),
                                 strict=True):
             assert torch.equal(a, b), (net, name)
+
+
+def test_dqn_by_default_tells_mountaincars_flag_from_the_hill_after_random_play(tmp_path, one_torch_thread):
+    """Why DQN does not normalize observations by default (issue 35, MountainCar). Its learner's running statistics
+    count every replayed draw, so after the random steps of the exploration phase they are random play's (position
+    -0.52 +- 0.08), and the +-5 std clip made every position beyond x = -0.1, the flag's at 0.5 included, one and
+    the same input: the first successes could not be told from the hill below.
+    Trained as the learner trains (minibatches of real random-play transitions), the default Q-network still sees
+    the flag, the hill and the fastest speeds apart."""
+    import gymnasium as gym
+    import numpy as np
+
+    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.driver.preflight import preflight
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    config = run_config(tmp_path, env="MountainCar-v0", algo="dqn", hidden_sizes=[32, 32])
+    preflight(config)
+    env, rng = gym.make("MountainCar-v0"), np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    rows, actions, next_rows = [], [], []
+    for _ in range(3_000):  # random play, as while epsilon is near 1
+        action = int(rng.integers(3))
+        nxt, _, terminated, truncated, _ = env.step(action)
+        rows.append(obs), actions.append(action), next_rows.append(nxt)
+        obs = env.reset()[0] if terminated or truncated else nxt
+    data = {"obs": np.array(rows, np.float32), "actions": np.array(actions), "rewards": -np.ones(3_000, np.float32),
+            "next_obs": np.array(next_rows, np.float32), "discounts": np.full(3_000, 0.98, np.float32)}
+    model = build_model(probe_env("MountainCar-v0"), config.model, 0)
+    trainer = DQNTrainer(model, config.learner, config.algo)
+    for _ in range(100):
+        pick = rng.integers(0, 3_000, 64)
+        assert trainer.train({k: v[pick] for k, v in data.items()}, np.ones(64, np.float32))[0]["updates"] == 1
+    assert data["obs"][:, 0].max() < 0.0  # random play never climbed the right hill
+    seen = model.prepare(torch.tensor([[0.5, 0.02], [0.2, 0.02], [-0.5, 0.07], [-0.5, 0.05]]))[0]
+    assert not torch.equal(seen[0], seen[1]), seen  # the flag and the hill below it
+    assert not torch.equal(seen[2], seen[3]), seen  # top speed and a lower one

@@ -54,9 +54,14 @@ def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: s
 #: rollout worker's pool of slots (3 per split) is how far sampling may run ahead of the learner
 _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 #: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
-#: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each
+#: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each.
+#: DQN does not normalize observations (SB3's DQN does not either): its learner's running statistics count every
+#: replayed draw (each transition about replay_ratio x batch_size times), so they settle on what the first, random
+#: steps saw, and the +-5 std clip then hides the states found later. On MountainCar the clip fell at x = 0.03
+#: after the 23k random steps, so the flag (x = 0.5) and the hill below it were one input (docs/offpolicy.md)
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
-    "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0},
+    "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0,
+            "normalize_obs": False},
     "sac": {**_OFF_POLICY_SLOTS, "batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256],
             "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0},
 }
@@ -86,6 +91,13 @@ def describe_algo_defaults(config: Any) -> str:
     shown = {name: value for name, value in ALGO_DEFAULTS.get(config.algo.algo, {}).items() if name not in explicit}
     if not shown:
         return ""
-    flags = " ".join(f"--{name.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                     for name, v in shown.items())
+    flags = " ".join(_flag(name, v) for name, v in shown.items())
     return f"defaults for --algo {config.algo.algo}: {flags} (options you give win)"
+
+
+def _flag(name: str, value: Any) -> str:
+    """The command-line form of one option's value: ``--x 1``, ``--x 256 256``, ``--x`` or ``--no-x``."""
+    dashed = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{dashed}" if value else f"--no-{dashed}"
+    return f"--{dashed} {' '.join(map(str, value)) if isinstance(value, list) else value}"

@@ -120,7 +120,8 @@ class ModelConfig(Section):
                                  "line); keys not named: images by --encoder, the rest concatenated into one MLP")
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
-    normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images)")
+    normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images; off by default "
+                                       "under --algo dqn, as SB3's DQN: docs/offpolicy.md)")
     action_bounds: str = opt("clip", "continuous actions in a bounded Box: 'clip' sends the Gaussian sample clipped to "
                                      "the Box and trains on the probability of what was sent (the tails beyond a bound "
                                      "count as the bound); 'squash' maps it into the Box with tanh",
