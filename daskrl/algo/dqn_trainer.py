@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
-from daskrl.algo.policy_trainer import PolicyTrainer
-from daskrl.algo.replay_steps import StepMetrics, finite_rows, grad_norm, skipped_metrics
+from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
 
 if TYPE_CHECKING:
     from daskrl.config import AlgoConfig, LearnerConfig
@@ -36,8 +35,8 @@ def q_values(net: ActorCritic, obs: torch.Tensor, use_dueling: bool) -> tuple[to
     return dueling(net.critic(value), advantages), mask
 
 
-class DQNTrainer(PolicyTrainer):
-    """Owns the online and target networks and the optimizer of one policy (the rest: :class:`PolicyTrainer`)."""
+class DQNTrainer(ReplayTrainer):
+    """Owns the online and target networks and the optimizer of one policy (the rest: :class:`ReplayTrainer`)."""
 
     def __init__(self, model: ActorCritic, cfg: LearnerConfig, algo: AlgoConfig, device: torch.device | None = None
                  ) -> None:
@@ -47,50 +46,17 @@ class DQNTrainer(PolicyTrainer):
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], foreach=True)
         self.params = list(model.parameters())  # (loading a checkpoint copies into these: the list stays right)
 
-    def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
-        """One update on a minibatch (the fields of :data:`daskrl.replay.store.FIELDS`) with importance ``weights``;
-        returns the metrics and the TD errors (the transitions' new priorities). A minibatch whose loss or
-        gradients are not finite is skipped: its TD errors are then all zero."""
-        metrics, td_errors, _ = self.train_many({k: v[None] for k, v in batch.items()}, np.asarray(weights)[None])
-        return metrics, td_errors[0]
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
-    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray
-                   ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-        """One update per minibatch, in order: ``batches`` holds K minibatches ([K, B, ...] per field), ``weights``
-        [K, B]. Returns the metrics (means over the updates made), the TD errors [K, B] (zero for a skipped
-        minibatch) and which minibatches updated [K]. The metrics stay tensors until the last update."""
-        self.step_hp = dict(self.hp)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.step_hp["learning_rate"]
-        count, size = weights.shape
-        finite = finite_rows(batches, ("obs", "rewards", "next_obs"))
-        t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}
-        w = torch.as_tensor(weights, device=self.device)
-        td = torch.zeros(count, size, device=self.device)  # filled on the device, read back once
-        applied, steps = np.zeros(count, bool), StepMetrics()
-        for k in np.flatnonzero(finite).tolist():
-            if self.obs_rms is not None:
-                self._follow_obs(batches["obs"][k])
-            done = self._update({name: value[k] for name, value in t.items()}, w[k])
-            if done is not None:
-                steps.add(done[0])
-                td[k], applied[k] = done[1], True
-        made = int(applied.sum())
-        self.skipped_steps += count - made
-        if not made:
-            return skipped_metrics(count), td.cpu().numpy(), applied
-        metrics = {**steps.means(), "lr": self.step_hp["learning_rate"], "updates": made,
-                   "skipped_updates": count - made}
-        return metrics, td.cpu().numpy(), applied
-
-    def _follow_obs(self, obs: np.ndarray) -> None:
+    def follow_obs(self, obs: np.ndarray) -> None:
         """Observation statistics follow the observations about to be trained on (both networks normalize so)."""
         self.obs_rms.update(self.model.obs_for_stats(obs))
         for net in (self.model, self.target):
             net.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
 
-    def _update(self, t: dict[str, torch.Tensor], weights: torch.Tensor
-                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+    def update(self, t: dict[str, torch.Tensor], weights: torch.Tensor
+               ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
         """One update on one minibatch of tensors; its metrics (0-d tensors) and TD errors, or None where the loss
         or the gradients were not finite (nothing applied)."""
         with torch.no_grad():

@@ -1,5 +1,6 @@
 """What the off-policy trainers share when they train on several replay minibatches in a row (one learner request's
-worth): which minibatches are finite, and the per-update metrics kept as tensors until the last update.
+worth): the loop over them (:class:`ReplayTrainer`), which minibatches are finite, and the per-update metrics kept
+as tensors until the last update.
 
 Converting a metric to a Python number waits for the device and costs a call per value; gathering them as 0-d
 tensors and converting all of them once per request keeps the updates themselves free of that overhead.
@@ -11,6 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
+
+from daskrl.algo.policy_trainer import PolicyTrainer
 
 
 def finite_rows(batches: dict[str, np.ndarray], fields: Iterable[str]) -> np.ndarray:
@@ -56,3 +59,62 @@ def grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
 def skipped_metrics(count: int) -> dict[str, float]:
     """The metrics of ``count`` minibatches none of which updated the networks."""
     return {"updates": 0, "skipped_updates": count}
+
+
+class ReplayTrainer(PolicyTrainer):
+    """An off-policy trainer: one learner request's minibatches trained in order (:meth:`train_many`), or one
+    (:meth:`train`). The subclass gives its update (:meth:`update`), its optimizers (each takes the step's learning
+    rate) and the float fields a minibatch must hold finite (:attr:`finite_fields`)."""
+
+    finite_fields: tuple[str, ...] = ("obs", "rewards", "next_obs")
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    def update(self, t: dict[str, torch.Tensor], weights: torch.Tensor
+               ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+        """One update on one minibatch of tensors; its metrics (0-d tensors) and TD errors, or None where the loss
+        or the gradients were not finite (nothing applied)."""
+        raise NotImplementedError
+
+    def follow_obs(self, obs: np.ndarray) -> None:
+        """Observation statistics follow the observations about to be trained on (with ``--normalize-obs``)."""
+        self.obs_rms.update(self.model.obs_for_stats(obs))
+        self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
+
+    def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
+        """One update on a minibatch (the fields of :data:`daskrl.replay.store.FIELDS`) with importance ``weights``;
+        returns the metrics and the TD errors (the transitions' new priorities). A minibatch whose loss or
+        gradients are not finite is skipped: its TD errors are then all zero."""
+        metrics, td_errors, _ = self.train_many({k: v[None] for k, v in batch.items()}, np.asarray(weights)[None])
+        return metrics, td_errors[0]
+
+    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray
+                   ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """One update per minibatch, in order: ``batches`` holds K minibatches ([K, B, ...] per field), ``weights``
+        [K, B]. Returns the metrics (means over the updates made), the TD errors [K, B] (zero for a skipped
+        minibatch) and which minibatches updated [K]. The metrics stay tensors until the last update."""
+        self.step_hp = dict(self.hp)
+        for optimizer in self.optimizers():
+            for group in optimizer.param_groups:
+                group["lr"] = self.step_hp["learning_rate"]
+        count, size = weights.shape
+        finite = finite_rows(batches, self.finite_fields)
+        t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}
+        w = torch.as_tensor(weights, device=self.device)
+        td = torch.zeros(count, size, device=self.device)  # filled on the device, read back once
+        applied, steps = np.zeros(count, bool), StepMetrics()
+        for k in np.flatnonzero(finite).tolist():
+            if self.obs_rms is not None:
+                self.follow_obs(batches["obs"][k])
+            done = self.update({name: value[k] for name, value in t.items()}, w[k])
+            if done is not None:
+                steps.add(done[0])
+                td[k], applied[k] = done[1], True
+        made = int(applied.sum())
+        self.skipped_steps += count - made
+        if not made:
+            return skipped_metrics(count), td.cpu().numpy(), applied
+        metrics = {**steps.means(), "lr": self.step_hp["learning_rate"], "updates": made,
+                   "skipped_updates": count - made}
+        return metrics, td.cpu().numpy(), applied

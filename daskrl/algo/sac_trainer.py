@@ -14,12 +14,10 @@ import copy
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from daskrl.algo.policy_trainer import PolicyTrainer
-from daskrl.algo.replay_steps import StepMetrics, finite_rows, grad_norm, skipped_metrics
+from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
 from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.models.q_critics import TwinQ
 
@@ -41,9 +39,11 @@ def squashed_sample(actor: ActorCritic, obs: torch.Tensor) -> tuple[torch.Tensor
     return dist.center + torch.tanh(u) * dist.half, gaussian - log_jacobian
 
 
-class SACTrainer(PolicyTrainer):
+class SACTrainer(ReplayTrainer):
     """Owns the twin critics and their targets, the temperature and the optimizers of one policy (the actor is the
-    model; the rest: :class:`PolicyTrainer`)."""
+    model; the rest: :class:`ReplayTrainer`)."""
+
+    finite_fields = ("obs", "rewards", "next_obs", "actions")
 
     def __init__(self, model: ActorCritic, model_cfg: ModelConfig, cfg: LearnerConfig, algo: AlgoConfig,
                  device: torch.device | None = None) -> None:
@@ -62,45 +62,11 @@ class SACTrainer(PolicyTrainer):
         self.actor_params, self.critic_params = list(model.parameters()), list(self.critics.parameters())
         self.soft_update = SoftUpdate(self.target, self.critics)
 
-    def train(self, batch: dict[str, np.ndarray], weights: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
-        """One update of critics, actor and temperature on a minibatch with importance ``weights``; returns the
-        metrics and the TD errors (new priorities). A non-finite minibatch or loss is skipped (TD errors zero)."""
-        metrics, td_errors, _ = self.train_many({k: v[None] for k, v in batch.items()}, np.asarray(weights)[None])
-        return metrics, td_errors[0]
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer, self.critic_optimizer, self.alpha_optimizer]
 
-    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray
-                   ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-        """One update per minibatch, in order: ``batches`` holds K minibatches ([K, B, ...] per field), ``weights``
-        [K, B]. Returns the metrics (means over the updates made), the TD errors [K, B] (zero for a skipped
-        minibatch) and which minibatches updated [K]. The metrics stay tensors until the last update."""
-        self.step_hp = dict(self.hp)
-        for opt in (self.optimizer, self.critic_optimizer, self.alpha_optimizer):
-            for group in opt.param_groups:
-                group["lr"] = self.step_hp["learning_rate"]
-        count, size = weights.shape
-        finite = finite_rows(batches, ("obs", "rewards", "next_obs", "actions"))
-        t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}
-        w = torch.as_tensor(weights, device=self.device)
-        td = torch.zeros(count, size, device=self.device)  # filled on the device, read back once
-        applied, steps = np.zeros(count, bool), StepMetrics()
-        for k in np.flatnonzero(finite).tolist():
-            if self.obs_rms is not None:
-                self.obs_rms.update(self.model.obs_for_stats(batches["obs"][k]))
-                self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
-            done = self._update({name: value[k] for name, value in t.items()}, w[k])
-            if done is not None:
-                steps.add(done[0])
-                td[k], applied[k] = done[1], True
-        made = int(applied.sum())
-        self.skipped_steps += count - made
-        if not made:
-            return skipped_metrics(count), td.cpu().numpy(), applied
-        metrics = {**steps.means(), "lr": self.step_hp["learning_rate"], "updates": made,
-                   "skipped_updates": count - made}
-        return metrics, td.cpu().numpy(), applied
-
-    def _update(self, t: dict[str, torch.Tensor], w: torch.Tensor
-                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+    def update(self, t: dict[str, torch.Tensor], w: torch.Tensor
+               ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
         """Critics, then actor and temperature, then the target critics, on one minibatch of tensors; its metrics
         (0-d tensors) and TD errors, or None where the critics' loss was not finite (nothing applied)."""
         alpha = self.log_alpha.detach().exp()
