@@ -64,24 +64,24 @@ def _columns(batch: TrajectoryBatch, lo: int, hi: int) -> TrajectoryBatch:
                            final_obs=batch.final_obs[keep], final_index=t[keep] * (hi - lo) + b[keep] - lo)
 
 
-def _trainer(cfg: Config) -> APPOTrainer:
-    return APPOTrainer(build_model(_spaces(), cfg.model, seed=3), cfg.learner, total_env_steps=0)
+def _trainer(cfg: Config, device: str = "cpu") -> APPOTrainer:
+    return APPOTrainer(build_model(_spaces(), cfg.model, seed=3), cfg.learner, 0, torch.device(device))
 
 
 def _flat_weights(trainer: APPOTrainer) -> torch.Tensor:
     return torch.cat([v.detach().double().reshape(-1) for v in trainer.model.state_dict().values()])
 
 
-def _train_in_group(cfg: Config, shares: list[TrajectoryBatch], steps: int) -> list[APPOTrainer]:
-    """Train one trainer per share, as members of one gloo group (threads of this process), ``steps`` steps."""
+def _train_in_group(cfg: Config, shares: list[TrajectoryBatch], steps: int, device: str = "cpu") -> list[APPOTrainer]:
+    """Train one trainer per share, as members of one group (threads of this process), ``steps`` steps."""
     world = len(shares)
     store = open_store("127.0.0.1", world)
-    trainers = [_trainer(cfg) for _ in shares]
+    trainers = [_trainer(cfg, device) for _ in shares]
     errors: list[BaseException] = []
 
     def member(rank: int) -> None:
         try:
-            trainers[rank].group = LearnerGroup("127.0.0.1", store.port, rank, world, 1, torch.device("cpu"),
+            trainers[rank].group = LearnerGroup("127.0.0.1", store.port, rank, world, 1, torch.device(device),
                                                 store=store if rank == 0 else None)
             for step in range(steps):
                 trainers[rank].train(shares[rank], current_version=12 + step)
@@ -253,6 +253,23 @@ def test_a_cuda_learner_step_matches_the_cpu_step():
     weights = gpu.model.state_dict_numpy()
     for key, value in cpu.model.state_dict_numpy().items():
         np.testing.assert_allclose(weights[key], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+def test_two_learners_on_one_gpu_sum_through_gloo_as_one_learner():
+    """NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); such a group sums through gloo and still applies
+    the update one learner applies on the whole batch."""
+    cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1, num_epochs=2, learning_rate=3e-3)
+    batch = _batch()
+    single = _trainer(cfg, "cuda")
+    for step in range(2):
+        single.train(batch, current_version=12 + step)
+    group = _train_in_group(cfg, [_columns(batch, 0, N // 2), _columns(batch, N // 2, N)], steps=2, device="cuda")
+    assert [trainer.group.backend for trainer in group] == ["gloo", "gloo"]
+    assert torch.equal(_flat_weights(group[0]), _flat_weights(group[1])), "the members' weights differ"
+    moved = (_flat_weights(single) - _flat_weights(_trainer(cfg, "cuda"))).abs().max()
+    assert moved > 1e-3
+    assert (_flat_weights(group[0]) - _flat_weights(single)).abs().max() < 1e-4 * max(1.0, float(moved))
 
 
 def test_setups_give_each_learner_its_rank():

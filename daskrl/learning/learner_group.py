@@ -3,7 +3,8 @@
 Each member computes gradients on its share; the group sums them (and every statistic the loss depends on: the
 observation and return moments, the advantage moments and the count of valid samples of each minibatch) with
 ``torch.distributed`` collectives, so every member applies the same update, the one a single learner would
-apply on the whole batch. Gloo carries CPU tensors, NCCL CUDA ones.
+apply on the whole batch. Gloo carries CPU tensors, NCCL CUDA ones (gloo too where members share one GPU,
+which NCCL refuses).
 
 The group is set up through Dask, with no launcher: the leader (rank 0) opens a ``TCPStore`` on its own host
 (:func:`open_store`), the runner hands its address to every member, and each builds a process group object of
@@ -14,6 +15,7 @@ its own (never torch's global default group: a member can leave and the group be
 from __future__ import annotations
 
 import datetime
+import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,7 +40,9 @@ class LearnerGroup:
         try:
             self.store = store if store is not None else dist.TCPStore(host, port, world, False, timeout=timeout)
             prefixed = dist.PrefixStore(f"daskrl-gen{generation}", self.store)
-            if device.type == "cuda":
+            self.backend = "nccl" if device.type == "cuda" and not _gpu_shared(prefixed, rank, world, device) \
+                else "gloo"
+            if self.backend == "nccl":
                 self.pg = dist.ProcessGroupNCCL(prefixed, rank, world)
             else:
                 self.pg = dist.ProcessGroupGloo(prefixed, rank, world, timeout)
@@ -69,6 +73,23 @@ class LearnerGroup:
     def close(self) -> None:
         self.pg = None
         self.store = None
+
+
+def gpu_identity(device: torch.device) -> str:
+    """Which physical GPU ``device`` is, the same string in every process that uses it (the host and the device's
+    UUID; the index where torch gives no UUID)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return f"{socket.gethostname()}:{uuid if uuid is not None else index}"
+
+
+def _gpu_shared(store: Any, rank: int, world: int, device: torch.device) -> bool:
+    """True when two members train on one GPU (``--num-learners 2`` on a one-GPU machine): NCCL refuses that
+    ("Duplicate GPU detected") at the first collective, so such a group sums through gloo, which takes CUDA
+    tensors too (staged through host memory: slower, but the learners on one GPU then work)."""
+    store.set(f"gpu{rank}", gpu_identity(device))
+    found = [store.get(f"gpu{r}").decode() for r in range(world)]
+    return len(set(found)) < world
 
 
 def open_store(host: str, world: int) -> Any:
