@@ -121,13 +121,18 @@ class Batcher:
         self.workers[name] = slot_source(arrays, reads)
         self.incarnations[name] = incarnation
 
-    def add(self, worker: str, slot: int, incarnation: str) -> None:
-        """A full slot, announced: queued for the batcher's thread in arrival order. A slot of another host that
-        this batcher will copy itself starts its read now (a group leader's slots may be a member's to copy)."""
+    def announce(self, worker: str, slot: int, incarnation: str) -> None:
+        """A full slot was announced (any thread: the learner calls it as the message arrives, on the worker's
+        event loop, before the slot waits for the learner's thread): a slot of another host that this batcher will
+        copy itself starts its read now, so it travels while the learner trains (a group leader's slots may be a
+        member's to copy: not read ahead)."""
         source = self.workers.get(worker)
         if source is not None and self.incarnations.get(worker) == incarnation and self.group()[1] == 1 \
                 and self._room_to_read_ahead():
             self.reader.prefetch(source, slot)
+
+    def add(self, worker: str, slot: int, incarnation: str) -> None:
+        """A full slot, queued for the batcher's thread in arrival order."""
         self.incoming.put((worker, slot, incarnation))
 
     def _room_to_read_ahead(self) -> bool:
