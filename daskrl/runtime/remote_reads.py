@@ -87,18 +87,19 @@ class RemoteReads:
     async def _drain(self, owner: str) -> None:
         """On the event loop: send ``owner``'s queued reads, one RPC at a time, until none is left."""
         while bulk := self._next_bulk(owner):
-            reads = [[array.name, read.index] for read in bulk for array in read.arrays]
             try:
-                reply = await self.worker.rpc(owner).daskrl_shm_read_many(reads=reads)
+                reply = await self.worker.rpc(owner).daskrl_shm_read_many(
+                    reads=[[array.name, read.index] for read in bulk for array in read.arrays])
+                parts = iter(reply["parts"])
+                results = [[next(parts) for _ in read.arrays] for read in bulk]
             except Exception as exc:  # the owner is gone, or no longer has the segment: every read of it fails
                 for read in bulk:
                     _settle(read.future, exception=exc)
                 continue
             self.rpcs += 1
             self.reads += len(bulk)
-            parts = iter(reply["parts"])
-            for read in bulk:
-                _settle(read.future, result=[next(parts) for _ in read.arrays])
+            for read, result in zip(bulk, results, strict=True):
+                _settle(read.future, result=result)
 
 
 def _settle(future: concurrent.futures.Future, result: Any = None, exception: BaseException | None = None) -> None:
