@@ -62,8 +62,7 @@ def test_bulk_reads_return_what_one_round_trip_per_slot_returns_and_the_owner_ho
     for expected, got_bulk, got_single in zip(truth, bulk, one_by_one, strict=True):
         assert_same(got_bulk, expected)
         assert_same(got_single, expected)
-    stats = copier.call("read_stats")
-    assert stats["reads"] == len(slots) and stats["rpcs"] < len(slots), f"slots were not read in bulk: {stats}"
+    assert copier.call("read_stats") == {"rpcs": 1, "reads": len(slots)}, "the slots asked for together went apart"
 
 
 def test_each_rpc_carries_at_most_its_byte_cap_and_a_larger_read_goes_alone(pool_and_copier):
@@ -78,8 +77,8 @@ def test_each_rpc_carries_at_most_its_byte_cap_and_a_larger_read_goes_alone(pool
 
 @pytest.mark.parametrize("tagged", [True, False], ids=["tagged-policy-1", "whole"])
 def test_the_learners_reader_takes_the_same_either_way(pool_and_copier, tagged):
-    _, copier, descs = pool_and_copier
-    copier.call("attach", descs)
+    pool, copier, descs = pool_and_copier
+    copier.call("attach", descs if tagged else pool.call("create", SLOTS, ROLLOUT, ENVS, seed=7, tagged=False))
     slots = [3, 1, 0]
     bulk = copier.call("take", slots, True, 1, tagged)
     one_by_one = copier.call("take", slots, False, 1, tagged)
@@ -121,4 +120,23 @@ def test_a_rollout_worker_killed_while_its_slots_come_over_comms_is_recreated_an
     assert path["remote_reads"] >= path["slots_comms"] and 0 < path["remote_read_rpcs"] <= path["remote_reads"], path
     print(f"\nslots over comms {path['slots_comms']}, reads {path['remote_reads']} in {path['remote_read_rpcs']} "
           f"RPCs, lost reads {path['slots_lost_reads']}")
+    assert list_segments(run_id) == []
+
+
+@slow("a run on a cluster of its own")
+def test_a_learner_group_over_comms_reads_its_shares_in_bulk_and_trains(tmp_path):
+    """Two learners with every slot over comms: the leader reads its share of each batch, the member the share the
+    leader assigned it, each share's slots started together; both copy slots, the run trains without incidents."""
+    with connect_cluster(n_workers=4, dashboard_address=None) as session:
+        set_worker_env(session.client, "DASKRL_FORCE_COMMS", "1")
+        summary = train(run_config(tmp_path, "group_comms", base=REPORT_OFTEN, num_learners=2, num_workers=2,
+                                   train_for_env_steps=60_000, train_for_seconds=120), client=session.client)
+        run_id = session.run_id
+    assert summary["env_steps"] >= 60_000 and summary["policy_version"] > 3, summary["stop_reason"]
+    path = summary["data_path"]
+    assert path["slots_shm"] == 0 and path["slots_lost_reads"] == 0, path
+    assert all(path["components"][name]["slots_comms"] > 0 for name in ("learner", "learner_1")), path
+    assert path["remote_read_rpcs"] <= path["remote_reads"], path
+    print(f"\nslots over comms {path['slots_comms']}, reads {path['remote_reads']} in {path['remote_read_rpcs']} RPCs")
+    assert not summary["incidents"], summary["incidents"]
     assert list_segments(run_id) == []

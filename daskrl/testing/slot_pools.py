@@ -26,10 +26,10 @@ class SlotPool(Component):
     def on_configure(self, setup: None) -> None:
         self.arrays: dict[str, Any] = {}
 
-    async def create(self, num_slots: int, rollout: int, envs: int, seed: int) -> dict:
-        """Allocate and fill the pool (CartPole-like observations, two policies' tags, a 3-float state); returns the
-        descriptors a reader attaches, as a rollout worker hands them to the learner."""
-        layout = SlotLayout(num_slots, rollout, envs, (4,), "float32", (), "int64", rnn_state_size=3, tagged=True)
+    async def create(self, num_slots: int, rollout: int, envs: int, seed: int, tagged: bool = True) -> dict:
+        """Allocate and fill the pool (CartPole-like observations, a 3-float state, two policies' tags unless not
+        ``tagged``); returns the descriptors a reader attaches, as a rollout worker hands them to the learner."""
+        layout = SlotLayout(num_slots, rollout, envs, (4,), "float32", (), "int64", rnn_state_size=3, tagged=tagged)
         self.arrays = create_slots(self, layout)
         rng = np.random.default_rng(seed)
         for name, array in self.arrays.items():
@@ -80,24 +80,21 @@ class SlotCopier(Component):
         return await self.on_own_thread(attach_both)
 
     async def read(self, slots: list[int], bulk: bool, fields: list[str] | None = None) -> list[dict]:
-        """Raw fields of ``slots``: with ``bulk``, every read started first (as announcements do), then taken in
-        order; without, one blocking round trip per slot."""
-        def read_all() -> list[dict]:
-            source, wanted = self.sources[bulk], tuple(fields or ALL_FIELDS)
-            for slot in slots:
-                source.prefetch(slot, wanted)
-            return [source.read(slot, wanted) for slot in slots]
-        return await self.on_own_thread(read_all)
+        """Raw fields of ``slots``: with ``bulk``, every read started first, here on the worker's event loop (as the
+        learner does when announcements arrive: reads asked for in one turn of the loop go in one RPC), then taken
+        in order on the component's thread; without, one blocking round trip per slot."""
+        source, wanted = self.sources[bulk], tuple(fields or ALL_FIELDS)
+        for slot in slots:
+            source.prefetch(slot, wanted)
+        return await self.on_own_thread(lambda: [source.read(slot, wanted) for slot in slots])
 
     async def take(self, slots: list[int], bulk: bool, policy: int, tagged: bool) -> list[dict]:
         """What a recurrent learner of ``policy`` takes of each slot (its columns of tagged slots, or whole slots),
-        through the batcher's reader."""
-        def take_all() -> list[dict]:
-            reader, source = reader_for(policy, tagged, None, recurrent=True), self.sources[bulk]
-            for slot in slots:
-                reader.prefetch(source, slot)
-            return [reader.read(source, slot) for slot in slots]
-        return await self.on_own_thread(take_all)
+        through the batcher's reader (reads started as :meth:`read` does)."""
+        reader, source = reader_for(policy, tagged, None, recurrent=True), self.sources[bulk]
+        for slot in slots:
+            reader.prefetch(source, slot)
+        return await self.on_own_thread(lambda: [reader.read(source, slot) for slot in slots])
 
     async def read_stats(self) -> dict:
         """RPCs this component's bulk reads took, and the reads they carried."""
