@@ -85,7 +85,8 @@ def measure(seconds: float, warmup: float, **options) -> dict:
             "slots_comms": path.get("slots_comms", 0), "params_comms_reads": path.get("params_comms_reads", 0),
             "train_step_ms": summary.get("train_step_ms"),
             "copy_ms_shm": 1e3 * path.get("copy_s_shm", 0.0) / max(path.get("slots_shm", 0), 1),
-            "copy_ms_comms": 1e3 * path.get("copy_s_comms", 0.0) / max(path.get("slots_comms", 0), 1)}
+            "copy_ms_comms": 1e3 * path.get("copy_s_comms", 0.0) / max(path.get("slots_comms", 0), 1),
+            "remote_read_rpcs": path.get("remote_read_rpcs", 0), "remote_reads": path.get("remote_reads", 0)}
 
 
 # ---- two hosts in network namespaces ----
@@ -193,7 +194,21 @@ def measure_two_hosts(seconds: float, warmup: float) -> dict:
         cluster.wait_for_workers(3)
         out = measure(seconds, warmup, scheduler=cluster.address, num_workers=2)
         out["scheduler_polls_per_s"] = scheduler_polls_per_s(cluster.address)
-        return out
+        return {**out, **batcher_per_frame(out)}
+
+
+def batcher_per_frame(line: dict) -> dict:
+    """The batcher's copy time per frame read in place (``shm``) and over comms (``comms``: the remote slots), in
+    microseconds: copy seconds / frames read that way (a CartPole slot holds ``slot_frames`` frames), and how many
+    remote slots one RPC carried on average (reads started ahead and sent in bulk; 1: one round trip per slot)."""
+    from daskrl.config import Config
+
+    c = Config()
+    slot_frames = c.sampler.rollout * c.sampler.num_envs_per_worker // c.sampler.num_splits()
+    return {"slot_frames": slot_frames,
+            "copy_us_per_frame_shm": 1e3 * line["copy_ms_shm"] / slot_frames,
+            "copy_us_per_frame_comms": 1e3 * line["copy_ms_comms"] / slot_frames,
+            "slots_per_rpc": line["remote_reads"] / line["remote_read_rpcs"] if line["remote_read_rpcs"] else None}
 
 
 def measure_growing_hosts(hosts: int, period: float, settle: float) -> list[dict]:
@@ -365,6 +380,14 @@ def main() -> None:
     for line in lines.values():
         print(f"| {line['setup']} | {line['rollout_workers']} | {line['fps']:,.0f} | {line['return']:.1f} | "
               f"{line['slots_shm']:,} / {line['slots_comms']:,} |")
+    two = lines.get("two_hosts_2")
+    if two is not None:
+        per_rpc = f"{two['slots_per_rpc']:.2f}" if two["slots_per_rpc"] is not None else "-"
+        print(f"\nThe learner's batcher on two hosts: {two['copy_us_per_frame_comms']:.3f} us per remote frame "
+              f"(over comms, {two['slots_comms']:,} slots of {two['slot_frames']:,} frames in "
+              f"{two['remote_read_rpcs']:,} RPCs: {per_rpc} slots per RPC), {two['copy_us_per_frame_shm']:.3f} us per "
+              f"local frame (shared memory); a slot {two['copy_ms_comms']:.3f} ms over comms, "
+              f"{two['copy_ms_shm']:.3f} ms in place")
     if growing:
         print(f"\nOne elastic run, hosts joining every {args.grow_period:g} s (each: one dask worker, one rollout "
               f"worker); frames/s from {args.warmup:g} s after each join to the next\n")

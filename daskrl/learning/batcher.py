@@ -31,12 +31,15 @@ import numpy as np
 
 from daskrl.algo.trajectory_batch import TrajectoryBatch
 from daskrl.learning.learner_group import split_slots
-from daskrl.learning.slot_reader import WHOLE_SLOTS, LocalSlots, SlotReader, slot_source
+from daskrl.learning.slot_reader import WHOLE_SLOTS, LocalSlots, SlotReader, SlotReadError, slot_source
 from daskrl.protocol import FreeSlots, free_queue
+from daskrl.runtime.remote_reads import RemoteReads
 from daskrl.sampling.trajectories import attach_slots
 
 #: a slot as the batcher tracks it: (rollout worker, slot index, the worker's incarnation)
 SlotId = tuple[str, int, str]
+#: at most this many bytes of other hosts' slots are read ahead of the batcher's turn (memory of the learner's process)
+READ_AHEAD_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -98,6 +101,7 @@ class Batcher:
         self.batches = 0
         self.slots = 0
         self.dropped_slots = 0
+        self.lost_reads = 0  # slots of another host whose read failed (their rollout worker was lost mid-read)
         #: slots copied in place from shared memory ("shm": rollout worker on this host) or fetched over Dask comms
         #: ("comms": another host), and the seconds spent copying them each way (the scale model's input)
         self.copies = {"shm": 0, "comms": 0}
@@ -107,15 +111,34 @@ class Batcher:
 
     def attach(self, buffers: dict[str, dict]) -> None:
         for name, descs in buffers.items():
-            self.attach_arrays(name, attach_slots(self.learner, descs), descs["_incarnation"])
+            self.attach_arrays(name, attach_slots(self.learner, descs), descs["_incarnation"],
+                               self.learner.remote_reads)
 
-    def attach_arrays(self, name: str, arrays: dict[str, Any], incarnation: str) -> None:
-        """Read rollout worker ``name``'s slots from ``arrays`` (its incarnation ``incarnation``'s)."""
-        self.workers[name] = slot_source(arrays)
+    def attach_arrays(self, name: str, arrays: dict[str, Any], incarnation: str,
+                      reads: RemoteReads | None = None) -> None:
+        """Read rollout worker ``name``'s slots from ``arrays`` (its incarnation ``incarnation``'s); another host's
+        through ``reads``, ahead and in bulk (without: one blocking round trip per slot)."""
+        self.workers[name] = slot_source(arrays, reads)
         self.incarnations[name] = incarnation
 
+    def announce(self, worker: str, slot: int, incarnation: str) -> None:
+        """A full slot was announced (any thread: the learner calls it as the message arrives, on the worker's
+        event loop, before the slot waits for the learner's thread): a slot of another host that this batcher will
+        copy itself starts its read now, so it travels while the learner trains (a group leader's slots may be a
+        member's to copy: not read ahead)."""
+        source = self.workers.get(worker)
+        if source is not None and self.incarnations.get(worker) == incarnation and self.group()[1] == 1 \
+                and self._room_to_read_ahead():
+            self.reader.prefetch(source, slot)
+
     def add(self, worker: str, slot: int, incarnation: str) -> None:
+        """A full slot, queued for the batcher's thread in arrival order."""
         self.incoming.put((worker, slot, incarnation))
+
+    def _room_to_read_ahead(self) -> bool:
+        """Whether the remote slots read ahead and not taken yet hold less than :data:`READ_AHEAD_BYTES` (past it,
+        a slot is read when its turn comes: a learner far behind many hosts keeps their slots where they are)."""
+        return sum(source.ahead_bytes() for source in list(self.workers.values())) < READ_AHEAD_BYTES
 
     def add_share(self, generation: int, slots: list[list]) -> None:
         """A group member: the leader's share of a batch for this learner, to copy and deliver as one batch."""
@@ -158,9 +181,7 @@ class Batcher:
             if item is None:
                 break
             if item[0] == "share":  # a member: copy what the leader assigned, deliver it as one batch
-                _, generation, slots = item
-                self._hand_over(Delivery(self.reader.join([self._copy_slot(w, s) for w, s, _ in slots]), [], [],
-                                         generation))
+                self._hand_over(self._share(*item[1:]))
                 continue
             worker, slot, incarnation = item
             if self.incarnations.get(worker) != incarnation:
@@ -195,21 +216,38 @@ class Batcher:
         self.deliver(delivery)
         return True
 
-    def _take(self, slot: SlotId, held: list[SlotId]) -> dict[str, np.ndarray]:
-        """Copy a slot, then hand it back to its owner (or, with ``--sync``, list it in ``held``)."""
+    def _share(self, generation: int, slots: list[list]) -> Delivery:
+        """A member's share, copied (the remote ones read together) and joined into one batch."""
+        for worker, slot, _ in slots:
+            self.reader.prefetch(self.workers[worker], slot)
+        parts = [self._copy_slot(worker, slot) for worker, slot, _ in slots]
+        return Delivery(self.reader.join([part for part in parts if part is not None]), [], [], generation)
+
+    def _take(self, slot: SlotId, held: list[SlotId]) -> dict[str, np.ndarray] | None:
+        """Copy a slot, then hand it back to its owner (or, with ``--sync``, list it in ``held``); None: it could
+        not be read (see :meth:`_copy_slot`)."""
         part = self._copy_slot(slot[0], slot[1])
-        self.holding.copied(slot, held, self.free)
+        if part is None:
+            self.free([slot])  # no one is left to take it, or it goes back unread (its samples are lost)
+        else:
+            self.holding.copied(slot, held, self.free)
         return part
 
-    def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray]:
+    def _copy_slot(self, worker: str, slot: int) -> dict[str, np.ndarray] | None:
+        """Slot ``slot`` of ``worker``, copied; None when it was another host's whose read failed (its worker was
+        lost mid-read): dropped and counted, and the batch goes on without it."""
         source = self.workers[worker]
         self.slots_by_worker[worker] = self.slots_by_worker.get(worker, 0) + 1
         t0 = time.perf_counter()
         try:
-            return self.reader.read(source, slot)
-        finally:
-            self.copies[source.way] += 1
-            self.copy_s[source.way] += time.perf_counter() - t0
+            part = self.reader.read(source, slot)
+        except SlotReadError as exc:
+            self.lost_reads += 1
+            self.learner.incidents.note("slot-read-failed", exc)
+            part = None
+        self.copy_s[source.way] += time.perf_counter() - t0
+        self.copies[source.way] += part is not None
+        return part
 
 
 class OwnBatch:
@@ -223,8 +261,10 @@ class OwnBatch:
         self.samples = 0
 
     def add(self, slot: SlotId) -> None:
-        self.parts.append(self.batcher._take(slot, self.held))
-        self.samples += self.parts[-1]["rewards"].size
+        part = self.batcher._take(slot, self.held)
+        if part is not None:
+            self.parts.append(part)
+            self.samples += part["rewards"].size
 
     def full(self) -> bool:
         return self.samples >= self.batcher.samples_per_batch
@@ -261,9 +301,11 @@ class SplitBatch:
         assert self.batcher.assign is not None, "a group leader's batcher assigns shares"
         self.batcher.assign(self.generation, [[list(s) for s in share] for share in shares[1:]])
         held: list[SlotId] = []
+        for worker, slot, _ in shares[0]:  # the leader's own share: the remote ones read together
+            self.batcher.reader.prefetch(self.batcher.workers[worker], slot)
         parts = [self.batcher._take(slot, held) for slot in shares[0]]
         members = [slot for share in shares[1:] for slot in share]
-        return Delivery(self.batcher.reader.join(parts), held, members, self.generation)
+        return Delivery(self.batcher.reader.join([p for p in parts if p is not None]), held, members, self.generation)
 
     def abandon(self) -> list[SlotId]:
         return self.pending

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +48,9 @@ STEP_HYPERPARAMS_KEPT = 64
 
 class Learner(Component):
     """See module docstring."""
+
+    #: the batcher, once configured (an off-policy learner has none)
+    batcher: Batcher | None = None
 
     @signal
     def shares_assigned(self, payload: SharesAssigned) -> None:
@@ -224,6 +228,19 @@ class Learner(Component):
     def on_start(self) -> None:
         self.batcher.start()
 
+    def deliver(self, slot_name: str, payload: Any, topic: str = "") -> None:
+        """As the base's; a slot announcement also starts the read of another host's slot here, as it arrives (on
+        the worker's event loop), instead of after the training step in progress: it travels while the learner
+        trains. Never raises (the bus calls it)."""
+        batcher = self.batcher
+        if slot_name == "on_trajectory" and batcher is not None:
+            try:
+                if self.reader.wants(payload):
+                    batcher.announce(payload["worker"], payload["slot"], payload["inc"])
+            except Exception as exc:  # the read is then started when the slot's turn comes
+                self.incidents.note("read-ahead-failed", exc)
+        super().deliver(slot_name, payload, topic)
+
     @slot
     def on_trajectory(self, payload: TrajectoryReady) -> None:
         if self.reader.wants(payload):  # another policy's slot is its learner's
@@ -304,7 +321,8 @@ class Learner(Component):
                         "slots_shm": batcher.copies["shm"], "slots_comms": batcher.copies["comms"],
                         "slots_by_worker": dict(batcher.slots_by_worker),
                         "copy_s_shm": batcher.copy_s["shm"], "copy_s_comms": batcher.copy_s["comms"],
-                        "blocked_s": batcher.wait_s, "pending_slots": batcher.incoming.qsize()},
+                        "blocked_s": batcher.wait_s, "pending_slots": batcher.incoming.qsize(),
+                        "lost_reads": batcher.lost_reads, "remote_reads": self.remote_reads.stats()},
             "hyperparams": self.trainer.hyperparams(), "step_hyperparams": list(self.step_hyperparams),
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),

@@ -1,25 +1,37 @@
 """How a learner reads trajectory slots: from where, and what it takes of each, chosen once.
 
 From where: each rollout worker's slots are a :class:`LocalSlots` (its shared memory on this host, copied in place)
-or a :class:`RemoteSlots` (another host: every field in one round trip over Dask comms), decided when its arrays
-are attached. What: a :class:`SlotReader` made with the learner's batcher, from two choices that do not change
-during a run: which columns are this learner's (:class:`WholeSlots`: every column and step, with one policy;
-:class:`PolicyColumns`: one policy's columns of tagged slots, with a mask of its own steps) and which per-column start
-state the slots carry (a recurrent policy's ``rnn_states``; none for a feed-forward one). Both give every slot the
-same form, ``valid`` included, so joining slots into a :class:`~daskrl.algo.trajectory_batch.TrajectoryBatch`
-(:func:`join_parts`) asks nothing about them.
+or a :class:`RemoteSlots` (another host: read over Dask comms, ahead of need and in bulk with the other slots of
+that host announced meanwhile), decided when its arrays are attached. What: a :class:`SlotReader` made with the
+learner's batcher, from two choices that do not change during a run: which columns are this learner's
+(:class:`WholeSlots`: every column and step, with one policy; :class:`PolicyColumns`: one policy's columns of tagged
+slots, with a mask of its own steps) and which per-column start state the slots carry (a recurrent policy's
+``rnn_states``; none for a feed-forward one). Both give every slot the same form, ``valid`` included, so joining
+slots into a :class:`~daskrl.algo.trajectory_batch.TrajectoryBatch` (:func:`join_parts`) asks nothing about them.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any
 
 import numpy as np
 
 from daskrl.algo.trajectory_batch import TrajectoryBatch
+from daskrl.errors import SharedMemoryError
 from daskrl.learning.turns import compact_turns
 from daskrl.protocol import FreeSlots, TrajectoryReady
-from daskrl.runtime.shm import read_together
+from daskrl.runtime.remote_reads import RemoteReads
+from daskrl.runtime.shm import decode_parts, read_together
+
+#: seconds a remote slot read may take before the slot counts as lost (a host that vanished without closing its
+#: connections; a killed worker's reads fail at once)
+REMOTE_READ_TIMEOUT_S = 60.0
+
+
+class SlotReadError(SharedMemoryError):
+    """A slot of another host could not be read (its rollout worker is gone): the batcher drops that slot."""
+
 
 #: the fields of a trajectory slot a training batch is made of
 SLOT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "log_probs", "policy_version", "final_at",
@@ -45,22 +57,60 @@ class LocalSlots:
         shape = self.arrays["rewards"].shape  # [slots, T, B]
         return int(shape[1] * shape[2])
 
+    def prefetch(self, slot: int, fields: tuple[str, ...]) -> None:
+        """Start reading a slot that :meth:`read` will be asked for (nothing to start in place)."""
+
+    def ahead_bytes(self) -> int:
+        """Bytes read ahead and not taken yet (none in place)."""
+        return 0
+
     def read(self, slot: int, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
         return {name: np.array(self.arrays[name][slot]) for name in fields}
 
 
 class RemoteSlots(LocalSlots):
-    """A rollout worker on another host: its arrays are RemoteArrays, every field read in one round trip."""
+    """A rollout worker on another host: its arrays are RemoteArrays. With ``reads`` (the learner's
+    :class:`~daskrl.runtime.remote_reads.RemoteReads`) a slot announced to the batcher is read ahead, on the worker's
+    event loop and in one RPC with the other slots of that host asked for meanwhile, so :meth:`read` mostly finds it
+    there; without, every field of a slot in one blocking round trip."""
 
     way = "comms"
 
+    def __init__(self, arrays: dict[str, Any], reads: RemoteReads | None = None) -> None:
+        super().__init__(arrays)
+        self.reads = reads
+        #: slot -> (fields, the read started for its current contents, its bytes); a slot is announced again only
+        #: after it was read and freed, and an announcement replaces what an earlier one left unread
+        self.ahead: dict[int, tuple[tuple[str, ...], concurrent.futures.Future, int]] = {}
+
+    def prefetch(self, slot: int, fields: tuple[str, ...]) -> None:
+        if self.reads is not None:
+            arrays = [self.arrays[name] for name in fields]
+            nbytes = sum(int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize for a in arrays)
+            self.ahead[slot] = (fields, self.reads.read(arrays, slot), nbytes)
+
+    def ahead_bytes(self) -> int:
+        return sum(nbytes for _, _, nbytes in list(self.ahead.values()))
+
     def read(self, slot: int, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
-        return dict(zip(fields, read_together([self.arrays[name] for name in fields], slot), strict=True))
+        arrays = [self.arrays[name] for name in fields]
+        if self.reads is None:
+            return dict(zip(fields, read_together(arrays, slot), strict=True))
+        started, future, _ = self.ahead.pop(slot, ((), None, 0))
+        if future is None or started != fields:
+            future = self.reads.read(arrays, slot)
+        try:
+            parts = future.result(timeout=REMOTE_READ_TIMEOUT_S)
+        except Exception as exc:
+            raise SlotReadError(f"reading slot {slot} from {arrays[0].address} failed ({type(exc).__name__}: "
+                                f"{exc}); its rollout worker is gone or was replaced") from exc
+        return dict(zip(fields, decode_parts(arrays, parts), strict=True))
 
 
-def slot_source(arrays: dict[str, Any]) -> LocalSlots:
-    """The reader of one rollout worker's attached slot arrays (a RemoteArray has ``read``: another host's)."""
-    return RemoteSlots(arrays) if hasattr(arrays["rewards"], "read") else LocalSlots(arrays)
+def slot_source(arrays: dict[str, Any], reads: RemoteReads | None = None) -> LocalSlots:
+    """The reader of one rollout worker's attached slot arrays (a RemoteArray has ``read``: another host's, read
+    through ``reads`` where given)."""
+    return RemoteSlots(arrays, reads) if hasattr(arrays["rewards"], "read") else LocalSlots(arrays)
 
 
 class WholeSlots:
@@ -139,6 +189,10 @@ class SlotReader:
     def label(self, freed: FreeSlots) -> FreeSlots:
         """A message handing slots back, as this learner sends it."""
         return self.columns.label(freed)
+
+    def prefetch(self, source: LocalSlots, slot: int) -> None:
+        """Start copying slot ``slot`` of ``source`` where that is worth it (another host's): :meth:`read` takes it."""
+        source.prefetch(slot, self.fields)
 
     def read(self, source: LocalSlots, slot: int) -> dict[str, np.ndarray]:
         """Copy slot ``slot`` out of ``source`` and take this learner's part of it."""

@@ -139,7 +139,10 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
     out: dict[str, Any] = {"slots_shm": 0, "slots_comms": 0, "params_shm_reads": 0, "params_comms_reads": 0,
                            "remote_params": False, "hosts": [], "components": {},
                            # slot accounting: slots each rollout worker filled, and slots the learners took of each
-                           "slots_filled": {}, "slots_taken": {}, "slots_dropped": 0}
+                           "slots_filled": {}, "slots_taken": {}, "slots_dropped": 0,
+                           # remote slots: the RPCs that carried their reads (several slots each when read in bulk),
+                           # and reads that failed (the rollout worker was lost mid-read: slot dropped)
+                           "remote_read_rpcs": 0, "remote_reads": 0, "slots_lost_reads": 0}
     hosts = set()
     for name, s in sorted(last_stats.items()):
         counters, batcher = s.get("counters", {}), s.get("batcher", {})
@@ -150,6 +153,9 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
         if "slots_filled" in s:
             out["slots_filled"][name] = int(s["slots_filled"])
         out["slots_dropped"] += int(batcher.get("dropped_slots", 0))  # announced by a replaced worker: memory gone
+        out["slots_lost_reads"] += int(batcher.get("lost_reads", 0))
+        out["remote_read_rpcs"] += int(batcher.get("remote_reads", {}).get("rpcs", 0))
+        out["remote_reads"] += int(batcher.get("remote_reads", {}).get("reads", 0))
         for worker, taken in batcher.get("slots_by_worker", {}).items():
             out["slots_taken"][worker] = out["slots_taken"].get(worker, 0) + int(taken)
         for way in ("shm", "comms"):

@@ -33,6 +33,7 @@ from typing import Any
 from daskrl.errors import ComponentError
 from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.remote_reads import RemoteReads
 from daskrl.runtime.signals import scoped_name, signals_of, slots_of
 from daskrl.runtime.timing import Timing
 from daskrl.runtime.wiring import queue_topic, registry_request
@@ -80,6 +81,8 @@ class Component:
         self._stopping = False
         self._beat = time.monotonic()  # last turn of the component's loop: its heartbeat
         self._owned_arrays: list[shm.SharedArray] = []
+        #: reads of other hosts' arrays started ahead and sent in bulk (the learner's batcher reads remote slots so)
+        self.remote_reads = RemoteReads(self.worker)
         self.bus.components[self.bus_name] = self
 
     # ---- hooks for subclasses ----

@@ -234,8 +234,14 @@ def read_together(arrays: list[RemoteArray], index: Any) -> list[np.ndarray]:
         raise SharedMemoryError(f"read_together needs arrays of one owner, got {sorted(owners)}")
     reply = arrays[0]._rpc(arrays[0].address, "daskrl_shm_read_many",
                            reads=[[array.name, encode_index(index)] for array in arrays])
+    return decode_parts(arrays, reply["parts"])
+
+
+def decode_parts(arrays: list[RemoteArray], parts: list[dict]) -> list[np.ndarray]:
+    """The arrays of a ``daskrl_shm_read_many`` reply's parts, one per array (writable copies, as
+    :meth:`RemoteArray.read` gives)."""
     return [np.frombuffer(part["data"], dtype=array.dtype).reshape(tuple(part["shape"])).copy()
-            for array, part in zip(arrays, reply["parts"], strict=True)]
+            for array, part in zip(arrays, parts, strict=True)]
 
 
 def serve_read_many(reads: list) -> dict:
