@@ -16,8 +16,11 @@ An off-policy algorithm (``--algo dqn``) puts replay shards where the learner st
     Learner --PriorityUpdate on priorities:<shard>--> ReplayShard
 
 ``policy:``, ``actions:`` and ``free:`` are work queues (each message to exactly one taker); signals go to every
-connected slot. A new policy version is no message: samplers poll the version in the learner's parameter block
-(:mod:`daskrl.runtime.params`). :func:`wire_sampling_graph` makes all these connections for a set of components, and
+connected slot. A new policy version is no message to samplers: they poll the version in the learner's parameter
+block (:mod:`daskrl.runtime.params`), or in their host's relay block, whose relay the learner tells::
+
+    Learner --ParamsPublished (signal)--> ParamRelay (one per host without the learner; --param-relay auto)
+ :func:`wire_sampling_graph` makes all these connections for a set of components, and
 :func:`wire_rollout` / :func:`wire_inference` for one newcomer. The scheduler event topics (low-rate control,
 metrics and fault events, never data) are listed at the end.
 """
@@ -112,6 +115,14 @@ class FreeSlots(TypedDict):
     policy: NotRequired[int]  # several policies: whose learner is done with them (each one that took them frees)
 
 
+class ParamsPublished(TypedDict):
+    """The learner published ``version`` into its parameter block whose data segment is ``block`` (a policy's, or a
+    self-play snapshot's); each host's relay fetches the newest version once (``--param-relay auto``)."""
+
+    block: str
+    version: int
+
+
 class SharesAssigned(TypedDict):
     """A learner group's leader split a batch: ``shares[k - 1]`` lists the ``[worker, slot, incarnation]`` that
     member ``k`` trains on, for group ``generation`` (a member drops shares of a generation it is not in)."""
@@ -203,6 +214,12 @@ def wire_replay(client: Any, shard: ComponentHandle, learner: ComponentHandle) -
     add_consumer(replay_queue(shard.name), shard.on_sample, client)
     add_consumer(priorities_queue(shard.name), shard.on_priorities, client)
     add_consumer(batches_queue(learner.name), learner.on_batch_ready, client)
+
+
+def wire_relay(client: Any, learners: list[ComponentHandle], relay: ComponentHandle) -> None:
+    """Every version each learner publishes (its policy's and its snapshots') reaches ``relay``."""
+    for learner in learners:
+        connect(learner.params_published, relay.on_published, client)
 
 
 def wire_learner_group(client: Any, leaders: list[ComponentHandle], members: list[ComponentHandle]) -> None:

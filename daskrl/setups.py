@@ -139,6 +139,14 @@ class ReplaySetup:
 
 
 @dataclass(frozen=True)
+class RelaySetup:
+    """A host's parameter relay: the learners' parameter blocks it copies onto its host, by acting policy (the
+    trained policies', then the self-play snapshots'; None: not known yet, not relayed)."""
+
+    blocks: tuple[dict | None, ...]
+
+
+@dataclass(frozen=True)
 class RoleSetups:
     """A run's setups by role."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -235,6 +236,120 @@ def start_cli_cluster(log_dir: Path, n_workers: int, worker_args: Callable[[int]
             client.close()
         left = procs.stop()
         assert left == [], f"processes left running: {left}"
+
+
+# ---- two hosts: network namespaces joined by a bridge ----
+
+
+def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    if check and out.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
+    return out
+
+
+class TwoHosts:
+    """Namespaces ``<prefix>_h1`` (``<subnet>.1``, with the bridge) and ``<prefix>_h2`` (``<subnet>.2``); the driver
+    keeps a veth end with ``<subnet>.254`` in its own namespace. Only the private range 10.77.0.0/16, only these
+    links. The names and the subnet are this test process's own (its pid): two test runs on one machine would
+    otherwise delete each other's hosts (``up`` clears leftovers first) or share one subnet."""
+
+    def __init__(self, owner: int | None = None) -> None:
+        owner = os.getpid() if owner is None else owner
+        self.prefix = f"drl{owner}"  # an interface name holds 15 characters: drl<pid>_br fits
+        subnet = f"10.77.{owner % 250}"
+        self.ns = (f"{self.prefix}_h1", f"{self.prefix}_h2")
+        self.hosts = (f"{subnet}.1", f"{subnet}.2")
+        self.driver = f"{subnet}.254"
+
+    def up(self) -> None:
+        p, (h1, h2) = self.prefix, self.ns
+        self.down()  # leftovers of an interrupted run of this pid
+        remove_abandoned_hosts()  # and of runs whose test process is gone (one may hold this subnet)
+        _ip("netns", "add", h1)
+        _ip("netns", "add", h2)
+        _ip("link", "set", "lo", "up", ns=h1)
+        _ip("link", "set", "lo", "up", ns=h2)
+        _ip("link", "add", f"{p}_br", "type", "bridge", ns=h1)
+        _ip("addr", "add", f"{self.hosts[0]}/24", "dev", f"{p}_br", ns=h1)
+        _ip("link", "set", f"{p}_br", "up", ns=h1)
+        _ip("link", "add", f"{p}_a2", "netns", h1, "type", "veth", "peer", "name", f"{p}_b2", "netns", h2)
+        _ip("link", "set", f"{p}_a2", "master", f"{p}_br", "up", ns=h1)
+        _ip("addr", "add", f"{self.hosts[1]}/24", "dev", f"{p}_b2", ns=h2)
+        _ip("link", "set", f"{p}_b2", "up", ns=h2)
+        _ip("link", "add", f"{p}_r0", "type", "veth", "peer", "name", f"{p}_r1", "netns", h1)
+        _ip("link", "set", f"{p}_r1", "master", f"{p}_br", "up", ns=h1)
+        _ip("addr", "add", f"{self.driver}/24", "dev", f"{p}_r0")
+        _ip("link", "set", f"{p}_r0", "up")
+
+    def down(self) -> None:
+        for ns in self.ns:
+            _ip("netns", "del", ns, check=False)
+        _ip("link", "del", f"{self.prefix}_r0", check=False)  # goes with its peer's namespace; to be sure
+
+    def exists(self) -> bool:
+        listed = _ip("netns", "list", check=False).stdout
+        return any(line.split()[0] in self.ns for line in listed.splitlines() if line.strip())
+
+
+def remove_abandoned_hosts() -> None:
+    """Delete the namespaces (and the driver's veth end) of every :class:`TwoHosts` whose test process is gone."""
+    listed = _ip("netns", "list", check=False).stdout
+    owners = {int(m.group(1)) for line in listed.splitlines() if (m := re.match(r"drl(\d+)_h[12]\b", line.strip()))}
+    for owner in owners:
+        if not psutil.pid_exists(owner):
+            TwoHosts(owner).down()
+
+
+def netns_unavailable() -> str:
+    """Why network namespaces cannot be made here ('' when they can)."""
+    if shutil.which("ip") is None:
+        return "the `ip` command (iproute2) is not installed"
+    name = f"daskrl_probe{os.getpid()}"
+    out = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=20)
+    if out.returncode:
+        return f"`ip netns add` is not permitted here: {out.stderr.strip()}"
+    try:
+        probe = _ip("link", "add", "probe_br", "type", "bridge", ns=name, check=False)
+        if probe.returncode:
+            return f"cannot create a bridge in a network namespace here: {probe.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+    return ""
+
+
+@contextlib.contextmanager
+def start_two_hosts(log_dir: Path, workers: list[tuple[int, str, list[str]]]):
+    """A scheduler on host 1 (see :class:`TwoHosts`) and ``dask worker`` processes (one thread each, under a nanny
+    that restarts a killed one): ``(host index, name, more flags)`` each; yields ``{"address", "client", "net",
+    "procs"}``, then stops every process, deletes the namespaces and checks nothing is left. Skips where network
+    namespaces cannot be made."""
+    reason = netns_unavailable()
+    if reason:
+        pytest.skip(reason)
+    net = TwoHosts()
+    procs = Processes(log_dir)
+    client = None
+    try:
+        net.up()
+        port = 8786
+        address = f"tcp://{net.hosts[0]}:{port}"
+        dask = dask_command()
+        procs.start("scheduler", "ip", "netns", "exec", net.ns[0], dask, "scheduler", "--host", net.hosts[0],
+                    "--port", str(port), "--dashboard-address", f"{net.hosts[0]}:8787")
+        for host, name, args in workers:
+            procs.start(name, "ip", "netns", "exec", net.ns[host], dask, "worker", address, "--host", net.hosts[host],
+                        "--nworkers", "1", "--nthreads", "1", "--name", name, *args)
+        client = wait_for_cluster(address, len(workers), procs)
+        yield {"address": address, "client": client, "net": net, "procs": procs}
+    finally:
+        if client is not None:
+            client.close()
+        left = procs.stop()
+        net.down()
+        assert left == [], f"processes left running: {left}"
+        assert not net.exists(), "network namespaces left behind"
 
 
 def worker_names(client) -> dict[str, str]:

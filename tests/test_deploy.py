@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from daskrl import Observer, train
@@ -43,6 +41,7 @@ from .helpers import (
     run_config,
     slow,
     start_cli_cluster,
+    start_two_hosts,
     wait_for_cluster,
     worker_names,
     worker_pids,
@@ -157,120 +156,12 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(cli_cluster, tmp_
 # ---- 2. two hosts: network namespaces joined by a bridge ----
 
 
-def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    if check and out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
-    return out
-
-
-class TwoHosts:
-    """Namespaces ``<prefix>_h1`` (``<subnet>.1``, with the bridge) and ``<prefix>_h2`` (``<subnet>.2``); the driver
-    keeps a veth end with ``<subnet>.254`` in its own namespace. Only the private range 10.77.0.0/16, only these
-    links. The names and the subnet are this test process's own (its pid): two test runs on one machine would
-    otherwise delete each other's hosts (``up`` clears leftovers first) or share one subnet."""
-
-    def __init__(self, owner: int | None = None) -> None:
-        owner = os.getpid() if owner is None else owner
-        self.prefix = f"drl{owner}"  # an interface name holds 15 characters: drl<pid>_br fits
-        subnet = f"10.77.{owner % 250}"
-        self.ns = (f"{self.prefix}_h1", f"{self.prefix}_h2")
-        self.hosts = (f"{subnet}.1", f"{subnet}.2")
-        self.driver = f"{subnet}.254"
-
-    def up(self) -> None:
-        p, (h1, h2) = self.prefix, self.ns
-        self.down()  # leftovers of an interrupted run of this pid
-        remove_abandoned_hosts()  # and of runs whose test process is gone (one may hold this subnet)
-        _ip("netns", "add", h1)
-        _ip("netns", "add", h2)
-        _ip("link", "set", "lo", "up", ns=h1)
-        _ip("link", "set", "lo", "up", ns=h2)
-        _ip("link", "add", f"{p}_br", "type", "bridge", ns=h1)
-        _ip("addr", "add", f"{self.hosts[0]}/24", "dev", f"{p}_br", ns=h1)
-        _ip("link", "set", f"{p}_br", "up", ns=h1)
-        _ip("link", "add", f"{p}_a2", "netns", h1, "type", "veth", "peer", "name", f"{p}_b2", "netns", h2)
-        _ip("link", "set", f"{p}_a2", "master", f"{p}_br", "up", ns=h1)
-        _ip("addr", "add", f"{self.hosts[1]}/24", "dev", f"{p}_b2", ns=h2)
-        _ip("link", "set", f"{p}_b2", "up", ns=h2)
-        _ip("link", "add", f"{p}_r0", "type", "veth", "peer", "name", f"{p}_r1", "netns", h1)
-        _ip("link", "set", f"{p}_r1", "master", f"{p}_br", "up", ns=h1)
-        _ip("addr", "add", f"{self.driver}/24", "dev", f"{p}_r0")
-        _ip("link", "set", f"{p}_r0", "up")
-
-    def down(self) -> None:
-        for ns in self.ns:
-            _ip("netns", "del", ns, check=False)
-        _ip("link", "del", f"{self.prefix}_r0", check=False)  # goes with its peer's namespace; to be sure
-
-    def exists(self) -> bool:
-        listed = _ip("netns", "list", check=False).stdout
-        return any(line.split()[0] in self.ns for line in listed.splitlines() if line.strip())
-
-
-def remove_abandoned_hosts() -> None:
-    """Delete the namespaces (and the driver's veth end) of every :class:`TwoHosts` whose test process is gone."""
-    listed = _ip("netns", "list", check=False).stdout
-    owners = {int(m.group(1)) for line in listed.splitlines() if (m := re.match(r"drl(\d+)_h[12]\b", line.strip()))}
-    for owner in owners:
-        if not psutil.pid_exists(owner):
-            TwoHosts(owner).down()
-
-
-def netns_unavailable() -> str:
-    """Why network namespaces cannot be made here ('' when they can)."""
-    if shutil.which("ip") is None:
-        return "the `ip` command (iproute2) is not installed"
-    name = f"daskrl_probe{os.getpid()}"
-    out = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=20)
-    if out.returncode:
-        return f"`ip netns add` is not permitted here: {out.stderr.strip()}"
-    try:
-        probe = _ip("link", "add", "probe_br", "type", "bridge", ns=name, check=False)
-        if probe.returncode:
-            return f"cannot create a bridge in a network namespace here: {probe.stderr.strip()}"
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
-    return ""
-
-
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
     """Scheduler, a learner-pinned worker and a rollout worker on host 1; a rollout worker on host 2."""
-    reason = netns_unavailable()
-    if reason:
-        pytest.skip(reason)
-    net = TwoHosts()
-    tmp = tmp_path_factory.mktemp("two_hosts")
-    procs = Processes(tmp)
-    client = None
-    try:
-        net.up()
-        h1, h2 = net.hosts
-        port = 8786
-        address = f"tcp://{h1}:{port}"
-        dask = dask_command()
-
-        def on(ns: str, name: str, *args: str) -> None:
-            procs.start(name, "ip", "netns", "exec", ns, dask, *args)
-
-        on(net.ns[0], "scheduler", "scheduler", "--host", h1, "--port", str(port), "--dashboard-address", f"{h1}:8787")
-        on(net.ns[0], "a-learner", "worker", address, "--host", h1, "--nworkers", "1", "--nthreads", "1",
-           "--name", "a-learner", "--resources", "learner=1")
-        on(net.ns[0], "a-rollout", "worker", address, "--host", h1, "--nworkers", "1", "--nthreads", "1",
-           "--name", "a-rollout")
-        on(net.ns[1], "b-rollout", "worker", address, "--host", h2, "--nworkers", "1", "--nthreads", "1",
-           "--name", "b-rollout")
-        client = wait_for_cluster(address, 3, procs)
-        yield {"address": address, "client": client, "net": net, "procs": procs}
-    finally:
-        if client is not None:
-            client.close()
-        left = procs.stop()
-        net.down()
-        assert left == [], f"processes left running: {left}"
-        assert not net.exists(), "network namespaces left behind"
+    with start_two_hosts(tmp_path_factory.mktemp("two_hosts"), [(0, "a-learner", ["--resources", "learner=1"]),
+                                                                 (0, "a-rollout", []), (1, "b-rollout", [])]) as hosts:
+        yield hosts
 
 
 def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_path):
@@ -279,8 +170,9 @@ def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_p
     hosts_by_name = {n: a.split("://")[1].rsplit(":", 1)[0] for a, n in worker_names(client).items()}
     assert hosts_by_name == {"a-learner": h1, "a-rollout": h1, "b-rollout": h2}
 
+    # today's direct path (tests/test_param_relay.py covers the host relays, the default)
     config = run_config(tmp_path, "two_hosts", scheduler=two_hosts["address"], stop_at_return=150,
-                        train_for_seconds=120)
+                        train_for_seconds=120, param_relay="off")
     summary = train(config)
 
     assert summary["episode_return_mean"] >= 150, summary
@@ -301,7 +193,7 @@ def test_two_hosts_shared_memory_within_a_host_and_comms_across(two_hosts, tmp_p
 
 class JoinOnceTrainingThenStopOnceFed(Observer):
     """Starts a worker on host 2 once the run trains; stops the run once the rollout worker grown there has read
-    parameters over comms and the learner took its slots."""
+    parameters from the relay its host was given and the learner took its slots."""
 
     def __init__(self, hosts: dict) -> None:
         self.hosts, self.started = hosts, False
@@ -315,14 +207,15 @@ class JoinOnceTrainingThenStopOnceFed(Observer):
                                       "1", "--name", "c-joiner")
         path = run.data_path()
         grown = [name for name, c in path.get("components", {}).items() if c.get("host") == net.hosts[1]]
-        if any(path["components"][n].get("params_comms_reads", 0) > 0 and path["slots_taken"].get(n, 0) > 0
+        if any(path["components"][n].get("params_relay_reads", 0) > 0 and path["slots_taken"].get(n, 0) > 0
                for n in grown):
             run.request_stop("the far rollout worker is fed")
 
 
 def test_an_elastic_run_grows_onto_another_host_and_its_parameters_follow(two_hosts, tmp_path):
     """A run on host 1 alone (learner and one rollout worker, parameters in shared memory only); a worker that joins
-    on host 2 gets a rollout worker, and the learner starts publishing over comms for it."""
+    on host 2 gets a rollout worker, the learner starts publishing over comms for it, and its host gets a relay
+    (which shares the joiner's process), from whose block it reads in place."""
     client, procs = two_hosts["client"], two_hosts["procs"]
     h1, h2 = two_hosts["net"].hosts
     config = run_config(tmp_path, "grow_across", scheduler=two_hosts["address"], num_workers=1,
@@ -338,7 +231,8 @@ def test_an_elastic_run_grows_onto_another_host_and_its_parameters_follow(two_ho
     assert grew["address"].startswith(f"tcp://{h2}:"), grew
     path = summary["data_path"]
     far = path["components"][grew["component"]]
-    assert far["host"] == h2 and far["params_comms_reads"] > 0, path
+    assert far["host"] == h2 and far["params_relay_reads"] > 0 and path["remote_params"], path
+    assert path["components"]["relay_0"]["host"] == h2 and path["params_relay_fetches"] > 0, path
     assert path["components"]["rollout_0"]["params_shm_reads"] > 0 and path["slots_comms"] > 0, path
     assert path["slots_taken"][grew["component"]] > 0
     assert len(client.scheduler_info()["workers"]) == 3  # the joiner left again

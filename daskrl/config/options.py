@@ -101,6 +101,11 @@ class SamplerConfig(Section):
                                    "in info['episode_extra_stats']")
     env_failure_limit: int = opt(5, "an env that raises is rebuilt and its episode dropped; this many failures in a "
                                     "row of one env stop the run", low=0)
+    param_relay: str = opt("auto", "how parameter versions reach hosts other than the learner's: 'auto' runs a relay "
+                                   "on each such host that fetches every version once (told by a bus message) and "
+                                   "writes it into that host's shared memory, where its samplers read it in place; "
+                                   "'off': every sampler there polls the scheduler and pulls each version itself",
+                           choices=["auto", "off"])
 
     def num_splits(self) -> int:
         """``worker_num_splits`` with 'auto' (0) resolved for the chosen inference strategy."""

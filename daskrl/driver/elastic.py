@@ -107,7 +107,8 @@ class ElasticGrowth(Observer):
     def _publish_wanted(self, shares: dict[str, dict[str, float]]) -> None:
         """Tell the scheduler how many workers this run could use now (an adaptive cluster's lower bound)."""
         more = self.room_for_rollout() and _busy(self.fleet.learners(), shares) < BUSY
-        wanted = len(self.fleet.components()) + (1 if more else 0)
+        # a relay shares a sampler's worker: it asks for no worker of its own
+        wanted = len(self.fleet.components()) - len(self.fleet.relays.handles()) + (1 if more else 0)
         if wanted == self.wanted:
             return
         try:

@@ -11,12 +11,13 @@ the first policy's learner may lead a data-parallel group (``learner_members``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
 from daskrl.driver.algorithms import algorithm_of
+from daskrl.driver.learner_start import LearnerStart
 from daskrl.driver.placement import Placement, Role
+from daskrl.driver.relays import Relays
 from daskrl.driver.replay_hosts import route, shard_workers
 from daskrl.driver.role_setups import replay_setup, role_setups, rollout_setup
 from daskrl.envs.spaces import EnvSpaces
@@ -31,31 +32,6 @@ from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.sampling.sink import SamplingSink
 from daskrl.setups import RoleSetups
-
-#: seconds a learner may take to load a checkpoint or weights
-LOAD_TIMEOUT_S = 120
-
-
-@dataclass(frozen=True)
-class LearnerStart:
-    """Where a learner starts: a checkpoint's whole training state, weights alone (``--init-checkpoint``, or what
-    a lost learner published last), or its initial weights (``method`` None)."""
-
-    method: str | None = None
-    args: tuple = ()
-
-    @classmethod
-    def from_checkpoint(cls, state: dict) -> LearnerStart:
-        return cls("load_state", (state, int(state.get("env_steps", 0))))
-
-    @classmethod
-    def from_weights(cls, weights: dict, env_steps: int = 0) -> LearnerStart:
-        """``weights``: ``{"version", "weights"}``; the learner goes on from ``env_steps``."""
-        return cls("load_weights", (weights["version"], weights["weights"], env_steps))
-
-    def apply(self, learner: ComponentHandle) -> None:
-        if self.method is not None:
-            learner.call(self.method, *self.args, timeout=LOAD_TIMEOUT_S)
 
 
 class Fleet:
@@ -87,19 +63,24 @@ class Fleet:
         # readers on another host than the learner need the parameters over Dask comms too
         self.remote_params = force_comms() or any(
             host_of(a) != host_of(placement.learner) for a in placement.rollout + placement.inference)
+        self.relays = Relays(config, self.client, self._spawn, warn)  # a parameter relay per host without a learner
 
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (a parameter block changes when a learner restarts)."""
         return role_setups(self.config, self.spaces, self._acting_params(), self.remote_params)
 
     def _acting_params(self) -> list[dict | None]:
+        """Every acting policy's parameter block as samplers attach it (with its host relays' blocks)."""
+        return self.relays.with_relays(self._sources())
+
+    def _sources(self) -> list[dict | None]:
         """Every acting policy's parameter block: the trained policies', then the self-play snapshots'."""
         return self.policy_params + self.snapshot_params
 
     # ---- who is who ----
 
     def components(self) -> list[ComponentHandle]:
-        return [*self.consumers(), *self.learner_members, *self.rollout, *self.inference]
+        return [*self.consumers(), *self.learner_members, *self.rollout, *self.inference, *self.relays.handles()]
 
     def consumers(self) -> list[ComponentHandle]:
         """Where full trajectory slots go and what trains on them: every policy's learner, the replay shards
@@ -130,6 +111,7 @@ class Fleet:
         else:
             self._create_learners(setups, starts)
             self._create_replay()
+            self.relays.create(self.placement, self.policy_learners, self._sources())
         setups = self.setups()  # with the learners' parameter blocks
         self._create_samplers(setups)
         self._connect_replay(self.replay)
@@ -238,7 +220,7 @@ class Fleet:
         the learners (every member of a group), or to its replay shard (under ``--replay-shards auto`` its host's,
         a new one when its host has none), and its requests to the inference workers from now on."""
         index = self.next_rollout_index()
-        self._reach_params_from(worker)
+        self._reach_params_from(worker, Role.ROLLOUT)
         setup = rollout_setup(self.config, self.spaces, self._acting_params(), index)
         new = self._spawn(RolloutWorker, f"rollout_{index}", worker, setup, Role.ROLLOUT)
         self.rollout.append(new)
@@ -254,7 +236,7 @@ class Fleet:
         policies: of the policy with the fewest inference workers)."""
         serving = [self.policy_of(h.name) for h in self.inference]
         policy = min(range(self.config.policies.num_policies), key=serving.count)
-        self._reach_params_from(worker)
+        self._reach_params_from(worker, Role.INFERENCE)
         name = self._inference_name(policy, self._next_inference_index(policy))
         new = self._spawn(InferenceWorker, name, worker, self.setups().inference[policy], Role.INFERENCE, policy)
         self.inference.append(new)
@@ -291,6 +273,8 @@ class Fleet:
                       Role.SINK: self._recreate_sink, Role.LEARNER_MEMBER: self._recreate_member,
                       Role.REPLAY: self._recreate_replay}
         role = self.role_of(handle.name)
+        if role is Role.RELAY:  # on its own host, started; its samplers then read it (None: the host has none left)
+            return self.relays.recreate(handle, worker, self.policy_learners, self._sources(), self.samplers())
         if role not in recreators:
             raise ValueError(f"{handle.name!r} is a {role}: recreate_learner() restarts a learner")
         new = recreators[role](handle, worker)
@@ -303,7 +287,7 @@ class Fleet:
         return new
 
     def _recreate_rollout(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
-        self._reach_params_from(worker)
+        self._reach_params_from(worker, Role.ROLLOUT)
         index = self.rollout.index(handle)
         new = self._spawn(handle.cls, handle.name, worker, self.setups().rollout[index], Role.ROLLOUT)
         buffers = self.buffers[handle.name] = new.call("buffers")
@@ -313,7 +297,7 @@ class Fleet:
         return new
 
     def _recreate_inference(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
-        self._reach_params_from(worker)
+        self._reach_params_from(worker, Role.INFERENCE)
         policy = self.policy_of(handle.name)
         new = self._spawn(handle.cls, handle.name, worker, self.setups().inference[policy], Role.INFERENCE, policy)
         new.call("attach_workers", self.buffers)
@@ -354,10 +338,13 @@ class Fleet:
             new.call("attach_replay", {shard.name: shard.call("batch_descs") for shard in self.replay})
         self.form_learner_group()  # the members go on from the new leader's weights
         new.call("start")
-        self._each(self.samplers(), "set_params", self.policy_params[policy], policy)
+        self.relays.follow(policy, self.policy_params[policy])
+        self._each(self.samplers(), "set_params", self._acting_params()[policy], policy)
         for j, desc in enumerate(new.call("snapshot_descs")):  # only policy 0's learner keeps self-play snapshots:
             self.snapshot_params[j] = desc  # they lived in the lost learner, so their blocks are new
-            self._each(self.samplers(), "set_params", desc, len(self.policy_learners) + j)
+            self.relays.follow(len(self.policy_learners) + j, desc)
+            self._each(self.samplers(), "set_params", self._acting_params()[len(self.policy_learners) + j],
+                       len(self.policy_learners) + j)
         self._each(self.rollout, "reclaim_slots", policy)  # what the dead learner held is never coming back
         return new
 
@@ -403,14 +390,15 @@ class Fleet:
         self.roles[handle.name] = role
         self.policy_index[handle.name] = policy
 
-    def _reach_params_from(self, worker: str) -> None:
-        """A sampler is about to run on ``worker``: if that is another host than a learner's, and parameters
-        were published through shared memory only, have the learners publish them over comms too."""
-        if self.remote_params or all(host_of(worker) == host_of(h.address) for h in self.policy_learners):
-            return  # samplers here keep reading shared memory (a sampling-only run has no parameters to reach)
-        self.policy_params = [h.call("enable_remote_params") for h in self.policy_learners]
-        self.snapshot_params = self.policy_learners[0].call("snapshot_descs")
-        self.remote_params = True
+    def _reach_params_from(self, worker: str, role: Role) -> None:
+        """A sampler of ``role`` is about to run on ``worker``: if that is another host than a learner's, and
+        parameters were published through shared memory only, have the learners publish them over comms too (the
+        direct path, which readers fall back to while their host's relay is gone); and give the host a relay."""
+        if not self.remote_params and any(host_of(worker) != host_of(h.address) for h in self.policy_learners):
+            self.policy_params = [h.call("enable_remote_params") for h in self.policy_learners]
+            self.snapshot_params = self.policy_learners[0].call("snapshot_descs")
+            self.remote_params = True
+        self.relays.reach(worker, role, self.policy_learners, self._sources())
 
     def _inference_name(self, policy: int, index: int) -> str:
         """inference_0, inference_1, ...; with several policies inference_p<k>_0, ..."""

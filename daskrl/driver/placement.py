@@ -32,6 +32,7 @@ class Role(enum.Enum):
     INFERENCE = "inference"
     SINK = "sink"
     REPLAY = "replay shard"  # off-policy algorithms: keeps transitions, on a rollout worker's Dask worker
+    RELAY = "parameter relay"  # one per host with samplers but no learner: copies each version there once
 
 
 ROLES = ("learner", "rollout", "inference")  # the roles that need a worker process of their own

@@ -135,7 +135,7 @@ class Run:
         """Stop what a fleet that failed to start had created, with no checkpoint: nothing trained yet."""
         fleet, self.fleet = self.fleet, None
         if fleet is not None:
-            fleet.stop(fleet.samplers())
+            fleet.stop(fleet.samplers() + fleet.relays.handles())
             fleet.stop(fleet.consumers() + fleet.learner_members)
 
     def _say_devices(self) -> None:
@@ -368,7 +368,7 @@ class Run:
         fleet = self.fleet
         if fleet is None:
             return
-        final = fleet.stop(fleet.samplers())
+        final = fleet.stop(fleet.samplers() + fleet.relays.handles())
         self._keep_stats([s for s in final if "error" not in s])
         problems = [s["error"] for s in final if "error" in s]
         if fleet.learners() and not self.failed:
@@ -404,9 +404,11 @@ class Run:
     def _say_data_path(self) -> None:
         path = self.data_path()
         if path["slots_shm"] + path["slots_comms"] + path["params_shm_reads"] + path["params_comms_reads"]:
+            relayed = f", {path['params_relay_reads']:,} from host relays' shared memory (the relays fetched " \
+                      f"{path['params_relay_fetches']:,})" if path["params_relay_fetches"] else ""
             say(f"daskrl: data path: trajectory slots {path['slots_shm']:,} through shared memory, "
                 f"{path['slots_comms']:,} over comms; parameter versions read {path['params_shm_reads']:,} from "
-                f"shared memory, {path['params_comms_reads']:,} over comms ({len(path['hosts'])} host(s))")
+                f"shared memory{relayed}, {path['params_comms_reads']:,} over comms ({len(path['hosts'])} host(s))")
 
     def close(self) -> None:
         """Close the run's logs (after :meth:`shutdown`)."""

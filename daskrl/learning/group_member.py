@@ -49,6 +49,11 @@ class Published:
     def remote(self) -> bool:
         return self.block.remote
 
+    @property
+    def served(self) -> int:
+        """Copies of the block host relays fetched (see :attr:`~daskrl.runtime.params.ParameterPublisher.served`)."""
+        return self.block.served
+
     def publish(self, model: ActorCritic) -> int:
         """``model``'s weights as the next version; returns it."""
         return self.block.publish(model.state_dict_numpy())
@@ -72,6 +77,7 @@ class Unpublished:
     counts versions (and is asked for no parameter block)."""
 
     remote = False
+    served = 0
 
     def __init__(self) -> None:
         self.version = 0

@@ -34,7 +34,7 @@ from daskrl.learning.snapshots import snapshots_for
 from daskrl.learning.training_state import export_state, import_state
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import install_components
-from daskrl.protocol import SharesAssigned, TrajectoryReady
+from daskrl.protocol import ParamsPublished, SharesAssigned, TrajectoryReady
 from daskrl.runtime.component import Component
 from daskrl.runtime.shm import host_of
 from daskrl.runtime.signals import signal, slot
@@ -55,6 +55,10 @@ class Learner(Component):
     @signal
     def shares_assigned(self, payload: SharesAssigned) -> None:
         """The leader split a batch: each member's share of its slots (see :class:`~daskrl.protocol.SharesAssigned`)."""
+
+    @signal
+    def params_published(self, payload: ParamsPublished) -> None:
+        """A version is in a parameter block: host relays fetch it (the block's publisher emits this itself)."""
 
     def on_configure(self, setup: LearnerSetup) -> None:
         torch.set_num_threads(setup.learner.learner_threads)
@@ -313,6 +317,7 @@ class Learner(Component):
             "policy_version": self.version, "train_steps": self.trainer.train_steps, "policy": self.policy_index,
             "snapshot_versions": self.snapshots.versions(),
             "remote_params": self.publication.remote,  # also scattered for other hosts
+            "params_served": self.publication.served,  # copies of its block fetched by host relays
             "device": str(self.device),
             "group": {"rank": self.role.rank, "size": self.role.world, "generation": self.role.generation,
                       "training_with": self.trainer.group.world, "digests": list(self.role.digests)},

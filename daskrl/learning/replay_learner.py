@@ -157,7 +157,7 @@ class ReplayLearner(Learner):
         return {
             "max_policy_lag_seen": 0.0, "policy_version": self.version, "train_steps": self.trainer.train_steps,
             "policy": self.policy_index, "snapshot_versions": [], "remote_params": self.publication.remote,
-            "device": str(self.device),
+            "params_served": self.publication.served, "device": str(self.device),
             "group": {"rank": 0, "size": 1, "generation": 0, "training_with": 1, "digests": []},
             "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),
             "batcher": {}, "replay_seen": {k: dict(v) for k, v in self.replay_seen.items()},

@@ -137,6 +137,9 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
     """How the data moved: trajectory slots the batcher copied from shared memory (same host) or fetched over Dask
     comms (other hosts), parameter versions readers took either way, per component and in total."""
     out: dict[str, Any] = {"slots_shm": 0, "slots_comms": 0, "params_shm_reads": 0, "params_comms_reads": 0,
+                           # host relays (--param-relay auto): versions samplers read in place from a relay's block,
+                           # versions the relays fetched, and copies the learners served them
+                           "params_relay_reads": 0, "params_relay_fetches": 0, "params_served": 0,
                            "remote_params": False, "hosts": [], "components": {},
                            # slot accounting: slots each rollout worker filled, and slots the learners took of each
                            "slots_filled": {}, "slots_taken": {}, "slots_dropped": 0,
@@ -148,7 +151,9 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
         counters, batcher = s.get("counters", {}), s.get("batcher", {})
         entry = {"cls": s.get("cls"), "address": s.get("address"), "host": host_of(s.get("address")),
                  "params_shm_reads": int(counters.get("params_shm_reads", 0)),
-                 "params_comms_reads": int(counters.get("params_comms_reads", 0))}
+                 "params_comms_reads": int(counters.get("params_comms_reads", 0)),
+                 **{key: int(counters[key]) for key in ("params_relay_reads", "params_relay_fetches") if key in counters},
+                 **({"params_served": int(s["params_served"])} if "params_served" in s else {})}
         hosts.add(entry["host"])
         if "slots_filled" in s:
             out["slots_filled"][name] = int(s["slots_filled"])
@@ -168,6 +173,8 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
             out["remote_params"] = bool(s.get("remote_params", False))
         out["params_shm_reads"] += entry["params_shm_reads"]
         out["params_comms_reads"] += entry["params_comms_reads"]
+        for key in ("params_relay_reads", "params_relay_fetches", "params_served"):
+            out[key] += entry.get(key, 0)
         out["components"][name] = entry
     out["hosts"] = sorted(hosts)
     return out

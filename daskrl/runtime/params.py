@@ -6,6 +6,10 @@ reader's check for a new version is one integer read and costs no message at all
 Other hosts: each version is also scattered from the learner's worker (``hash=False``, the data stays there)
 and its future is published in a Dask ``Variable``; readers pull it peer to peer. The two previous futures
 are kept alive so a slow reader never finds its version gone.
+A host relay (``--param-relay auto``, :mod:`daskrl.sampling.param_relay`) spares the scheduler those polls: told of
+each version by a bus message, it fetches the version once from the learner's worker (:func:`fetch`, one
+consistent copy under the seqlock) into a :class:`RelayBlock` on its own host, laid out as the learner's block plus
+a heartbeat; readers there read it in place, and fall back to the Variable while its heartbeat is stale.
 
 Values are plain dicts of numpy arrays (the runtime never imports torch models).
 """
@@ -19,6 +23,11 @@ from typing import Any
 import numpy as np
 
 from daskrl.runtime import shm
+
+#: a relay block whose heartbeat is older than this is presumed dead: its host's readers take the direct path
+RELAY_STALE_S = 1.0
+#: copies of each parameter block (by its data segment's name) that this process served to relays
+_served: dict[str, int] = {}
 
 
 def _layout(state: dict[str, np.ndarray]) -> tuple[list, int]:
@@ -43,6 +52,8 @@ class ParameterPublisher:
         self.remote = remote or shm.force_comms()
         self.variable_name = f"daskrl-params-{component.run_id}-{component.name}"
         self._futures: deque = deque(maxlen=3)
+        #: the bus topic relays take new versions from (the learner declares the signal ``params_published``)
+        self.topic = f"{component.bus_name}.params_published"
 
     @property
     def desc(self) -> dict:
@@ -60,7 +71,21 @@ class ParameterPublisher:
         header[0] += 1  # even: consistent
         if self.remote:
             self._publish_remote(state)
+        self._notify_relays()
         return self.version
+
+    @property
+    def served(self) -> int:
+        """Copies of this block fetched by relays on other hosts (one per version per relay, at most)."""
+        return _served.get(self.data.name, 0)
+
+    def _notify_relays(self) -> None:
+        """Tell the relays (if any are wired) that a version is out: one bus message, no scheduler round trip. A
+        run without relays has no route for the topic, so this costs one dict look-up."""
+        bus = self.component.bus
+        route = bus.routes.get(self.topic)
+        if route and route["subs"]:
+            bus.publish(self.topic, {"block": self.data.name, "version": self.version})
 
     def publish_remote_now(self, state: dict[str, np.ndarray]) -> None:
         """Publish the current version over comms too (the publisher just became ``remote``)."""
@@ -79,9 +104,10 @@ class ParameterPublisher:
 class ParameterReader:
     """Reader side (rollout or inference worker). ``newer_than(v)`` -> ``(version, state)`` or None.
 
-    Each new version taken counts in the component's counters as ``params_shm_reads`` (in place, same host) or
-    ``params_comms_reads`` (pulled over Dask comms from another host), so a run's statistics show which path
-    its parameters took.
+    Each new version taken counts in the component's counters as ``params_shm_reads`` (in place, the learner's own
+    block on the same host), ``params_relay_reads`` (in place, the block of this host's relay) or
+    ``params_comms_reads`` (pulled over Dask comms from another host: no relay, or its heartbeat is stale), so a
+    run's statistics show which path its parameters took.
     """
 
     #: a reader on another host asks the scheduler for the newest version at most this often (each check is a
@@ -89,44 +115,40 @@ class ParameterReader:
     remote_poll_s = 0.05
 
     def __init__(self, component, desc: dict) -> None:
+        """``desc``: the publisher's :attr:`ParameterPublisher.desc`, with ``relays`` ({host: relay block desc})
+        where the run has relays."""
         self.component = component
         self.layout = desc["layout"]
-        same_host = desc["data"]["host"] == shm.host_of(component.worker.address)
-        self.local = same_host and not shm.force_comms()
+        here = shm.host_of(component.worker.address)
+        self.local = desc["data"]["host"] == here and not shm.force_comms()
+        self.relay: RelayView | None = None
         if self.local:
             self.header = shm.attach(desc["header"], component.worker.address)
             self.data = shm.attach(desc["data"], component.worker.address)
-        else:
-            if not desc.get("variable"):
-                raise shm.SharedMemoryError(
-                    "parameters live on another host but the publisher was not created with remote=True"
-                )
-            from distributed import Variable, get_client
+            return
+        if not desc.get("variable"):
+            raise shm.SharedMemoryError(
+                "parameters live on another host but the publisher was not created with remote=True"
+            )
+        from distributed import Variable, get_client
 
-            self._variable = Variable(desc["variable"], client=get_client())
-            self._last_key = None
-            self._next_poll = 0.0
+        self._variable = Variable(desc["variable"], client=get_client())
+        self._last_key = None
+        self._next_poll = 0.0
+        self.relay = RelayView.attach(component, (desc.get("relays") or {}).get(here))
 
     def newer_than(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None:
-        got = self._read_local(version) if self.local else self._read_remote(version)
-        if got is not None:
-            self.component.counters["params_shm_reads" if self.local else "params_comms_reads"] += 1
-        return got
-
-    def _read_local(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None:
-        header = self.header.array
-        for _ in range(1000):
-            seq = int(header[0])
-            if seq % 2:
-                time.sleep(0.0001)
-                continue
-            current = int(header[1])
-            if current <= version:
-                return None
-            raw = self.data.array.copy()
-            if int(header[0]) == seq:
-                return current, self._unpack(raw)
-        raise TimeoutError("parameter block stayed locked for 1000 tries (writer died mid-publish?)")
+        if self.local:
+            block, way = self, "params_shm_reads"
+        elif self.relay is not None and self.relay.fresh():
+            block, way = self.relay, "params_relay_reads"
+        else:  # no relay on this host, or it is presumed dead: the direct path (counts its own reads)
+            return self._read_remote(version)
+        got = read_block(block.header.array, block.data.array, version)
+        if got is None:
+            return None
+        self.component.counters[way] += 1
+        return got[0], self._unpack(got[1])
 
     def _unpack(self, raw: np.ndarray) -> dict[str, np.ndarray]:
         out = {}
@@ -158,4 +180,111 @@ class ParameterReader:
         self._last_key = future.key
         if payload["version"] <= version:
             return None
+        self.component.counters["params_comms_reads"] += 1
         return payload["version"], payload["state"]
+
+
+def read_block(header: np.ndarray, data: np.ndarray, version: int) -> tuple[int, np.ndarray] | None:
+    """A consistent copy of a parameter block's bytes if its version is newer than ``version`` (the seqlock: retry
+    while the writer holds the counter odd, or when it moved during the copy)."""
+    for _ in range(1000):
+        seq = int(header[0])
+        if seq % 2:
+            time.sleep(0.0001)
+            continue
+        current = int(header[1])
+        if current <= version:
+            return None
+        raw = data.copy()
+        if int(header[0]) == seq:
+            return current, raw
+    raise TimeoutError("parameter block stayed locked for 1000 tries (writer died mid-publish?)")
+
+
+class RelayView:
+    """A reader's view of its host's relay block: read in place while the relay's heartbeat is fresh."""
+
+    def __init__(self, header: shm.SharedArray, data: shm.SharedArray) -> None:
+        self.header, self.data = header, data
+
+    @classmethod
+    def attach(cls, component, desc: dict | None) -> RelayView | None:
+        """The relay block ``desc`` (None: this host has no relay). A block that is gone (its relay died and the
+        segment was swept) is told about, and the reader takes the direct path until it is given a new one."""
+        if desc is None:
+            return None
+        try:
+            return cls(shm.attach(desc["header"], component.worker.address),
+                       shm.attach(desc["data"], component.worker.address))
+        except shm.SharedMemoryError as exc:
+            component.incidents.note("relay-block-gone", exc)
+            return None
+
+    def fresh(self) -> bool:
+        """Whether the relay beat within :data:`RELAY_STALE_S` (CLOCK_MONOTONIC is one clock per host)."""
+        return time.monotonic_ns() - int(self.header.array[2]) < RELAY_STALE_S * 1e9
+
+
+class RelayBlock:
+    """A relay's copy of one parameter block on its host: the learner's layout, header ``[seq, version,
+    heartbeat ns]``, written under the same seqlock."""
+
+    def __init__(self, component, source: dict) -> None:
+        """``source``: the learner's block (:attr:`ParameterPublisher.desc`)."""
+        self.source = source
+        self.fetched = -1  # the source's version last copied here (-1: none since following this source)
+        self.header = component.create_array((3,), np.int64, "relay_hdr")
+        self.data = component.create_array((int(source["data"]["shape"][0]),), np.uint8, "relay")
+        self.beat()
+
+    def follow(self, source: dict) -> None:
+        """Copy from ``source`` from now on (a restarted learner's new block, whose versions may go back)."""
+        self.source, self.fetched = source, -1
+
+    @property
+    def version(self) -> int:
+        return int(self.header.array[1])
+
+    @property
+    def desc(self) -> dict:
+        return {"header": self.header.desc, "data": self.data.desc}
+
+    def beat(self) -> None:
+        self.header.array[2] = time.monotonic_ns()
+
+    def write(self, version: int, raw: bytes) -> None:
+        header = self.header.array
+        header[0] += 1  # odd: write in progress
+        self.data.array[:] = np.frombuffer(raw, dtype=np.uint8)
+        header[1] = version
+        header[0] += 1
+        header[2] = time.monotonic_ns()
+        self.fetched = version
+
+
+def fetch(rpc, source: dict, have: int) -> tuple[int, bytes] | None:
+    """The newest version of the learner's block ``source`` and its bytes, if newer than ``have``: one RPC to the
+    learner's worker (``rpc(address, op, **kwargs)``), tried again while the learner was mid-publish."""
+    for _ in range(100):
+        reply = rpc(source["data"]["address"], "daskrl_params_fetch", header=source["header"]["name"],
+                    data=source["data"]["name"], have=have)
+        if reply["version"] <= max(have, 0):
+            return None
+        if "data" in reply:
+            return reply["version"], reply["data"]
+        time.sleep(0.001)
+    raise TimeoutError("the learner's parameter block stayed locked for 100 fetches")
+
+
+def serve_fetch(header: str, data: str, have: int) -> dict:
+    """Owner side of :func:`fetch` (a worker RPC handler, on the event loop): the block's bytes if its version is
+    newer than ``have`` and the copy is consistent; only ``version`` when it is not newer or the writer was busy."""
+    hdr, buf = shm.owned_array(header).array, shm.owned_array(data).array
+    seq, version = int(hdr[0]), int(hdr[1])
+    if version <= max(have, 0) or seq % 2:  # (version 0: nothing published yet)
+        return {"version": version}
+    raw = buf.tobytes()
+    if int(hdr[0]) != seq:
+        return {"version": version}
+    _served[data] = _served.get(data, 0) + 1
+    return {"version": version, "data": raw}

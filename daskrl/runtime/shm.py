@@ -221,7 +221,7 @@ def decode_index(encoded: list) -> tuple:
 
 def serve_read(name: str, index: list) -> dict:
     """Owner side of :meth:`RemoteArray.read` (a worker RPC handler)."""
-    arr = _owned_array(name)
+    arr = owned_array(name)
     data = np.ascontiguousarray(arr.array[decode_index(index)])
     return {"data": data.tobytes(), "shape": list(data.shape)}
 
@@ -251,11 +251,12 @@ def serve_read_many(reads: list) -> dict:
 
 def serve_write(name: str, index: list, data: bytes, shape: list) -> None:
     """Owner side of :meth:`RemoteArray.write`."""
-    arr = _owned_array(name)
+    arr = owned_array(name)
     arr.array[decode_index(index)] = np.frombuffer(data, dtype=arr.dtype).reshape(tuple(shape))
 
 
-def _owned_array(name: str) -> SharedArray:
+def owned_array(name: str) -> SharedArray:
+    """A segment this process owns, by name (for the worker's RPC handlers)."""
     with _owned_lock:
         arr = _owned.get(name)
     if arr is None:

@@ -25,7 +25,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin as DaskWorkerPlugin
 from tornado.ioloop import PeriodicCallback
 
-from daskrl.runtime import dask_internals, shm
+from daskrl.runtime import dask_internals, params, shm
 from daskrl.runtime.bus import STREAM_OP, Bus
 from daskrl.runtime.logs import route_logs_for_good
 from daskrl.runtime.registry import LEAVING_TOPIC
@@ -73,7 +73,7 @@ class WorkerPlugin(DaskWorkerPlugin):
         dask_internals.add_worker_handlers(
             worker, rpc={"daskrl_bus_routes": bus.set_routes, "daskrl_shm_read": shm.serve_read,
                          "daskrl_shm_read_many": shm.serve_read_many,
-                         "daskrl_shm_write": shm.serve_write},
+                         "daskrl_shm_write": shm.serve_write, "daskrl_params_fetch": params.serve_fetch},
             streams={STREAM_OP: bus.on_stream})
         reply = await worker.scheduler.daskrl_bus_hello(address=worker.address)
         bus.set_routes(reply["routes"], reply["version"])

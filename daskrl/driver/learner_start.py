@@ -1,0 +1,32 @@
+"""Where a (re)started learner begins: a checkpoint's whole training state, weights alone, or its initial weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daskrl.runtime.handles import ComponentHandle
+
+#: seconds a learner may take to load a checkpoint or weights
+LOAD_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class LearnerStart:
+    """Where a learner starts: a checkpoint's whole training state, weights alone (``--init-checkpoint``, or what
+    a lost learner published last), or its initial weights (``method`` None)."""
+
+    method: str | None = None
+    args: tuple = ()
+
+    @classmethod
+    def from_checkpoint(cls, state: dict) -> LearnerStart:
+        return cls("load_state", (state, int(state.get("env_steps", 0))))
+
+    @classmethod
+    def from_weights(cls, weights: dict, env_steps: int = 0) -> LearnerStart:
+        """``weights``: ``{"version", "weights"}``; the learner goes on from ``env_steps``."""
+        return cls("load_weights", (weights["version"], weights["weights"], env_steps))
+
+    def apply(self, learner: ComponentHandle) -> None:
+        if self.method is not None:
+            learner.call(self.method, *self.args, timeout=LOAD_TIMEOUT_S)

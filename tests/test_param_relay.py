@@ -1,0 +1,212 @@
+"""Parameter relays per host (``--param-relay auto``): each version crosses to another host once, and that host's
+samplers read it from shared memory; a relay lost with its worker leaves its host on the direct path (polls and
+pulls over comms) until it is replaced.
+
+1. The relay block's seqlock, heartbeat and the learner-side fetch, on shared memory in this process (no cluster).
+2. Two network-namespace hosts: the learner alone on host 1, two rollout workers on host 2; the relay's worker is
+   SIGKILLed mid-run and its nanny brings it back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from daskrl import Observer, train
+from daskrl.runtime import params
+from daskrl.runtime.params import RelayBlock, RelayView, fetch, read_block, serve_fetch
+from daskrl.runtime.shm import SharedArray, list_segments, owner_pid
+
+from .helpers import run_config, slow, start_two_hosts, worker_pid
+
+# ---- 1. the relay block, without a cluster ----
+
+
+class ArrayOwner:
+    """What a relay block needs of its component: shared arrays it owns, closed at the end (a component's
+    ``create_array`` does the same on a worker)."""
+
+    run_id = "relaytest"
+
+    def __init__(self) -> None:
+        self.arrays: list[SharedArray] = []
+
+    def create_array(self, shape: tuple[int, ...], dtype, tag: str) -> SharedArray:
+        array = SharedArray.create(shape, dtype, self.run_id, tag, address="tcp://127.0.0.1:1")
+        self.arrays.append(array)
+        return array
+
+    def close(self) -> None:
+        for array in self.arrays:
+            array.close()
+
+
+@pytest.fixture
+def owner():
+    made = ArrayOwner()
+    yield made
+    made.close()
+    assert list_segments(ArrayOwner.run_id) == []
+
+
+def learner_block(owner: ArrayOwner, nbytes: int) -> tuple[SharedArray, SharedArray, dict]:
+    """A learner-like block ``[seq, version]`` + bytes, and its description."""
+    header, data = owner.create_array((2,), np.int64, "hdr"), owner.create_array((nbytes,), np.uint8, "params")
+    return header, data, {"header": header.desc, "data": data.desc}
+
+
+def publish(header: SharedArray, data: SharedArray, version: int, fill: int) -> None:
+    header.array[0] += 1
+    data.array[:] = fill
+    header.array[1] = version
+    header.array[0] += 1
+
+
+def test_a_relay_block_copies_each_version_once_and_readers_see_it_whole(owner):
+    header, data, source = learner_block(owner, 256)
+    served: list[str] = []
+
+    def rpc(address: str, op: str, **kwargs):  # the worker's handler, called in place
+        assert op == "daskrl_params_fetch" and address == source["data"]["address"]
+        served.append(kwargs["data"])
+        return serve_fetch(**kwargs)
+
+    relay = RelayBlock(owner, source)
+    assert fetch(rpc, source, relay.fetched) is None  # nothing published yet (version 0)
+    publish(header, data, 1, 7)
+    relay.write(*fetch(rpc, source, relay.fetched))
+    assert relay.version == 1 and relay.fetched == 1
+    assert fetch(rpc, source, relay.fetched) is None, "an unchanged version must not be copied again"
+    before = params._served.get(data.name, 0)
+    publish(header, data, 2, 9)
+    relay.write(*fetch(rpc, source, relay.fetched))
+    assert params._served[data.name] == before + 1
+    view = RelayView(relay.header, relay.data)
+    version, raw = read_block(view.header.array, view.data.array, 1)
+    assert version == 2 and (raw == 9).all()
+    assert read_block(view.header.array, view.data.array, 2) is None
+
+
+def test_a_fetch_mid_publish_is_not_served_torn(owner):
+    header, data, source = learner_block(owner, 64)
+    publish(header, data, 3, 1)
+    header.array[0] += 1  # the learner is writing version 4
+    assert serve_fetch(source["header"]["name"], source["data"]["name"], 0) == {"version": 3}
+    calls = []
+
+    def rpc(address: str, op: str, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the writer finishes while the relay retries
+            data.array[:] = 2
+            header.array[1] = 4
+            header.array[0] += 1
+        return serve_fetch(**kwargs)
+
+    version, raw = fetch(rpc, source, 0)
+    assert version == 4 and np.frombuffer(raw, np.uint8).tolist() == [2] * 64 and len(calls) == 3
+
+
+def test_a_stale_heartbeat_sends_readers_to_the_direct_path(owner):
+    _, _, source = learner_block(owner, 8)
+    relay = RelayBlock(owner, source)
+    view = RelayView(relay.header, relay.data)
+    assert view.fresh()
+    relay.header.array[2] = time.monotonic_ns() - int((params.RELAY_STALE_S + 0.5) * 1e9)  # the relay died
+    assert not view.fresh()
+    relay.beat()
+    assert view.fresh()
+    relay.header.array[0] = 1  # a relay that died mid-write leaves the block locked: readers give up, not hang
+    with pytest.raises(TimeoutError, match="stayed locked"):
+        read_block(relay.header.array, relay.data.array, 0)
+
+
+# ---- 2. two hosts ----
+
+@pytest.fixture(scope="module")
+def far_samplers(tmp_path_factory):
+    """The learner's worker alone on host 1; two workers for rollout workers on host 2."""
+    with start_two_hosts(tmp_path_factory.mktemp("relay_hosts"), [(0, "a-learner", ["--resources", "learner=1"]),
+                                                                  (1, "b-r0", []), (1, "b-r1", [])]) as hosts:
+        yield hosts
+
+
+def relay_reads(path: dict) -> int:
+    """Versions the surviving sampler on host 2 (rollout_1) read from its relay's block so far."""
+    return path["components"].get("rollout_1", {}).get("params_relay_reads", 0)
+
+
+class KillTheRelay(Observer):
+    """Once the relay fetched a few versions, SIGKILLs its worker (on a thread: the pid comes from the worker); once
+    the relay is back and its host's samplers read from it again, stops the run. Keeps what it saw at each step."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict] = {}
+        self.thread: threading.Thread | None = None
+        self.killed: list[int] = []
+        self.errors: list[BaseException] = []
+
+    def on_report(self, run, row) -> None:
+        path = run.data_path()
+        parts = path["components"]
+        if "kill" not in self.seen and parts.get("relay_0", {}).get("params_relay_fetches", 0) >= 5:
+            self.seen["kill"] = {"path": path, "version": run.state.learner.get("policy_version", 0)}
+            self.thread = threading.Thread(target=self._kill, daemon=True)
+            self.thread.start()
+        back = [r for r in run.recovery.recoveries if r["component"] == "relay_0"]
+        if back and "back" not in self.seen:
+            self.seen["back"] = {"path": path, "version": run.state.learner.get("policy_version", 0)}
+        if "back" in self.seen and relay_reads(path) >= relay_reads(self.seen["back"]["path"]) + 3:
+            run.request_stop("the relay is back and read")
+
+    def _kill(self) -> None:
+        try:
+            pid = worker_pid("relay_0")
+            os.kill(pid, signal.SIGKILL)
+            self.killed.append(pid)
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
+
+
+@slow("network namespaces and dask CLI processes")
+def test_a_host_reads_parameters_from_its_relay_and_keeps_acting_while_the_relay_is_replaced(far_samplers, tmp_path):
+    h1, h2 = far_samplers["net"].hosts
+    watch = KillTheRelay()
+    config = run_config(tmp_path, "relayed", scheduler=far_samplers["address"], num_workers=2, num_envs_per_worker=8,
+                        rollout=16, batch_size=128, num_batches_per_epoch=2, train_for_seconds=150,
+                        train_for_env_steps=0, report_interval=0.5, elastic=False)
+    summary = train(config, observers=[watch])
+
+    assert not watch.errors, watch.errors
+    assert summary["stop_reason"] == "the relay is back and read", (summary["stop_reason"], watch.seen.keys())
+    path, final_version = summary["data_path"], summary["policy_version"]
+    parts = path["components"]
+    assert parts["learner"]["host"] == h1 and path["remote_params"], path
+    assert {parts[c]["host"] for c in ("rollout_0", "rollout_1", "relay_0")} == {h2}, path
+    # host 2 reads in place: from its relay's block, never the learner's (another host's) shared memory
+    assert all(parts[c]["params_shm_reads"] == 0 and parts[c]["params_relay_reads"] > 0
+               for c in ("rollout_0", "rollout_1")), path
+    # before the kill: the relay alone carried versions to host 2 (the samplers' first read may be direct: a sampler
+    # can start reading before the relay's first fetch has landed; that is the slack)
+    at_kill = watch.seen["kill"]["path"]["components"]
+    assert sum(at_kill[c]["params_comms_reads"] for c in ("rollout_0", "rollout_1")) <= 2, at_kill
+    # while it was gone, the surviving sampler kept taking newer versions directly (each comms read is a newer one)
+    assert parts["rollout_1"]["params_comms_reads"] - at_kill["rollout_1"]["params_comms_reads"] >= 2, (at_kill, path)
+    [record] = [r for r in summary["recoveries"] if r["component"] == "relay_0"]
+    assert record["worker"].startswith(f"tcp://{h2}:"), record
+    # the learner's link: one copy per version for the one remote host, at most; +2 slack: the version in flight
+    # when the relay died, and the replacement's first fetch of the version its predecessor already had
+    served = parts["learner"]["params_served"]
+    assert 0 < served <= final_version + 2, (served, final_version)
+    assert served >= path["params_relay_fetches"], path  # relay fetches counted after the kill lose the old relay's
+    kill_version, back_version = watch.seen["kill"]["version"], watch.seen["back"]["version"]
+    assert served >= (kill_version + final_version - back_version) // 2, (served, kill_version, back_version)
+    # the killed relay's shared memory is swept (every worker sweeps segments of dead processes every 5 s)
+    deadline = time.monotonic() + 20
+    while any(owner_pid(name) in watch.killed for name in list_segments()):
+        assert time.monotonic() < deadline, [n for n in list_segments() if owner_pid(n) in watch.killed]
+        time.sleep(0.5)
