@@ -86,7 +86,9 @@ class Relays:
         """A lost relay again, on its own host: on ``worker`` if it is there, else beside one of the run's
         ``samplers`` there (None: the host has none left, and its samplers keep reading over comms). The host's
         samplers are then handed the new relay's blocks."""
-        host = next(h for h, handle in self.by_host.items() if handle is lost)
+        host = next((h for h, handle in self.by_host.items() if handle.name == lost.name), None)
+        if host is None:  # replaced already
+            return None
         here = [h.address for h in samplers if host_of(h.address) == host and h.address != lost.address]
         where = worker if host_of(worker) == host else (here[0] if here else None)
         if where is None:
