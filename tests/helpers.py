@@ -320,11 +320,11 @@ def netns_unavailable() -> str:
 
 
 @contextlib.contextmanager
-def start_two_hosts(log_dir: Path, workers: list[tuple[int, str, list[str]]]):
+def start_two_hosts(log_dir: Path, workers: list[tuple[int, str, list[str]]], env: dict | None = None):
     """A scheduler on host 1 (see :class:`TwoHosts`) and ``dask worker`` processes (one thread each, under a nanny
-    that restarts a killed one): ``(host index, name, more flags)`` each; yields ``{"address", "client", "net",
-    "procs"}``, then stops every process, deletes the namespaces and checks nothing is left. Skips where network
-    namespaces cannot be made."""
+    that restarts a killed one, with ``env`` in their environment): ``(host index, name, more flags)`` each; yields
+    ``{"address", "client", "net", "procs"}``, then stops every process, deletes the namespaces and checks nothing is
+    left. Skips where network namespaces cannot be made."""
     reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
@@ -340,7 +340,7 @@ def start_two_hosts(log_dir: Path, workers: list[tuple[int, str, list[str]]]):
                     "--port", str(port), "--dashboard-address", f"{net.hosts[0]}:8787")
         for host, name, args in workers:
             procs.start(name, "ip", "netns", "exec", net.ns[host], dask, "worker", address, "--host", net.hosts[host],
-                        "--nworkers", "1", "--nthreads", "1", "--name", name, *args)
+                        "--nworkers", "1", "--nthreads", "1", "--name", name, *args, env=env)
         client = wait_for_cluster(address, len(workers), procs)
         yield {"address": address, "client": client, "net": net, "procs": procs}
     finally:

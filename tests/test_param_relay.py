@@ -129,9 +129,12 @@ def test_a_stale_heartbeat_sends_readers_to_the_direct_path(owner):
 
 @pytest.fixture(scope="module")
 def far_samplers(tmp_path_factory):
-    """The learner's worker alone on host 1; two workers for rollout workers on host 2."""
+    """The learner's worker alone on host 1; two workers for rollout workers on host 2. A connection to a killed
+    worker is given up after 5 s instead of Dask's 30 (the learner's batcher waits that long for the slots of the
+    rollout worker killed with the relay before it drops them, and trains on nothing meanwhile)."""
     with start_two_hosts(tmp_path_factory.mktemp("relay_hosts"), [(0, "a-learner", ["--resources", "learner=1"]),
-                                                                  (1, "b-r0", []), (1, "b-r1", [])]) as hosts:
+                                                                  (1, "b-r0", []), (1, "b-r1", [])],
+                         env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}) as hosts:
         yield hosts
 
 
@@ -177,7 +180,7 @@ def test_a_host_reads_parameters_from_its_relay_and_keeps_acting_while_the_relay
     h1, h2 = far_samplers["net"].hosts
     watch = KillTheRelay()
     config = run_config(tmp_path, "relayed", scheduler=far_samplers["address"], num_workers=2, num_envs_per_worker=8,
-                        rollout=16, batch_size=128, num_batches_per_epoch=2, train_for_seconds=150,
+                        rollout=16, batch_size=128, num_batches_per_epoch=2, train_for_seconds=300,
                         train_for_env_steps=0, report_interval=0.5, elastic=False)
     summary = train(config, observers=[watch])
 
@@ -200,11 +203,11 @@ def test_a_host_reads_parameters_from_its_relay_and_keeps_acting_while_the_relay
     assert record["worker"].startswith(f"tcp://{h2}:"), record
     # the learner's link: one copy per version for the one remote host, at most; +2 slack: the version in flight
     # when the relay died, and the replacement's first fetch of the version its predecessor already had
+    # (fewer when the learner publishes faster than a fetch takes: the relay then fetches only the newest)
     served = parts["learner"]["params_served"]
     assert 0 < served <= final_version + 2, (served, final_version)
-    assert served >= path["params_relay_fetches"], path  # relay fetches counted after the kill lose the old relay's
-    kill_version, back_version = watch.seen["kill"]["version"], watch.seen["back"]["version"]
-    assert served >= (kill_version + final_version - back_version) // 2, (served, kill_version, back_version)
+    # every copy served went to a relay: the old one's (at least those it had made by the kill) and the new one's
+    assert served >= at_kill["relay_0"]["params_relay_fetches"] + parts["relay_0"]["params_relay_fetches"], path
     # the killed relay's shared memory is swept (every worker sweeps segments of dead processes every 5 s)
     deadline = time.monotonic() + 20
     while any(owner_pid(name) in watch.killed for name in list_segments()):

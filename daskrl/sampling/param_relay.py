@@ -40,8 +40,8 @@ class ParamRelay(Component):
 
     def on_start(self) -> None:
         self.pending.update(i for i, block in enumerate(self.blocks) if block is not None)
-        self.add_timer(self.beat_s, self._beat)
-        self.add_timer(self.check_s, self._check)
+        self.add_timer(self.beat_s, self._heartbeat)
+        self.add_timer(self.check_s, self._check_versions)
 
     @slot
     def on_published(self, payload: ParamsPublished) -> None:
@@ -70,12 +70,12 @@ class ParamRelay(Component):
             block.write(*got)
             self.counters["params_relay_fetches"] += 1
 
-    def _beat(self) -> None:
+    def _heartbeat(self) -> None:  # (Component keeps its own loop beat in ``_beat``)
         for block in self.blocks:
             if block is not None:
                 block.beat()
 
-    def _check(self) -> None:
+    def _check_versions(self) -> None:
         self.pending.update(i for i, block in enumerate(self.blocks) if block is not None)
 
     async def relay_descs(self) -> list[dict | None]:
