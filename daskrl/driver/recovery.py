@@ -93,6 +93,7 @@ class Recovery:
         else:
             new = self.fleet.recreate(handle, worker)
         seconds = time.monotonic() - t0
+        worker = new.address if new is not None else worker  # (a relay goes back to its own host, wherever that is)
         self._keep({"component": handle.name, "role": role.value, "cause": cause, "worker": worker,
                     "recovery_s": round(seconds, 3), "time": time.time()})
         say(f"daskrl: recovered {handle.name} on {worker} in {seconds:.2f} s")
