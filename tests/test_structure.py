@@ -295,7 +295,7 @@ def test_the_default_check_would_catch_a_differing_default():
 
 
 @pytest.mark.parametrize("setup", [setups.PolicySetup, setups.RolloutSetup, setups.InferenceSetup,
-                                   setups.LearnerSetup, ServeSetup])
+                                   setups.LearnerSetup, setups.RelaySetup, ServeSetup])
 def test_setups_are_frozen_and_have_no_defaults_of_their_own(setup):
     assert setup.__dataclass_params__.frozen
     with_defaults = [f.name for f in dataclasses.fields(setup)
@@ -306,10 +306,11 @@ def test_setups_are_frozen_and_have_no_defaults_of_their_own(setup):
 def test_components_are_configured_with_one_setup_and_nothing_else():
     from daskrl.learning.learner import Learner
     from daskrl.sampling.inference_worker import InferenceWorker
+    from daskrl.sampling.param_relay import ParamRelay
     from daskrl.sampling.rollout_worker import RolloutWorker
     from daskrl.sampling.sink import SamplingSink
 
-    for cls in (Learner, RolloutWorker, InferenceWorker, SamplingSink, PolicyServer):
+    for cls in (Learner, RolloutWorker, InferenceWorker, SamplingSink, ParamRelay, PolicyServer):
         assert issubclass(cls, Component)
         params = list(inspect.signature(cls.on_configure).parameters.values())
         assert [p.name for p in params] == ["self", "setup"], f"{cls.__name__}.on_configure{params}"
