@@ -131,8 +131,8 @@ def test_a_stale_heartbeat_sends_readers_to_the_direct_path(owner):
 def far_samplers(tmp_path_factory):
     """The learner's worker and an idle spare on host 1 (where a restarted learner goes if its own worker is slow
     to come back); two workers pinned to rollout workers on host 2. A connection to a killed worker is given up
-    after 5 s instead of Dask's 30 (the learner's batcher waits that long for the slots of the rollout worker killed
-    with the relay before it drops them, and trains on nothing meanwhile)."""
+    after 5 s instead of Dask's 30 (the learner's reads of the slots of the rollout worker killed with the relay
+    fail that much sooner, and the run goes on)."""
     with start_two_hosts(tmp_path_factory.mktemp("relay_hosts"), [(0, "a-learner", ["--resources", "learner=1"]),
                                                                   (0, "a-spare", []),
                                                                   (1, "b-r0", ["--resources", "rollout=1"]),

@@ -191,15 +191,8 @@ class Batcher:
             if group != formed_for:  # the group was formed again (or broke): start this batch afresh
                 self.free(forming.abandon())
                 formed_for, forming = group, self._new_batch(group)
-            try:
-                forming.add((worker, slot, incarnation))
-            except OSError as exc:  # its owner (on another host) died before the copy: the slot went with it,
-                self.dropped_slots += 1  # and so did the rest of that incarnation's (dropped, not waited for)
-                if self.incarnations.get(worker) == incarnation:
-                    del self.incarnations[worker]
-                self.learner.incidents.note("slot-owner-unreachable", exc)
-                continue
             self.slots += 1
+            forming.add((worker, slot, incarnation))
             if not forming.full():
                 continue
             delivery = forming.close()
