@@ -100,7 +100,7 @@ class SchedulerProbe:
 
         from daskrl.testing.scheduler_load import install_op_counts
 
-        self.client = Client(address, timeout=30, direct_to_workers=True)
+        self.client = Client(address, timeout=30, set_as_default=False)  # train() makes its own
         self.pid = int(self.client.run_on_scheduler(install_op_counts)["pid"])
 
     def reading(self) -> dict[str, Any]:
