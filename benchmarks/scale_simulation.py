@@ -234,27 +234,49 @@ def namespaces_in_use() -> list[str]:
     return busy
 
 
-def start_cluster(workers: int, nanny: bool) -> Any:
+class SimulatedCluster:
     """bench_scale.py's namespace cluster of :data:`HOSTS` hosts with ``workers`` dask workers spread evenly over
-    them (worker i on host i mod 8 + 1; worker 0, on host 1, offers the learner resource)."""
-    from bench_scale import NetnsCluster
+    them (worker i on host i mod 8 + 1; worker 0, on host 1, offers the learner resource), and a watchdog process
+    (netns_watchdog.py) that removes it all should this process die before its own cleanup (its exit)."""
 
-    busy = namespaces_in_use()
-    if busy:
-        raise RuntimeError(f"processes still run in {', '.join(busy)}: another bench_scale.py run holds these "
-                           "namespaces (wait for it, or end it)")
-    cluster = NetnsCluster(HOSTS)
-    try:
-        extra = [] if nanny else ["--no-nanny"]
-        for i in range(workers):
-            host = i % HOSTS + 1
-            role = ["--resources", "learner=1"] if i == 0 else []
-            cluster.worker(host, f"h{host}-w{i}", *extra, *role)
-        cluster.wait_for_workers(workers, timeout=STARTUP_ALLOWANCE_S)
-    except BaseException:
-        cluster.__exit__(None, None, None)
-        raise
-    return cluster
+    def __init__(self, workers: int, nanny: bool) -> None:
+        from bench_scale import PREFIX, NetnsCluster
+
+        busy = namespaces_in_use()
+        if busy:
+            raise RuntimeError(f"processes still run in {', '.join(busy)}: another bench_scale.py run holds these "
+                               "namespaces (wait for it, or end it)")
+        watchdog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns_watchdog.py")
+        self.watchdog = subprocess.Popen([sys.executable, watchdog, str(os.getpid()), PREFIX, str(HOSTS)],
+                                         start_new_session=True)
+        self.cluster: Any = None
+        try:
+            self.cluster = NetnsCluster(HOSTS)
+            self.address = self.cluster.address
+            extra = [] if nanny else ["--no-nanny"]
+            for i in range(workers):
+                host = i % HOSTS + 1
+                role = ["--resources", "learner=1"] if i == 0 else []
+                self.cluster.worker(host, f"h{host}-w{i}", *extra, *role)
+            self.cluster.wait_for_workers(workers, timeout=STARTUP_ALLOWANCE_S)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __enter__(self) -> SimulatedCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self.cluster is not None:
+                self.cluster.__exit__(None, None, None)
+            else:  # the namespaces may be up without their scheduler
+                from bench_scale import netns_down
+
+                netns_down(HOSTS)
+        finally:
+            self.watchdog.terminate()
+            self.watchdog.wait(10)
 
 
 def simulate(worker_counts: list[int], designs: list[str], seconds: float, warmup: float,
@@ -290,7 +312,7 @@ def _simulate_count(workers: int, runnable: list[str], seconds: float, warmup: f
     t0 = time.monotonic()
     started: float | None = None
     try:
-        with start_cluster(workers, nanny) as cluster:
+        with SimulatedCluster(workers, nanny) as cluster:
             started = time.monotonic() - t0
             runs = [_run_or_say_why(cluster.address, workers, d, seconds, warmup) for d in runnable]
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:

@@ -1,6 +1,7 @@
 """The control-plane simulation of ``benchmarks/bench_scale.py --simulate`` (benchmarks/scale_simulation.py): the
 scheduler's op counts on a real scheduler, the numbers of a measured window from two readings, and (slow, root) one
-short simulated run on 8 network-namespace hosts that leaves no namespace, process or segment behind."""
+short simulated run on 8 network-namespace hosts that leaves no namespace, process or segment behind, also when the
+benchmark is killed (SIGKILL: its watchdog removes them)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from distributed import Client, LocalCluster, Variable
 from daskrl.runtime.segments import list_segments, owner_pid, pid_alive
 from daskrl.testing.scheduler_load import install_op_counts, read_op_counts
 
-from .helpers import slow
+from .helpers import slow, wait_for
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -88,5 +89,28 @@ def test_a_short_simulation_measures_the_control_plane_and_leaves_nothing_behind
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "daskrlb_h" not in listed
     assert not subprocess.run(["pgrep", "-f", "tcp://10.77.1.1:8786"], capture_output=True).stdout
+    assert not subprocess.run(["pgrep", "-f", "netns_watchdog.py"], capture_output=True).stdout  # ended with it
     left = [name for name in set(list_segments()) - before if not pid_alive(owner_pid(name) or 0)]
     assert not left, left  # segments of our dead workers (another live process's are not ours to judge)
+
+
+@slow("8 network-namespace hosts and 8 dask workers, a benchmark killed while it trains")
+def test_a_killed_simulation_leaves_nothing_behind(tmp_path):
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and the `ip` command (iproute2)")
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        bench = subprocess.Popen([sys.executable, str(BENCHMARKS / "bench_scale.py"), "--simulate", "8", "--seconds",
+                                  "60", "--warmup", "60"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "env steps" in log.read_text(), timeout=300, interval=0.5, what="the simulation training")
+    finally:
+        bench.kill()
+        bench.wait(30)
+
+    def gone() -> bool:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        return "daskrlb_h" not in listed and not subprocess.run(["pgrep", "-f", "tcp://10.77.1.1:8786|netns_watchdog"],
+                                                                  capture_output=True).stdout
+
+    wait_for(gone, timeout=60, interval=0.5, what="the watchdog's cleanup")
