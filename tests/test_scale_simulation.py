@@ -86,6 +86,9 @@ def test_a_short_simulation_measures_the_control_plane_and_leaves_nothing_behind
     assert run["slots_comms"] > 0 and run["copy_us_per_frame_comms"] > 0
     if not scale_simulation.relay_available():
         assert "auto" in result["unavailable"] and "no param_relay option" in out.stdout
+    else:  # a relay per host: the scheduler hears no parameter poll at all
+        [relayed] = [r for r in result["runs"] if r["design"] == "auto"]
+        assert "error" not in relayed and relayed["fps"] > 0 and relayed["parameter_polls_per_s"] == 0, relayed
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "daskrlb_h" not in listed
     assert not subprocess.run(["pgrep", "-f", "tcp://10.77.1.1:8786"], capture_output=True).stdout
