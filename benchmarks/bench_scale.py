@@ -1,6 +1,7 @@
 """Training throughput as rollout workers are added, and across two (network-namespace) hosts.
 
 Run:  python benchmarks/bench_scale.py [--json] [--seconds 15] [--warmup 5] [--grow-hosts 4 --grow-period 20]
+      python benchmarks/bench_scale.py --simulate 8 32 64 [--designs off auto] [--json]   (scale_simulation.py)
 
 From one run of this script, each line measured alone, one after the other, on this machine:
 
@@ -336,6 +337,18 @@ def predict(inputs: dict, hosts: int, cores: int) -> dict:
             "polls_over_capacity": bool(inputs["scheduler_polls_per_s"]) and polls > inputs["scheduler_polls_per_s"]}
 
 
+def simulate_main(args: argparse.Namespace) -> None:
+    """``--simulate``: the control plane measured at each worker count (benchmarks/scale_simulation.py)."""
+    from scale_simulation import print_table, simulate
+
+    if any(n < 2 for n in args.simulate):
+        raise SystemExit("--simulate: each worker count must be at least 2 (the learner's worker and a rollout worker)")
+    result = simulate(args.simulate, args.designs, args.seconds, args.warmup, nanny=args.nanny)
+    print_table(result)
+    if args.json:
+        print(json.dumps(result))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per line (after the warm-up)")
@@ -347,8 +360,17 @@ def main() -> None:
                              "seconds; frames/s per host count (0: skip)")
     parser.add_argument("--grow-period", type=float, default=20.0)
     parser.add_argument("--model-cores", type=int, default=16, help="cores per host in the model's predictions")
+    parser.add_argument("--simulate", type=int, nargs="+", default=[], metavar="N",
+                        help="instead of the lines above: the control plane with N dask workers on 8 netns hosts, for "
+                             "each N (benchmarks/scale_simulation.py; --seconds, --warmup apply)")
+    parser.add_argument("--designs", nargs="+", choices=["off", "auto"], default=["off", "auto"],
+                        help="--simulate: the param_relay designs to run at each N")
+    parser.add_argument("--nanny", action="store_true", help="--simulate: start each dask worker under a nanny")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
+    if args.simulate:
+        simulate_main(args)
+        return
 
     from daskrl.runtime.cluster import prestart_worker_server
 

@@ -569,3 +569,23 @@ def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
                                      train_for_seconds=8.0, train_dir=str(tmp_path), experiment="doomvars",
                                      dashboard_address="", num_envs_per_worker=4, num_workers=1))
     assert summary["env_steps"] > 100 and not any(summary["incidents"].values()), summary
+
+
+def test_the_light_env_has_fixed_episodes_and_a_known_best_return():
+    """daskrl.testing.envs:light (benchmarks/scale_simulation.py): a valid gymnasium env through daskrl's registry,
+    every episode exactly ``length`` steps, reward 1 exactly when the action matches the first entry's sign."""
+    env = make_env("daskrl.testing.envs:light", env_kwargs={"length": 5, "size": 3})
+    check_env(env.unwrapped, skip_render_check=True)
+    assert env.observation_space.shape == (3,) and env.action_space.n == 2
+    obs, _ = env.reset(seed=3)
+    for episode in range(3):
+        total = 0.0
+        for t in range(5):
+            best = int(obs[0] >= 0)
+            obs, reward, terminated, truncated, _ = env.step(best if episode else 1 - best)
+            total += reward
+            assert not terminated and truncated == (t == 4) and env.observation_space.contains(obs)
+        assert total == (5.0 if episode else 0.0)
+        obs, _ = env.reset()
+    with pytest.raises(ValueError, match="length >= 1"):
+        make_env("daskrl.testing.envs:light", env_kwargs={"length": 0})

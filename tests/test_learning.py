@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from daskrl import train
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch, lag_percentile
 from daskrl.config import ConfigError, LearnerConfig, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.checkpoints import CheckpointStore
@@ -77,6 +77,24 @@ def test_valid_fraction_counts_only_samples_within_max_policy_lag(spaces):
     assert metrics["policy_lag_max"] == 50
     assert metrics["policy_lag_mean"] == pytest.approx(np.mean([current - v for v in versions]))
     assert metrics["updates"] == UPDATES_PER_STEP and metrics["skipped_updates"] == 0
+
+
+def test_lag_counts_give_the_median_and_95th_percentile_of_every_sample_trained_on(spaces):
+    """The learner's statistics keep samples by lag, not a mean: percentiles over the run, and over a window from
+    two readings (benchmarks/scale_simulation.py)."""
+    trainer = make_trainer(spaces, max_policy_lag=20)
+    assert math.isnan(lag_percentile(trainer.lag_counts, 50))  # nothing trained yet
+    trainer.train(make_batch(spaces, [50, 45, 30, 29, 10, 0, 50, 31]), 50)  # lags 0, 5, 20, 21, 40, 50, 0, 19
+    first = trainer.lag_counts.copy()
+    expected = np.zeros(51, np.int64)
+    for lag in (0, 5, 20, 21, 40, 50, 0, 19):
+        expected[lag] += T  # one column per env: T samples each
+    assert np.array_equal(first, expected)
+    assert lag_percentile(first, 50) == 19 and lag_percentile(first, 95) == 50
+    trainer.train(make_batch(spaces, [60, 60, 60, 60, 60, 60, 59, 58]), 60)  # lags 0 x 6, 1, 2
+    window = trainer.lag_counts - np.pad(first, (0, len(trainer.lag_counts) - len(first)))
+    assert window.sum() == T * N and lag_percentile(window, 50) == 0 and lag_percentile(window, 95) == 2
+    assert lag_percentile(trainer.lag_counts, 50) == 0 and lag_percentile(trainer.lag_counts, 95) == 50
 
 
 def test_training_step_reports_progress_after_every_minibatch(spaces):

@@ -36,11 +36,23 @@ from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trajectory_batch import TrajectoryBatch
 
-__all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch"]
+__all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "lag_percentile"]
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
+
+
+def lag_percentile(counts: list[int] | np.ndarray, q: float) -> float:
+    """The ``q``-th percentile (0-100) of the policy lags counted in ``counts`` (``counts[k]``: samples trained on
+    ``k`` versions after they were acted): the smallest lag that at least ``q`` % of the samples do not exceed.
+    NaN when nothing was counted. Counts are kept rather than a mean so that a window's percentiles come from the
+    difference of two readings."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total <= 0:
+        return math.nan
+    return float(np.searchsorted(np.cumsum(counts), q / 100.0 * total, side="left"))
 
 
 class MinibatchCounts(NamedTuple):
@@ -78,6 +90,8 @@ class APPOTrainer(PolicyTrainer):
         self.total_env_steps = total_env_steps
         self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"])
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
+        #: samples trained on by policy lag: lag_counts[k] samples were k versions old (see :func:`lag_percentile`)
+        self.lag_counts = np.zeros(1, dtype=np.int64)
 
     def learning_rate(self, env_steps: int) -> float:
         """The learning rate the step starts with: its ``learning_rate``, on the linear schedule when one is set
@@ -97,6 +111,8 @@ class APPOTrainer(PolicyTrainer):
         inputs = self._inputs(batch)
         values, targets, advantages = self._targets(batch, inputs)
         valid, lag = self._trainable(batch, current_version, inputs.mine)
+        self._count_lags(lag)
+        lag = lag if lag.numel() else torch.zeros(1, device=self.device)  # no sample of this policy in the batch
         flat = {
             "obs": inputs.obs, "actions": inputs.actions, "old_lp": inputs.behaviour.reshape(-1),
             "adv": advantages.reshape(-1), "old_v": values.reshape(-1), "targets": targets.reshape(-1),
@@ -191,11 +207,17 @@ class APPOTrainer(PolicyTrainer):
     def _trainable(self, batch: TrajectoryBatch, current_version: int, mine: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """[T * N] bool: this policy's samples no older than ``max_policy_lag`` versions; and those samples' lags
-        (another policy's steps, or nobody's, are no sample of this one)."""
+        (another policy's steps, or nobody's, are no sample of this one: possibly none)."""
         versions = self._tensor(batch.policy_version.astype(np.int64))
         valid = policy_lag_mask(versions, current_version, self.cfg.max_policy_lag).reshape(-1) & mine
-        lag = (current_version - versions).float().reshape(-1)[mine]
-        return valid, lag if lag.numel() else torch.zeros(1, device=self.device)
+        return valid, (current_version - versions).float().reshape(-1)[mine]
+
+    def _count_lags(self, lag: torch.Tensor) -> None:
+        """Add a step's sample lags to :attr:`lag_counts` (one small read back of the step's lag histogram)."""
+        step = torch.bincount(lag.clamp(min=0).long()).cpu().numpy()
+        if step.shape[0] > self.lag_counts.shape[0]:
+            self.lag_counts = np.pad(self.lag_counts, (0, step.shape[0] - self.lag_counts.shape[0]))
+        self.lag_counts[:step.shape[0]] += step
 
     def _epochs(self, layout: BatchLayout, flat: dict[str, torch.Tensor], on_progress: Callable[[], None] | None
                 ) -> tuple[dict[str, float], int, int]:

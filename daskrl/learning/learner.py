@@ -26,7 +26,7 @@ import torch
 
 from daskrl import devices
 from daskrl.algo.collectives import GroupBroken, SoloGroup
-from daskrl.algo.trainer import APPOTrainer
+from daskrl.algo.trainer import APPOTrainer, lag_percentile
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.group_member import role_for
 from daskrl.learning.slot_reader import reader_for
@@ -314,6 +314,10 @@ class Learner(Component):
         batcher = self.batcher
         return {
             "max_policy_lag_seen": self.max_lag_seen,
+            # samples trained on by lag (k versions old: [k]), and their median and 95th percentile over the run
+            "policy_lag_counts": self.trainer.lag_counts.tolist(),
+            "policy_lag_p50": lag_percentile(self.trainer.lag_counts, 50),
+            "policy_lag_p95": lag_percentile(self.trainer.lag_counts, 95),
             "policy_version": self.version, "train_steps": self.trainer.train_steps, "policy": self.policy_index,
             "snapshot_versions": self.snapshots.versions(),
             "remote_params": self.publication.remote,  # also scattered for other hosts

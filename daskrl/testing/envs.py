@@ -3,7 +3,7 @@ the three families, so that an env spec such as ``daskrl.testing.envs:staggered`
 
 - :mod:`daskrl.testing.single_agent_envs`: gymnasium envs (a constant reward cut by a time limit, with info
   numbers or a breaking camera; a dict-observation cue task; a hybrid discrete + continuous action task; an image
-  task, which quadrant is lit);
+  task, which quadrant is lit; a light env whose step costs microseconds, for simulated large clusters);
 - :mod:`daskrl.testing.parallel_envs`: multi-agent envs in PettingZoo's Parallel API (agents that leave at known
   steps; two CartPoles; two hybrid-action tasks);
 - :mod:`daskrl.testing.turn_games`: two-player games in PettingZoo's AEC API (rewards across turns; race to ten).
@@ -24,12 +24,14 @@ from daskrl.testing.single_agent_envs import (
     CueEnv,
     HybridTargetsEnv,
     InfoReportingEnv,
+    LightEnv,
     bright_quadrant,
     broken_camera,
     constant_reward,
     cue,
     hybrid_targets,
     info_reporting,
+    light,
 )
 from daskrl.testing.turn_games import RaceToTenEnv, TakeTurnsEnv, TurnGame, race_to_ten, take_turns
 
@@ -40,6 +42,7 @@ __all__ = [
     "CueEnv",
     "HybridTargetsEnv",
     "InfoReportingEnv",
+    "LightEnv",
     "RaceToTenEnv",
     "StaggeredAgentsEnv",
     "TakeTurnsEnv",
@@ -52,6 +55,7 @@ __all__ = [
     "cue",
     "hybrid_targets",
     "info_reporting",
+    "light",
     "race_to_ten",
     "staggered",
     "take_turns",

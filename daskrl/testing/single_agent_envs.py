@@ -1,7 +1,8 @@
 """Single-agent gymnasium envs whose right answer is known in closed form: a constant reward cut by a time limit
 (the true value of every state is known), the same with numbers in its info dict or a camera that breaks, a
 dict-observation cue task and an image task (the best return and a blind policy's return are known), and a
-hybrid-action task (a discrete pick and a continuous aim, with a known best return)."""
+hybrid-action task (a discrete pick and a continuous aim, with a known best return); and a light env whose step
+costs microseconds (many rollout workers on few cores, for simulated large clusters)."""
 
 from __future__ import annotations
 
@@ -252,3 +253,42 @@ class BrightQuadrantEnv(gym.Env):
 
 def bright_quadrant(size: int = 16, length: int = 8, render_mode: str | None = None) -> gym.Env:
     return BrightQuadrantEnv(size, length, render_mode)
+
+
+class LightEnv(gym.Env):
+    """An env whose step costs a few microseconds, so that two cores carry dozens of rollout workers: the control
+    plane of a large simulated cluster (``benchmarks/scale_simulation.py``) is then what is measured, not env work.
+
+    The state is a tiny float vector that the action nudges (``+step`` or ``-step`` on every entry, wrapped into
+    ``[-1, 1)``); the reward is 1 when the action matches the sign of the first entry, else 0; every episode lasts
+    exactly ``length`` steps (truncated). The best return is ``length``, a blind policy's about half of it.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, length: int = 32, size: int = 4, step: float = 0.37, render_mode: str | None = None) -> None:
+        if length < 1 or size < 1:
+            raise ValueError(f"LightEnv needs length >= 1 and size >= 1, got length={length}, size={size}")
+        self.length, self.step_size = int(length), float(step)
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(int(size),), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._state = np.zeros(int(size), dtype=np.float32)
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._state = self.np_random.uniform(-1.0, 1.0, self._state.shape).astype(np.float32)
+        self._t = 0
+        return self._state.copy(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        reward = 1.0 if (int(action) == 1) == (self._state[0] >= 0) else 0.0
+        state = self._state + (self.step_size if int(action) == 1 else -self.step_size)
+        self._state = ((state + 1.0) % 2.0 - 1.0).astype(np.float32)
+        self._t += 1
+        return self._state.copy(), reward, False, self._t >= self.length, {}
+
+
+def light(length: int = 32, size: int = 4, step: float = 0.37, render_mode: str | None = None) -> gym.Env:
+    return LightEnv(length, size, step, render_mode)
