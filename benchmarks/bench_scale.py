@@ -304,7 +304,7 @@ def model_inputs(one: dict, two_hosts: dict | None, polls_per_s: float | None) -
     }
 
 
-def predict(inputs: dict, hosts: int, cores: int) -> dict:
+def predict(inputs: dict, hosts: int, cores: int, relay: bool = True) -> dict:
     """Frames/s of N hosts with ``cores`` cores each: the learner on host 1 (one core), a rollout worker on every
     other core; the smallest of these limits wins (async APPO samples no faster than the learner trains, since slots
     wait for it), and the one that binds is the bottleneck:
@@ -314,9 +314,10 @@ def predict(inputs: dict, hosts: int, cores: int) -> dict:
     - batcher: the learner's batcher copies slots one after the other, in place from its own host, over comms from
       the others (remote share = rollout workers off host 1);
     - bus: the learner receives one message per slot and sends one (TrajectoryReady, FreeSlots);
-    - parameters: every reader off host 1 pulls every version from the learner's host over its link.
-    The scheduler's load from parameter polls (20 a second per remote reader) is reported beside it: past its
-    capacity, readers act with older versions (more policy lag) rather than sample less.
+    - parameters: with a relay per host (``relay``, ``--param-relay auto``) every other host pulls each version once
+      over the learner's host link; without (``--param-relay off``) every reader off host 1 pulls every version.
+    The scheduler's load from parameter polls (none with relays; 20 a second per remote reader without) is reported
+    beside it: past its capacity, readers act with older versions (more policy lag) rather than sample less.
     """
     rollout = hosts * cores - 1
     remote = max(0, rollout - (cores - 1))
@@ -327,14 +328,27 @@ def predict(inputs: dict, hosts: int, cores: int) -> dict:
     per_slot_ms = ((rollout - remote) * inputs["copy_ms_shm"] + remote * t_comms) / rollout
     limits["batcher"] = inputs["slot_frames"] / (per_slot_ms / 1e3)
     limits["bus"] = inputs["bus_messages_per_s"] / 2 * inputs["slot_frames"]
-    if remote:
-        limits["parameters"] = LINK_BYTES_PER_S * inputs["samples_per_step"] / (remote * inputs["params_bytes"])
+    pullers = (hosts - 1) if relay else remote
+    if pullers:
+        limits["parameters"] = LINK_BYTES_PER_S * inputs["samples_per_step"] / (pullers * inputs["params_bytes"])
     bottleneck = min(limits, key=limits.get)
-    polls = remote * POLLS_PER_READER_S
+    polls = 0 if relay else remote * POLLS_PER_READER_S
     return {"hosts": hosts, "cores": cores, "rollout_workers": rollout, "fps": limits[bottleneck],
             "bottleneck": bottleneck, "limits": {k: round(v) for k, v in limits.items()},
             "scheduler_polls_per_s": polls,
             "polls_over_capacity": bool(inputs["scheduler_polls_per_s"]) and polls > inputs["scheduler_polls_per_s"]}
+
+
+def print_predictions(model: dict) -> None:
+    """The model's table: with a relay per host (the default), and beside it the polling design's frames/s and polls."""
+    print("| hosts | rollout workers | predicted frames/s | bottleneck | next limit | without relays: frames/s "
+          "(bottleneck) | parameter polls/s on the scheduler without relays |")
+    print("|---|---|---|---|---|---|---|")
+    for p, q in zip(model["predictions"], model["predictions_without_relay"], strict=True):
+        following = sorted((v, k) for k, v in p["limits"].items() if k != p["bottleneck"])[0]
+        print(f"| {p['hosts']} | {p['rollout_workers']} | {p['fps']:,.0f} | {p['bottleneck']} | "
+              f"{following[1]} ({following[0]:,.0f}) | {q['fps']:,.0f} ({q['bottleneck']}) | "
+              f"{q['scheduler_polls_per_s']:,}{' (over capacity)' if q['polls_over_capacity'] else ''} |")
 
 
 def simulate_main(args: argparse.Namespace) -> None:
@@ -424,20 +438,14 @@ def main() -> None:
     if first is not None:
         two = lines.get("two_hosts_2")
         inputs = model_inputs(first, two, two.get("scheduler_polls_per_s") if two else None)
-        model = {"inputs": inputs, "predictions": [predict(inputs, n, args.model_cores)
-                                                   for n in (1, 2, 4, 8, 16, 32, 64)]}
+        hosts = (1, 2, 4, 8, 16, 32, 64)
+        model = {"inputs": inputs, "predictions": [predict(inputs, n, args.model_cores) for n in hosts],
+                 "predictions_without_relay": [predict(inputs, n, args.model_cores, relay=False) for n in hosts]}
         rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in inputs.items()}
         print(f"\nModel inputs (measured above): {json.dumps(rounded)}")
         print(f"\nPredicted CartPole-v1 frames/s on N hosts of {args.model_cores} cores (one learner, a rollout "
               "worker on every other core):\n")
-        print("| hosts | rollout workers | predicted frames/s | bottleneck | next limit | parameter polls/s on the "
-              "scheduler |")
-        print("|---|---|---|---|---|---|")
-        for p in model["predictions"]:
-            following = sorted((v, k) for k, v in p["limits"].items() if k != p["bottleneck"])[0]
-            print(f"| {p['hosts']} | {p['rollout_workers']} | {p['fps']:,.0f} | {p['bottleneck']} | "
-                  f"{following[1]} ({following[0]:,.0f}) | {p['scheduler_polls_per_s']:,}"
-                  f"{' (over capacity)' if p['polls_over_capacity'] else ''} |")
+        print_predictions(model)
     if args.json:
         print(json.dumps({"cores": cores, "seconds": args.seconds, "warmup": args.warmup, "skipped": skipped,
                           "lines": {k: {**v, "fps": round(v["fps"]),
