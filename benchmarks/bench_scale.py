@@ -357,7 +357,8 @@ def simulate_main(args: argparse.Namespace) -> None:
 
     if any(n < 2 for n in args.simulate):
         raise SystemExit("--simulate: each worker count must be at least 2 (the learner's worker and a rollout worker)")
-    result = simulate(args.simulate, args.designs, args.seconds, args.warmup, nanny=args.nanny)
+    result = simulate(args.simulate, args.designs, args.seconds, args.warmup, nanny=args.nanny,
+                      scale_batch=args.scale_batch)
     print_table(result)
     if args.json:
         print(json.dumps(result))
@@ -380,6 +381,9 @@ def main() -> None:
     parser.add_argument("--designs", nargs="+", choices=["off", "auto"], default=["off", "auto"],
                         help="--simulate: the param_relay designs to run at each N")
     parser.add_argument("--nanny", action="store_true", help="--simulate: start each dask worker under a nanny")
+    parser.add_argument("--scale-batch", action="store_true",
+                        help="--simulate: the learner's batch grows with the rollout workers (256 per 7), so the "
+                             "samples in flight per version, and the policy lag they make, stay the same at every N")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     if args.simulate:

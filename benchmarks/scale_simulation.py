@@ -47,6 +47,20 @@ LIGHT_OPTIONS: dict[str, Any] = {
 #: a run that never reaches its measured window ends after this many seconds besides warm-up and window
 STARTUP_ALLOWANCE_S = 600.0
 DESIGNS = ("off", "auto")
+#: rollout workers per host-1-sized group whose samples in flight one 256-sample minibatch matches (the 8-worker run)
+BASE_ROLLOUT_WORKERS = 7
+
+
+def options_for(workers: int, scale_batch: bool) -> dict[str, Any]:
+    """The run's options. With ``scale_batch`` the learner's minibatch grows with the rollout workers (256 per 7), so
+    the samples in flight per version stay the same at every N: async APPO's policy lag is about the samples in
+    flight (rollout workers x slot frames) over the samples a version trains on, and with a fixed batch it grows
+    with N whatever the parameter path does; the scaled batch leaves the lag that the parameter path and the
+    control plane add."""
+    options = dict(LIGHT_OPTIONS)
+    if scale_batch:
+        options["batch_size"] = LIGHT_OPTIONS["batch_size"] * max(1, round((workers - 1) / BASE_ROLLOUT_WORKERS))
+    return options
 
 
 def relay_available() -> bool:
@@ -182,7 +196,8 @@ def _window_observer(probe: SchedulerProbe, warmup: float, seconds: float) -> An
     return Window()
 
 
-def run_design(address: str, workers: int, design: str, seconds: float, warmup: float) -> dict[str, Any]:
+def run_design(address: str, workers: int, design: str, seconds: float, warmup: float,
+               scale_batch: bool = False) -> dict[str, Any]:
     """One training run on the simulated cluster at ``address`` (``workers`` dask workers, the learner's included),
     measured as the module docstring says."""
     from daskrl import train
@@ -195,7 +210,7 @@ def run_design(address: str, workers: int, design: str, seconds: float, warmup: 
         window = _window_observer(probe, warmup, seconds)
         config = Config().replace(train_dir=tmp, experiment=f"sim_{workers}_{design}", scheduler=address,
                                   num_workers=workers - 1, train_for_seconds=STARTUP_ALLOWANCE_S + warmup + seconds,
-                                  **LIGHT_OPTIONS, **relay)
+                                  **options_for(workers, scale_batch), **relay)
         t0 = time.monotonic()
         summary = train(config, observers=[window])
     finally:
@@ -205,17 +220,19 @@ def run_design(address: str, workers: int, design: str, seconds: float, warmup: 
     slot_frames = config.sampler.rollout * config.sampler.num_envs_per_worker // config.sampler.num_splits()
     out: dict[str, Any] = {"design": design, "workers": workers, "rollout_workers": workers - 1,
                            "first_step_after_s": round(window.first_step - t0, 1) if window.first_step else None,
-                           "stop_reason": summary.get("stop_reason"), "slot_frames": slot_frames}
+                           "stop_reason": summary.get("stop_reason"), "slot_frames": slot_frames,
+                           "batch_size": config.learner.batch_size}
     if len(window.readings) < 2:
         out["error"] = f"no measured window (the run stopped: {summary.get('stop_reason')})"
         return out
     return {**out, **window_numbers(*window.readings, slot_frames)}
 
 
-def _run_or_say_why(address: str, workers: int, design: str, seconds: float, warmup: float) -> dict[str, Any]:
+def _run_or_say_why(address: str, workers: int, design: str, seconds: float, warmup: float,
+                    scale_batch: bool = False) -> dict[str, Any]:
     """:func:`run_design`, or the one line that says why it failed (the other design still runs)."""
     try:
-        return run_design(address, workers, design, seconds, warmup)
+        return run_design(address, workers, design, seconds, warmup, scale_batch)
     except Exception as exc:
         return {"design": design, "workers": workers, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 
@@ -280,12 +297,12 @@ class SimulatedCluster:
 
 
 def simulate(worker_counts: list[int], designs: list[str], seconds: float, warmup: float,
-             nanny: bool = False) -> dict[str, Any]:
+             nanny: bool = False, scale_batch: bool = False) -> dict[str, Any]:
     """Every design at every worker count (both designs on one cluster per count, ``off`` first); a design this
     daskrl lacks is reported as unavailable. Namespaces, processes and dead owners' shared memory are removed after
     each count, also on Ctrl-C or an error."""
     out: dict[str, Any] = {"hosts": HOSTS, "seconds": seconds, "warmup": warmup, "options": LIGHT_OPTIONS,
-                           "nanny": nanny, "unavailable": {}, "runs": []}
+                           "nanny": nanny, "scale_batch": scale_batch, "unavailable": {}, "runs": []}
     if "auto" in designs and not relay_available():
         out["unavailable"]["auto"] = ("this daskrl has no param_relay option (the relay is being built on branch "
                                       "'relay'): only today's design, every reader polling the scheduler, was run")
@@ -293,7 +310,7 @@ def simulate(worker_counts: list[int], designs: list[str], seconds: float, warmu
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # cleanup runs on SIGTERM as on Ctrl-C
     try:
         for workers in worker_counts:
-            out["runs"].extend(_simulate_count(workers, runnable, seconds, warmup, nanny))
+            out["runs"].extend(_simulate_count(workers, runnable, seconds, warmup, nanny, scale_batch))
     finally:
         signal.signal(signal.SIGTERM, previous)
     return out
@@ -303,8 +320,8 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _simulate_count(workers: int, runnable: list[str], seconds: float, warmup: float, nanny: bool
-                    ) -> list[dict[str, Any]]:
+def _simulate_count(workers: int, runnable: list[str], seconds: float, warmup: float, nanny: bool,
+                    scale_batch: bool = False) -> list[dict[str, Any]]:
     """:func:`simulate` at one worker count."""
     from daskrl.runtime.segments import sweep
 
@@ -314,7 +331,7 @@ def _simulate_count(workers: int, runnable: list[str], seconds: float, warmup: f
     try:
         with SimulatedCluster(workers, nanny) as cluster:
             started = time.monotonic() - t0
-            runs = [_run_or_say_why(cluster.address, workers, d, seconds, warmup) for d in runnable]
+            runs = [_run_or_say_why(cluster.address, workers, d, seconds, warmup, scale_batch) for d in runnable]
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         runs = [{"design": d, "workers": workers, "error": f"{type(exc).__name__}: {exc}"} for d in runnable]
     finally:
@@ -333,13 +350,14 @@ def print_table(result: dict[str, Any]) -> None:
     """The measured numbers, one row per worker count and design (errors and unavailable designs below)."""
     print(f"\nSimulated cluster: {result['hosts']} netns hosts on this machine's cores, daskrl.testing.envs:light, "
           f"{result['seconds']:g} s measured after {result['warmup']:g} s from the first env step\n")
-    print("| dask workers | param_relay | frames/s | scheduler CPU | scheduler msgs/s | parameter polls/s | "
+    print("| dask workers | param_relay | minibatch | frames/s | scheduler CPU | scheduler msgs/s | parameter polls/s | "
           "policy lag p50 / p95 | slot copy µs/frame (shm / comms) | cluster start s | peak memory MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in result["runs"]:
         if "error" in r:
             continue
-        print(f"| {r['workers']} | {r['design']} | {r['fps']:,.0f} | {100 * r['scheduler_cpu_share']:.0f}% | "
+        print(f"| {r['workers']} | {r['design']} | {r.get('batch_size', '-')} | {r['fps']:,.0f} | "
+              f"{100 * r['scheduler_cpu_share']:.0f}% | "
               f"{r['scheduler_messages_per_s']:,.0f} | {r['parameter_polls_per_s']:,.0f} | "
               f"{_number(r['policy_lag_p50'], 'g')} / {_number(r['policy_lag_p95'], 'g')} | "
               f"{_number(r['copy_us_per_frame_shm'], '.2f')} / {_number(r['copy_us_per_frame_comms'], '.2f')} | "
