@@ -37,6 +37,8 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from common import stop_if_signalled  # noqa: E402
 
+from daskrl.testing.netns import bridge_hosts, remove_hosts  # noqa: E402
+
 PREFIX, SUBNET = "daskrlb", "10.77.1"  # not the test suite's names/range: both may exist at once
 STARTUP_ALLOWANCE_S = 15.0  # cluster start, imports and component creation before the first env step
 
@@ -93,40 +95,15 @@ def measure(seconds: float, warmup: float, **options) -> dict:
 # ---- two hosts in network namespaces ----
 
 
-def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    if check and out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
-    return out
-
-
 def netns_down(hosts: int = 8) -> None:
-    for i in range(1, hosts + 1):
-        _ip("netns", "del", f"{PREFIX}_h{i}", check=False)
-    _ip("link", "del", f"{PREFIX}_r0", check=False)
+    remove_hosts(PREFIX, [f"{PREFIX}_h{i}" for i in range(1, hosts + 1)])
 
 
 def netns_up(hosts: int = 2) -> list[str]:
     """``hosts`` namespaces h1..hN with addresses SUBNET.1..N on a bridge in h1; the driver at SUBNET.254."""
-    names, p = [f"{PREFIX}_h{i}" for i in range(1, hosts + 1)], PREFIX
+    names = [f"{PREFIX}_h{i}" for i in range(1, hosts + 1)]
     netns_down(max(hosts, 8))
-    for ns in names:
-        _ip("netns", "add", ns)
-        _ip("link", "set", "lo", "up", ns=ns)
-    h1 = names[0]
-    _ip("link", "add", f"{p}_br", "type", "bridge", ns=h1)
-    _ip("addr", "add", f"{SUBNET}.1/24", "dev", f"{p}_br", ns=h1)
-    _ip("link", "set", f"{p}_br", "up", ns=h1)
-    for i, ns in enumerate(names[1:], start=2):
-        _ip("link", "add", f"{p}_a{i}", "netns", h1, "type", "veth", "peer", "name", f"{p}_b{i}", "netns", ns)
-        _ip("link", "set", f"{p}_a{i}", "master", f"{p}_br", "up", ns=h1)
-        _ip("addr", "add", f"{SUBNET}.{i}/24", "dev", f"{p}_b{i}", ns=ns)
-        _ip("link", "set", f"{p}_b{i}", "up", ns=ns)
-    _ip("link", "add", f"{p}_r0", "type", "veth", "peer", "name", f"{p}_r1", "netns", h1)
-    _ip("link", "set", f"{p}_r1", "master", f"{p}_br", "up", ns=h1)
-    _ip("addr", "add", f"{SUBNET}.254/24", "dev", f"{p}_r0")
-    _ip("link", "set", f"{p}_r0", "up")
+    bridge_hosts(PREFIX, names, SUBNET)
     return names
 
 

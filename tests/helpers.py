@@ -29,6 +29,7 @@ import pytest
 from distributed import default_client
 
 from daskrl.config import Config
+from daskrl.testing.netns import DRIVER_OCTET, bridge_hosts, ip, remove_hosts
 
 # ---- a run's configuration ----
 
@@ -241,14 +242,6 @@ def start_cli_cluster(log_dir: Path, n_workers: int, worker_args: Callable[[int]
 # ---- two hosts: network namespaces joined by a bridge ----
 
 
-def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    if check and out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
-    return out
-
-
 class TwoHosts:
     """Namespaces ``<prefix>_h1`` (``<subnet>.1``, with the bridge) and ``<prefix>_h2`` (``<subnet>.2``); the driver
     keeps a veth end with ``<subnet>.254`` in its own namespace. Only the private range 10.77.0.0/16, only these
@@ -260,42 +253,26 @@ class TwoHosts:
         self.prefix = f"drl{owner}"  # an interface name holds 15 characters: drl<pid>_br fits
         subnet = f"10.77.{owner % 250}"
         self.ns = (f"{self.prefix}_h1", f"{self.prefix}_h2")
+        self.subnet = subnet
         self.hosts = (f"{subnet}.1", f"{subnet}.2")
-        self.driver = f"{subnet}.254"
+        self.driver = f"{subnet}.{DRIVER_OCTET}"
 
     def up(self) -> None:
-        p, (h1, h2) = self.prefix, self.ns
         self.down()  # leftovers of an interrupted run of this pid
         remove_abandoned_hosts()  # and of runs whose test process is gone (one may hold this subnet)
-        _ip("netns", "add", h1)
-        _ip("netns", "add", h2)
-        _ip("link", "set", "lo", "up", ns=h1)
-        _ip("link", "set", "lo", "up", ns=h2)
-        _ip("link", "add", f"{p}_br", "type", "bridge", ns=h1)
-        _ip("addr", "add", f"{self.hosts[0]}/24", "dev", f"{p}_br", ns=h1)
-        _ip("link", "set", f"{p}_br", "up", ns=h1)
-        _ip("link", "add", f"{p}_a2", "netns", h1, "type", "veth", "peer", "name", f"{p}_b2", "netns", h2)
-        _ip("link", "set", f"{p}_a2", "master", f"{p}_br", "up", ns=h1)
-        _ip("addr", "add", f"{self.hosts[1]}/24", "dev", f"{p}_b2", ns=h2)
-        _ip("link", "set", f"{p}_b2", "up", ns=h2)
-        _ip("link", "add", f"{p}_r0", "type", "veth", "peer", "name", f"{p}_r1", "netns", h1)
-        _ip("link", "set", f"{p}_r1", "master", f"{p}_br", "up", ns=h1)
-        _ip("addr", "add", f"{self.driver}/24", "dev", f"{p}_r0")
-        _ip("link", "set", f"{p}_r0", "up")
+        bridge_hosts(self.prefix, list(self.ns), self.subnet)
 
     def down(self) -> None:
-        for ns in self.ns:
-            _ip("netns", "del", ns, check=False)
-        _ip("link", "del", f"{self.prefix}_r0", check=False)  # goes with its peer's namespace; to be sure
+        remove_hosts(self.prefix, list(self.ns))
 
     def exists(self) -> bool:
-        listed = _ip("netns", "list", check=False).stdout
+        listed = ip("netns", "list", check=False).stdout
         return any(line.split()[0] in self.ns for line in listed.splitlines() if line.strip())
 
 
 def remove_abandoned_hosts() -> None:
     """Delete the namespaces (and the driver's veth end) of every :class:`TwoHosts` whose test process is gone."""
-    listed = _ip("netns", "list", check=False).stdout
+    listed = ip("netns", "list", check=False).stdout
     owners = {int(m.group(1)) for line in listed.splitlines() if (m := re.match(r"drl(\d+)_h[12]\b", line.strip()))}
     for owner in owners:
         if not psutil.pid_exists(owner):
@@ -311,7 +288,7 @@ def netns_unavailable() -> str:
     if out.returncode:
         return f"`ip netns add` is not permitted here: {out.stderr.strip()}"
     try:
-        probe = _ip("link", "add", "probe_br", "type", "bridge", ns=name, check=False)
+        probe = ip("link", "add", "probe_br", "type", "bridge", ns=name, check=False)
         if probe.returncode:
             return f"cannot create a bridge in a network namespace here: {probe.stderr.strip()}"
     finally:
