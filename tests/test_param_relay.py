@@ -178,13 +178,18 @@ class KillTheRelay(Observer):
             self.errors.append(exc)
 
 
+def far_run_config(tmp_path, name: str, address: str, **extra):
+    """A CartPole run on the far_samplers cluster that an observer stops (by time it would run 300 s)."""
+    return run_config(tmp_path, name, scheduler=address, num_workers=2, num_envs_per_worker=8, rollout=16,
+                      batch_size=128, num_batches_per_epoch=2, train_for_seconds=300, train_for_env_steps=0,
+                      report_interval=0.5, elastic=False, **extra)
+
+
 @slow("network namespaces and dask CLI processes")
 def test_a_host_reads_parameters_from_its_relay_and_keeps_acting_while_the_relay_is_replaced(far_samplers, tmp_path):
     h1, h2 = far_samplers["net"].hosts
     watch = KillTheRelay()
-    config = run_config(tmp_path, "relayed", scheduler=far_samplers["address"], num_workers=2, num_envs_per_worker=8,
-                        rollout=16, batch_size=128, num_batches_per_epoch=2, train_for_seconds=300,
-                        train_for_env_steps=0, report_interval=0.5, elastic=False)
+    config = far_run_config(tmp_path, "relayed", far_samplers["address"])
     summary = train(config, observers=[watch])
 
     assert not watch.errors, watch.errors
@@ -249,10 +254,7 @@ class KillTheLearner(Observer):
 def test_relays_follow_a_restarted_learner(far_samplers, tmp_path):
     h1, h2 = far_samplers["net"].hosts
     watch = KillTheLearner()
-    config = run_config(tmp_path, "relayed_restart", scheduler=far_samplers["address"], num_workers=2,
-                        num_envs_per_worker=8, rollout=16, batch_size=128, num_batches_per_epoch=2,
-                        train_for_seconds=300, train_for_env_steps=0, report_interval=0.5, elastic=False,
-                        checkpoint_interval=1.0)
+    config = far_run_config(tmp_path, "relayed_restart", far_samplers["address"], checkpoint_interval=1.0)
     summary = train(config, observers=[watch])
 
     assert not watch.errors, watch.errors
