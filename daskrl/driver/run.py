@@ -370,10 +370,6 @@ class Run:
             return
         final = fleet.stop(fleet.samplers() + fleet.relays.handles())
         self._keep_stats([s for s in final if "error" not in s])
-        for s in final:  # steps since the last poll count too: the learners trained on them, the shards store them
-            if "error" not in s and "env_steps" in s and self.fleet.role_of(s.get("name", "")) is not None:
-                self.state.tally.update(s["name"], s["env_steps"])
-        self.state.env_steps = self.state.env_steps_offset + self.state.tally.total
         problems = [s["error"] for s in final if "error" in s]
         if fleet.learners() and not self.failed:
             problems += self._final_checkpoint()
