@@ -8,6 +8,7 @@ The groups are real ``torch.distributed`` gloo groups on loopback; the runs are 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import subprocess
 import sys
 import threading
@@ -23,7 +24,9 @@ from daskrl.driver.placement import place
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import LearnerGroup, open_store, split_slots
+from daskrl.learning.slot_reader import LocalSlots, SlotReadError
 from daskrl.models.actor_critic import build_model
+from daskrl.runtime.incidents import Incidents
 
 from .helpers import REPORT_OFTEN, run_config, slow
 
@@ -154,15 +157,26 @@ def test_the_batch_split_is_exact():
 
 
 class _Owner:
-    """What a batcher needs of its learner: a name and a way to hand slots back (recorded here)."""
+    """What a batcher needs of its learner: a name, a way to hand slots back and incidents (recorded here)."""
 
     name = "learner"
 
     def __init__(self) -> None:
         self.freed: list[tuple[str, list[int]]] = []
+        self.incidents = Incidents(logging.getLogger("test"))
 
     def put(self, queue: str, payload: dict) -> None:
         self.freed.append((queue, payload["slots"]))
+
+
+def _slot_arrays(slots: int) -> dict[str, np.ndarray]:
+    """A rollout worker's slots of 2 steps x 4 envs; the rewards encode the slot they are in (reward // 8)."""
+    return {"obs": np.arange(slots * 3 * 4 * OBS, dtype=np.float32).reshape(slots, 3, 4, OBS),
+            "actions": np.zeros((slots, 2, 4), np.int64), "rewards": np.arange(slots * 8, dtype=np.float32)
+            .reshape(slots, 2, 4), "terminated": np.zeros((slots, 2, 4), bool),
+            "truncated": np.zeros((slots, 2, 4), bool), "log_probs": np.zeros((slots, 2, 4), np.float32),
+            "policy_version": np.zeros((slots, 2), np.int32), "final_at": np.full((slots, 4), -1, np.int32),
+            "final_obs": np.zeros((slots, 4, OBS), np.float32)}
 
 
 def test_a_leader_batcher_copies_its_share_and_assigns_the_rest():
@@ -171,14 +185,7 @@ def test_a_leader_batcher_copies_its_share_and_assigns_the_rest():
     owner, assigned, delivered = _Owner(), [], []
     batcher = Batcher(owner, samples_per_batch=32, deliver=delivered.append, hold_slots=False,
                       group=lambda: (1, 2), assign=lambda generation, shares: assigned.append((generation, shares)))
-    slots = 8
-    arrays = {"obs": np.arange(slots * 3 * 4 * OBS, dtype=np.float32).reshape(slots, 3, 4, OBS),
-              "actions": np.zeros((slots, 2, 4), np.int64), "rewards": np.arange(slots * 8, dtype=np.float32)
-              .reshape(slots, 2, 4), "terminated": np.zeros((slots, 2, 4), bool),
-              "truncated": np.zeros((slots, 2, 4), bool), "log_probs": np.zeros((slots, 2, 4), np.float32),
-              "policy_version": np.zeros((slots, 2), np.int32), "final_at": np.full((slots, 4), -1, np.int32),
-              "final_obs": np.zeros((slots, 4, OBS), np.float32)}
-    batcher.attach_arrays("rollout_0", arrays, "inc")
+    batcher.attach_arrays("rollout_0", _slot_arrays(8), "inc")
     batcher.start()
     for slot in range(4):
         batcher.add("rollout_0", slot, "inc")
@@ -194,6 +201,37 @@ def test_a_leader_batcher_copies_its_share_and_assigns_the_rest():
     assert generation == 1 and len(own) == len(members) == 2 and sorted(own + members) == [0, 1, 2, 3]
     assert sorted(s for _, freed in owner.freed for s in freed) == own  # the member's are the leader's to free later
     assert sorted(s for _, s, _ in delivery.member_slots) == members
+
+
+class _LostSlots(LocalSlots):
+    """A rollout worker of another host lost mid-read: every read of its slots fails."""
+
+    way = "comms"
+
+    def read(self, slot: int, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
+        raise SlotReadError(f"reading slot {slot} failed; its rollout worker is gone or was replaced")
+
+
+def test_a_share_whose_every_slot_is_lost_mid_read_is_delivered_empty_and_the_batcher_goes_on():
+    """A member's share of two slots of a rollout worker lost mid-read: the batcher thread counts both lost reads,
+    hands the learner an empty delivery (nothing to train on) and takes the next share, which it copies."""
+    owner, delivered = _Owner(), []
+    batcher = Batcher(owner, samples_per_batch=16, deliver=delivered.append, hold_slots=False, group=lambda: (1, 2))
+    batcher.attach_arrays("rollout_0", _slot_arrays(4), "inc")
+    batcher.workers["lost"] = _LostSlots(batcher.workers["rollout_0"].arrays)
+    batcher.incarnations["lost"] = "inc"
+    batcher.start()
+    batcher.add_share(1, [["lost", 0, "inc"], ["lost", 1, "inc"]])
+    batcher.add_share(1, [["rollout_0", 2, "inc"], ["rollout_0", 3, "inc"]])
+    deadline = time.monotonic() + 10
+    while len(delivered) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        if delivered:
+            batcher.taken()
+    batcher.stop()
+    assert [d.batch is None for d in delivered] == [True, False] and batcher.lost_reads == 2
+    assert sorted({int(r) // 8 for r in delivered[1].batch.rewards.reshape(-1)}) == [2, 3]
+    assert owner.incidents.snapshot() == {"slot-read-failed": 2}
 
 
 # ---- placement and devices ----

@@ -367,16 +367,25 @@ class Fleet:
 
     # ---- stopping ----
 
-    def stop(self, handles: Sequence[ComponentHandle]) -> list[dict]:
+    def stop(self, handles: Sequence[ComponentHandle], release: bool = True) -> list[dict]:
         """Stop these components; returns each one's final stats, or ``{"name", "error"}`` for one that could not
-        be stopped (already gone), so the rest are still stopped."""
+        be stopped (already gone), so the rest are still stopped. ``release=False``: see :meth:`release`."""
         out = []
         for handle in handles:
             try:
-                out.append(handle.call("stop", timeout=30))
+                out.append(handle.call("stop", timeout=30, release=release))
             except ComponentError as exc:
                 out.append({"name": handle.name, "error": str(exc)})
         return out
+
+    def release(self, handles: Sequence[ComponentHandle]) -> None:
+        """Free the shared memory of components stopped with ``release=False`` (samplers whose last slots
+        learners on other hosts were still reading); one already gone freed it at its teardown."""
+        for handle in handles:
+            try:
+                handle.call("release", timeout=30)
+            except ComponentError:
+                pass
 
     # ---- internals ----
 

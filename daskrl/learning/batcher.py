@@ -47,7 +47,7 @@ class Delivery:
     """A batch for the learner, with the slots it still holds (``--sync``), the slots of the members' shares (a
     group leader frees them after the step) and the learner group generation it was formed for."""
 
-    batch: TrajectoryBatch
+    batch: TrajectoryBatch | None  # None: every slot of this share was lost mid-read (nothing to train on)
     held: list[SlotId]
     member_slots: list[SlotId]
     generation: int
@@ -221,7 +221,12 @@ class Batcher:
         for worker, slot, _ in slots:
             self.reader.prefetch(self.workers[worker], slot)
         parts = [self._copy_slot(worker, slot) for worker, slot, _ in slots]
-        return Delivery(self.reader.join([part for part in parts if part is not None]), [], [], generation)
+        return Delivery(self.join_read(parts), [], [], generation)
+
+    def join_read(self, parts: list[dict[str, np.ndarray] | None]) -> TrajectoryBatch | None:
+        """The slots that could be read, joined into one batch; None when none could (all lost mid-read)."""
+        read = [part for part in parts if part is not None]
+        return self.reader.join(read) if read else None
 
     def _take(self, slot: SlotId, held: list[SlotId]) -> dict[str, np.ndarray] | None:
         """Copy a slot, then hand it back to its owner (or, with ``--sync``, list it in ``held``); None: it could
@@ -305,7 +310,7 @@ class SplitBatch:
             self.batcher.reader.prefetch(self.batcher.workers[worker], slot)
         parts = [self.batcher._take(slot, held) for slot in shares[0]]
         members = [slot for share in shares[1:] for slot in share]
-        return Delivery(self.batcher.reader.join([p for p in parts if p is not None]), held, members, self.generation)
+        return Delivery(self.batcher.join_read(parts), held, members, self.generation)
 
     def abandon(self) -> list[SlotId]:
         return self.pending

@@ -267,6 +267,10 @@ class Learner(Component):
             self.counters["batches_dropped_regroup"] += 1
             self.batcher.release(delivery, version)
             return
+        if batch is None:  # its every slot was lost mid-read (counted as such); a group peer's step times out
+            self.counters["batches_dropped_lost"] += 1
+            self.batcher.release(delivery, version)
+            return
         env_steps = self.env_steps_offset + self.trainer.samples_trained
         try:
             with self.timing("train"):

@@ -138,9 +138,10 @@ class Component:
         self._thread.start()
         return self.state
 
-    async def stop(self, timeout: float = 10.0, unregister: bool = True) -> dict:
+    async def stop(self, timeout: float = 10.0, unregister: bool = True, release: bool = True) -> dict:
         """Stop the thread (after the current slot or step), release shared memory, leave the registry; return
-        the final :meth:`collect`."""
+        the final :meth:`collect`. ``release=False`` keeps the shared memory until :meth:`release`: a run stops its
+        samplers first, and learners on other hosts may still be reading their last slots over comms."""
         self._stopping = True
         self._inbox.put(_STOP)
         if self._thread is not None:
@@ -148,7 +149,8 @@ class Component:
             if self._thread.is_alive():
                 self._record_error("stop", TimeoutError(f"thread still busy after {timeout} s"))
         stats = self._collect()  # the last word includes what nobody collected yet
-        self.close_now()
+        if release:
+            self.close_now()
         if unregister:
             try:
                 await registry_request(self.worker, "daskrl_unregister_component", name=self.bus_name)
@@ -157,6 +159,10 @@ class Component:
         if self.state != "failed":
             self.state = "stopped"
         return stats
+
+    async def release(self) -> None:
+        """Release the shared memory a ``stop(release=False)`` kept (the worker plugin does it at teardown too)."""
+        self.close_now()
 
     async def stats(self) -> dict:
         """A read-only snapshot: any number of observers may ask."""
