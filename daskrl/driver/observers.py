@@ -77,7 +77,8 @@ class Observer:
         """Every policy's checkpoint at ``env_steps`` is on disk."""
 
     def on_stop(self, run: Run) -> None:
-        """The run is stopping (its last row is written; the components still run): finish or abandon work."""
+        """The run is stopping (its last row is written; sampling stopped, the learners still run): finish or abandon
+        work."""
 
     def summary(self) -> dict[str, Any]:
         """What this observer adds to the summary ``train()`` returns."""

@@ -5,7 +5,7 @@ what was lost (:mod:`.recovery`), retires what left in order (:mod:`.departures`
 observers (:mod:`.observers`: evaluation, PBT, elastic growth, the user's). Every ``report_interval`` seconds it
 writes a row (CSV, TensorBoard, the dashboard's event, the console); every ``checkpoint_interval`` seconds each
 policy's checkpoint. It stops at a stop condition, a stop request (Ctrl-C) or a component failure, and
-:meth:`Run.shutdown` stops sampling first, writes a final checkpoint, then stops the learners.
+:meth:`Run.shutdown` stops it in order (:mod:`.stopping`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from daskrl.driver.policies import PolicyBook
 from daskrl.driver.recovery import Recovery
 from daskrl.driver.startup import StartupClock
 from daskrl.driver.steering import Steering, apply_remote
+from daskrl.driver.stopping import stop_in_order
 from daskrl.driver.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
@@ -158,7 +159,7 @@ class Run:
             self._beat(now)
             signalled = getattr(stop_signals, "requested", "")
             reason = self.stop_condition() or self.stop_requested or (f"{signalled} received" if signalled else "")
-            if now >= next_report or reason:
+            if now >= next_report and not reason:  # the last row is written at the stop, after the last steps
                 self.report()
                 next_report = now + self.config.run.report_interval
             if self.fleet.learners() and now - self.last_checkpoint >= self.config.run.checkpoint_interval:
@@ -199,7 +200,7 @@ class Run:
         for retired in self.departures.poll():  # drained with a worker that left in order: its last word counts
             self._retire(retired["handle"], retired.get("stats") or {})
         stats = self._collect()
-        self._keep_stats(stats)
+        self.keep_stats(stats)
         for s in stats:
             self._take(s)
         self._update_state(stats)
@@ -236,10 +237,13 @@ class Run:
         for message in s.get("env_errors", []):
             self.warn(message)
         self.check_heartbeat(s)
-        role = self.fleet.role_of(s["name"])
-        if role is Role.LEARNER:
+        if self.fleet.role_of(s["name"]) is Role.LEARNER:
             self.book.note_learner(self.fleet.policy_of(s["name"]), s)
-        if role is not None and "env_steps" in s:
+        self.count_steps_and_episodes(s)
+
+    def count_steps_and_episodes(self, s: dict) -> None:
+        """A component's steps (a sampler's running total) and the episodes it finished since its last report."""
+        if self.fleet.role_of(s["name"]) is not None and "env_steps" in s:
             self.state.tally.update(s["name"], s["env_steps"])
         trained = self.book.trained(episodes_from_event(s.get("episodes", [])))  # not a snapshot's side of a game
         self.state.episodes.extend(trained)
@@ -277,7 +281,7 @@ class Run:
         trained = self.book.trained(final.get("episodes", []))
         self.state.episodes.extend(trained)
         self.book.add_episodes(trained)
-        self._keep_stats([final] if final.get("name") else [])
+        self.keep_stats([final] if final.get("name") else [])
         self.state.tally.lose(handle.name)
 
     def _retire(self, handle: ComponentHandle, final: dict) -> None:
@@ -361,54 +365,8 @@ class Run:
     # ---- stop ----
 
     def shutdown(self) -> None:
-        """Tell the observers, stop sampling first (no new data), checkpoint the learners, then stop them. Errors
-        are reported, not raised over each other: the first failure is what the user needs to read."""
-        self.steering.close(self.stop_reason)
-        self._each_observer("on_stop")
-        fleet = self.fleet
-        if fleet is None:
-            return
-        final = fleet.stop(fleet.samplers() + fleet.relays.handles())
-        self._keep_stats([s for s in final if "error" not in s])
-        problems = [s["error"] for s in final if "error" in s]
-        if fleet.learners() and not self.failed:
-            problems += self._final_checkpoint()
-        consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
-        problems += [s["error"] for s in consumers if "error" in s]
-        for p in problems:
-            self.warn(p)
-        self._say_data_path()
-
-    def _each_observer(self, hook: str, *args: Any) -> None:
-        """Call ``hook`` on every observer while the run stops; one that raises is told about, and the others still
-        get it (the run's first failure is what the user needs to read)."""
-        for observer in self.observers:
-            try:
-                getattr(observer, hook)(self, *args)
-            except Exception as exc:
-                self.warn(f"{type(observer).__name__}.{hook} failed: {type(exc).__name__}: {exc}")
-                logger.info("%s.%s failed", type(observer).__name__, hook, exc_info=exc)
-
-    def _final_checkpoint(self) -> list[str]:
-        try:
-            for policy, learner in enumerate(self.fleet.policy_learners):
-                self.book.note_learner(policy, learner.call("stats", timeout=30))
-                self._keep_stats([self.book.learners[policy]])
-            self.state.learner = self.book.learners[0]
-            self.checkpoint()
-        except Exception as exc:
-            return [f"final checkpoint skipped ({exc}); the previous checkpoint is intact"]
-        self._each_observer("on_checkpoint", self.state.env_steps)
-        return []
-
-    def _say_data_path(self) -> None:
-        path = self.data_path()
-        if path["slots_shm"] + path["slots_comms"] + path["params_shm_reads"] + path["params_comms_reads"]:
-            relayed = f", {path['params_relay_reads']:,} from host relays' shared memory (the relays fetched " \
-                      f"{path['params_relay_fetches']:,})" if path["params_relay_fetches"] else ""
-            say(f"daskrl: data path: trajectory slots {path['slots_shm']:,} through shared memory, "
-                f"{path['slots_comms']:,} over comms; parameter versions read {path['params_shm_reads']:,} from "
-                f"shared memory{relayed}, {path['params_comms_reads']:,} over comms ({len(path['hosts'])} host(s))")
+        """Stop the run in order (see :func:`~daskrl.driver.stopping.stop_in_order`)."""
+        stop_in_order(self)
 
     def close(self) -> None:
         """Close the run's logs (after :meth:`shutdown`)."""
@@ -421,7 +379,7 @@ class Run:
         if self.wandb_log is not None:  # after the observers stopped: the video recorded at the stop is in it
             self.wandb_log.close(failed=self.failed or self.phase not in ("stopping", "finished"))
 
-    def _keep_stats(self, stats: list[dict]) -> None:
+    def keep_stats(self, stats: list[dict]) -> None:
         for s in stats:
             if s.get("name"):
                 self.last_stats[s["name"]] = {k: v for k, v in s.items() if k not in ("episodes", "stack")}

@@ -298,7 +298,6 @@ class LiveRun:
             try:
                 self.run.loop(stop_signals)
             finally:
-                self.run.console.close()
                 self.run.shutdown()
             self.summary = self.run.summary()
             return self.summary

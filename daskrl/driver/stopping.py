@@ -1,0 +1,90 @@
+"""Stopping a run in order: sampling first (no new data), then the last row with every step sampled, the observers,
+a final checkpoint, the learners; the samplers' shared memory last, since learners on other hosts may still be reading
+their last slots over comms when sampling stops. Errors are reported, not raised over each other: the first failure is
+what the user needs to read."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from daskrl.monitor.console import say
+
+if TYPE_CHECKING:
+    from daskrl.driver.run import Run
+
+logger = logging.getLogger(__name__)
+
+
+def stop_in_order(run: Run) -> None:
+    """See the module docstring. A run that stopped by a failure (its phase is not ``stopping``) writes no last row:
+    its last good row and checkpoint stay the newest."""
+    run.steering.close(run.stop_reason)
+    fleet = run.fleet
+    if fleet is None:
+        run.console.close()
+        each_observer(run, "on_stop")
+        return
+    samplers = fleet.samplers() + fleet.relays.handles()
+    final = fleet.stop(samplers, release=False)
+    stopped = [s for s in final if "error" not in s]
+    run.keep_stats(stopped)
+    if run.phase == "stopping":
+        count_last_steps(run, stopped)
+        run.report()
+    run.console.close()  # the live view ends on the last row; what follows prints below it
+    each_observer(run, "on_stop")
+    problems = [s["error"] for s in final if "error" in s]
+    if fleet.learners() and not run.failed:
+        problems += final_checkpoint(run)
+    consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
+    problems += [s["error"] for s in consumers if "error" in s]
+    fleet.release(samplers)
+    for problem in problems:
+        run.warn(problem)
+    say_data_path(run)
+
+
+def count_last_steps(run: Run, final: list[dict]) -> None:
+    """The samplers' steps and episodes since the last poll: the learners trained on those steps and the replay
+    shards store them, so the last row, the final checkpoint and the summary count them."""
+    for s in final:
+        if s.get("name"):
+            run.count_steps_and_episodes(s)
+    run.state.env_steps = run.state.env_steps_offset + run.state.tally.total
+
+
+def each_observer(run: Run, hook: str, *args: Any) -> None:
+    """Call ``hook`` on every observer while the run stops; one that raises is told about, and the others still get
+    it (the run's first failure is what the user needs to read)."""
+    for observer in run.observers:
+        try:
+            getattr(observer, hook)(run, *args)
+        except Exception as exc:
+            run.warn(f"{type(observer).__name__}.{hook} failed: {type(exc).__name__}: {exc}")
+            logger.info("%s.%s failed", type(observer).__name__, hook, exc_info=exc)
+
+
+def final_checkpoint(run: Run) -> list[str]:
+    """Every policy's checkpoint with the learners' last statistics; the problem, if it could not be written."""
+    try:
+        for policy, learner in enumerate(run.fleet.policy_learners):
+            run.book.note_learner(policy, learner.call("stats", timeout=30))
+            run.keep_stats([run.book.learners[policy]])
+        run.state.learner = run.book.learners[0]
+        run.checkpoint()
+    except Exception as exc:
+        return [f"final checkpoint skipped ({exc}); the previous checkpoint is intact"]
+    each_observer(run, "on_checkpoint", run.state.env_steps)
+    return []
+
+
+def say_data_path(run: Run) -> None:
+    """One line on how trajectories and parameters travelled (shared memory, host relays, comms)."""
+    path = run.data_path()
+    if path["slots_shm"] + path["slots_comms"] + path["params_shm_reads"] + path["params_comms_reads"]:
+        relayed = f", {path['params_relay_reads']:,} from host relays' shared memory (the relays fetched " \
+                  f"{path['params_relay_fetches']:,})" if path["params_relay_fetches"] else ""
+        say(f"daskrl: data path: trajectory slots {path['slots_shm']:,} through shared memory, "
+            f"{path['slots_comms']:,} over comms; parameter versions read {path['params_shm_reads']:,} from "
+            f"shared memory{relayed}, {path['params_comms_reads']:,} over comms ({len(path['hosts'])} host(s))")
