@@ -6,14 +6,41 @@ what the user needs to read."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.monitor.console import say
 
 if TYPE_CHECKING:
-    from daskrl.driver.run import Run
+    from daskrl.driver.fleet import Fleet
+    from daskrl.driver.observers import Observer
+    from daskrl.driver.policies import PolicyBook
+    from daskrl.driver.steering import Steering
+    from daskrl.monitor.console import ConsoleView
+    from daskrl.monitor.run_state import RunState
 
 logger = logging.getLogger(__name__)
+
+
+class Run(Protocol):
+    """What stopping uses of a live run (:class:`daskrl.driver.run.Run`, which imports this module)."""
+
+    fleet: Fleet | None
+    steering: Steering
+    observers: Sequence[Observer]
+    state: RunState
+    book: PolicyBook
+    console: ConsoleView
+    phase: str
+    failed: bool
+    stop_reason: str
+
+    def keep_stats(self, stats: list[dict]) -> None: ...
+    def count_steps_and_episodes(self, s: dict) -> None: ...
+    def report(self) -> None: ...
+    def checkpoint(self) -> None: ...
+    def warn(self, message: str) -> None: ...
+    def data_path(self) -> dict[str, Any]: ...
 
 
 def stop_in_order(run: Run) -> None:

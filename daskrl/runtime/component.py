@@ -140,8 +140,9 @@ class Component:
 
     async def stop(self, timeout: float = 10.0, unregister: bool = True, release: bool = True) -> dict:
         """Stop the thread (after the current slot or step), release shared memory, leave the registry; return
-        the final :meth:`collect`. ``release=False`` keeps the shared memory until :meth:`release`: a run stops its
-        samplers first, and learners on other hosts may still be reading their last slots over comms."""
+        the final :meth:`collect`. ``release=False`` keeps the shared memory and the registry entry until
+        :meth:`release`: a run stops its samplers first, and learners on other hosts may still be reading their last
+        slots over comms."""
         self._stopping = True
         self._inbox.put(_STOP)
         if self._thread is not None:
@@ -150,19 +151,23 @@ class Component:
                 self._record_error("stop", TimeoutError(f"thread still busy after {timeout} s"))
         stats = self._collect()  # the last word includes what nobody collected yet
         if release:
-            self.close_now()
-        if unregister:
-            try:
-                await registry_request(self.worker, "daskrl_unregister_component", name=self.bus_name)
-            except Exception as exc:  # the scheduler went first (the cluster is closing): nothing left to tell
-                self.incidents.note("unregister-failed", exc)
+            await self._leave(unregister)
         if self.state != "failed":
             self.state = "stopped"
         return stats
 
     async def release(self) -> None:
-        """Release the shared memory a ``stop(release=False)`` kept (the worker plugin does it at teardown too)."""
+        """Release the shared memory a ``stop(release=False)`` kept, and leave the registry (the worker plugin
+        releases the memory at teardown too)."""
+        await self._leave(True)
+
+    async def _leave(self, unregister: bool) -> None:
         self.close_now()
+        if unregister:
+            try:
+                await registry_request(self.worker, "daskrl_unregister_component", name=self.bus_name)
+            except Exception as exc:  # the scheduler went first (the cluster is closing): nothing left to tell
+                self.incidents.note("unregister-failed", exc)
 
     async def stats(self) -> dict:
         """A read-only snapshot: any number of observers may ask."""
