@@ -14,10 +14,9 @@ import torch
 from torch import nn
 
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.activations import ACTIVATIONS
 from daskrl.models.impala import ImpalaEncoder
 from daskrl.models.registry import _ENCODERS, lookup, register_builtin, register_encoder  # noqa: F401  (old home)
-
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:

@@ -1,0 +1,108 @@
+"""The learner's faster kernels compute what the standard ones do: the sigmoid tanh (daskrl/models/activations.py)
+against torch.tanh, values and gradients; an APPO training step's loss and gradients on a fixed batch with it
+against the same step with nn.Tanh; the fused Adam step against the foreach one; and exported graphs keep the
+standard tanh op."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from daskrl.algo.optimizers import make_optimizer
+from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.config import Config
+from daskrl.envs import EnvSpaces
+from daskrl.models.activations import Tanh, sigmoid_tanh
+from daskrl.models.actor_critic import build_model
+
+
+def test_the_sigmoid_tanh_and_its_gradient_equal_torch_tanh_to_float_rounding():
+    x = torch.cat([torch.linspace(-20, 20, 4001), torch.randn(10_000) * 3, torch.tensor([0.0, 1e-8, -1e-8])])
+    ours = x.clone().requires_grad_(True)
+    theirs = x.clone().requires_grad_(True)
+    y_ours, y_theirs = Tanh()(ours), torch.tanh(theirs)
+    assert (y_ours - y_theirs).abs().max() < 3e-7
+    assert y_ours.abs().max() <= 1.0
+    weights = torch.randn_like(x)
+    (y_ours * weights).sum().backward()
+    (y_theirs * weights).sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad, atol=2e-6, rtol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(Tanh()(x), sigmoid_tanh(x))
+
+
+def _cartpole_batch(seed: int, T: int = 16, N: int = 64) -> TrajectoryBatch:
+    rng = np.random.default_rng(seed)
+    return TrajectoryBatch(obs=rng.normal(size=(T + 1, N, 4)).astype(np.float32),
+                           actions=rng.integers(0, 2, (T, N)), rewards=rng.normal(size=(T, N)).astype(np.float32),
+                           dones=rng.random((T, N)) < 0.05, log_probs=np.full((T, N), -np.log(2), np.float32),
+                           policy_version=np.zeros((T, N), np.int64))
+
+
+def _spaces() -> EnvSpaces:
+    return EnvSpaces.from_spaces(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
+
+
+def _with_torch_tanh(model: nn.Module) -> nn.Module:
+    """The same model with every sigmoid tanh replaced by nn.Tanh (the standard kernel)."""
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        for name, child in module.named_children():
+            if isinstance(child, Tanh):
+                setattr(module, name, nn.Tanh())
+    return model
+
+
+def test_a_training_step_with_the_sigmoid_tanh_trains_as_with_torch_tanh():
+    """The same weights, batch and minibatch order: the two steps' losses and updated weights agree to float
+    rounding (a real difference in the kernel's values or gradients would move them by far more)."""
+    cfg = Config().replace(batch_size=256, num_epochs=2).learner
+    fast = build_model(_spaces(), Config().model, seed=3)
+    assert any(isinstance(m, Tanh) for m in fast.modules()), "the MLP encoders are built with the fast tanh"
+    standard = _with_torch_tanh(fast)
+    results = []
+    for model in (fast, standard):
+        torch.manual_seed(0)  # the same minibatch order
+        trainer = APPOTrainer(model, cfg, 0)
+        metrics = trainer.train(_cartpole_batch(1), 0)
+        results.append((metrics, {k: v.clone() for k, v in model.state_dict().items()}))
+    (m_fast, w_fast), (m_std, w_std) = results
+    assert m_fast["updates"] == m_std["updates"] == 8
+    for key in ("loss", "policy_loss", "value_loss", "entropy", "grad_norm"):
+        assert m_fast[key] == pytest.approx(m_std[key], rel=1e-4, abs=1e-6), key
+    for name in w_std:
+        torch.testing.assert_close(w_fast[name], w_std[name], atol=1e-5, rtol=1e-4, msg=name)
+    moved = max((w_fast[n] - p).abs().max().item() for n, p in build_model(_spaces(), Config().model, seed=3)
+                .state_dict().items() if p.is_floating_point())
+    assert moved > 1e-3, "the step changed nothing: the comparison above would hold for any kernel"
+
+
+def test_the_fused_adam_step_is_the_foreach_step():
+    cfg = Config().learner
+    torch.manual_seed(0)
+    params = [nn.Parameter(torch.randn(64, 4)), nn.Parameter(torch.randn(64))]
+    twins = [nn.Parameter(p.detach().clone()) for p in params]
+    fused = make_optimizer(params, cfg, 1e-3)
+    foreach = torch.optim.Adam(twins, lr=1e-3, eps=1e-5, foreach=True)
+    assert fused.defaults["fused"] is True
+    for _ in range(5):
+        grads = [torch.randn_like(p) for p in params]
+        for group, opt in ((params, fused), (twins, foreach)):
+            for p, g in zip(group, grads, strict=True):
+                p.grad = g.clone()
+            opt.step()
+    for a, b in zip(params, twins, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert sorted(fused.state_dict()["state"][0]) == sorted(foreach.state_dict()["state"][0])
+
+
+def test_traced_graphs_keep_the_standard_tanh_op():
+    model = build_model(_spaces(), Config().model, seed=0)
+    traced = torch.jit.trace(model.encoder, torch.randn(3, 4), check_trace=False)
+    ops = {node.kind() for node in traced.inlined_graph.nodes()}
+    assert "aten::tanh" in ops and "aten::sigmoid" not in ops, ops
