@@ -4,6 +4,8 @@ learner count.
 Run:  python benchmarks/bench_learner.py [--json] [--steps 6] [--models mlp,cnn,impala]
       python benchmarks/bench_learner.py --models cnn --samples 1024 --batch-size 256 --epochs 1 --frame 84
           --runs 1x1,1x2   (one candidate training step: its shape, passes and frame size; learners x threads)
+      python benchmarks/bench_learner.py --runs 1x1 --baseline /path/to/older/checkout
+          (each configuration also with another source tree's daskrl, measured just before this one's: the ratio)
 
 Models: ``mlp`` is the CartPole policy (4 floats in, two 64-unit tanh MLPs) on batches of the default size (4,096
 samples: 8 minibatches of 512); ``cnn`` is the Nature CNN on Atari frames (84x84x4 uint8, 6 actions) on 1,024-sample
@@ -91,8 +93,14 @@ def _batch(step: Step, columns: int, seed: int):
                            policy_version=np.zeros((ROLLOUT, columns), np.int64))
 
 
-def _member(step: Step, device: str, rank: int, world: int, threads: int, steps: int, port: int, out) -> None:
-    """One learner process: build, join the group (if any), one warm-up step, then ``steps`` timed steps."""
+def _member(step: Step, device: str, rank: int, world: int, threads: int, steps: int, port: int, out,
+            source: str | None = None) -> None:
+    """One learner process: build, join the group (if any), one warm-up step, then ``steps`` timed steps; with
+    ``source``, the daskrl of that source tree."""
+    if source:
+        import sys
+
+        sys.path.insert(0, source)
     import torch
 
     from daskrl.algo.trainer import APPOTrainer
@@ -124,18 +132,19 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
     out.put(("time", time.perf_counter() - t0))
 
 
-def measure(step: Step, device: str, world: int, threads: int, steps: int) -> float:
-    """Samples per second of the whole group on ``step``."""
+def measure(step: Step, device: str, world: int, threads: int, steps: int, source: str | None = None) -> float:
+    """Samples per second of the whole group on ``step`` (with ``source``: that source tree's daskrl)."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    first = ctx.Process(target=_member, args=(step, device, 0, world, threads, steps, 0, out))
+    first = ctx.Process(target=_member, args=(step, device, 0, world, threads, steps, 0, out, source))
     first.start()
     procs = [first]
     if world > 1:
         kind, port = out.get(timeout=120)
         assert kind == "port"
         for rank in range(1, world):
-            procs.append(ctx.Process(target=_member, args=(step, device, rank, world, threads, steps, port, out)))
+            procs.append(ctx.Process(target=_member, args=(step, device, rank, world, threads, steps, port, out,
+                                                           source)))
             procs[-1].start()
     times = [out.get(timeout=600)[1] for _ in procs]
     for p in procs:
@@ -153,6 +162,9 @@ def main() -> None:
     parser.add_argument("--frame", type=int, default=0, help="CNN: side of the square frames (default 84)")
     parser.add_argument("--runs", default="",
                         help="learners x threads to measure, such as 1x1,1x2 (default: 1x1, 1 x every core, 2x1)")
+    parser.add_argument("--baseline", default=None,
+                        help="another source tree (a checkout's root): each configuration is measured with its daskrl "
+                             "just before this one's, and the ratio printed")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     import torch
@@ -168,17 +180,24 @@ def main() -> None:
                 [(1, 1)] + ([(1, cores)] if cores > 1 and device == "cpu" else []) + [(2, 1)]
             base = None
             for world, threads in runs:
+                older = measure(step, device, world, threads, args.steps, args.baseline) if args.baseline else None
                 rate = measure(step, device, world, threads, args.steps)
                 base = base or rate
-                results.append({"model": model, "device": device, "learners": world, "threads": threads,
-                                "obs_shape": list(step.obs_shape), "samples": step.samples,
-                                "minibatch": step.minibatch, "epochs": step.epochs,
-                                "samples_per_s": round(rate, 1), "vs_first_run": round(rate / base, 3)})
+                row = {"model": model, "device": device, "learners": world, "threads": threads,
+                       "obs_shape": list(step.obs_shape), "samples": step.samples, "minibatch": step.minibatch,
+                       "epochs": step.epochs, "samples_per_s": round(rate, 1), "vs_first_run": round(rate / base, 3)}
+                against = ""
+                if older is not None:
+                    row.update(baseline_samples_per_s=round(older, 1), vs_baseline=round(rate / older, 3))
+                    against = f"; baseline {older:10,.0f}: {rate / older:.2f}x"
+                results.append(row)
                 print(f"  {model:6s} {device:7s} {'x'.join(map(str, step.obs_shape)):>9s} {step.samples} samples "
                       f"({step.samples // step.minibatch} x {step.minibatch}) x {step.epochs} epoch(s), {world} "
-                      f"learner(s) x {threads} thread(s): {rate:10,.0f} samples/s ({rate / base:.2f}x)", flush=True)
+                      f"learner(s) x {threads} thread(s): {rate:10,.0f} samples/s ({rate / base:.2f}x){against}",
+                      flush=True)
     if args.json:
-        print(json.dumps({"benchmark": "learner", "cores": cores, "steps": args.steps, "results": results}))
+        print(json.dumps({"benchmark": "learner", "cores": cores, "steps": args.steps, "baseline": args.baseline,
+                          "results": results}))
 
 
 if __name__ == "__main__":

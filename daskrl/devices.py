@@ -67,3 +67,17 @@ def check_cluster(client: Any, asked: list[tuple[str, str, str]], names: dict[st
                                  f"worker {names.get(address, address)} ({address})", option))]
     if problems:
         raise ConfigError(problems)
+
+
+def cpu_has_native_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True on x86 CPUs that compute in bfloat16 natively (AVX512-BF16 or AMX), from the kernel's CPU flags.
+
+    torch has no public check, and its oneDNN check also says yes where bfloat16 is only emulated (slower than
+    float32). Elsewhere (no /proc/cpuinfo, other architectures) this says False: float32 is the safe side.
+    """
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))

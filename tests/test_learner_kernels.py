@@ -106,3 +106,64 @@ def test_traced_graphs_keep_the_standard_tanh_op():
     traced = torch.jit.trace(model.encoder, torch.randn(3, 4), check_trace=False)
     ops = {node.kind() for node in traced.inlined_graph.nodes()}
     assert "aten::tanh" in ops and "aten::sigmoid" not in ops, ops
+
+
+# ---- bfloat16 encoders in the learner (--learner-precision) ----
+
+
+def _atari_spaces() -> EnvSpaces:
+    return EnvSpaces.from_spaces(gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), gym.spaces.Discrete(6))
+
+
+def _loss_and_grads(model: nn.Module, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
+                    ) -> tuple[float, dict[str, torch.Tensor]]:
+    """A PPO-shaped loss (log-probs weighted by fixed advantages, a value error, the entropy) and its gradients."""
+    model.zero_grad(set_to_none=True)
+    log_probs, entropy, values = model.evaluate(obs, actions)
+    assert log_probs.dtype == values.dtype == torch.float32  # the heads compute in float32 either way
+    loss = -(log_probs * targets).mean() + 0.5 * ((values - targets) ** 2).mean() - 0.01 * entropy.mean()
+    loss.backward()
+    return loss.item(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_a_bfloat16_encoder_gives_the_float32_loss_and_gradients_within_bounds():
+    """The Nature CNN on a fixed batch of frames: the loss within 1%, every gradient pointing the same way (cosine
+    above 0.99) with a norm within 5%, the weights and their gradients float32; and bfloat16 really ran (the
+    gradients are not bit-identical)."""
+    torch.manual_seed(0)
+    fp32 = build_model(_atari_spaces(), Config().model, seed=1)
+    bf16 = copy.deepcopy(fp32)
+    bf16.train_encoders_in_bfloat16()
+    obs = torch.randint(0, 256, (64, 84, 84, 4), dtype=torch.uint8)
+    actions, targets = torch.randint(0, 6, (64,)), torch.randn(64)
+    loss32, grads32 = _loss_and_grads(fp32, obs, actions, targets)
+    loss16, grads16 = _loss_and_grads(bf16, obs, actions, targets)
+    assert loss16 == pytest.approx(loss32, rel=1e-2)
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+    assert sorted(grads16) == sorted(grads32)
+    identical = 0
+    for name, g32 in grads32.items():
+        g16 = grads16[name]
+        assert g16.dtype == torch.float32, name
+        cosine = torch.nn.functional.cosine_similarity(g16.flatten(), g32.flatten(), dim=0).item()
+        assert cosine > 0.99, (name, cosine)
+        assert g16.norm().item() == pytest.approx(g32.norm().item(), rel=0.05), name
+        identical += bool(torch.equal(g16, g32))
+    assert identical < len(grads32) // 2, "the encoder's gradients are float32's bit for bit: no bfloat16 ran"
+
+
+def test_auto_learner_precision_is_bfloat16_for_image_encoders_on_native_bfloat16_cpus_only(monkeypatch):
+    import daskrl.algo.policy_trainer as policy_trainer
+
+    cnn, mlp = build_model(_atari_spaces(), Config().model, seed=0), build_model(_spaces(), Config().model, seed=0)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    for native in (True, False):
+        monkeypatch.setattr(policy_trainer, "cpu_has_native_bfloat16", lambda native=native: native)
+        assert policy_trainer.learner_precision("auto", cnn, cpu) == ("bfloat16" if native else "float32")
+        assert policy_trainer.learner_precision("auto", mlp, cpu) == "float32"
+        assert policy_trainer.learner_precision("auto", cnn, gpu) == "float32"
+        assert policy_trainer.learner_precision("bfloat16", mlp, cpu) == "bfloat16"
+    with pytest.raises(ValueError, match="learner precision must be one of auto, float32, bfloat16"):
+        policy_trainer.learner_precision("fp16", cnn, cpu)
+    trainer = APPOTrainer(cnn, Config().replace(learner_precision="bfloat16").learner, 0)
+    assert trainer.precision == "bfloat16" and cnn.encoder_autocast == torch.bfloat16

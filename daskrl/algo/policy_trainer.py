@@ -15,11 +15,24 @@ import torch
 
 from daskrl.algo.collectives import Collectives, SoloGroup
 from daskrl.algo.normalizers import RunningMeanStd
-from daskrl.config import hyperparams
+from daskrl.config import INFERENCE_PRECISIONS, hyperparams
+from daskrl.devices import cpu_has_native_bfloat16
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
+
+
+def learner_precision(setting: str, model: ActorCritic, device: torch.device) -> str:
+    """--learner-precision for ``model`` on ``device``: 'auto' is bfloat16 for an image policy (the Nature CNN or
+    IMPALA encoder, where convolutions are nearly all of a step) on a CPU with native bfloat16, float32 otherwise:
+    an MLP gains nothing, and a GPU trains in float32 unless asked."""
+    if setting not in INFERENCE_PRECISIONS:
+        raise ValueError(f"learner precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {setting!r}")
+    if setting != "auto":
+        return setting
+    image = model.spaces.is_image and model.encoder_name in ("cnn", "impala")
+    return "bfloat16" if image and device.type == "cpu" and cpu_has_native_bfloat16() else "float32"
 
 
 class PolicyTrainer:
@@ -38,6 +51,10 @@ class PolicyTrainer:
         #: the values the step in progress (or the last one) trains with: what ``hp`` was when it began
         self.step_hp = dict(self.hp)
         self.obs_rms = RunningMeanStd(model.obs_norm_shape) if model.normalize_obs else None
+        #: the number format the encoders train in (--learner-precision, resolved for this device)
+        self.precision = learner_precision(cfg.learner_precision, model, self.device)
+        if self.precision == "bfloat16":
+            self.model.train_encoders_in_bfloat16()
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0

@@ -67,6 +67,9 @@ class ActorCritic(nn.Module):
 
         #: float32 everywhere, unless a sampler switched the encoders with :meth:`use_bfloat16_encoders`
         self.encoder_dtype = torch.float32
+        #: the dtype the encoders run in under autocast (None: as their weights are); a sampler's bfloat16 encoders,
+        #: or a learner's float32 encoders trained in bfloat16 (:meth:`train_encoders_in_bfloat16`)
+        self.encoder_autocast: torch.dtype | None = None
         self._action_shape = tuple(spaces.action_shape)
         self._action_dtype = np.dtype(spaces.action_dtype)
         self._flat_actions = spaces.action_kind in ("box", "composite")  # one flat row per action
@@ -163,12 +166,18 @@ class ActorCritic(nn.Module):
         """
         for encoder in self.encoders:
             encoder.to(torch.bfloat16)
-        self.encoder_dtype = torch.bfloat16
+        self.encoder_dtype = self.encoder_autocast = torch.bfloat16
+
+    def train_encoders_in_bfloat16(self) -> None:
+        """Learners (--learner-precision): run the encoders under bfloat16 autocast, their float32 weights and
+        gradients kept (autocast casts a copy per step), the heads in float32, so log-probs, values and losses are
+        computed in float32 from bfloat16 features."""
+        self.encoder_autocast = torch.bfloat16
 
     def _encode(self, encoder: nn.Module, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.encoder_dtype == torch.float32:
+        if self.encoder_autocast is None:
             return encoder(obs)
-        with torch.autocast(self.critic.weight.device.type, dtype=self.encoder_dtype):
+        with torch.autocast(self.critic.weight.device.type, dtype=self.encoder_autocast):
             return encoder(obs).float()
 
     def set_obs_stats(self, mean: Any, var: Any, count: float = 0.0) -> None:

@@ -12,6 +12,7 @@ import torch
 
 from daskrl import devices
 from daskrl.config import INFERENCE_PRECISIONS
+from daskrl.devices import cpu_has_native_bfloat16
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
@@ -19,20 +20,6 @@ from daskrl.models.registry import install_components
 from daskrl.runtime.params import ParameterReader
 from daskrl.sampling.exploration import exploring
 from daskrl.setups import PolicySetup
-
-
-def cpu_has_native_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """True on x86 CPUs that compute in bfloat16 natively (AVX512-BF16 or AMX), from the kernel's CPU flags.
-
-    torch has no public check, and its oneDNN check also says yes where bfloat16 is only emulated (slower than
-    float32). Elsewhere (no /proc/cpuinfo, other architectures) this says False: float32 is the safe side.
-    """
-    try:
-        with open(cpuinfo) as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def resolve_precision(setting: str, spaces: EnvSpaces) -> str:
