@@ -167,3 +167,20 @@ def test_auto_learner_precision_is_bfloat16_for_image_encoders_on_native_bfloat1
         policy_trainer.learner_precision("fp16", cnn, cpu)
     trainer = APPOTrainer(cnn, Config().replace(learner_precision="bfloat16").learner, 0)
     assert trainer.precision == "bfloat16" and cnn.encoder_autocast == torch.bfloat16
+
+
+def test_the_no_gradient_pass_in_pieces_gives_the_whole_batch_pass():
+    """FlatBatch evaluates a batch larger than EVAL_ROWS (and not a multiple of it) piece by piece: the target
+    log-probs and values are those of one pass over every row, in the batch's order."""
+    from daskrl.algo.flat_batch import EVAL_ROWS, FlatBatch
+
+    model = build_model(_spaces(), Config().model, seed=2)
+    T, N = 20, 131  # 2,620 steps: two whole pieces and a part
+    assert T * N > 2 * EVAL_ROWS and T * N % EVAL_ROWS
+    obs, actions = torch.randn(T + 1, N, 4), torch.randint(0, 2, (T * N,))
+    layout = FlatBatch(model, obs, actions, torch.zeros(T, N), torch.zeros(T, N, 0), T)
+    with torch.no_grad():
+        lp, _, values = model.evaluate(obs[:-1].reshape(T * N, 4), actions)
+    torch.testing.assert_close(layout.target_lp, lp.reshape(T, N))
+    torch.testing.assert_close(layout.values, values.reshape(T, N))
+    torch.testing.assert_close(layout.last_value, model.value(obs[-1]).detach())
