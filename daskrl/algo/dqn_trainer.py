@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
+from daskrl.algo.optimizers import adam
 from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class DQNTrainer(ReplayTrainer):
         super().__init__(model, cfg, device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.algo = algo
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.hp["learning_rate"], foreach=True)
+        self.optimizer = adam(model.parameters(), self.hp["learning_rate"])
         self.params = list(model.parameters())  # (loading a checkpoint copies into these: the list stays right)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:

@@ -39,6 +39,13 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: LearnerConfig, lr:
     raise ValueError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
 
 
+def adam(params: Iterable[torch.nn.Parameter], lr: float, **settings: Any) -> torch.optim.Adam:
+    """Adam with torch's fused kernel where :func:`make_optimizer` would take it, ``foreach`` otherwise (the off-policy
+    trainers' optimizers, with torch's default epsilon)."""
+    params = list(params)
+    return torch.optim.Adam(params, lr=lr, **settings, **({"fused": True} if _fusable(params) else {"foreach": True}))
+
+
 def _fusable(params: list[torch.nn.Parameter]) -> bool:
     devices = {p.device.type for p in params}
     return bool(params) and devices <= {"cpu", "cuda"} and len({p.device for p in params}) == 1 \

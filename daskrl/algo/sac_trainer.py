@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from daskrl.algo.optimizers import adam
 from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
 from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.models.q_critics import TwinQ
@@ -55,8 +56,8 @@ class SACTrainer(ReplayTrainer):
         self.target_entropy = -float(model.spaces.action_dim)
         self.algo = algo
         lr = self.hp["learning_rate"]
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)  # the actor's: "optimizer" in checkpoints
-        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=lr, foreach=True)
+        self.optimizer = adam(model.parameters(), lr)  # the actor's: "optimizer" in checkpoints
+        self.critic_optimizer = adam(self.critics.parameters(), lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
         self.actor_params, self.critic_params = list(model.parameters()), list(self.critics.parameters())
