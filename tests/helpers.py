@@ -215,18 +215,33 @@ def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=No
     return client
 
 
+def scheduler_address(scheduler_file: Path, procs: Processes, timeout: float = 60.0) -> str:
+    """The address a ``dask scheduler --scheduler-file`` wrote, once it did (fails, with its log, if it exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (FileNotFoundError, ValueError, KeyError):
+            exited = procs.procs["scheduler"].poll()
+            assert exited is None and time.monotonic() < deadline, \
+                f"the scheduler did not start (exited: {exited}): {procs.log('scheduler')}"
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def start_cli_cluster(log_dir: Path, n_workers: int, worker_args: Callable[[int], list[str]] = lambda i: []):
     """``dask scheduler`` and ``n_workers`` ``dask worker`` processes (one thread each, named w0, w1, ...; ``worker_args``
     gives worker ``i`` more flags) started from the command line on loopback; yields ``{"address", "client",
     "procs"}``, then stops every process and checks none is left."""
     procs = Processes(log_dir)
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    scheduler_file = Path(log_dir) / "scheduler.json"
     client = None
     try:
-        procs.start("scheduler", dask_command(), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                    "--dashboard-address", "127.0.0.1:0")
+        # port 0: the scheduler binds a free port itself and writes its address to the file (a port picked here
+        # and bound there later was once taken in between: "Address already in use")
+        procs.start("scheduler", dask_command(), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                    "--scheduler-file", str(scheduler_file), "--dashboard-address", "127.0.0.1:0")
+        address = scheduler_address(scheduler_file, procs)
         for i in range(n_workers):
             procs.start(f"w{i}", dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
                         "--name", f"w{i}", *worker_args(i))
