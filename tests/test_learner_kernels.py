@@ -184,3 +184,38 @@ def test_the_no_gradient_pass_in_pieces_gives_the_whole_batch_pass():
     torch.testing.assert_close(layout.target_lp, lp.reshape(T, N))
     torch.testing.assert_close(layout.values, values.reshape(T, N))
     torch.testing.assert_close(layout.last_value, model.value(obs[-1]).detach())
+
+
+_NO_DYNAMO = """
+import sys
+import numpy as np
+import gymnasium as gym
+from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.config import Config
+from daskrl.envs import EnvSpaces
+from daskrl.models.actor_critic import build_model
+
+spaces = EnvSpaces.from_spaces(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
+rng = np.random.default_rng(0)
+batch = TrajectoryBatch(obs=rng.normal(size=(9, 8, 4)).astype(np.float32), actions=rng.integers(0, 2, (8, 8)),
+                        rewards=rng.normal(size=(8, 8)).astype(np.float32), dones=np.zeros((8, 8), bool),
+                        log_probs=np.full((8, 8), -0.69, np.float32), policy_version=np.zeros((8, 8), np.int64))
+for optimizer in ("adam", "adamw", "lamb"):
+    cfg = Config().replace(batch_size=32, optimizer=optimizer).learner
+    trainer = APPOTrainer(build_model(spaces, Config().model, seed=0), cfg, 0)
+    assert trainer.train(batch, 0)["updates"] == 2
+    trainer.load_own_state(trainer.own_state())
+    trainer.train(batch, 0)
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_training_steps_and_checkpoints_leave_torch_dynamo_unimported():
+    """torch.optim imports torch._dynamo (0.7 s) on an optimizer's first parameter group, state dict and step;
+    daskrl/algo/eager_optim.py keeps the learner's optimizers from it (a torch whose internals moved fails here)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _NO_DYNAMO], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False", "a training step imported torch._dynamo"

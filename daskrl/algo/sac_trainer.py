@@ -58,7 +58,7 @@ class SACTrainer(ReplayTrainer):
         lr = self.hp["learning_rate"]
         self.optimizer = adam(model.parameters(), lr)  # the actor's: "optimizer" in checkpoints
         self.critic_optimizer = adam(self.critics.parameters(), lr)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr)
+        self.alpha_optimizer = adam([self.log_alpha], lr)
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
         self.actor_params, self.critic_params = list(model.parameters()), list(self.critics.parameters())
         self.soft_update = SoftUpdate(self.target, self.critics)

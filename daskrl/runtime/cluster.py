@@ -36,9 +36,9 @@ from daskrl.runtime.registry import BusRegistry
 from daskrl.runtime.runs import RunRegistry
 from daskrl.runtime.worker_plugin import WorkerPlugin
 
-# Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (torch._dynamo:
-# the first optimizer step imports it, 1.4 s).
-_WORKER_MODULES = ["distributed", "torch._dynamo", "daskrl.runtime", "daskrl.learning.learner",
+# Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (not torch._dynamo,
+# 0.7 s more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py).
+_WORKER_MODULES = ["distributed", "torch", "daskrl.runtime", "daskrl.learning.learner",
                    "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
                    "daskrl.runtime.preload_done"]
 
@@ -49,8 +49,7 @@ def prestart_worker_server(preload_torch: bool = True) -> None:
     Call it as early as possible (the CLI does, before its own imports): the server's imports then run on the
     other core while this process is still importing, workers start and close much faster than with 'spawn'
     (where each worker imports torch itself: see docs/performance.md), and forked workers share those pages,
-    which lowers the run's summed PSS. ``torch._dynamo`` is preloaded
-    because the first optimizer step imports it (1.4 s in the learner otherwise).
+    which lowers the run's summed PSS.
     """
     if not preload_torch or "forkserver" not in multiprocessing.get_all_start_methods():
         return
