@@ -17,6 +17,7 @@ import torch
 
 from daskrl import train
 from daskrl.algo.appo_loss import appo_loss
+from daskrl.algo.eager_optim import EagerAdam, EagerAdamW
 from daskrl.algo.lamb import Lamb
 from daskrl.algo.lr_schedule import kl_adapted_lr
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
@@ -231,7 +232,7 @@ def test_lamb_state_round_trip_continues_exactly():
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), twin.parameters(), strict=True))
 
 
-@pytest.mark.parametrize(("name", "cls"), [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW), ("lamb", Lamb)])
+@pytest.mark.parametrize(("name", "cls"), [("adam", EagerAdam), ("adamw", EagerAdamW), ("lamb", Lamb)])
 def test_optimizer_choice_trains_and_its_state_resumes(name, cls):
     """Each --optimizer steps the weights and checkpoints its moments; a resume keeps them (--weight-decay from the
     resuming run's options), and a resume with another --optimizer starts that one's moments afresh."""
