@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo import LossOutput, appo_loss, gae, policy_lag_mask, vtrace
+from daskrl.algo.advantages import gae, vtrace
+from daskrl.algo.appo_loss import LossOutput, appo_loss, policy_lag_mask
 
 T, B = 9, 3
 

@@ -23,7 +23,8 @@ from daskrl.config import Config, ConfigError
 from daskrl.driver.placement import place
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.learning.batcher import Batcher, Delivery
-from daskrl.learning.learner_group import LearnerGroup, open_store, split_slots
+from daskrl.learning.learner_group import LearnerGroup, open_store
+from daskrl.learning.shares import split_slots
 from daskrl.learning.slot_reader import LocalSlots, SlotReadError
 from daskrl.models.actor_critic import build_model
 from daskrl.runtime.incidents import Incidents

@@ -21,7 +21,8 @@ from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import AlgoConfig, Config, LearnerConfig, ModelConfig
 from daskrl.config.hyperparams import MUTABLE
 from daskrl.envs import probe_env
-from daskrl.learning.learner import Learner, export_state, import_state
+from daskrl.learning.learner import Learner
+from daskrl.learning.training_state import export_state, import_state
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import pack_components
 from daskrl.pbt.controller import PBTController, exploits_of, pbt_setup

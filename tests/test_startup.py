@@ -67,6 +67,30 @@ def test_the_command_line_checks_a_run_without_importing_torch(tmp_path):
     assert out.stdout.strip() == "['gru', 'lstm', 'none'] False False"
 
 
+def test_a_runs_driver_never_imports_torch_and_its_checkpoints_load(tmp_path):
+    """A CartPole run from Python, on the embedded cluster, with checkpoints: the driver process holds the
+    components' classes, writes the event files and the checkpoints the learner serialized, and checks the model on a
+    worker, without importing torch (116 MB of private memory and 0.7 s of CPU); the checkpoint it wrote carries the
+    learner's state and the driver's metadata."""
+    code = ("import sys, json; from daskrl import train, Config; "
+            f"s = train(Config.from_flat({{'env': 'CartPole-v1', 'train_for_env_steps': 40000, 'train_dir': "
+            f"{str(tmp_path)!r}, 'experiment': 'no_torch', 'dashboard_address': '', 'checkpoint_interval': 1}})); "
+            "print(json.dumps(['torch' in sys.modules, s['env_steps']]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    torch_imported, env_steps = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert not torch_imported, "the driver imported torch"
+    import torch
+
+    from daskrl.learning.checkpoints import CheckpointStore
+
+    state = CheckpointStore(tmp_path / "no_torch" / "checkpoints").load("latest")
+    assert state["env_steps"] == env_steps and state["policy"] == 0 and "config" in state
+    assert isinstance(state["model"]["critic.weight"], torch.Tensor) and state["policy_version"] > 0
+    events = list((tmp_path / "no_torch" / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 1000, "no TensorBoard scalars were written"
+
+
 def test_the_built_in_names_the_registry_lists_are_the_ones_their_modules_register():
     import importlib
 

@@ -33,7 +33,7 @@ from daskrl.envs import EnvSpaces
 from daskrl.monitor.run_state import RunState
 from daskrl.runtime.incidents import Incidents
 
-if TYPE_CHECKING:  # torch-heavy: the components' classes
+if TYPE_CHECKING:  # the fleet and the books: imported where the run starts
     from daskrl.driver.fleet import Fleet
     from daskrl.driver.policies import PolicyBook
 

@@ -172,18 +172,29 @@ class PolicyBook:
 
     # ---- checkpoints ----
 
-    def save(self, policy: int, snapshot: dict[str, Any], state: RunState, milestone: bool) -> None:
-        """Write ``policy``'s learner snapshot, tagged best when its recent mean return is its best so far."""
-        window = self.episodes[policy]
-        mean = window.mean_return
-        best = window.full and mean > self.best[policy]
+    def checkpoint_meta(self, policy: int, state: RunState) -> dict[str, Any]:
+        """What the driver adds to ``policy``'s learner snapshot in its checkpoint (the learner serializes the two
+        together: see Learner.checkpoint_bytes); ``best_return`` counts this checkpoint when it is the best."""
+        mean, best = self.episodes[policy].mean_return, self._is_best(policy)
+        return {"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
+                "best_return": mean if best else self.best[policy], "episode_return_mean": mean,
+                "policy": policy, "config": self.config.to_json()}
+
+    def save(self, policy: int, checkpoint: dict[str, Any] | bytes, state: RunState, milestone: bool) -> None:
+        """Write ``policy``'s checkpoint (a snapshot, or a learner's serialized one with :meth:`checkpoint_meta` in
+        it), tagged best when its recent mean return is its best so far."""
+        mean = self.episodes[policy].mean_return
+        best = self._is_best(policy)
+        if isinstance(checkpoint, dict):
+            checkpoint.update(self.checkpoint_meta(policy, state))
         if best:
             self.best[policy] = mean
-        snapshot.update({"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
-                         "best_return": self.best[policy], "episode_return_mean": mean, "policy": policy,
-                         "config": self.config.to_json()})
-        self.stores[policy].save(snapshot, state.env_steps, tag_best=best, score=mean if best else None,
+        self.stores[policy].save(checkpoint, state.env_steps, tag_best=best, score=mean if best else None,
                                  milestone=milestone)
+
+    def _is_best(self, policy: int) -> bool:
+        window = self.episodes[policy]
+        return window.full and window.mean_return > self.best[policy]
 
     def close(self) -> None:
         for log in (self.csv, self.self_play_csv):

@@ -353,7 +353,8 @@ class Run:
     def checkpoint(self) -> None:
         """Every policy's learner state, taken one after the other and written together (see PolicyBook)."""
         state = self.state
-        snapshots = [h.call("checkpoint_state", timeout=120) for h in self.fleet.policy_learners]
+        snapshots = [h.call("checkpoint_bytes", self.book.checkpoint_meta(policy, state), timeout=120)
+                     for policy, h in enumerate(self.fleet.policy_learners)]  # serialized there: no torch here
         every = self.config.run.keep_checkpoint_every_env_steps
         milestone = bool(every) and state.env_steps // every > self.last_milestone
         for policy, snapshot in enumerate(snapshots):

@@ -2,7 +2,8 @@
 
 The steps, in order: check the configuration and the env before any process starts (:mod:`.preflight`), lock the
 experiment directory, route Dask's and daskrl's log lines to its ``daskrl.log``, open the cluster (in the background,
-while this process imports torch), place the components, then hand over to a :class:`~daskrl.driver.run.Run`, which
+while this process imports the components' classes; the driver never imports torch: the model is checked on a
+worker, checkpoints come serialized), place the components, then hand over to a :class:`~daskrl.driver.run.Run`, which
 starts them, loops until a stop condition, Ctrl-C or a failure, and stops them with a final checkpoint. Features
 that watch the loop (evaluation, PBT, elastic growth, the user's own) come in as observers
 (:mod:`.observers`): ``daskrl.train`` chooses them from the config.
@@ -25,6 +26,7 @@ from daskrl.config.algo_rules import describe_algo_defaults
 from daskrl.config.env_defaults import describe as describe_env_defaults
 from daskrl.driver.elastic import adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.experiment import open_experiment, run_log_path
+from daskrl.driver.model_check import check_model_on_cluster
 from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, place_claimed, workers_needed
 from daskrl.driver.preflight import preflight
@@ -40,7 +42,7 @@ from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.logs import route_logs
 from daskrl.runtime.runs import RunClaim
 
-if TYPE_CHECKING:  # torch-heavy: imported while the cluster starts (see _prepare)
+if TYPE_CHECKING:  # imported while the cluster starts (see _prepare)
     from daskrl.driver.fleet import LearnerStart
     from daskrl.driver.policies import PolicyBook
     from daskrl.driver.run import Run
@@ -98,11 +100,12 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
            progress: bool, clock: StartupClock) -> Run:
     """Open the cluster, claim and place, and start the run's components (what the run opened goes on ``stack``),
     each phase's end on ``clock``."""
-    from daskrl.driver.run import Run  # torch-heavy: imported while the cluster started (see _open_cluster)
+    from daskrl.driver.run import Run  # imported while the cluster started (see _open_cluster)
 
     session, prepared = _open_cluster(config, client, spaces)
     clock.mark("cluster")
     stack.callback(session.close)
+    check_model_on_cluster(session.client, config, spaces)  # a bad --encoder is refused here, before any component
     claim = RunClaim(session.client, config.run.experiment)
     claim.open(config.experiment_dir, config.run.share_workers)  # a live run of that name is refused here
     stack.callback(_end_claim, claim)
@@ -212,7 +215,7 @@ def _end_claim(claim: RunClaim) -> None:
 
 
 def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[ClusterSession, _Prepared]:
-    """Start (or connect to) the cluster in the background while this process imports torch and the components and
+    """Start (or connect to) the cluster in the background while this process imports the components and
     readies each policy's books: on 2 cores the two overlap instead of adding up."""
     scheduler = client if client is not None else (config.run.scheduler or None)
     if isinstance(scheduler, str):
@@ -234,12 +237,9 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
 
 
 def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
-    from daskrl.driver.fleet import LearnerStart  # torch and the components, imported now: used in start
+    from daskrl.driver.fleet import LearnerStart  # the components' classes, imported now: used in start
     from daskrl.driver.policies import PolicyBook
     from daskrl.learning.checkpoints import initial_weights
-    from daskrl.models.actor_critic import check_model
-
-    check_model(config, spaces)  # a bad --encoder is refused here, not in a worker
     book = PolicyBook(config, resuming=config.run.resume)
     resume_state = book.resume_states()  # open_experiment checked they are there
     if book.resumed_from is not None:

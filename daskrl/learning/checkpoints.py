@@ -15,16 +15,34 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
-
-import torch
+from typing import IO, TYPE_CHECKING, Any
 
 from daskrl.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is read or serialized: a driver writing bytes needs none
+    import torch
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{12})\.pt$")
 _TMP_PREFIX = ".tmp_"
 BEST_NAME = "best.pt"
 BEST_META_NAME = "best.json"
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def serialize(state: dict[str, Any]) -> bytes:
+    """A checkpoint's bytes, as :meth:`CheckpointStore.save` would write them (torch.save)."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -84,19 +102,25 @@ class CheckpointStore:
         return json.loads(meta.read_text())
 
     def save(
-        self, state: dict[str, Any], env_steps: int, tag_best: bool = False, score: float | None = None,
+        self, state: dict[str, Any] | bytes, env_steps: int, tag_best: bool = False, score: float | None = None,
         milestone: bool = False,
     ) -> Path:
         """Atomically write ``checkpoint_<env_steps:012d>.pt``; with ``tag_best`` also ``best.pt``; with
-        ``milestone`` also ``milestone_<env_steps:012d>.pt``, which pruning never removes.
+        ``milestone`` also ``milestone_<env_steps:012d>.pt``, which pruning never removes. ``state`` is a dict
+        (written with ``torch.save``) or a checkpoint already serialized by ``torch.save`` (:func:`serialize`: what a
+        learner sends the driver, so that the driver needs no torch).
 
         ``score`` is only recorded in ``best.json`` (see ``best_info``); the caller decides what is best.
         """
         if env_steps < 0:
             raise ValueError("env_steps must be >= 0")
         path = self.directory / f"checkpoint_{env_steps:012d}.pt"
-        # Looked up at call time (not bound at import) so tests can simulate a crash inside torch.save.
-        _atomic_write(path, lambda f: torch.save(state, f))
+        if isinstance(state, bytes):
+            _atomic_write(path, lambda f: f.write(state))
+        else:
+            import torch  # looked up at call time, so tests can simulate a crash inside torch.save
+
+            _atomic_write(path, lambda f: torch.save(state, f))
 
         if milestone:
             _atomic_write(self.directory / f"milestone_{env_steps:012d}.pt", lambda f: _copy_into(path, f))
@@ -162,11 +186,11 @@ class CheckpointStore:
         if path is None or not path.is_file():
             raise FileNotFoundError(f"no {which!s} checkpoint in {self.directory}")
         try:
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return _torch().load(path, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError:
             if path.resolve().parent != self.directory.resolve():
                 raise
-            return torch.load(path, map_location=map_location, weights_only=False)
+            return _torch().load(path, map_location=map_location, weights_only=False)
 
 
 def _copy_into(source: Path, dest: IO[bytes]) -> None:
@@ -199,7 +223,7 @@ def initial_weights(path: str) -> dict[str, Any]:
     from daskrl.monitor.console import say
 
     path = checkpoint_file(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = _torch().load(path, map_location="cpu", weights_only=True)
     say(f"daskrl: starting from the weights of {path} ({int(state.get('env_steps', 0)):,} env steps, policy version "
         f"{state.get('policy_version', 0)} there); the optimizer starts afresh")
     return {"version": 0, "weights": {k: v.numpy() for k, v in state["model"].items()}}

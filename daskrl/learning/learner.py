@@ -19,20 +19,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from daskrl import devices
-from daskrl.algo.collectives import GroupBroken, SoloGroup
-from daskrl.algo.trainer import APPOTrainer, lag_percentile
 from daskrl.learning.batcher import Batcher, Delivery
-from daskrl.learning.group_member import role_for
 from daskrl.learning.slot_reader import reader_for
-from daskrl.learning.snapshots import snapshots_for
-from daskrl.learning.training_state import export_state, import_state
-from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import install_components
 from daskrl.protocol import ParamsPublished, SharesAssigned, TrajectoryReady
 from daskrl.runtime.component import Component
@@ -40,7 +33,10 @@ from daskrl.runtime.shm import host_of
 from daskrl.runtime.signals import signal, slot
 from daskrl.setups import LearnerSetup
 
-__all__ = ["Learner", "export_state", "import_state"]
+if TYPE_CHECKING:
+    from daskrl.algo.collectives import GroupBroken
+
+__all__ = ["Learner"]
 
 #: training steps whose hyperparameters the learner's statistics show
 STEP_HYPERPARAMS_KEPT = 64
@@ -61,6 +57,15 @@ class Learner(Component):
         """A version is in a parameter block: host relays fetch it (the block's publisher emits this itself)."""
 
     def on_configure(self, setup: LearnerSetup) -> None:
+        # torch and the trainer are imported here, in the learner's worker: the driver imports this module for the
+        # class (its signals, slots and methods) and needs no torch
+        import torch
+
+        from daskrl.algo.trainer import APPOTrainer
+        from daskrl.learning.group_member import role_for
+        from daskrl.learning.snapshots import snapshots_for
+        from daskrl.models.actor_critic import build_model
+
         torch.set_num_threads(setup.learner.learner_threads)
         self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
                                       "--learner-device")
@@ -126,6 +131,8 @@ class Learner(Component):
         self.env_steps_offset = int(leader["env_steps_offset"])
 
     def _leave_group(self) -> None:
+        from daskrl.algo.collectives import SoloGroup
+
         self.trainer.group.close()
         self.trainer.group = SoloGroup()
 
@@ -172,6 +179,8 @@ class Learner(Component):
         normalizer statistics, a fresh optimizer; republishes them as the version after ``version``."""
 
         def load() -> int:
+            import torch
+
             self.trainer.load_weights({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
             self.env_steps_offset = env_steps
             return self.publication.publish_after(max(version, 0), self.model)
@@ -183,9 +192,20 @@ class Learner(Component):
 
         return await self.on_own_thread(self._snapshot)
 
+    async def checkpoint_bytes(self, meta: dict) -> bytes:
+        """:meth:`checkpoint_state` with the driver's ``meta`` (env steps, scores, config) added, serialized as a
+        checkpoint file's bytes here: the driver writes them as they are and needs no torch."""
+        from daskrl.learning.checkpoints import serialize
+
+        state = await self.on_own_thread(self._snapshot)
+        state.update(meta)
+        return serialize(state)
+
     def _snapshot(self) -> dict:
         """The training state, copied: it is serialized after this thread has gone back to training, so live
         tensors would mix the next steps into the checkpoint (a model ahead of its return statistics, say)."""
+        from daskrl.learning.training_state import export_state
+
         state = export_state(self.trainer, self.version)
         state.update(self.snapshots.saved())  # self-play: the frozen opponents, for enjoy and evaluation to seat
         return state
@@ -210,6 +230,8 @@ class Learner(Component):
         """This policy's whole training state (weights, optimizer, normalizers, hyperparameters, policy version),
         taken between two training steps, as CPU copies that share nothing with the live model: for PBT to
         :meth:`import_training_state` into another policy's learner."""
+        from daskrl.learning.training_state import export_state
+
         return await self.on_own_thread(lambda: export_state(self.trainer, self.version))  # version read there too
 
     async def import_training_state(self, state: dict, hyperparams: dict[str, float]) -> int:
@@ -219,6 +241,8 @@ class Learner(Component):
         so its samplers take them), train steps and samples trained (its env steps). Returns the new version.
         With a learner group, call it on the leader, then form the group again (:meth:`join_group` gives the
         members the leader's whole state)."""
+
+        from daskrl.learning.training_state import import_state
 
         def load() -> int:
             import_state(self.trainer, state, hyperparams)
@@ -260,6 +284,8 @@ class Learner(Component):
         self.deliver("_on_batch", delivery)
 
     def _on_batch(self, delivery: Delivery) -> None:
+        from daskrl.algo.collectives import GroupBroken  # imported once: a dict lookup per batch after that
+
         self.batcher.taken()
         batch, version = delivery.batch, self.version
         if not self.role.accepts(delivery.generation, self.trainer.group):
@@ -315,6 +341,8 @@ class Learner(Component):
         self._leave_group()
 
     def extra_stats(self) -> dict:
+        from daskrl.algo.trainer import lag_percentile
+
         batcher = self.batcher
         return {
             "max_policy_lag_seen": self.max_lag_seen,

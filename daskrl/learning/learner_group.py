@@ -96,11 +96,3 @@ def open_store(host: str, world: int) -> Any:
     """The leader's side of forming a group: a ``TCPStore`` on a free port of ``host`` (read ``.port``)."""
     return dist.TCPStore(host, 0, world, True, timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
                          wait_for_workers=False)
-
-
-def split_slots(slots: list, world: int) -> list[list]:
-    """The leader's split of one batch's slots into ``world`` shares: every slot in exactly one share, and as many
-    slots in each (the caller collects a multiple of ``world``; slots of a run all hold the same samples)."""
-    if len(slots) % world:
-        raise ValueError(f"{len(slots)} slots cannot be split evenly over {world} learners")
-    return [slots[rank::world] for rank in range(world)]

@@ -1,4 +1,4 @@
-"""TensorBoard event files for a run, through ``torch.utils.tensorboard`` (needs the ``tensorboard`` package).
+"""TensorBoard event files for a run, through :mod:`daskrl.monitor.tb_events` (the ``tensorboard`` package; no torch).
 
 Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, ``episode/``, ``learner/``,
 ``health/``, ``time/``, ``eval/``, and a multi-agent run's ``eval/return/<agent>``); docs/metrics.md says what each one
@@ -76,9 +76,9 @@ class _Tee:
 
 class TensorBoardLog:
     def __init__(self, log_dir: str, mirror: Mirror | None = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from daskrl.monitor.tb_events import EventWriter
 
-        writer = SummaryWriter(log_dir=log_dir)
+        writer = EventWriter(log_dir)
         self.writer = writer if mirror is None else _Tee(writer, mirror)
 
     def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:

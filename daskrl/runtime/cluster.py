@@ -40,6 +40,9 @@ from daskrl.runtime.worker_plugin import WorkerPlugin
 # 0.7 s more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py).
 _WORKER_MODULES = ["distributed", "torch", "daskrl.runtime", "daskrl.learning.learner",
                    "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
+                   # what the components import where they configure (the driver imports their modules without it)
+                   "daskrl.algo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
+                   "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policy",
                    "daskrl.runtime.preload_done"]
 
 

@@ -30,7 +30,6 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.timing import Timing
-from daskrl.sampling.policy import SamplingPolicy
 from daskrl.sampling.row_cut import rows_for
 from daskrl.sampling.slot_owners import SlotOwners
 from daskrl.sampling.split_policies import EVERY_COLUMN, Columns, SplitPolicies
@@ -85,6 +84,8 @@ class InlineActing:
         slot = slot_spaces or setup.spaces
         setups = [setup] + [dataclasses.replace(setup, params=params, spaces=spaces[k], cut=slot.cut_for(spaces[k]))
                             for k, params in enumerate(policy_params) if k > 0]
+        from daskrl.sampling.policy import SamplingPolicy  # torch: imported where the policy acts, not by the driver
+
         self.policies = [SamplingPolicy(worker, policy_setup) for policy_setup in setups]
         self.policy = self.policies[0]
         self.rows = [rows_for(policy_setup.cut) for policy_setup in setups]  # each one's part of a slot row

@@ -17,7 +17,6 @@ import numpy as np
 from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import slot
-from daskrl.sampling.policy import SamplingPolicy
 from daskrl.sampling.row_cut import rows_for
 from daskrl.sampling.trajectories import attach_slots, read_slot, read_step, write_columns
 from daskrl.setups import InferenceSetup
@@ -27,6 +26,8 @@ class InferenceWorker(Component):
     """See module docstring."""
 
     def on_configure(self, setup: InferenceSetup) -> None:
+        from daskrl.sampling.policy import SamplingPolicy  # torch: imported here, not by the driver
+
         self.policy = SamplingPolicy(self, setup.policy)
         self.policy_index = setup.policy_index  # with several policies: the one whose requests it takes
         self.rows = rows_for(setup.policy.cut)  # agents with different spaces: this policy's part of a slot row
