@@ -86,7 +86,7 @@ def test_no_import_cycle_between_modules():
 #: daskrl's layers, bottom up: a module imports only from its own package or from a lower layer (the data path reads
 #: upward: env -> sampling -> learning; the driver sits on the components; features that watch a run sit on the driver)
 LAYERS = [
-    ("daskrl.errors",),
+    ("daskrl.errors", "daskrl.lazy_names"),
     ("daskrl.config", "daskrl.runtime", "daskrl.devices"),
     ("daskrl.envs", "daskrl.protocol"),
     ("daskrl.models", "daskrl.monitor"),

@@ -7,8 +7,7 @@ trajectory batch a batcher builds) without importing torch. The loss function is
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from daskrl.lazy_names import lazy_names
 
 _HOMES = {
     "gae": "advantages", "vtrace": "advantages",
@@ -17,9 +16,4 @@ _HOMES = {
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'daskrl.algo' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"daskrl.algo.{_HOMES[name]}"), name)
+__getattr__ = lazy_names(__name__, _HOMES)

@@ -51,28 +51,29 @@ def _plain_step(cls: type[torch.optim.Optimizer]) -> Callable[..., Any] | None:
     return step if getattr(step, "__code__", None) is not None and step is not cls.step else None
 
 
-_PLAIN_ADAM_STEP = _plain_step(torch.optim.Adam)
-_PLAIN_ADAMW_STEP = _plain_step(torch.optim.AdamW)
+class _EagerStep:
+    """``step`` with the optimizer's own update under ``torch.no_grad`` (``_plain``: None where torch's wrappers were
+    not the expected ones, and the wrapped step runs)."""
+
+    _plain: Callable[..., Any] | None = None
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> Any:
+        if self._plain is None:
+            return super().step(closure)  # type: ignore[misc]
+        return self._plain(closure)
 
 
-class EagerAdam(torch.optim.Adam):
+class EagerAdam(_EagerStep, torch.optim.Adam):
     """torch's Adam, stepped without its compiler wrapper (see the module docstring)."""
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> Any:  # type: ignore[override]
-        if _PLAIN_ADAM_STEP is None:
-            return super().step(closure)
-        return _PLAIN_ADAM_STEP(self, closure)
+    _plain = _plain_step(torch.optim.Adam)
 
 
-class EagerAdamW(torch.optim.AdamW):
+class EagerAdamW(_EagerStep, torch.optim.AdamW):
     """torch's AdamW, stepped without its compiler wrapper (see the module docstring)."""
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> Any:  # type: ignore[override]
-        if _PLAIN_ADAMW_STEP is None:
-            return super().step(closure)
-        return _PLAIN_ADAMW_STEP(self, closure)
+    _plain = _plain_step(torch.optim.AdamW)
 
 
 skip_compiler_wrappers()

@@ -7,8 +7,7 @@ registry (``daskrl.models.registry``, no torch) before the process that will use
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from daskrl.lazy_names import lazy_names
 
 _HOMES = {
     "ActorCritic": "actor_critic", "build_model": "actor_critic",
@@ -19,9 +18,4 @@ _HOMES = {
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'daskrl.models' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"daskrl.models.{_HOMES[name]}"), name)
+__getattr__ = lazy_names(__name__, _HOMES)

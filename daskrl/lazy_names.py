@@ -1,0 +1,23 @@
+"""Names a package exports without importing their modules until first use (PEP 562's module ``__getattr__``).
+
+Why: ``daskrl.models`` and ``daskrl.algo`` export torch-heavy names, and the driver imports their torch-free modules
+(the model registry, the trajectory batch): importing a submodule runs its package's ``__init__`` first, which must
+then import nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+def lazy_names(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: name -> the attribute of ``package.<homes[name]>``, imported then."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in homes:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{homes[name]}"), name)
+
+    return __getattr__
