@@ -89,3 +89,7 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     cause = " ".join(f"{type(exc).__name__}: {exc}".split())
     return cause if len(cause) <= limit else cause[:limit] + " ..."
 
+
+class GroupBroken(RuntimeError):
+    """A learner group's collective failed or timed out: a member is gone. The learner stops training with the group
+    until the runner forms it again."""

@@ -36,11 +36,6 @@ class Collectives(Protocol):
         """Leave the group."""
 
 
-class GroupBroken(RuntimeError):
-    """A collective failed or timed out: a member is gone. The learner stops training with the group until the
-    runner forms it again."""
-
-
 class SoloGroup:
     """One learner: every collective is the identity, so the trainer's code is the same for 1 and K learners."""
 

@@ -32,6 +32,7 @@ from daskrl.algo.flat_batch import BatchLayout, FlatBatch
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
 from daskrl.algo.normalizers import ReturnNormalizer
 from daskrl.algo.optimizers import load_optimizer_state, make_optimizer
+from daskrl.algo.policy_lag import lag_percentile
 from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trajectory_batch import TrajectoryBatch
@@ -41,18 +42,6 @@ __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "l
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
-
-
-def lag_percentile(counts: list[int] | np.ndarray, q: float) -> float:
-    """The ``q``-th percentile (0-100) of the policy lags counted in ``counts`` (``counts[k]``: samples trained on
-    ``k`` versions after they were acted): the smallest lag that at least ``q`` % of the samples do not exceed.
-    NaN when nothing was counted. Counts are kept rather than a mean so that a window's percentiles come from the
-    difference of two readings."""
-    counts = np.asarray(counts, dtype=np.int64)
-    total = int(counts.sum())
-    if total <= 0:
-        return math.nan
-    return float(np.searchsorted(np.cumsum(counts), q / 100.0 * total, side="left"))
 
 
 class MinibatchCounts(NamedTuple):

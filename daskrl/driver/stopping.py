@@ -53,6 +53,18 @@ def stop_in_order(run: Run) -> None:
         each_observer(run, "on_stop")
         return
     samplers = fleet.samplers() + fleet.relays.handles()
+    try:
+        problems = _stop_sampling_then_learning(run, fleet, samplers)
+    finally:  # whatever stopped the sequence, the samplers' memory goes (an existing cluster's workers stay up)
+        fleet.release(samplers)
+    for problem in problems:
+        run.warn(problem)
+    say_data_path(run)
+
+
+def _stop_sampling_then_learning(run: Run, fleet: Fleet, samplers: list) -> list[str]:
+    """Samplers stopped (their memory kept), the last row, ``on_stop``, the final checkpoint, the learners stopped;
+    the problems met on the way."""
     final = fleet.stop(samplers, release=False)
     stopped = [s for s in final if "error" not in s]
     run.keep_stats(stopped)
@@ -65,11 +77,7 @@ def stop_in_order(run: Run) -> None:
     if fleet.learners() and not run.failed:
         problems += final_checkpoint(run)
     consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
-    problems += [s["error"] for s in consumers if "error" in s]
-    fleet.release(samplers)
-    for problem in problems:
-        run.warn(problem)
-    say_data_path(run)
+    return problems + [s["error"] for s in consumers if "error" in s]
 
 
 def count_last_steps(run: Run, final: list[dict]) -> None:

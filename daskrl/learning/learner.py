@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from daskrl import devices
+from daskrl.algo.policy_lag import lag_percentile
+from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.slot_reader import reader_for
 from daskrl.models.registry import install_components
@@ -32,9 +34,6 @@ from daskrl.runtime.component import Component
 from daskrl.runtime.shm import host_of
 from daskrl.runtime.signals import signal, slot
 from daskrl.setups import LearnerSetup
-
-if TYPE_CHECKING:
-    from daskrl.algo.collectives import GroupBroken
 
 __all__ = ["Learner"]
 
@@ -284,8 +283,6 @@ class Learner(Component):
         self.deliver("_on_batch", delivery)
 
     def _on_batch(self, delivery: Delivery) -> None:
-        from daskrl.algo.collectives import GroupBroken  # imported once: a dict lookup per batch after that
-
         self.batcher.taken()
         batch, version = delivery.batch, self.version
         if not self.role.accepts(delivery.generation, self.trainer.group):
@@ -341,8 +338,6 @@ class Learner(Component):
         self._leave_group()
 
     def extra_stats(self) -> dict:
-        from daskrl.algo.trainer import lag_percentile
-
         batcher = self.batcher
         return {
             "max_policy_lag_seen": self.max_lag_seen,
