@@ -121,7 +121,7 @@ def record(directory: str) -> dict:
             obs, _ = env.reset()
     env.close()
     assert sum(r["start"] for r in rows) >= 2, "no episode start after the first: the state reset goes unseen"
-    return {"rows": rows, "recurrent": model.recurrent, "size": model.state_size}
+    return {"rows": rows, "recurrent": model.recurrent, "size": model.state_size, "std": std}
 
 
 def feed_of(obs, inputs: list[dict]) -> dict[str, np.ndarray]:
@@ -154,7 +154,9 @@ def test_exported_policies_act_and_value_as_the_trained_model(trained, exported,
         actions, values = list(out["action"]), list(out["value"])
         assert out["logits"].shape == (STEPS, 2)
     np.testing.assert_array_equal(np.array(actions), np.array([r["action"] for r in rec["rows"]]))
-    np.testing.assert_allclose(values, [r["value"] for r in rec["rows"]], rtol=1e-5, atol=1e-5)
+    # in the model's own (normalized) units: the file's tanh (aten::tanh) and the eager CPU model's (through sigmoid)
+    # round differently by an ulp or so, which the return scale (std) multiplies in reward units
+    np.testing.assert_allclose(values, [r["value"] for r in rec["rows"]], rtol=1e-5, atol=1e-5 * max(1.0, rec["std"]))
     assert np.std(values) > 0.01, "the values do not depend on the observations"
 
 
