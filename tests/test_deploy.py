@@ -114,6 +114,11 @@ def test_trains_on_an_existing_cluster_which_stays_usable(cli_cluster, tmp_path)
     path = summary["data_path"]
     assert path["slots_comms"] == 0 and path["slots_shm"] > 0, path
     assert path["params_comms_reads"] == 0 and path["params_shm_reads"] > 0 and not path["remote_params"], path
+    # the rollout workers acted on the numpy path from the published weights: their processes never imported torch
+    # (only the learner's did: 100 MB and 0.7 s that a sampling-only worker of a cluster does not pay)
+    names = worker_names(client)
+    imported = {names[a]: has for a, has in client.run(lambda: "torch" in __import__("sys").modules).items()}
+    assert imported == {"w0": False, "w1": False, "w2": True}, imported
 
     # The cluster is still there and usable by anyone; daskrl left nothing behind on it.
     assert all(p.poll() is None for p in cli_cluster["procs"].procs.values())

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +13,7 @@ import torch
 from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
 from daskrl.models.actor_critic import ActorCritic
+from daskrl.models.numpy_plan import numpy_plan
 from daskrl.models.numpy_policy import NumpyPolicy
 
 
@@ -32,7 +37,7 @@ def test_log_probs_and_values_match_torch(env, normalize_obs, layout):
     """The fused numpy network computes what the torch model does, whether the policy and value encoders are
     separate (fused side by side / block-diagonal), shared, or absent (the heads read the observation)."""
     model = model_for(env, normalize_obs, **layout)
-    fast = NumpyPolicy(model, np.random.default_rng(0))
+    fast = NumpyPolicy.from_model(model, np.random.default_rng(0))
     obs = np.random.default_rng(1).normal(size=(300, *model.spaces.obs_shape)).astype(np.float32) * 3
     actions, log_probs, values = fast.act(obs)
     assert actions.dtype == (np.int64 if model.spaces.action_kind == "discrete" else np.float32)
@@ -47,7 +52,7 @@ def test_log_probs_and_values_match_torch(env, normalize_obs, layout):
 
 def test_sampled_actions_follow_the_policy_probabilities():
     model = model_for("CartPole-v1", True)
-    fast = NumpyPolicy(model, np.random.default_rng(2))
+    fast = NumpyPolicy.from_model(model, np.random.default_rng(2))
     obs = np.repeat(np.array([[0.3, -0.5, 0.1, 0.8]], np.float32), 20000, axis=0)
     actions, log_probs, _ = fast.act(obs)
     p_one = float(np.exp(log_probs[actions == 1][0]))
@@ -56,12 +61,12 @@ def test_sampled_actions_follow_the_policy_probabilities():
 
 def test_refresh_follows_new_weights_and_unsupported_models_keep_torch():
     model = model_for("CartPole-v1", False)
-    fast = NumpyPolicy(model)
+    fast = NumpyPolicy.from_model(model)
     obs = np.ones((4, 4), np.float32)
     before = fast.act(obs, deterministic=True)[2]
     with torch.no_grad():
         model.critic.bias.add_(1.0)
-    fast.refresh()
+    fast.load(model.state_dict_numpy())
     np.testing.assert_allclose(fast.act(obs, deterministic=True)[2], before + 1.0, atol=1e-5)
     assert not NumpyPolicy.supports(ActorCritic(probe_env("daskrl/Catch-v0")))  # CNN encoder
 
@@ -72,7 +77,7 @@ def test_a_recurrent_cell_steps_as_torch_does_and_writes_the_next_state_in_place
     """Three steps of the numpy cell from a random state: the same log-probs, values and next states as the torch
     model's step, the states written into the array passed in (as the samplers keep them in shared memory)."""
     model = model_for(env, True, rnn=kind, rnn_layers=layers, rnn_size=16)
-    fast = NumpyPolicy(model, np.random.default_rng(0))
+    fast = NumpyPolicy.from_model(model, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     state = rng.normal(size=(50, model.state_size)).astype(np.float32)
     t_state = torch.from_numpy(state.copy())
@@ -88,3 +93,29 @@ def test_a_recurrent_cell_steps_as_torch_does_and_writes_the_next_state_in_place
         np.testing.assert_allclose(state, t_state.numpy(), atol=3e-5)
     with pytest.raises(TypeError, match="state"):
         fast.act(obs)
+
+
+def test_the_plan_is_plain_data_and_acting_from_it_needs_no_torch(tmp_path):
+    """A sampler on the numpy path gets the plan in a parameter block's description and the weights from the
+    block: in a fresh interpreter, NumpyPolicy acts from those two alone (torch never imported) as the torch model
+    does."""
+    model = model_for("Pendulum-v1", True, rnn="gru", rnn_size=8)
+    plan = numpy_plan(model)
+    assert json.loads(json.dumps(plan)) == plan, "the plan must travel as plain data"
+    np.savez(tmp_path / "weights.npz", **model.state_dict_numpy())
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    obs = np.random.default_rng(4).normal(size=(6, 3)).astype(np.float32)
+    np.save(tmp_path / "obs.npy", obs)
+    code = ("import json, sys, numpy as np; from daskrl.models.numpy_policy import NumpyPolicy; "
+            f"d = {str(tmp_path)!r}; w = dict(np.load(d + '/weights.npz')); "
+            "p = NumpyPolicy(json.load(open(d + '/plan.json')), w); state = np.zeros((6, 8), np.float32); "
+            "a, lp, v = p.act(np.load(d + '/obs.npy'), deterministic=True, state=state); "
+            "print(json.dumps(['torch' in sys.modules, a.tolist(), v.tolist()]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    torch_imported, actions, values = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not torch_imported
+    with torch.no_grad():
+        dist, t_values, _ = model.step(torch.from_numpy(obs), torch.zeros(6, 8))
+    np.testing.assert_allclose(np.array(actions).reshape(6, -1), dist.mode().numpy().reshape(6, -1), atol=1e-5)
+    np.testing.assert_allclose(values, t_values.numpy(), atol=1e-5)
+    assert numpy_plan(ActorCritic(probe_env("daskrl/Catch-v0"))) is None  # a CNN: its samplers build the torch model

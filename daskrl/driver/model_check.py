@@ -9,6 +9,7 @@ user's registered encoders and cores travel with the call, as they do to the com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from daskrl.config import Config
@@ -24,9 +25,12 @@ def _build(config: Config, spaces: EnvSpaces, components: Shipped) -> None:
     check_model(config, spaces)
 
 
-def check_model_on_cluster(client: Any, config: Config, spaces: EnvSpaces, timeout: float = 120.0) -> None:
-    """Build the run's network on a worker of ``client``'s cluster; raises the ConfigError that building raised.
-    A cluster without workers yet is left to placement, which says what it waits for."""
+def check_model_on_cluster(client: Any, config: Config, spaces: EnvSpaces, workers: Sequence[str] = (),
+                           timeout: float = 120.0) -> None:
+    """Build the run's network on one of ``workers`` (the learner's: any worker when empty) of ``client``'s cluster;
+    raises the ConfigError that building raised. A cluster without workers yet is left to placement, which says
+    what it waits for."""
     if not client.scheduler_info().get("workers"):
         return
-    client.submit(_build, config, spaces, pack_components(), pure=False).result(timeout=timeout)
+    client.submit(_build, config, spaces, pack_components(), pure=False, workers=list(workers) or None,
+                  allow_other_workers=False).result(timeout=timeout)

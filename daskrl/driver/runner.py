@@ -105,7 +105,6 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     session, prepared = _open_cluster(config, client, spaces)
     clock.mark("cluster")
     stack.callback(session.close)
-    check_model_on_cluster(session.client, config, spaces)  # a bad --encoder is refused here, before any component
     claim = RunClaim(session.client, config.run.experiment)
     claim.open(config.experiment_dir, config.run.share_workers)  # a live run of that name is refused here
     stack.callback(_end_claim, claim)
@@ -113,6 +112,9 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     # (``started``: ``config`` with fewer rollout workers where an elastic run starts on a small cluster)
     placement, started = place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded,
                                        say=say, elastic=elastic_enabled(config))
+    # a bad --encoder is refused here, before any component, on the learner's worker (which imports torch anyway;
+    # samplers on the numpy path never do)
+    check_model_on_cluster(session.client, config, spaces, placement.learners[:1])
     clock.mark("placement")
     bounds = adapt_range(config)
     if bounds is not None and session.cluster is not None:

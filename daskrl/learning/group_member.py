@@ -34,8 +34,11 @@ class Published:
 
     def __init__(self, component: Component, model: ActorCritic, remote: bool) -> None:
         """Publishes ``model``'s weights as version 1."""
+        from daskrl.models.numpy_plan import numpy_plan
+
         self.block = ParameterPublisher(component, model.state_dict_numpy(), remote=remote)
         self.block.publish(model.state_dict_numpy())
+        self.plan = numpy_plan(model)  # samplers on the numpy path act from the weights with it (no torch there)
 
     @property
     def version(self) -> int:
@@ -43,7 +46,8 @@ class Published:
 
     @property
     def desc(self) -> dict:
-        return self.block.desc
+        """The block as samplers attach it, with the numpy path's plan (None: the model needs torch)."""
+        return {**self.block.desc, "numpy_plan": self.plan}
 
     @property
     def remote(self) -> bool:

@@ -23,7 +23,10 @@ class SelfPlaySnapshots:
     """``count`` blocks of past weights, refreshed in turn (see the module docstring)."""
 
     def __init__(self, component: Component, model: ActorCritic, count: int, every: int, remote: bool) -> None:
+        from daskrl.models.numpy_plan import numpy_plan
+
         self.every = every
+        self.plan = numpy_plan(model)  # as the live block's (daskrl/learning/group_member.py)
         self.blocks = [ParameterPublisher(component, model.state_dict_numpy(), remote=remote) for _ in range(count)]
         self.weights = [model.state_dict_numpy() for _ in self.blocks]  # what each block holds
         self.taken = 0
@@ -31,7 +34,7 @@ class SelfPlaySnapshots:
             block.publish(held)
 
     def descs(self) -> list[dict]:
-        return [block.desc for block in self.blocks]
+        return [{**block.desc, "numpy_plan": self.plan} for block in self.blocks]
 
     def versions(self) -> list[int]:
         return [block.version for block in self.blocks]

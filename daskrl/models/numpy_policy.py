@@ -1,4 +1,4 @@
-"""The inline fast path: an MLP actor-critic's ``act`` in plain numpy, built from the torch model's weights.
+"""The inline fast path: an MLP actor-critic's ``act`` in plain numpy, from its published weights and a plan.
 
 Why: with cheap envs (a CartPole step costs a few microseconds) the policy's forward pass is a large share of a
 rollout worker's time, and at these sizes torch's per-op overhead dominates: ``act`` on a few dozen CartPole
@@ -7,20 +7,22 @@ Gumbel-max sampling, the same log-probabilities and values, and is checked again
 Recurrent models with daskrl's LSTM or GRU core run their cell here too (one step, states read and written in place,
 as the samplers keep them). Models it cannot express (CNN encoders, multi-discrete heads, the heads of Tuple and Dict
 actions, custom encoders or cores, Dict observations) keep the torch path.
+
+This module does not import torch: a sampler builds it from the learner's plan (:mod:`daskrl.models.numpy_plan`,
+which names the weights of each layer) and the weights it reads from the parameter block, so a rollout worker on
+this path never loads torch.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import nn
 
-from daskrl.models.actor_critic import ActorCritic
-from daskrl.models.encoders import MlpEncoder
-from daskrl.models.heads import ClippedGaussian
-from daskrl.models.recurrent import RecurrentCore
+if TYPE_CHECKING:
+    from daskrl.models.actor_critic import ActorCritic
 
 
 def _tanh(x: np.ndarray) -> np.ndarray:
@@ -33,6 +35,8 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 _ACTIVATIONS = {"Tanh": _tanh, "ReLU": _relu}
 
+Weights = dict[str, np.ndarray]
+
 
 class NumpyPolicy:
     """``act(obs) -> (actions, log_probs, values)`` like :meth:`ActorCritic.act`, in numpy.
@@ -42,57 +46,64 @@ class NumpyPolicy:
     the cost, so fewer calls means a cheaper step.
     """
 
-    def __init__(self, model: ActorCritic, rng: np.random.Generator | None = None) -> None:
-        self.model = model
+    def __init__(self, plan: dict[str, Any], weights: Weights, rng: np.random.Generator | None = None) -> None:
+        """``plan``: :func:`~daskrl.models.numpy_plan.numpy_plan` of the model; ``weights``: its state dict as numpy
+        arrays (what the learner publishes)."""
+        self.plan = plan
         self.rng = rng or np.random.default_rng()
-        self.kind = model.spaces.action_kind
-        self.refresh()
+        self.kind = plan["kind"]
+        self.action_shape = tuple(plan["action_shape"])
+        self.recurrent = plan["core"] is not None
+        self.load(weights)
+
+    @classmethod
+    def from_model(cls, model: ActorCritic, rng: np.random.Generator | None = None) -> NumpyPolicy:
+        """From a torch model (tests, and samplers that built one): its plan and its current weights."""
+        from daskrl.models.numpy_plan import numpy_plan
+
+        plan = numpy_plan(model)
+        if plan is None:
+            raise ValueError("the numpy fast path cannot compute this model (see numpy_plan.supports)")
+        return cls(plan, model.state_dict_numpy(), rng)
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
-        if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.spaces.is_dict:
-            return False  # Dict observations (packed records, per-key encoders) stay with torch
-        if model.recurrent and (type(model.core) is not RecurrentCore
-                                or type(model.core.rnn) not in (nn.LSTM, nn.GRU)):
-            return False  # a registered core: only torch knows it
-        if model.spaces.action_kind == "box" and (model.actor.distribution not in (None, ClippedGaussian)
-                                                  or model.actor.state_std):
-            return False  # tanh squashing, and a log-std that depends on the state, stay with torch
-        patterns = []
-        for encoder in _encoders(model):
-            if type(encoder) is not MlpEncoder:  # a registered subclass may compute otherwise: torch runs it
-                return False
-            pattern = [type(layer).__name__ for layer in encoder.net]
-            if any(name != "Linear" and name not in _ACTIVATIONS for name in pattern):
-                return False
-            patterns.append(pattern)
-        return all(p == patterns[0] for p in patterns)  # separate encoders fuse only when they match
+        from daskrl.models.numpy_plan import supports
 
-    def refresh(self) -> None:
-        """Copy the weights (and observation statistics) out of the torch model; call after each load."""
-        m = self.model
-        encoders = _encoders(m)
-        per_encoder = [_layers(e) for e in encoders]  # supports() checked that they line up layer by layer
+        return supports(model)
+
+    def load(self, weights: Weights) -> None:
+        """Take a new version's weights (and observation statistics)."""
+        plan = self.plan
+
+        def get(key: str) -> np.ndarray:
+            return np.asarray(weights[key], dtype=np.float32)
+
+        def layer(spec: dict) -> tuple[np.ndarray, np.ndarray, Callable | None]:
+            activation = _ACTIVATIONS[spec["activation"]] if spec["activation"] else None
+            return get(spec["weight"]).T, get(spec["bias"]), activation
+
+        encoders = plan["encoders"]
+        per_encoder = [[layer(spec) for spec in specs] for specs in encoders]  # they line up layer by layer
         self.layers = [_FusedLayer(parts, first=k == 0) for k, parts in enumerate(zip(*per_encoder, strict=True))]
-        head = m.actor.logits if self.kind == "discrete" else m.actor.mean
-        head_w, value_w = _weight(head), _weight(m.critic)
+        head_w, value_w = get(plan["head"]["weight"]).T, get(plan["critic"]["weight"]).T
         self.num_outputs = head_w.shape[1]
         if len(encoders) == 1 or not self.layers:  # the same features feed both heads
             self.head_w = np.concatenate([head_w, value_w], axis=1)
         else:  # policy features feed the action head, value features the value head
             self.head_w = _block_diagonal([head_w, value_w])
-        self.head_b = np.concatenate([_bias(head), _bias(m.critic)])
-        self.cell = _NumpyCell(m.core) if m.recurrent else None
+        self.head_b = np.concatenate([get(plan["head"]["bias"]), get(plan["critic"]["bias"])])
+        self.cell = _NumpyCell(plan["core"], weights) if self.recurrent else None
         if self.kind == "box":
-            log_std = m.actor.log_std.detach().numpy().astype(np.float32)
+            log_std = get(plan["log_std"]).reshape(-1)
             self.log_std, self.std = log_std, np.exp(log_std)
             self.log_prob_offset = np.float32(log_std.sum() + 0.5 * log_std.size * np.log(2 * np.pi))
-            clipped = m.actor.distribution is ClippedGaussian
-            self.low = m.actor.low.numpy() if clipped else None
-            self.high = m.actor.high.numpy() if clipped else None
-        if m.normalize_obs:
-            self.obs_mean = m.obs_mean.numpy().reshape(-1).astype(np.float32)
-            self.obs_inv_std = (1.0 / np.sqrt(m.obs_var.numpy().reshape(-1) + 1e-8)).astype(np.float32)
+            bounds = plan["bounds"]
+            self.low = np.asarray(bounds[0], np.float32).reshape(-1) if bounds else None
+            self.high = np.asarray(bounds[1], np.float32).reshape(-1) if bounds else None
+        if plan["obs_norm"]:
+            self.obs_mean = get(plan["obs_norm"]["mean"]).reshape(-1)
+            self.obs_inv_std = (1.0 / np.sqrt(get(plan["obs_norm"]["var"]).reshape(-1) + 1e-8)).astype(np.float32)
         else:
             self.obs_mean = None
         self._rows = np.arange(0)
@@ -147,7 +158,7 @@ class NumpyPolicy:
             log_probs -= self.log_prob_offset
         if self.low is not None:
             self._clip(actions, mean, noise, log_probs)
-        return actions.reshape(n, *self.model.spaces.action_shape), log_probs, values
+        return actions.reshape(n, *self.action_shape), log_probs, values
 
     def _clip(self, actions: np.ndarray, mean: np.ndarray, noise: np.ndarray, log_probs: np.ndarray) -> None:
         """Clip to the Box in place and give clipped components the probability of the tail beyond their bound, as
@@ -177,32 +188,6 @@ def _log_ndtr(x: np.ndarray) -> np.ndarray:
     r = 1.0 / far**2
     out[~near] = -0.5 * far**2 - np.log(-far) - 0.5 * math.log(2 * math.pi) + np.log1p(-r + 3 * r**2 - 15 * r**3)
     return out
-
-
-def _encoders(model: ActorCritic) -> list:
-    """The policy encoder, then the value encoder when the model has a separate one."""
-    return list(model.encoders)
-
-
-def _weight(linear) -> np.ndarray:
-    """A torch Linear's weight as (in, out) float32, so a batch multiplies it from the left."""
-    return linear.weight.detach().numpy().T.astype(np.float32)
-
-
-def _bias(linear) -> np.ndarray:
-    return linear.bias.detach().numpy().astype(np.float32)
-
-
-def _layers(encoder: MlpEncoder) -> list[tuple[np.ndarray, np.ndarray, Callable | None]]:
-    """(weight, bias, activation or None) per Linear of an MLP encoder."""
-    layers: list = []
-    for layer in encoder.net:
-        name = type(layer).__name__
-        if name == "Linear":
-            layers.append([_weight(layer), _bias(layer), None])
-        else:
-            layers[-1][2] = _ACTIVATIONS[name]
-    return [tuple(layer) for layer in layers]
 
 
 class _FusedLayer:
@@ -249,13 +234,13 @@ class _NumpyCell:
     """One step of :class:`RecurrentCore`'s ``nn.LSTM`` / ``nn.GRU`` (torch's gate order and bias placement) over
     the flat states ``[n, S]`` (h then c, layer after layer: the core's layout), written back in place."""
 
-    def __init__(self, core: RecurrentCore) -> None:
-        self.lstm = isinstance(core.rnn, nn.LSTM)
-        self.layers, self.size = core.layers, core.size
-        rnn = core.rnn
+    def __init__(self, core: dict[str, Any], weights: Weights) -> None:
+        """``core``: the plan's ``{"cell", "layers", "size", "prefix"}``; ``weights``: the model's state dict."""
+        self.lstm = core["cell"] == "lstm"
+        self.layers, self.size = int(core["layers"]), int(core["size"])
 
         def get(name: str, layer: int) -> np.ndarray:
-            return getattr(rnn, f"{name}_l{layer}").detach().numpy().astype(np.float32)
+            return np.asarray(weights[f"{core['prefix']}.{name}_l{layer}"], dtype=np.float32)
 
         self.w_ih = [get("weight_ih", k).T.copy() for k in range(self.layers)]
         self.w_hh = [get("weight_hh", k).T.copy() for k in range(self.layers)]

@@ -5,8 +5,9 @@ thread each; with ``processes=False`` the workers run as threads of this process
 tests where processes are not the point); ``connect_cluster("tcp://host:8786")`` or ``connect_cluster(client)``
 uses an existing cluster.
 Either way the daskrl plugins are installed (bus registry and dashboard page on the scheduler, bus + shared
-memory on every worker, which also imports daskrl and torch at start), and :meth:`ClusterSession.close` closes
-only what this call opened: never a cluster or client the user brought.
+memory on every worker; an embedded cluster's workers are forked from a server that imported daskrl and torch
+once), and :meth:`ClusterSession.close` closes only what this call opened: never a cluster or client the user
+brought.
 
 Security: a cluster that uses TLS (``tls://`` addresses) needs a ``distributed.security.Security`` with the CA
 and a certificate/key pair it trusts (``existing_cluster.tls_security`` builds one from PEM files, as ``dask
@@ -185,8 +186,7 @@ def connect_cluster(
     try:
         for plugin in (BusRegistry(), RunRegistry(), *scheduler_plugins):
             client.register_plugin(plugin)
-        client.register_plugin(WorkerPlugin(preload_torch=preload_torch,
-                                            owner_pid=os.getpid() if cluster is not None else None,
+        client.register_plugin(WorkerPlugin(owner_pid=os.getpid() if cluster is not None else None,
                                             log_path=log_path if cluster is not None else None))
     except Exception:
         if owns:

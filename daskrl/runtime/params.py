@@ -150,6 +150,22 @@ class ParameterReader:
         self.component.counters[way] += 1
         return got[0], self._unpack(got[1])
 
+    def first(self, timeout: float = 60.0) -> tuple[int, dict[str, np.ndarray]]:
+        """The first version, waited for: a sampler that has no weights of its own (the numpy path builds no model)
+        acts from it. The learner publishes its initial weights as version 1 when it is created, so on its host
+        this returns at once; on another host a relay may not have fetched it yet, and the direct path serves."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.newer_than(0)
+            if got is None and not self.local and self.relay is not None:
+                got = self._read_remote(0)
+            if got is not None:
+                return got
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no parameters from the learner within {timeout:.0f} s (is its worker alive? see "
+                                   "the learner's log lines)")
+            time.sleep(0.01)
+
     def _unpack(self, raw: np.ndarray) -> dict[str, np.ndarray]:
         out = {}
         for key, offset, shape, dtype in self.layout:

@@ -55,19 +55,16 @@ class WorkerPlugin(DaskWorkerPlugin):
     name = PLUGIN_NAME
     idempotent = True  # a second run on the same cluster shares the one bus
 
-    def __init__(self, preload_torch: bool = True, owner_pid: int | None = None, log_path: str | None = None) -> None:
-        self.preload_torch = preload_torch
+    def __init__(self, owner_pid: int | None = None, log_path: str | None = None) -> None:
+        """torch is not imported here: only the components that compute with it do (learners, inference workers and
+        samplers of models the numpy path cannot run), so a worker that only samples on the numpy path never pays
+        its 100 MB and 0.7 s (an embedded cluster's workers share the forkserver's copy instead)."""
         self.owner_pid = owner_pid  # embedded clusters: the driver; when it dies (even SIGKILL), so do we
         self.log_path = log_path  # embedded clusters: the run's log file
         self.bus: Bus | None = None
         self._watch: PeriodicCallback | None = None
 
     async def setup(self, worker: Any) -> None:
-        if self.preload_torch:
-            try:  # the first torch payload would otherwise pay the import (0.1-1.4 s)
-                import torch  # noqa: F401
-            except ImportError:
-                pass
         shm.sweep(dead_only=True)  # leftovers of processes that died (SIGKILL, crashed runs)
         self.bus = bus = Bus(worker)
         dask_internals.add_worker_handlers(

@@ -83,7 +83,7 @@ class InferenceWorker(Component):
                                   for v, r in zip(views, batch, strict=True)])
             states = np.concatenate([_columns(read_slot(v["rnn_live"], r["slot"]), r)
                                      for v, r in zip(views, batch, strict=True)]) \
-                if self.policy.model.recurrent else None
+                if self.policy.recurrent else None
         with self.timing("inference"):
             actions, log_probs, values = self.policy.act(self.rows.narrow(obs), states)
         actions = self.rows.widen(actions, views[0]["actions"].shape[-1])  # a narrower Box action: zeros after

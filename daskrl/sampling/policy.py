@@ -1,6 +1,9 @@
 """The policy as samplers use it: an actor-critic kept at the newest published parameters.
 
-Shared by the rollout worker's inline strategy and the inference worker, so both act the same way.
+Shared by the rollout worker's inline strategy and the inference worker, so both act the same way. Two ways to
+act: the numpy fast path from the published weights and the learner's plan (:mod:`daskrl.models.numpy_plan`), which
+never imports torch, so a rollout worker on it carries none; or the torch model, for everything else (CNNs, bfloat16,
+GPUs, custom parts) and for samplers without a learner (a sampling-only run acts with its own initial weights).
 """
 
 from __future__ import annotations
@@ -8,15 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
-from daskrl import devices
 from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.devices import cpu_has_native_bfloat16
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.models.actor_critic import build_model
 from daskrl.models.numpy_policy import NumpyPolicy
-from daskrl.models.registry import install_components
 from daskrl.runtime.params import ParameterReader
 from daskrl.sampling.exploration import exploring
 from daskrl.setups import PolicySetup
@@ -41,12 +40,37 @@ class SamplingPolicy:
     def __init__(self, component: Any, setup: PolicySetup) -> None:
         """``component`` owns the parameter reader (its counters record each version taken); None in tests that
         act without parameters."""
+        self.version = 0
+        self.reader = ParameterReader(component, setup.params) if setup.params is not None else None
+        self.published: dict[str, np.ndarray] | None = None  # the weights of ``version`` as published (float32)
+        self.model: Any = None  # the torch model (None on the numpy path from published weights)
+        plan = (setup.params or {}).get("numpy_plan")
+        if plan is not None and self.reader is not None and setup.numpy_inference and setup.device == "cpu" \
+                and resolve_precision(setup.inference_precision, setup.spaces) == "float32":
+            self.device, self.precision = "cpu", "float32"
+            self.version, self.published = self.reader.first()
+            self.fast: NumpyPolicy | None = NumpyPolicy(plan, self.published, np.random.default_rng(setup.seed))
+            self.recurrent = self.fast.recurrent
+        else:
+            self._build_torch_model(component, setup)
+        #: acts for the samplers: the policy's own sampling, or wrapped by its exploration (DQN's epsilon-greedy)
+        self.act = exploring(self._act, setup.exploration, setup.seed)
+
+    def _build_torch_model(self, component: Any, setup: PolicySetup) -> None:
+        """The torch model, acting through numpy where it can (a float32 MLP on the CPU)."""
+        import torch
+
+        from daskrl import devices
+        from daskrl.models.actor_critic import build_model
+        from daskrl.models.registry import install_components
+
         torch.set_num_threads(1)  # one busy component per core: intra-op threads would only fight
         where = f"worker {component.worker.name} ({component.worker.address})" if component is not None else "here"
         self.device = devices.resolve(setup.device, where, "--inference-device")
         install_components(setup.components)  # the user's encoders and cores, registered where the run started
         self.model = build_model(setup.spaces, setup.model, setup.seed).to(self.device)
         self.model.eval()
+        self.recurrent = self.model.recurrent
         # on a GPU the policy runs in float32 unless bfloat16 is asked for (the CPU check below is about CPUs)
         self.precision = resolve_precision(setup.inference_precision, setup.spaces) \
             if self.device.type == "cpu" or setup.inference_precision != "auto" else "float32"
@@ -54,14 +78,9 @@ class SamplingPolicy:
             self.model.use_bfloat16_encoders()
         # float32 MLP policies on the CPU act through the numpy fast path (same function, a fraction of torch's
         # per-op overhead)
-        self.fast = NumpyPolicy(self.model, np.random.default_rng(setup.seed)) \
+        self.fast = NumpyPolicy.from_model(self.model, np.random.default_rng(setup.seed)) \
             if setup.numpy_inference and self.precision == "float32" and self.device.type == "cpu" \
             and NumpyPolicy.supports(self.model) else None
-        self.version = 0
-        self.reader = ParameterReader(component, setup.params) if setup.params is not None else None
-        self.published: dict[str, np.ndarray] | None = None  # the weights of ``version`` as published (float32)
-        #: acts for the samplers: the policy's own sampling, or wrapped by its exploration (DQN's epsilon-greedy)
-        self.act = exploring(self._act, setup.exploration, setup.seed)
 
     def follow(self, component: Any, params: dict) -> None:
         """Read parameters from a new publisher (a restarted learner) and take whatever version it has next."""
@@ -71,7 +90,9 @@ class SamplingPolicy:
     def weights(self) -> dict[str, Any]:
         """The version and weights this policy acts with (float32 numpy), e.g. for a learner restarted before its
         first checkpoint."""
-        if self.published is None:  # the initial weights (no version taken yet); numpy has no bfloat16
+        if self.published is None:  # the torch model's initial weights (no version taken yet); numpy has no bfloat16
+            import torch
+
             return {"version": self.version, "weights": {
                 k: (v.float() if v.dtype == torch.bfloat16 else v).detach().cpu().numpy().copy()
                 for k, v in self.model.state_dict().items()}}
@@ -85,10 +106,11 @@ class SamplingPolicy:
         if got is None:
             return False
         self.version, state = got
-        self.model.load_state_dict_numpy(state)
         self.published = state
+        if self.model is not None:
+            self.model.load_state_dict_numpy(state)
         if self.fast is not None:
-            self.fast.refresh()
+            self.fast.load(state)
         return True
 
     def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False
