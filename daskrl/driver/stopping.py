@@ -75,6 +75,7 @@ def _stop_sampling_then_learning(run: Run, fleet: Fleet, samplers: list) -> list
     each_observer(run, "on_stop")
     problems = [s["error"] for s in final if "error" in s]
     if fleet.learners() and not run.failed:
+        drain_replay(fleet, stopped)
         problems += final_checkpoint(run)
     consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
     return problems + [s["error"] for s in consumers if "error" in s]
@@ -98,6 +99,19 @@ def each_observer(run: Run, hook: str, *args: Any) -> None:
         except Exception as exc:
             run.warn(f"{type(observer).__name__}.{hook} failed: {type(exc).__name__}: {exc}")
             logger.info("%s.%s failed", type(observer).__name__, hook, exc_info=exc)
+
+
+def drain_replay(fleet: Fleet, stopped: Sequence[dict]) -> None:
+    """Off-policy: each replay shard takes the slots its rollout workers filled before they stopped (the signals
+    may still be on their way), so the final checkpoint's replay holds every step the run counts."""
+    filled = {s["name"]: int(s["slots_filled"]) for s in stopped if "slots_filled" in s}
+    for j, shard in enumerate(fleet.replay):
+        mine = {worker: n for worker, n in filled.items() if fleet.shard_of.get(worker) == j}
+        try:
+            if mine and not shard.call("take_slots", mine, timeout=30):
+                logger.info("replay shard %s did not take every last slot within 5 s", shard.name)
+        except Exception as exc:  # a shard that died: the checkpoint says so (it saves without it)
+            logger.info("replay shard %s did not answer at the stop: %s", shard.name, exc)
 
 
 def final_checkpoint(run: Run) -> list[str]:

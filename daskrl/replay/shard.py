@@ -25,6 +25,7 @@ A shard lost with its worker loses only its own transitions: the runner recreate
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import deque
@@ -115,6 +116,17 @@ class ReplayShard(Component):
         """Write this shard's transitions, priorities and counters to ``path`` (atomically: a file beside it, then
         renamed), between two slots; returns the transitions saved."""
         return await self.on_own_thread(save_shard, self, path)
+
+    async def take_slots(self, filled: dict[str, int], timeout: float = 5.0) -> bool:
+        """Wait until this shard took ``filled`` slots (or more) from each of those rollout workers: at a run's stop,
+        their last slots' signals may still be on the way when the samplers have stopped, and the final checkpoint
+        should hold every step sampled. True when it did; False after ``timeout`` (a signal lost with a dead worker)."""
+        deadline = time.monotonic() + timeout
+        while any(self.slots_by_worker.get(worker, 0) < n for worker, n in filled.items()):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     async def load(self, path: str) -> int:
         """Refill from a :meth:`save` file (none there: nothing happens); returns the transitions loaded."""
