@@ -206,8 +206,11 @@ def test_a_host_reads_parameters_from_its_relay_and_keeps_acting_while_the_relay
     # can start reading before the relay's first fetch has landed; that is the slack)
     at_kill = watch.seen["kill"]["path"]["components"]
     assert sum(at_kill[c]["params_comms_reads"] for c in ("rollout_0", "rollout_1")) <= 2, at_kill
-    # while it was gone, the surviving sampler kept taking newer versions directly (each comms read is a newer one)
-    assert parts["rollout_1"]["params_comms_reads"] - at_kill["rollout_1"]["params_comms_reads"] >= 2, (at_kill, path)
+    # while it was gone, the surviving sampler took newer versions directly (each comms read is a newer one). Only
+    # after the dead relay's block went stale (1 s without a heartbeat) and before its replacement's first fetch; a
+    # replacement can be back little more than a second after the kill (its worker no longer imports torch at
+    # start), which leaves room for one read, seen in the suite
+    assert parts["rollout_1"]["params_comms_reads"] - at_kill["rollout_1"]["params_comms_reads"] >= 1, (at_kill, path)
     [record] = [r for r in summary["recoveries"] if r["component"] == "relay_0"]
     assert record["worker"].startswith(f"tcp://{h2}:"), record
     # the learner's link: one copy per version for the one remote host, at most; +2 slack: the version in flight
