@@ -1,10 +1,35 @@
-"""daskrl: high-throughput asynchronous distributed reinforcement learning (APPO) on Dask."""
+"""daskrl: high-throughput asynchronous distributed reinforcement learning (APPO) on Dask.
+
+The names below are imported on first use (PEP 562), so ``import daskrl`` costs nothing: the ``daskrl`` command
+starts the embedded cluster's worker server before it imports anything heavy (daskrl/launch.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from daskrl.config import Config
 
 __version__ = "0.1.0"
 
-from daskrl.config import Config, ConfigError  # noqa: E402
-from daskrl.driver.observers import Observer  # noqa: E402
-from daskrl.envs import EnvError, make_env, register_env  # noqa: E402
+_HOMES = {"Config": "config", "ConfigError": "config", "Observer": "driver.observers", "EnvError": "envs",
+          "make_env": "envs", "register_env": "envs"}
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name from its module; any other name, the submodule of that name (``daskrl.envs``, as it was
+    reachable when this package imported them)."""
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
 
 
 def train(config: Config, client=None, observers=(), on_report=None):

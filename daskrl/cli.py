@@ -211,10 +211,12 @@ def _train(config: Config) -> int:
     from daskrl.driver.preflight import preflight
 
     preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
-    if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
-        from daskrl.runtime.cluster import prestart_worker_server
+    from daskrl import worker_server
 
-        prestart_worker_server()  # the embedded cluster's workers import torch while we do
+    if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
+        worker_server.start()  # the embedded cluster's workers import torch while we do (daskrl/launch.py started it)
+    else:  # a --config file named a scheduler, say: the server daskrl/launch.py guessed would be needed is not
+        worker_server.stop()
     from daskrl.api import train
 
     count_from_process_start()  # this run's start-up line counts the interpreter and the imports too
@@ -292,9 +294,9 @@ def _sweep(args: argparse.Namespace) -> int:
 
     spec = None if args.resume else spec_from_args(args)  # a bad spec: one line per problem, before any trial
     if not args.scheduler:
-        from daskrl.runtime.cluster import prestart_worker_server
+        from daskrl import worker_server
 
-        prestart_worker_server()  # the embedded cluster's workers import torch while this process imports the rest
+        worker_server.start()  # the embedded cluster's workers import torch while this process imports the rest
     result = run_sweep(spec, train_dir=args.train_dir, scheduler=args.scheduler, resume=args.resume)
     print_result(result)
     return 0

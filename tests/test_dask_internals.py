@@ -95,8 +95,21 @@ def test_call_stack_formats_a_frame():
     assert stack and any("test_call_stack_formats_a_frame" in line for line in stack)
 
 
-def test_forkserver_context():
-    assert dask_internals.forkserver_context().get_start_method() == "forkserver"
+def test_dask_keeps_the_forkserver_preload_daskrl_set():
+    """A nanny's first request for the forkserver context would import Dask's optional packages here and replace the
+    preload list with its own; once told, Dask hands out the same context and leaves the list alone."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    import dask
+    import distributed.utils
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["daskrl.runtime.preload_done"])
+    dask_internals.keep_forkserver_preload()
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        assert distributed.utils.get_mp_context() is context
+    assert forkserver._forkserver._preload_modules == ["daskrl.runtime.preload_done"]
 
 
 def test_dashboard_page_routes_and_template(cluster):

@@ -10,6 +10,7 @@ import pytest
 
 from daskrl.driver import startup
 from daskrl.driver.startup import PHASES, StartupClock, process_started_at
+from daskrl.launch import runs_embedded_cluster
 
 
 def test_phases_are_the_seconds_between_marks_in_order_and_add_up_to_ready():
@@ -100,3 +101,41 @@ def test_the_built_in_names_the_registry_lists_are_the_ones_their_modules_regist
         importlib.import_module(module)
         assert set(listed) <= set(registry._TABLES[kind]), (kind, listed)
         assert all(registry.lookup(kind, name) is registry._TABLES[kind][name] for name in listed)
+
+
+def test_the_command_guesses_from_its_arguments_which_runs_start_the_embedded_cluster():
+    assert runs_embedded_cluster(["train", "--env", "CartPole-v1"])
+    assert runs_embedded_cluster(["sample", "--env=CartPole-v1"])
+    assert not runs_embedded_cluster(["train", "--scheduler", "tcp://h:8786"])
+    assert not runs_embedded_cluster(["train", "--scheduler=tcp://h:8786"])
+    assert not runs_embedded_cluster(["train", "--serial"])
+    assert not runs_embedded_cluster(["train", "--help"])
+    assert not runs_embedded_cluster(["enjoy", "--experiment", "x"])
+    assert not runs_embedded_cluster([])
+
+
+def _forkservers() -> set[int]:
+    import psutil
+
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if "multiprocessing.forkserver" in " ".join(proc.info["cmdline"] or []):
+            found.add(proc.info["pid"])
+    return found
+
+
+def test_the_command_starts_the_worker_server_before_its_imports_and_stops_it_when_the_run_never_starts(tmp_path):
+    """``daskrl train`` (daskrl/launch.py) starts the embedded cluster's worker server before it imports the command
+    line's modules; a run refused by its checks ends at once and leaves no server behind (one still importing torch
+    would outlive the command by a second otherwise)."""
+    code = ("import sys; from daskrl import worker_server; real = worker_server.start; seen = []\n"
+            "def start():\n    seen.append('daskrl.cli' in sys.modules); real()\n"
+            "worker_server.start = start\nfrom daskrl.launch import main\n"
+            f"sys.argv = ['daskrl', 'train', '--env', 'Nope-v0', '--train-dir', {str(tmp_path)!r}]\n"
+            "rc = main(); print(seen, rc, worker_server._starting is None)")
+    before = _forkservers()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[False] 2 True", (out.stdout, out.stderr)
+    assert "Unknown environment 'Nope-v0'" in out.stderr
+    time.sleep(0.2)
+    assert _forkservers() - before == set(), "the worker server outlived the command"

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,44 +29,24 @@ from pathlib import Path
 import dask
 from distributed import Client, LocalCluster
 
+from daskrl import worker_server
 from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.existing_cluster import open_client
 from daskrl.runtime.registry import BusRegistry
 from daskrl.runtime.runs import RunRegistry
 from daskrl.runtime.worker_plugin import WorkerPlugin
 
-# Modules daskrl workers need, imported once in the forkserver and shared by the forked workers (not torch._dynamo,
-# 0.7 s more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py).
-_WORKER_MODULES = ["distributed", "torch", "daskrl.runtime", "daskrl.learning.learner",
-                   "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
-                   # what the components import where they configure (the driver imports their modules without it)
-                   "daskrl.algo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
-                   "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policy",
-                   "daskrl.runtime.preload_done"]
-
 
 def prestart_worker_server(preload_torch: bool = True) -> None:
-    """Start the forkserver that embedded workers are forked from, preloading torch and daskrl there.
+    """Start the forkserver that embedded workers are forked from (:mod:`daskrl.worker_server`), preloading daskrl
+    and torch there, unless it runs already (the ``daskrl`` command starts it first thing).
 
-    Call it as early as possible (the CLI does, before its own imports): the server's imports then run on the
-    other core while this process is still importing, workers start and close much faster than with 'spawn'
-    (where each worker imports torch itself: see docs/performance.md), and forked workers share those pages,
-    which lowers the run's summed PSS.
+    Call it as early as possible: the server's imports then run on the other core while this process is still
+    importing, workers start and close much faster than with 'spawn' (where each worker imports torch itself: see
+    docs/performance.md), and forked workers share those pages, which lowers the run's summed PSS.
     """
-    if not preload_torch or "forkserver" not in multiprocessing.get_all_start_methods():
-        return
-    from multiprocessing import forkserver
-
-    # Workers inherit the forkserver's OpenMP state: if torch there starts a thread pool, a forked worker's
-    # torch.set_num_threads(1) no longer helps and every op spins on contended cores (inference then took nearly
-    # all of a rollout worker's time, and sampling ran about 60 times slower). One busy component per core
-    # wants one intra-op thread anyway; the learner raises its own count with torch.set_num_threads.
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-
-    ctx = dask_internals.forkserver_context()
-    ctx.set_forkserver_preload(_WORKER_MODULES)
-    threading.Thread(target=forkserver.ensure_running, name="daskrl-forkserver", daemon=True).start()
+    if preload_torch:
+        worker_server.start()
 
 
 @contextlib.contextmanager
@@ -77,8 +55,10 @@ def _fast_worker_start(preload_torch: bool):
 
     The setting stays for the rest of this (driver) process: a nanny reads it again whenever it restarts a
     killed worker, and a restart from the forkserver does not import torch again."""
-    if preload_torch and "forkserver" in multiprocessing.get_all_start_methods():
+    if preload_torch and worker_server.available():
         prestart_worker_server(preload_torch)
+        worker_server.use()
+        dask_internals.keep_forkserver_preload()
         dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     yield
 

@@ -72,13 +72,13 @@ def call_stack(frame: types.FrameType) -> list[str]:
     return format_stack(frame)
 
 
-def forkserver_context() -> Any:
-    """The multiprocessing context Dask's nannies start workers with when told to use the forkserver."""
-    import dask
-    from distributed.utils import get_mp_context
+def keep_forkserver_preload() -> None:
+    """Keep the forkserver preload daskrl set (:mod:`daskrl.worker_server`): the first time a nanny asks for the
+    forkserver context, Dask imports its required and optional packages in this process (pandas and lz4 where
+    installed) and sets a preload of its own for a server started afterwards."""
+    import distributed.utils
 
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        return get_mp_context()
+    distributed.utils._forkserver_preload_set = True
 
 
 # ---- the scheduler's dashboard ----

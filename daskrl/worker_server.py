@@ -1,0 +1,78 @@
+"""The embedded cluster's worker server: a forkserver that imports daskrl's worker modules and torch once, which
+the workers are forked from.
+
+Why a module of its own, importing only the standard library: the server's imports (about 1.3 s, torch most of it)
+are on the path to a run's first training step, so the ``daskrl`` command starts the server before it imports
+anything else (:mod:`daskrl.launch`), and they run on the other core while this process imports the rest.
+:func:`daskrl.runtime.cluster.connect_cluster` starts it too where nobody did (the Python API).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+
+#: what the workers need, imported once in the server and shared by the forked workers (not torch._dynamo, 0.7 s
+#: more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py). The component modules import
+#: torch where they configure, so the torch-side ones are listed too. preload_done comes last: it moves everything
+#: imported out of the garbage collector's reach (see its docstring).
+WORKER_MODULES = ["distributed", "torch", "daskrl.runtime", "daskrl.learning.learner",
+                  "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
+                  "daskrl.algo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
+                  "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policy",
+                  "daskrl.runtime.preload_done"]
+
+_starting: threading.Thread | None = None
+_used = False  # a cluster forks its workers from the server: it stays as long as this process does
+
+
+def available() -> bool:
+    return "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def start() -> None:
+    """Start the server in the background (once per process; later calls do nothing)."""
+    global _starting
+    if _starting is not None or not available():
+        return
+    from multiprocessing import forkserver
+
+    # Workers inherit the server's OpenMP state: if torch there starts a thread pool, a forked worker's
+    # torch.set_num_threads(1) no longer helps and every op spins on contended cores (inference then took nearly
+    # all of a rollout worker's time, and sampling ran about 60 times slower). One busy component per core
+    # wants one intra-op thread anyway; the learner raises its own count with torch.set_num_threads.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    multiprocessing.get_context("forkserver").set_forkserver_preload(WORKER_MODULES)
+    _starting = threading.Thread(target=forkserver.ensure_running, name="daskrl-forkserver", daemon=True)
+    _starting.start()
+
+
+def use() -> None:
+    """A cluster forks its workers from the server from now on (their nannies learn of a worker's exit through the
+    server): :func:`stop` leaves it running."""
+    global _used
+    _used = True
+
+
+def stop() -> None:
+    """Stop a server this process started and no cluster used, at once (it may still be importing: a command that
+    ended early, a run on an existing cluster after all)."""
+    global _starting
+    if _starting is None or _used:
+        return
+    _starting.join()
+    _starting = None
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)  # it ends only at its imports' end otherwise, when it sees the pipe closed
+    except ProcessLookupError:
+        pass
+    server._stop()  # closes its pipe and reaps it
