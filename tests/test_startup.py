@@ -37,6 +37,19 @@ def test_the_first_step_is_the_first_version_newer_than_the_one_the_run_started_
     assert clock.first_step_s == first
 
 
+def test_the_first_step_is_when_the_learner_says_it_ended_not_when_the_runner_polled():
+    clock = StartupClock()
+    clock.started = time.time() - 2.0
+    clock.saw_version(1)
+    clock.saw_version(2, trained_at=clock.started + 1.25)  # the learner's own wall clock, seen a poll later
+    assert clock.first_step_s == 1.25
+    late = StartupClock()
+    late.started = time.time() - 2.0
+    late.saw_version(1)
+    late.saw_version(2, trained_at=late.started - 5.0)  # a clock that cannot be right (another host's): now instead
+    assert late.first_step_s is not None and 1.9 <= late.first_step_s <= 2.5
+
+
 def test_a_run_from_the_command_line_counts_from_the_process_launch(monkeypatch):
     monkeypatch.setattr(startup, "_counted_from", [])
     assert time.time() - StartupClock().started < 1  # from Python: from launch

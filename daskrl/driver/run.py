@@ -254,7 +254,7 @@ class Run:
         state = self.state
         state.learner = self.book.learners[0] or state.learner
         if self.startup is not None:
-            self.startup.saw_version(state.learner.get("policy_version", 0))
+            self.startup.saw_version(state.learner.get("policy_version", 0), state.learner.get("first_step_at"))
         state.env_steps = state.env_steps_offset + state.tally.total
         state.fps.add(state.env_steps)
         state.shares = time_shares(stats)

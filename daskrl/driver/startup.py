@@ -6,7 +6,8 @@ started from Python, which counts from ``launch``), ``checks``
 (the configuration and a probe of the env), ``cluster`` (the cluster started or connected to, while this process
 imports torch and readies each policy's books: the two overlap), ``placement`` (the run's claim and where each
 component goes) and ``components`` (every component created, configured and started). ``first_step_s`` is when the
-runner first saw a policy version newer than the one the run started with (within a poll, a quarter of a second).
+learner that trained first says its first step ended (its wall clock; where it does not say, when the runner first
+saw a policy version newer than the one the run started with: within a poll, a quarter of a second).
 """
 
 from __future__ import annotations
@@ -55,12 +56,14 @@ class StartupClock:
             raise ValueError(f"unknown start-up phase {phase!r}")
         self.ends[phase] = time.time()
 
-    def saw_version(self, version: int) -> None:
-        """The runner's newest policy version: the first one newer than the run started with is its first step."""
+    def saw_version(self, version: int, trained_at: float | None = None) -> None:
+        """The runner's newest policy version: the first one newer than the run started with is its first step,
+        which ended at ``trained_at`` where the learner said (now otherwise)."""
         if self.start_version is None:
             self.start_version = version
         elif self.first_step_s is None and version > self.start_version:
-            self.first_step_s = round(time.time() - self.started, 2)
+            at = trained_at if trained_at is not None and self.started <= trained_at <= time.time() else time.time()
+            self.first_step_s = round(at - self.started, 2)
 
     def phases(self) -> dict[str, float]:
         """Seconds of each phase that ended, in order."""

@@ -86,6 +86,7 @@ class Learner(Component):
         self.bad_steps = 0  # training steps in a row whose every update was skipped (NaN/inf)
         self.nan_tolerance = setup.learner.nan_tolerance
         self.max_lag_seen = 0.0  # the oldest sample trained on, in policy versions (0 throughout with --sync)
+        self.first_step_at: float | None = None  # wall clock at the end of this learner's first training step
 
     @property
     def version(self) -> int:
@@ -304,6 +305,8 @@ class Learner(Component):
             return
         with self.timing("publish"):
             self.publication.publish(self.model)
+        if self.first_step_at is None:  # the start-up clock's end (daskrl/driver/startup.py): exact, not a poll's
+            self.first_step_at = time.time()
         self.snapshots.after_publish(self.version, self.model)
         self.role.record(self.trainer.train_steps, self.model)
         # --sync: the slots go back only now, and nobody fills them before taking this version; a leader's members'
@@ -346,6 +349,7 @@ class Learner(Component):
             "policy_lag_p50": lag_percentile(self.trainer.lag_counts, 50),
             "policy_lag_p95": lag_percentile(self.trainer.lag_counts, 95),
             "policy_version": self.version, "train_steps": self.trainer.train_steps, "policy": self.policy_index,
+            "first_step_at": self.first_step_at,
             "snapshot_versions": self.snapshots.versions(),
             "remote_params": self.publication.remote,  # also scattered for other hosts
             "params_served": self.publication.served,  # copies of its block fetched by host relays
