@@ -104,7 +104,7 @@ def run_daskrl(game: str, seconds: float, warmup: float, tmp: str, extra: list[s
     from daskrl.config.env_defaults import apply_env_defaults
 
     env = f"atari/{game}"
-    cmd = [sys.executable, "-m", "daskrl.cli", "train", "--env", env, "--train-for-seconds", str(seconds),
+    cmd = [sys.executable, "-m", "daskrl", "train", "--env", env, "--train-for-seconds", str(seconds),
            "--train-for-env-steps", "0", "--env-kwargs", json.dumps({"sticky_actions": 0.0}),
            "--train-dir", tmp, "--experiment", "daskrl", "--dashboard-address", "", "--report-interval", "5", *extra]
     print("daskrl:", shlex.join(cmd), flush=True)

@@ -106,7 +106,7 @@ def available(env: str) -> bool:
 def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int) -> dict:
     tmp = tempfile.mkdtemp(prefix="daskrl_learning_")
     try:
-        run = run_measured([sys.executable, "-m", "daskrl.cli", "train", "--env", env, "--train-for-env-steps",
+        run = run_measured([sys.executable, "-m", "daskrl", "train", "--env", env, "--train-for-env-steps",
                             str(budget), "--seed", str(seed), "--train-dir", tmp, "--experiment", "bench",
                             "--dashboard-address", "", *extra], timeout=36000)  # SAC on HalfCheetah: hours
         with open(os.path.join(tmp, "bench", "metrics.csv")) as f:

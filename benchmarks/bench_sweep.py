@@ -34,7 +34,7 @@ def full_runs(root: str, steps: int, seeds: list[int]) -> tuple[float, dict[int,
     for index, params in enumerate(configs):
         for seed in seeds:
             name = f"c{index:03d}-s{seed}"
-            cmd = [sys.executable, "-m", "daskrl.cli", "train", "--env", BASE["env"], "--dashboard-address", "",
+            cmd = [sys.executable, "-m", "daskrl", "train", "--env", BASE["env"], "--dashboard-address", "",
                    "--train-dir", root, "--experiment", name, "--seed", str(seed), "--train-for-env-steps", str(steps),
                    *[a for k, v in params.items() for a in (f"--{k.replace('_', '-')}", str(v))]]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

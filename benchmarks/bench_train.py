@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import tree_pss_mb  # noqa: E402
@@ -93,13 +94,20 @@ def startup_of(out: str) -> dict:
             "first_step_s": float(first.group(1)) if first else None}
 
 
+def command_module(checkout: str | None) -> str:
+    """The module that runs the ``daskrl`` command in a tree: ``daskrl`` (its launcher, daskrl/launch.py, which starts
+    the worker server before anything else) where the tree has one, ``daskrl.cli`` in older trees."""
+    root = Path(checkout) if checkout else Path(__file__).resolve().parents[1]
+    return "daskrl" if (root / "daskrl" / "__main__.py").exists() else "daskrl.cli"
+
+
 def daskrl_run(seed: int, limit_s: float, checkout: str | None = None) -> dict:
     """``checkout``: run the daskrl of another source tree (a git worktree of an older commit) instead of this one."""
     tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
     env = None if checkout is None else {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
-    return _timed_daskrl([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--stop-at-return",
-                          "475", "--train-for-seconds", str(limit_s), "--seed", str(seed), "--train-dir", tmp,
-                          "--experiment", "bench", "--dashboard-address", ""], tmp, limit_s, env)
+    return _timed_daskrl([sys.executable, "-m", command_module(checkout), "train", "--env", "CartPole-v1",
+                          "--stop-at-return", "475", "--train-for-seconds", str(limit_s), "--seed", str(seed),
+                          "--train-dir", tmp, "--experiment", "bench", "--dashboard-address", ""], tmp, limit_s, env)
 
 
 def daskrl_no_velocity_run(seed: int, limit_s: float) -> dict:

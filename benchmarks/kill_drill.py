@@ -37,7 +37,7 @@ RESUMED = re.compile(r"resuming from (checkpoints/checkpoint_(\d+)\.pt)")
 
 
 def launch(train_dir: Path, resume: bool, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(train_dir),
+    cmd = [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--train-dir", str(train_dir),
            "--experiment", "drill", "--dashboard-address", "", "--checkpoint-interval", "0.3", "--hidden-sizes",
            "512", "512", "--train-for-env-steps", "0", "--train-for-seconds", "600", "--report-interval", "1"]
     with open(log, "w") as out:
