@@ -154,6 +154,17 @@ def sb3_run(seed: int, limit_s: float, script: str = "sb3_cartpole.py") -> dict 
             "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
 
 
+def hardware_limits() -> dict:
+    """What the machine allows a CartPole run, measured the way bench_sampling.py and bench_learner.py do: every core
+    stepping envs with random actions, and the learner's training step alone (4,096 samples, minibatches of 512)."""
+    from bench_learner import Step, measure
+    from bench_sampling import limit_fps
+
+    env_fps = limit_fps("CartPole-v1", 5.0, 32)
+    learner = measure(Step.of("mlp", gpu=False), "cpu", 1, 1, 20)
+    return {"env_fps": round(env_fps), "learner_samples_per_s": round(learner)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -164,6 +175,8 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="cartpole: also run the daskrl of this source tree (e.g. "
                                                          "`git worktree add /tmp/base <commit>`), seed by seed in turn "
                                                          "with this one, and print the frames/s ratio")
+    parser.add_argument("--no-limits", action="store_true", help="cartpole: skip measuring the machine's limits (raw "
+                                                                  "env stepping, the learner alone) after the runs")
     args = parser.parse_args()
     if args.limit is None:
         args.limit = 60.0 if args.task == "cartpole" else 300.0
@@ -212,6 +225,11 @@ def main() -> None:
         ratio = result["daskrl"]["fps"] / max(result["daskrl_baseline"]["fps"], 1)
         result["fps_ratio_to_baseline"] = round(ratio, 3)
         print(f"\ntraining frames/s, this tree / baseline ({args.baseline}): {ratio:.3f}")
+    if args.task == "cartpole" and not args.no_limits:
+        result["limits"] = hardware_limits()
+        print(f"\nthe machine's limits, measured after the runs: raw CartPole stepping {result['limits']['env_fps']:,} "
+              f"frames/s (one process per core, 32 envs each, random actions), the learner alone "
+              f"{result['limits']['learner_samples_per_s']:,} samples/s (the default MLP, one thread, one core)")
     if args.json:
         print(json.dumps(result))
 
