@@ -95,7 +95,7 @@ def startup_of(out: str) -> dict:
 
 
 def command_module(checkout: str | None) -> str:
-    """The module that runs the ``daskrl`` command in a tree: ``daskrl`` (its launcher, daskrl/launch.py, which starts
+    """The module that runs the ``daskrl`` command in a tree: ``daskrl`` (its launcher, daskrl/__main__.py, which starts
     the worker server before anything else) where the tree has one, ``daskrl.cli`` in older trees."""
     root = Path(checkout) if checkout else Path(__file__).resolve().parents[1]
     return "daskrl" if (root / "daskrl" / "__main__.py").exists() else "daskrl.cli"

@@ -1,7 +1,7 @@
 """daskrl: high-throughput asynchronous distributed reinforcement learning (APPO) on Dask.
 
 The names below are imported on first use (PEP 562), so ``import daskrl`` costs nothing: the ``daskrl`` command
-starts the embedded cluster's worker server before it imports anything heavy (daskrl/launch.py).
+starts the embedded cluster's worker server before it imports anything heavy (daskrl/__main__.py).
 """
 
 from __future__ import annotations

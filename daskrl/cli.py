@@ -211,11 +211,11 @@ def _train(config: Config) -> int:
     from daskrl.driver.preflight import preflight
 
     preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
-    from daskrl import worker_server
+    from daskrl.runtime import worker_server
 
     if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
-        worker_server.start()  # the embedded cluster's workers import torch while we do (daskrl/launch.py started it)
-    else:  # a --config file named a scheduler, say: the server daskrl/launch.py guessed would be needed is not
+        worker_server.start()  # the embedded cluster's workers import torch while we do (daskrl/__main__.py started it)
+    else:  # a --config file named a scheduler, say: the server daskrl/__main__.py guessed would be needed is not
         worker_server.stop()
     from daskrl.api import train
 
@@ -294,7 +294,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     spec = None if args.resume else spec_from_args(args)  # a bad spec: one line per problem, before any trial
     if not args.scheduler:
-        from daskrl import worker_server
+        from daskrl.runtime import worker_server
 
         worker_server.start()  # the embedded cluster's workers import torch while this process imports the rest
     result = run_sweep(spec, train_dir=args.train_dir, scheduler=args.scheduler, resume=args.resume)

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from daskrl.__main__ import runs_embedded_cluster
 from daskrl.driver import startup
 from daskrl.driver.startup import PHASES, StartupClock, process_started_at
-from daskrl.launch import runs_embedded_cluster
 
 
 def test_phases_are_the_seconds_between_marks_in_order_and_add_up_to_ready():
@@ -138,12 +138,12 @@ def _forkservers() -> set[int]:
 
 
 def test_the_command_starts_the_worker_server_before_its_imports_and_stops_it_when_the_run_never_starts(tmp_path):
-    """``daskrl train`` (daskrl/launch.py) starts the embedded cluster's worker server before it imports the command
+    """``daskrl train`` (daskrl/__main__.py) starts the embedded cluster's worker server before it imports the command
     line's modules; a run refused by its checks ends at once and leaves no server behind (one still importing torch
     would outlive the command by a second otherwise)."""
-    code = ("import sys; from daskrl import worker_server; real = worker_server.start; seen = []\n"
+    code = ("import sys; from daskrl.runtime import worker_server; real = worker_server.start; seen = []\n"
             "def start():\n    seen.append('daskrl.cli' in sys.modules); real()\n"
-            "worker_server.start = start\nfrom daskrl.launch import main\n"
+            "worker_server.start = start\nfrom daskrl.__main__ import main\n"
             f"sys.argv = ['daskrl', 'train', '--env', 'Nope-v0', '--train-dir', {str(tmp_path)!r}]\n"
             "rc = main(); print(seen, rc, worker_server._starting is None)")
     before = _forkservers()

@@ -99,6 +99,7 @@ LAYERS = [
     ("daskrl.api", "daskrl.testing", "daskrl.serving"),
     ("daskrl.sweep",),
     ("daskrl.cli", "daskrl.runner", "daskrl.testing_faults", "daskrl"),
+    ("daskrl.__main__",),  # the command's entry point: starts the worker server, then runs daskrl.cli
 ]
 
 

@@ -29,8 +29,7 @@ from pathlib import Path
 import dask
 from distributed import Client, LocalCluster
 
-from daskrl import worker_server
-from daskrl.runtime import dask_internals, shm
+from daskrl.runtime import dask_internals, shm, worker_server
 from daskrl.runtime.existing_cluster import open_client
 from daskrl.runtime.registry import BusRegistry
 from daskrl.runtime.runs import RunRegistry
@@ -38,7 +37,7 @@ from daskrl.runtime.worker_plugin import WorkerPlugin
 
 
 def prestart_worker_server(preload_torch: bool = True) -> None:
-    """Start the forkserver that embedded workers are forked from (:mod:`daskrl.worker_server`), preloading daskrl
+    """Start the forkserver that embedded workers are forked from (:mod:`daskrl.runtime.worker_server`), preloading daskrl
     and torch there, unless it runs already (the ``daskrl`` command starts it first thing).
 
     Call it as early as possible: the server's imports then run on the other core while this process is still

@@ -3,7 +3,7 @@ the workers are forked from.
 
 Why a module of its own, importing only the standard library: the server's imports (about 1.3 s, torch most of it)
 are on the path to a run's first training step, so the ``daskrl`` command starts the server before it imports
-anything else (:mod:`daskrl.launch`), and they run on the other core while this process imports the rest.
+anything else (:mod:`daskrl.__main__`), and they run on the other core while this process imports the rest.
 :func:`daskrl.runtime.cluster.connect_cluster` starts it too where nobody did (the Python API).
 """
 
