@@ -36,26 +36,17 @@ from daskrl.runtime.runs import RunRegistry
 from daskrl.runtime.worker_plugin import WorkerPlugin
 
 
-def prestart_worker_server(preload_torch: bool = True) -> None:
-    """Start the forkserver that embedded workers are forked from (:mod:`daskrl.runtime.worker_server`), preloading daskrl
-    and torch there, unless it runs already (the ``daskrl`` command starts it first thing).
-
-    Call it as early as possible: the server's imports then run on the other core while this process is still
-    importing, workers start and close much faster than with 'spawn' (where each worker imports torch itself: see
-    docs/performance.md), and forked workers share those pages, which lowers the run's summed PSS.
-    """
-    if preload_torch:
-        worker_server.start()
-
-
 @contextlib.contextmanager
 def _fast_worker_start(preload_torch: bool):
-    """Embedded workers come from the preloaded forkserver (see :func:`prestart_worker_server`).
+    """Embedded workers come from the forkserver that imported daskrl and torch once (:mod:`daskrl.runtime.
+    worker_server`, started here unless the ``daskrl`` command did first thing): workers start and close much faster
+    than with 'spawn' (where each worker imports torch itself: see docs/performance.md), and forked workers share
+    those pages, which lowers the run's summed PSS.
 
     The setting stays for the rest of this (driver) process: a nanny reads it again whenever it restarts a
     killed worker, and a restart from the forkserver does not import torch again."""
     if preload_torch and worker_server.available():
-        prestart_worker_server(preload_torch)
+        worker_server.start()
         worker_server.use()
         dask_internals.keep_forkserver_preload()
         dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
