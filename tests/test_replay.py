@@ -278,7 +278,10 @@ def test_replay_saved_with_the_checkpoints_refills_a_resumed_run(tmp_path):
     first = train(run_config(tmp_path, "replay_ckpt", base=base, train_for_env_steps=1_500))
     with np.load(tmp_path / "replay_ckpt" / "replay" / "replay_0.npz") as saved:
         nxt, size, added, served = saved["counters"].tolist()
-        assert size == 1_000 and added == first["env_steps"] and served > 0  # the ring was full: it wrapped
+        assert size == 1_000 and served > 0  # the ring was full: it wrapped
+        # every filled slot (the stop waits for the shard to take them); the steps of the slot the worker was
+        # filling when it stopped count in env_steps but were never handed over: fewer than one slot's (8 x 16)
+        assert 0 <= first["env_steps"] - added < 8 * 16, (added, first["env_steps"])
         assert nxt == added % 1_000
         assert saved["obs"].shape == (1_000, 4) and len(np.unique(saved["priorities"])) > 10  # TD errors, not 1s
 
