@@ -6,8 +6,9 @@ starts the embedded cluster's worker server before it imports anything heavy (da
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from daskrl.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from daskrl.config import Config
@@ -18,18 +19,7 @@ _HOMES = {"Config": "config", "ConfigError": "config", "Observer": "driver.obser
           "make_env": "envs", "register_env": "envs"}
 
 
-def __getattr__(name: str) -> Any:
-    """An exported name from its module; any other name, the submodule of that name (``daskrl.envs``, as it was
-    reachable when this package imported them)."""
-    if name in _HOMES:
-        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
+__getattr__ = lazy_names(__name__, _HOMES, submodules=True)
 
 
 def train(config: Config, client=None, observers=(), on_report=None):

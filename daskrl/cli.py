@@ -214,7 +214,7 @@ def _train(config: Config) -> int:
     from daskrl.runtime import worker_server
 
     if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
-        worker_server.start()  # the embedded cluster's workers import torch while we do (daskrl/__main__.py started it)
+        worker_server.start()  # a no-op when daskrl/__main__.py started it; main() called from Python did not
     else:  # a --config file named a scheduler, say: the server daskrl/__main__.py guessed would be needed is not
         worker_server.stop()
     from daskrl.api import train

@@ -12,12 +12,22 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_names(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package``: name -> the attribute of ``package.<homes[name]>``, imported then."""
+def lazy_names(package: str, homes: dict[str, str], submodules: bool = False) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: name -> the attribute of ``package.<homes[name]>``, imported then.
+
+    With ``submodules``, any other name is the submodule of that name (``daskrl.envs`` stays reachable as an
+    attribute, as it was when the package imported its submodules eagerly).
+    """
 
     def __getattr__(name: str) -> Any:
-        if name not in homes:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(f"{package}.{homes[name]}"), name)
+        if name in homes:
+            return getattr(importlib.import_module(f"{package}.{homes[name]}"), name)
+        if submodules:
+            try:
+                return importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{package}.{name}":
+                    raise  # the submodule exists and one of its own imports is missing: say that one
+        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
 
     return __getattr__

@@ -152,3 +152,13 @@ def test_the_command_starts_the_worker_server_before_its_imports_and_stops_it_wh
     assert "Unknown environment 'Nope-v0'" in out.stderr
     time.sleep(0.2)
     assert _forkservers() - before == set(), "the worker server outlived the command"
+
+
+def test_the_private_forkserver_parts_the_worker_server_stops_exist_in_this_python():
+    """worker_server.stop relies on multiprocessing's private forkserver handle; a Python that renames it fails
+    here, by name, not as a server that outlives every refused command."""
+    from daskrl.runtime import worker_server
+
+    server, pid = worker_server.forkserver_process()
+    assert pid is None or isinstance(pid, int)
+    assert callable(server._stop)

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from typing import Any
 
 #: what the workers need, imported once in the server and shared by the forked workers (not torch._dynamo, 0.7 s
 #: more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py). The component modules import
@@ -65,10 +66,7 @@ def stop() -> None:
         return
     _starting.join()
     _starting = None
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    pid = server._forkserver_pid
+    server, pid = forkserver_process()
     if pid is None:
         return
     try:
@@ -76,3 +74,16 @@ def stop() -> None:
     except ProcessLookupError:
         pass
     server._stop()  # closes its pipe and reaps it
+
+
+def forkserver_process() -> tuple[Any, int | None]:
+    """This process's forkserver handle and the server's pid (None before it started).
+
+    The only private parts of ``multiprocessing`` daskrl touches (``forkserver._forkserver``, its
+    ``_forkserver_pid`` and ``_stop``; the public API can start a server, not stop one): they live here, and
+    tests/test_startup.py checks them against the running Python, as tests/test_dask_internals.py does Dask's.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    return server, server._forkserver_pid

@@ -107,10 +107,10 @@ class SamplingPolicy:
             return False
         self.version, state = got
         self.published = state
-        if self.model is not None:
-            self.model.load_state_dict_numpy(state)
-        if self.fast is not None:
+        if self.fast is not None:  # a torch model beside it keeps its initial weights: weights() reads published now
             self.fast.load(state)
+        else:
+            self.model.load_state_dict_numpy(state)
         return True
 
     def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False
