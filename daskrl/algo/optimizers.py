@@ -48,6 +48,23 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, **settings: Any) -> Ea
     return EagerAdam(params, lr=lr, **settings, **({"fused": True} if _fusable(params) else {"foreach": True}))
 
 
+def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``: the same operations in the same order (each
+    gradient's norm in one foreach call, the norm of those norms, one scale of every gradient by
+    min(1, max_norm / (norm + 1e-6))), so the same result to the bit, without its grouping of the gradients by device
+    and dtype (184 of a CartPole learner's 1,700 us a minibatch). Gradients on several devices or of several dtypes,
+    or of a kind foreach does not take, go to torch's function."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    kinds = {(g.device, g.dtype, g.layout) for g in grads}
+    if len(kinds) != 1 or grads[0].layout != torch.strided or grads[0].device.type not in ("cpu", "cuda"):
+        return torch.nn.utils.clip_grad_norm_(grads, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
 def _fusable(params: list[torch.nn.Parameter]) -> bool:
     devices = {p.device.type for p in params}
     return bool(params) and devices <= {"cpu", "cuda"} and len({p.device for p in params}) == 1 \

@@ -31,7 +31,7 @@ from daskrl.algo.collectives import all_members, update_over_group
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
 from daskrl.algo.normalizers import ReturnNormalizer
-from daskrl.algo.optimizers import load_optimizer_state, make_optimizer
+from daskrl.algo.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
 from daskrl.algo.policy_lag import lag_percentile
 from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.recurrent import SequenceBatch
@@ -292,10 +292,11 @@ class APPOTrainer(PolicyTrainer):
         adv = mb["adv"]
         if counts.adv_moments is not None:
             adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
-        out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, mb["valid"],
+        valid = None if counts.local == adv.shape[0] else mb["valid"]  # None: all valid, plain means in the loss
+        out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, valid,
                         clip_ratio=self.step_hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
                         entropy_coef=self.step_hp["entropy_coef"], value_coef=cfg.value_coef, kl_coef=cfg.kl_coef)
-        finite = bool(torch.isfinite(out.total))
+        finite = math.isfinite(out.total_value)
         self.optimizer.zero_grad(set_to_none=True)
         if finite:
             # this member's samples' share of the group's mean over valid samples (1 for one learner); the summed
@@ -305,12 +306,12 @@ class APPOTrainer(PolicyTrainer):
             self.optimizer.zero_grad(set_to_none=True)
             return None
         max_norm = cfg.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
+        grad_norm = clip_grad_norm(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             return None
         self.optimizer.step()
-        return {"loss": out.total.item(), "policy_loss": out.policy_loss, "value_loss": out.value_loss,
+        return {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
                 "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
                 "grad_norm": grad_norm.item()}
 

@@ -1,14 +1,20 @@
-"""The activations an MLP encoder is built with (``--activation``), with a faster tanh on CPUs.
+"""The activations an MLP encoder is built with (``--activation``), with the CPU's faster tanh.
 
-Why a tanh of our own: torch's CPU tanh kernel costs about 2 ns an element on this project's machines, its sigmoid
-about 0.25 ns (``benchmarks/bench_learner.py``'s MLP learner spent 30% of a training step in tanh). tanh(x) is
-2 * sigmoid(2x) - 1 exactly, so :class:`Tanh` computes it that way, and its gradient from the output, as torch's
-does (1 - y^2). The result differs from ``torch.tanh`` by float rounding (at most a few 1e-7, where a small x
-loses digits to the subtraction). Traced and exported graphs (TorchScript, torch.export/ONNX), GPUs and other
-dtypes than float32 (a sampler's bfloat16 encoders) get the standard op.
+Why a tanh of our own: torch's CPU tanh kernel is fast on some CPUs and slow on others. On this project's AMD
+machines it cost about 2 ns an element against 0.25 ns for sigmoid (``benchmarks/bench_learner.py``'s MLP learner
+spent 30% of a training step in tanh); on its Intel machines (Sapphire Rapids) tanh costs 0.27 ns and computing it
+through sigmoid made the same learner 18% slower. tanh(x) is 2 * sigmoid(2x) - 1 exactly, so :class:`Tanh` times
+both ways once per process (:func:`sigmoid_is_faster`, about a millisecond) and takes the faster: through sigmoid it
+computes its gradient from the output, as torch's does (1 - y^2), and differs from ``torch.tanh`` by float rounding
+(at most a few 1e-7, where a small x loses digits to the subtraction). Traced and exported graphs (TorchScript,
+torch.export/ONNX), GPUs and other dtypes than float32 (a sampler's bfloat16 encoders) get the standard op.
 """
 
 from __future__ import annotations
+
+import functools
+import math
+import time
 
 import torch
 from torch import nn
@@ -34,12 +40,27 @@ def sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
 
 
+@functools.cache
+def sigmoid_is_faster() -> bool:
+    """Whether tanh through sigmoid beats ``torch.tanh`` on this CPU, for a minibatch of a 64-unit layer: the best
+    of several interleaved timings of each (interleaved, so a busy neighbour slows both alike)."""
+    x = torch.randn(512, 64)
+    best = {torch.tanh: math.inf, sigmoid_tanh: math.inf}
+    for _ in range(15):
+        for kernel in best:
+            start = time.perf_counter()
+            kernel(x)
+            best[kernel] = min(best[kernel], time.perf_counter() - start)
+    return best[sigmoid_tanh] < best[torch.tanh]
+
+
 class Tanh(nn.Tanh):
-    """``nn.Tanh`` (same name, same state, same export) computed through sigmoid on the CPU (module docstring)."""
+    """``nn.Tanh`` (same name, same state, same export), through sigmoid on CPUs where that is faster (module
+    docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32 or torch.jit.is_tracing() \
-                or torch.compiler.is_compiling():
+                or torch.compiler.is_compiling() or not sigmoid_is_faster():
             return torch.tanh(x)  # bfloat16's 8 bits would lose a small tanh to the subtraction
         if torch.is_grad_enabled() and x.requires_grad:
             return _SigmoidTanh.apply(x)
