@@ -109,6 +109,12 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
     from daskrl.models.actor_critic import build_model
 
     torch.set_num_threads(threads)
+    try:  # what a learner process does at its start, in trees that have it (daskrl/runtime/heap.py)
+        from daskrl.runtime.heap import keep_freed_memory
+
+        keep_freed_memory()
+    except ImportError:
+        pass
     gpu = device.startswith("cuda")
     cfg = Config().replace(batch_size=step.minibatch, num_batches_per_epoch=max(1, step.samples // step.minibatch),
                            num_epochs=step.epochs, encoder=step.model)

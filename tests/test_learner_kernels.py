@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -323,3 +324,51 @@ def test_the_loss_without_a_mask_is_the_loss_with_an_all_true_mask():
     assert plain.total_value == plain.total.item()
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "ratio_mean"):
         assert getattr(plain, key) == pytest.approx(getattr(masked, key), rel=1e-6), key
+
+
+# ---- frames into a CNN, and the learner's heap ----
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_frames_enter_the_first_convolution_in_its_dtype_channels_last_as_the_float32_scale_gave(autocast):
+    """daskrl/models/frames.py: one conversion straight to the dtype the convolution computes in, in the frames'
+    own memory order, with the values the old float32 scale (then autocast's cast) gave, to the bit."""
+    from daskrl.models.frames import scaled_frames
+
+    frames = torch.randint(0, 256, (8, 84, 84, 4), dtype=torch.uint8)
+    weight = torch.zeros(32, 4, 8, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        x = scaled_frames(frames, weight)
+    old = frames.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+    assert x.dtype == (torch.bfloat16 if autocast else torch.float32)
+    assert torch.equal(x, old.to(x.dtype)) and x.shape == (8, 4, 84, 84)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert scaled_frames(frames, weight.to(torch.bfloat16)).dtype == torch.bfloat16  # a sampler's bfloat16 weights
+
+
+_REFAULTS = """
+import resource, sys, torch
+if sys.argv[1] == "keep":
+    from daskrl.runtime.heap import keep_freed_memory
+    assert keep_freed_memory()
+def faults_of_a_step():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    x = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MB: above glibc's largest mmap threshold
+    del x
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults_of_a_step()
+print(min(faults_of_a_step() for _ in range(3)))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_a_learner_process_keeps_its_large_freed_blocks_instead_of_faulting_them_in_every_step():
+    import subprocess
+
+    faults = {}
+    for mode in ("default", "keep"):
+        out = subprocess.run([sys.executable, "-c", _REFAULTS, mode], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        faults[mode] = int(out.stdout.split()[-1])
+    assert faults["default"] > 10_000, faults  # 64 MB of 4 KB pages mapped afresh
+    assert faults["keep"] < faults["default"] / 10, faults

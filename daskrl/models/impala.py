@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional
 
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.models.frames import scaled_frames
 
 
 class ResidualBlock(nn.Module):
@@ -73,5 +74,5 @@ class ImpalaEncoder(nn.Module):
         return cls(spaces.obs_shape, **kwargs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.stages(obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0))
+        x = self.stages(scaled_frames(obs, self.stages[0].conv.weight))
         return functional.relu(self.fc(functional.relu(x).flatten(1)))
