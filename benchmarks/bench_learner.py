@@ -22,7 +22,8 @@ learner's cost does not depend on what the samples say):
 samples/s = samples of the whole batch x steps / seconds of the slowest member, after one warm-up step; a step
 trains ``--epochs`` passes over its samples (plus the one forward pass that computes V-trace's targets), so with
 more epochs a sample costs more. ``--samples``, ``--batch-size``, ``--epochs`` and ``--frame`` (the CNN's square frame
-side) replace a model's defaults, to price a candidate configuration (the Atari family's in daskrl/config/env_defaults.py).
+side, or a whole HxWxC shape such as Doom's 72x128x3) replace a model's defaults, to price a candidate configuration
+(the Atari family's in daskrl/config/env_defaults.py).
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ class Step:
 
     @classmethod
     def of(cls, model: str, gpu: bool, samples: int = 0, minibatch: int = 0, epochs: int = 1,
-           frame: int = 0) -> Step:
+           frame: str = "") -> Step:
         shape, dtype, actions, batch, mb = MODELS[model]
         if frame and len(shape) == 3:
-            shape = (frame, frame, shape[2])
+            sides = [int(x) for x in frame.split("x")]
+            shape = (sides[0], sides[0], shape[2]) if len(sides) == 1 else tuple(sides)  # type: ignore[assignment]
         return cls(model, shape, dtype, actions, samples or batch[gpu], minibatch or mb[gpu], epochs)
 
 
@@ -165,7 +167,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=0, help="samples per training step (default: the model's)")
     parser.add_argument("--batch-size", type=int, default=0, help="samples per minibatch (default: the model's)")
     parser.add_argument("--epochs", type=int, default=1, help="passes over each step's samples")
-    parser.add_argument("--frame", type=int, default=0, help="CNN: side of the square frames (default 84)")
+    parser.add_argument("--frame", default="",
+                        help="CNN: side of square frames (default 84), or a whole frame shape HxWxC (Doom: 72x128x3)")
     parser.add_argument("--runs", default="",
                         help="learners x threads to measure, such as 1x1,1x2 (default: 1x1, 1 x every core, 2x1)")
     parser.add_argument("--baseline", default=None,
