@@ -5,8 +5,10 @@ returns the top of the heap to the system above 128 KB free. An image learner al
 step (a 1,024-frame batch as bfloat16 is 57 MB for Doom, a convolution's activations tens of MB), so each step
 faulted all of them in again, page by page. Measured on Doom frames (bfloat16 Nature CNN, one thread, 24 steps):
 2,575 -> 2,956 samples/s, at a steady resident size of 502 MB against 410 (the step's peak, kept between steps; it
-does not grow). A small MLP's learner allocates nothing that large: nothing changes for it. Other C libraries (musl,
-macOS) have no such knobs, and nothing is changed there.
+did not grow). It is no guarantee of reuse: a loop that allocates one 64-byte-aligned 64 MB tensor after another can
+be placed anew each time by glibc's alignment padding; the learner's mix of sizes measured steady. A small MLP's
+learner allocates nothing that large: nothing changes for it. Other C libraries (musl, macOS) have no such knobs,
+and nothing is changed there.
 """
 
 from __future__ import annotations

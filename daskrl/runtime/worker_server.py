@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import signal
 import threading
-from typing import Any
 
 #: what the workers need, imported once in the server and shared by the forked workers (not torch._dynamo, 0.7 s
 #: more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py). The component modules import
@@ -66,24 +65,29 @@ def stop() -> None:
         return
     _starting.join()
     _starting = None
-    server, pid = forkserver_process()
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)  # it ends only at its imports' end otherwise, when it sees the pipe closed
-    except ProcessLookupError:
-        pass
-    server._stop()  # closes its pipe and reaps it
+    pid = forkserver_pid()
+    if pid is not None:
+        end_forkserver(pid)
 
 
-def forkserver_process() -> tuple[Any, int | None]:
-    """This process's forkserver handle and the server's pid (None before it started).
+# ---- the only private parts of multiprocessing daskrl touches (the public API starts a server, never stops one);
+# ---- tests/test_startup.py checks them against the running Python, as tests/test_dask_internals.py does Dask's
 
-    The only private parts of ``multiprocessing`` daskrl touches (``forkserver._forkserver``, its
-    ``_forkserver_pid`` and ``_stop``; the public API can start a server, not stop one): they live here, and
-    tests/test_startup.py checks them against the running Python, as tests/test_dask_internals.py does Dask's.
-    """
+
+def forkserver_pid() -> int | None:
+    """The pid of this process's forkserver (``forkserver._forkserver._forkserver_pid``); None before it started."""
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver
-    return server, server._forkserver_pid
+    return forkserver._forkserver._forkserver_pid
+
+
+def end_forkserver(pid: int) -> None:
+    """End the forkserver at once, even mid-import (SIGTERM: it ends only at its imports' end otherwise, when it sees
+    its pipe closed), then close its pipe and reap it (``forkserver._forkserver._stop``)."""
+    from multiprocessing import forkserver
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    forkserver._forkserver._stop()
