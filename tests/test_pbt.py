@@ -204,19 +204,19 @@ def test_mutated_entropy_clip_and_gamma_reach_the_loss_and_the_targets(spaces, m
     """Two identical trainers on the same batch: the first minibatch's loss differs by exactly the entropy term,
     and the loss and targets are computed with the trainer's current clip ratio and gamma."""
     seen: list[dict] = []
-    real_loss, real_vtrace = trainer_module.appo_loss, trainer_module.vtrace
+    real_loss, real_vtrace = trainer_module.appo_loss_gradients, trainer_module.vtrace
 
-    def loss_spy(*args, **kwargs):
-        out = real_loss(*args, **kwargs)
+    def loss_spy(*args, **kwargs):  # CartPole's MLP: the loss with its gradients written out (mlp_gradients.py)
+        out, grads = real_loss(*args, **kwargs)
         seen.append({"clip_ratio": kwargs["clip_ratio"], "entropy_coef": kwargs["entropy_coef"],
                      "total": out.total.item(), "entropy": out.entropy})
-        return out
+        return out, grads
 
     def vtrace_spy(*args, **kwargs):
         seen.append({"gamma": args[6]})
         return real_vtrace(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "appo_loss", loss_spy)
+    monkeypatch.setattr(trainer_module, "appo_loss_gradients", loss_spy)
     monkeypatch.setattr(trainer_module, "vtrace", vtrace_spy)
     batch = make_batch(spaces, 3)
 

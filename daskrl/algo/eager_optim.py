@@ -18,10 +18,13 @@ version) nothing is changed, the optimizers behave as torch's, and the test that
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim import optimizer as _optimizer
+
+if TYPE_CHECKING:
+    from daskrl.algo.flat_parameters import FlatParameters
 
 #: the code of the wrapper torch puts around methods a compiled program must not trace
 _DISABLE_WRAPPER = torch._disable_dynamo(lambda: None).__code__
@@ -69,7 +72,9 @@ class _EagerStep:
     def _fused_step(self) -> bool:
         """torch's fused Adam(W) update of every parameter, called as ``torch.optim.adam._fused_adam`` calls it (the
         same kernel, arguments and state: the same result to the bit), without the Python that surrounds it on each
-        step (state checks, grouping by device and dtype: 130 us of a 145 us step of a CartPole MLP's 12 tensors).
+        step (state checks, grouping by device and dtype: 130 us of a 145 us step of a CartPole MLP's 12 tensors);
+        over one flat buffer each, one call, where the parameters and gradients are :meth:`step_flat` views (the same
+        update to float rounding: the kernel's vector lanes then fall at other elements).
         False, and nothing done, for what that path does not cover: several groups, amsgrad, maximize, a tensor
         learning rate, a parameter without a gradient or without moments yet (the first step makes them), mixed
         devices or dtypes."""
@@ -79,16 +84,34 @@ class _EagerStep:
         group = self.param_groups[0]  # type: ignore[attr-defined]
         params = group["params"]
         grads = [p.grad for p in params]
-        if any(g is None or g.is_sparse for g in grads):
-            return False
         exp_avgs, exp_avg_sqs, steps = moments
+        flat = self._flat
+        if any(g is None or g.is_sparse for g in grads):
+            self._unshare_steps()
+            return False
+        if self._flat_moments is None:
+            torch._foreach_add_(steps, 1)
+        else:
+            steps[0].add_(1)  # the one step count every parameter's state shares
+            if flat is not None and flat.holds_gradients():
+                params, grads, steps = [flat.values], [flat.grads], steps[:1]
+                exp_avgs, exp_avg_sqs = [self._flat_moments[0]], [self._flat_moments[1]]
         beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
         kernel = torch._fused_adamw_ if group.get("decoupled_weight_decay") else torch._fused_adam_
         kernel(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"], beta1=beta1,
                beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, grad_scale=None,
                found_inf=None)
         return True
+
+    _flat: FlatParameters | None = None
+    #: (exp_avg, exp_avg_sq) of every parameter as one buffer each, the per-parameter moments their views
+    _flat_moments: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def step_flat(self, flat: FlatParameters) -> None:
+        """Update ``flat``'s buffers in one fused call whenever its gradient views are the gradients (its parameters
+        must be this optimizer's, in order); the moments become views of one buffer each at the next step."""
+        self._flat = flat
+        self._moments = self._flat_moments = None
 
     _moments: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
 
@@ -110,14 +133,47 @@ class _EagerStep:
             return None  # the first step makes the moments
         self._moments = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                          [s["step"] for s in states])
+        self._flatten_moments(params, states)
         return self._moments
 
+    def _flatten_moments(self, params: list[torch.nn.Parameter], states: list[dict[str, Any]]) -> None:
+        """With :meth:`step_flat`'s buffers for these very parameters (and one step count for all), gather the moments
+        into one buffer each and make every parameter's state a view of it (checkpoints see the same state), and let
+        every state share one step count tensor (one increment a step, not one per parameter)."""
+        flat = self._flat
+        if flat is None or [id(p) for p in params] != [id(p) for p in flat.params] \
+                or len({float(s["step"]) for s in states}) != 1:
+            return
+        flat_moments = []
+        for key in ("exp_avg", "exp_avg_sq"):
+            buffer = torch.cat([s[key].reshape(-1) for s in states])
+            offset = 0
+            for s in states:
+                n = s[key].numel()
+                s[key] = buffer[offset:offset + n].view_as(s[key])
+                offset += n
+            flat_moments.append(buffer)
+        for s in states:
+            s["step"] = states[0]["step"]
+        self._flat_moments = (flat_moments[0], flat_moments[1])
+        self._moments = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                         [s["step"] for s in states])
+
+    def _unshare_steps(self) -> None:
+        """Give every parameter's state its own step count again (torch's step, which the update falls back to,
+        increments each state's), and gather the moments anew at the next step."""
+        if self._flat_moments is not None:
+            for p in self.param_groups[0]["params"]:  # type: ignore[attr-defined]
+                state = self.state[p]  # type: ignore[attr-defined]
+                state["step"] = state["step"].clone()
+        self._moments = self._flat_moments = None
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._moments = None  # new moment tensors
+        self._moments = self._flat_moments = None  # new moment tensors
         super().load_state_dict(state_dict)  # type: ignore[misc]
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        self._moments = None
+        self._moments = self._flat_moments = None
         super().add_param_group(param_group)  # type: ignore[misc]
 
     def zero_grad(self, set_to_none: bool = True) -> None:

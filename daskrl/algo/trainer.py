@@ -26,10 +26,13 @@ import numpy as np
 import torch
 
 from daskrl.algo.advantages import gae, vtrace
-from daskrl.algo.appo_loss import appo_loss, policy_lag_mask
+from daskrl.algo.appo_loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
 from daskrl.algo.collectives import all_members, update_over_group
+from daskrl.algo.eager_optim import EagerAdam, EagerAdamW
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch
+from daskrl.algo.flat_parameters import FlatParameters
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
+from daskrl.algo.mlp_gradients import MlpGradients
 from daskrl.algo.normalizers import ReturnNormalizer
 from daskrl.algo.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
 from daskrl.algo.policy_lag import lag_percentile
@@ -78,6 +81,15 @@ class APPOTrainer(PolicyTrainer):
         self.layout: type[FlatBatch] | type[SequenceBatch] = SequenceBatch if model.recurrent else FlatBatch
         self.total_env_steps = total_env_steps
         self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"])
+        #: an MLP actor-critic's minibatch gradients written out, not taken through autograd (None: another model, or
+        #: a KL penalty), into one flat buffer: clipping and an Adam step are then one kernel call each
+        self.by_hand: MlpGradients | None = None
+        self.flat: FlatParameters | None = None
+        if MlpGradients.supports(self.model) and cfg.kl_coef == 0:
+            self.flat = FlatParameters(self.model.parameters())
+            self.by_hand = MlpGradients(self.model, self.flat)
+            if isinstance(self.optimizer, EagerAdam | EagerAdamW):
+                self.optimizer.step_flat(self.flat)
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         #: samples trained on by policy lag: lag_counts[k] samples were k versions old (see :func:`lag_percentile`)
         self.lag_counts = np.zeros(1, dtype=np.int64)
@@ -219,10 +231,12 @@ class APPOTrainer(PolicyTrainer):
             order = layout.order(mb)
             starts = range(0, order.shape[0] - mb + 1, mb)
             kl = [0.0, 0.0]  # this member's KL estimates summed over its valid samples, and those samples
+            # every field in the epoch's order at once (one gather each, not one per minibatch): minibatches are views
+            shuffled = {k: v[order[:len(starts) * mb]] for k, v in flat.items()}
             for start, counts in zip(starts, self._epoch_counts(flat, order, len(starts), mb), strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
-                out = self._minibatch(layout, {k: v[order[start:start + mb]] for k, v in flat.items()}, counts)
+                out = self._minibatch(layout, {k: v[start:start + mb] for k, v in shuffled.items()}, counts)
                 if on_progress is not None:
                     on_progress()
                 if out is None:
@@ -287,26 +301,21 @@ class APPOTrainer(PolicyTrainer):
     def _minibatch(self, layout: BatchLayout, mb: dict[str, torch.Tensor], counts: MinibatchCounts
                    ) -> dict[str, float] | None:
         """One SGD update on minibatch ``mb`` (None: skipped, its loss or gradients not finite on some member)."""
-        cfg = self.cfg
-        new_lp, entropy, new_v = layout.evaluate(mb)
         adv = mb["adv"]
         if counts.adv_moments is not None:
             adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
         valid = None if counts.local == adv.shape[0] else mb["valid"]  # None: all valid, plain means in the loss
-        out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, valid,
-                        clip_ratio=self.step_hp["clip_ratio"], value_clip=cfg.value_clip or math.inf,
-                        entropy_coef=self.step_hp["entropy_coef"], value_coef=cfg.value_coef, kl_coef=cfg.kl_coef)
-        finite = math.isfinite(out.total_value)
-        self.optimizer.zero_grad(set_to_none=True)
-        if finite:
-            # this member's samples' share of the group's mean over valid samples (1 for one learner); the summed
-            # gradients are then the gradient of the mean over the whole minibatch
-            (out.total * (max(counts.local, 1) / counts.group)).backward()
-        if not self.group.sum_gradients(self.model.parameters(), finite):
+        # this member's samples' share of the group's mean over valid samples (1 for one learner); the summed
+        # gradients are then the gradient of the mean over the whole minibatch
+        out = self._gradients(layout, mb, adv, valid, max(counts.local, 1) / counts.group)
+        if not self.group.sum_gradients(self.model.parameters(), math.isfinite(out.total_value)):
             self.optimizer.zero_grad(set_to_none=True)
             return None
-        max_norm = cfg.max_grad_norm
-        grad_norm = clip_grad_norm(self.model.parameters(), max_norm if max_norm > 0 else math.inf)
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        if self.flat is not None and self.flat.holds_gradients():
+            grad_norm = self.flat.clip_(max_norm)
+        else:
+            grad_norm = clip_grad_norm(self.model.parameters(), max_norm)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             return None
@@ -314,6 +323,32 @@ class APPOTrainer(PolicyTrainer):
         return {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
                 "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
                 "grad_norm": grad_norm.item()}
+
+    def _gradients(self, layout: BatchLayout, mb: dict[str, torch.Tensor], adv: torch.Tensor,
+                   valid: torch.Tensor | None, scale: float) -> LossOutput:
+        """The minibatch's APPO loss, and ``scale`` times its gradient in every parameter's ``.grad`` when the loss is
+        finite (otherwise none, or the last minibatch's, which the caller then drops): written out for an MLP
+        actor-critic (:mod:`daskrl.algo.mlp_gradients`, overwriting its gradient buffer), through autograd for any
+        other model."""
+        cfg, hp = self.cfg, self.step_hp
+        options = {"clip_ratio": hp["clip_ratio"], "value_clip": cfg.value_clip or math.inf,
+                   "entropy_coef": hp["entropy_coef"], "value_coef": cfg.value_coef}
+        if self.by_hand is not None:
+            forward = self.by_hand.forward(mb["obs"])
+            out, grads = appo_loss_gradients(self.by_hand.log_probs(forward, mb["actions"]), mb["old_lp"], adv,
+                                             forward.values, mb["old_v"], mb["targets"], self.by_hand.entropy(forward),
+                                             valid,
+                                             scale=scale, **options)
+            if math.isfinite(out.total_value):
+                self.by_hand.backward(forward, mb["actions"], grads)
+            return out
+        self.optimizer.zero_grad(set_to_none=True)
+        new_lp, entropy, new_v = layout.evaluate(mb)
+        out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, valid,
+                        kl_coef=cfg.kl_coef, **options)
+        if math.isfinite(out.total_value):
+            (out.total * scale).backward()
+        return out
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` on the trainer's device: no copy on the CPU, one pinned copy to a GPU."""

@@ -1,0 +1,196 @@
+"""A feed-forward MLP actor-critic's minibatch gradient, differentiated by hand instead of through autograd's graph.
+
+Why: a small MLP's training step is mostly per-operator overhead, not arithmetic. With CartPole's policy (two
+64-unit towers, two actions) a 512-sample minibatch's forward pass, APPO loss and backward pass through autograd is
+some 300 operators and graph nodes at a few microseconds each around about 300 us of matrix and tanh arithmetic
+(``benchmarks/bench_learner.py``'s MLP learner). Written out, the same derivatives are about 60 operators: each
+layer's backward is its two matrix products, a bias sum and the activation's derivative from the saved output, and
+the loss's is a few vector operations (:func:`~daskrl.algo.appo_loss.appo_loss_gradients`). The gradients are
+autograd's up to float rounding (a test compares them on every parameter).
+
+It covers the models most classic-control and Box2D runs train, on a CPU learner: MLP encoders (one shared, or one
+per head) of Linear layers with tanh or ReLU, no recurrent core, and a Discrete action head. Anything else (images,
+Dict observations, Gaussian or composite heads, other activations, bfloat16 encoders, a KL penalty, a GPU) trains
+through autograd, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from daskrl.algo.appo_loss import LossGradients
+from daskrl.algo.flat_parameters import FlatParameters
+from daskrl.models.activations import Tanh, sigmoid_is_faster, sigmoid_tanh
+from daskrl.models.encoders import MlpEncoder
+from daskrl.models.heads import CategoricalHead
+
+if TYPE_CHECKING:
+    from daskrl.models.actor_critic import ActorCritic
+
+#: each activation the backward pass knows: its gradient from the upstream gradient and the layer's saved output
+ACTIVATION_GRADIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "Tanh": torch.ops.aten.tanh_backward,  # g * (1 - y^2)
+    "ReLU": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),  # g where y > 0
+}
+
+Kernel = Callable[[torch.Tensor], torch.Tensor]
+
+
+class _Layer(NamedTuple):
+    """One Linear layer and the activation after it (None: the tower's output is linear), as plain tensors and
+    functions: no module lookups on the way."""
+
+    weight: torch.nn.Parameter
+    bias: torch.nn.Parameter
+    activation: Kernel | None
+    activation_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
+
+
+class Forward(NamedTuple):
+    """One minibatch's forward pass, with what the backward pass reads; the action head's part in numpy (a few
+    microseconds an operation on [B, A], where torch's logsumexp alone took 44 us in a training step)."""
+
+    policy: list[torch.Tensor]  # the policy tower's input, then each layer's output
+    value: list[torch.Tensor]  # the value tower's (the policy's own list when the encoder is shared)
+    log_policy: np.ndarray  # [B, A] normalized log-probabilities of every action
+    probs: np.ndarray  # [B, A]
+    entropy: np.ndarray  # [B]
+    values: torch.Tensor  # [B]
+
+
+class MlpGradients:
+    """The forward pass and the hand-written backward pass of one :class:`ActorCritic` (see the module docstring);
+    ``supports(model)`` says whether it applies."""
+
+    def __init__(self, model: ActorCritic, flat: FlatParameters) -> None:
+        """``flat``: ``model``'s parameters as one buffer, whose gradient views the backward pass writes into."""
+        if not self.supports(model):
+            raise ValueError("MlpGradients differentiates feed-forward MLP actor-critics with a Discrete head only")
+        self.model = model
+        self.flat = flat
+        #: the policy's tower, then the value's where it has its own
+        self.towers = [_layers(encoder.net) for encoder in model.encoders]
+        self.head = _layers([model.actor.logits])[0]
+        self.critic = _layers([model.critic])[0]
+
+    @staticmethod
+    def supports(model: ActorCritic) -> bool:
+        """Whether this class computes ``model``'s gradients (the module docstring says which models it covers)."""
+        if model.recurrent or model.encoder_autocast is not None or type(model.actor) is not CategoricalHead:
+            return False
+        if model.critic.weight.device.type != "cpu":  # a GPU's cost is launches, not these; the loss's part is numpy
+            return False
+        if model.spaces.is_image or model.spaces.is_dict:
+            return False
+        for encoder in model.encoders:
+            if type(encoder) is not MlpEncoder:  # a registered subclass may compute otherwise: autograd runs it
+                return False
+            if any(not isinstance(layer, nn.Linear) and type(layer).__name__ not in ACTIVATION_GRADIENTS
+                   for layer in encoder.net):
+                return False
+        return True
+
+    @torch.no_grad()
+    def forward(self, obs: torch.Tensor) -> Forward:
+        """The policy and values of observations ``obs`` [B, ...], keeping each layer's output."""
+        x = self.model.prepare(obs)[0]
+        x = x.reshape(x.shape[0], -1).float()
+        policy = _tower_forward(self.towers[0], x)
+        value = _tower_forward(self.towers[-1], x) if len(self.towers) > 1 else policy
+        logits = torch.addmm(self.head.bias, policy[-1], self.head.weight.t()).numpy()
+        shifted = logits - logits.max(-1, keepdims=True)
+        exps = np.exp(shifted)
+        sums = exps.sum(-1, keepdims=True)
+        log_policy = shifted - np.log(sums)
+        probs = exps / sums
+        entropy = -(probs * log_policy).sum(-1)
+        values = torch.addmm(self.critic.bias, value[-1], self.critic.weight.t()).squeeze(-1)
+        return Forward(policy, value, log_policy, probs, entropy, values)
+
+    @staticmethod
+    def log_probs(forward: Forward, actions: torch.Tensor) -> torch.Tensor:
+        """[B] log-probabilities of ``actions`` [B]."""
+        taken = actions.numpy().astype(np.int64, copy=False)[:, None]
+        return torch.from_numpy(np.take_along_axis(forward.log_policy, taken, -1)[:, 0])
+
+    @staticmethod
+    def entropy(forward: Forward) -> torch.Tensor:
+        """[B] the policy's entropy at each observation."""
+        return torch.from_numpy(forward.entropy)
+
+    @torch.no_grad()
+    def backward(self, forward: Forward, actions: torch.Tensor, grads: LossGradients) -> None:
+        """Set every parameter's ``.grad`` to the gradient of the loss whose derivatives with respect to the log-probs
+        of ``actions``, the entropies and the values are ``grads``."""
+        # log_policy = logits - logsumexp(logits): d lp(a) / d logits = onehot(a) - p; d H / d logits = -p (log p + H)
+        g_lp = grads.log_probs.numpy()[:, None]
+        g_logits = forward.probs * (forward.log_policy + forward.entropy[:, None]) * -grads.entropy.numpy()[:, None]
+        g_logits -= forward.probs * g_lp
+        taken = actions.numpy().astype(np.int64, copy=False)[:, None]
+        np.put_along_axis(g_logits, taken, np.take_along_axis(g_logits, taken, -1) + g_lp, -1)
+        g_logits = torch.from_numpy(g_logits)
+        g_values = grads.values.unsqueeze(-1)
+        g_policy = self._linear_backward(self.head.weight, self.head.bias, forward.policy[-1], g_logits)
+        g_value = self._linear_backward(self.critic.weight, self.critic.bias, forward.value[-1], g_values)
+        if len(self.towers) == 1:
+            self._tower_backward(self.towers[0], forward.policy, g_policy + g_value)
+        else:
+            self._tower_backward(self.towers[0], forward.policy, g_policy)
+            self._tower_backward(self.towers[1], forward.value, g_value)
+
+    def _tower_backward(self, layers: list[_Layer], outputs: list[torch.Tensor], grad: torch.Tensor) -> None:
+        """Set the tower's gradients from ``grad``, the gradient at its output; ``outputs`` from
+        :func:`_tower_forward` (the tower's input needs no gradient: observations)."""
+        for i in range(len(layers) - 1, -1, -1):
+            layer = layers[i]
+            if layer.activation_grad is not None:
+                grad = layer.activation_grad(grad, outputs[i + 1])
+            grad = self._linear_backward(layer.weight, layer.bias, outputs[i], grad, wants_input=i > 0)
+
+    def _linear_backward(self, weight: torch.nn.Parameter, bias: torch.nn.Parameter, inputs: torch.Tensor,
+                         grad: torch.Tensor, wants_input: bool = True) -> torch.Tensor:
+        """Write a linear map's weight and bias gradients from ``grad`` [B, out] at its output into their flat views
+        (which are their ``.grad``); -> the gradient at its input [B, in] (an empty tensor without ``wants_input``)."""
+        weight_grad, bias_grad = self.flat.grad_of(weight), self.flat.grad_of(bias)
+        torch.mm(grad.t(), inputs, out=weight_grad)
+        torch.sum(grad, 0, out=bias_grad)
+        if weight.grad is not weight_grad:  # the trainer dropped them (a skipped update): the views again
+            weight.grad = weight_grad
+        if bias.grad is not bias_grad:
+            bias.grad = bias_grad
+        return grad @ weight if wants_input else grad.new_empty(0)
+
+
+def _layers(modules: Iterable[nn.Module]) -> list[_Layer]:
+    layers: list[_Layer] = []
+    for module in modules:
+        if isinstance(module, nn.Linear):
+            layers.append(_Layer(module.weight, module.bias, None, None))
+        else:
+            layers[-1] = layers[-1]._replace(activation=_kernel(module),
+                                             activation_grad=ACTIVATION_GRADIENTS[type(module).__name__])
+    return layers
+
+
+def _kernel(activation: nn.Module) -> Kernel:
+    """The function ``activation`` computes on a CPU's float32 tensors (daskrl's tanh: the kernel it picked for this
+    CPU), called without the module's checks on every call."""
+    if isinstance(activation, Tanh):
+        return sigmoid_tanh if sigmoid_is_faster() else torch.tanh
+    return {"Tanh": torch.tanh, "ReLU": torch.relu}[type(activation).__name__]
+
+
+def _tower_forward(layers: list[_Layer], x: torch.Tensor) -> list[torch.Tensor]:
+    """[x, each layer's output]: the linear map as ``nn.Linear`` computes it, then the activation."""
+    outputs = [x]
+    for weight, bias, activation, _ in layers:
+        x = torch.addmm(bias, x, weight.t())
+        if activation is not None:
+            x = activation(x)
+        outputs.append(x)
+    return outputs
