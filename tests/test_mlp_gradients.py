@@ -85,7 +85,7 @@ def test_the_written_out_network_gradients_are_autograds(model_cfg, actions, sha
     options = {"clip_ratio": 0.2, "value_clip": 0.5, "entropy_coef": 0.01, "value_coef": 0.5}
     expected = _autograd_gradients(model, obs, acts, inputs, options)
     model.zero_grad(set_to_none=True)
-    forward = by_hand.forward(obs)
+    forward = by_hand.forward(by_hand.prepare(obs))
     lp, entropy, values = model.evaluate(obs, acts)
     torch.testing.assert_close(by_hand.log_probs(forward, acts), lp.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(by_hand.entropy(forward), entropy.detach(), rtol=1e-5, atol=1e-6)

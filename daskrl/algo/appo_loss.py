@@ -179,9 +179,6 @@ def appo_loss_gradients(
     mask = None if valid_mask is None else valid_mask.numpy().astype(bool)
     count = max(int(mask.sum()) if mask is not None else lp.size, 1)
 
-    def mean(x: np.ndarray) -> float:
-        return float((x if mask is None else np.where(mask, x, 0)).sum(dtype=np.float64)) / count
-
     raw_ratio = np.exp(lp - old_lp)
     ratio = np.clip(raw_ratio, *ratio_clamp)
     low, high = 1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio
@@ -190,11 +187,17 @@ def appo_loss_gradients(
     value_step = v - old_v
     clipped_values = old_v + np.clip(value_step, -value_clip, value_clip)
     errors, clipped_errors = np.square(v - targets), np.square(clipped_values - targets)
-    policy_loss, value_loss = -mean(np.minimum(by_ratio, by_clipped)), 0.5 * mean(np.maximum(errors, clipped_errors))
-    mean_entropy = mean(ent)
+    # every mean in one reduction: the surrogate, the value error, the entropy, k3, clipped or not, the ratio
+    rows = np.stack([np.minimum(by_ratio, by_clipped), np.maximum(errors, clipped_errors), ent,
+                     (ratio - 1) - np.log(ratio), ratio != clipped_ratio, ratio])
+    if mask is not None:
+        rows = np.where(mask, rows, np.float32(0))  # not a product: an inf in a masked-out sample would give NaN
+    surrogate, value_error, mean_entropy, approx_kl, clip_fraction, ratio_mean = \
+        (rows.sum(1, dtype=np.float64) / count).tolist()
+    policy_loss, value_loss = -surrogate, 0.5 * value_error
     total = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
-    out = LossOutput(torch.tensor(total), total, policy_loss, value_loss, mean_entropy,
-                     mean((ratio - 1.0) - np.log(ratio)), mean(ratio != clipped_ratio), mean(ratio))
+    out = LossOutput(torch.tensor(total), total, policy_loss, value_loss, mean_entropy, approx_kl, clip_fraction,
+                     ratio_mean)
 
     per_sample = np.float32(scale / count)  # each mean's weight on one (valid) sample
     # the surrogate: min(ratio * A, clipped * A), the clipped branch passing its gradient inside the clip range

@@ -57,8 +57,8 @@ class Forward(NamedTuple):
 
     policy: list[torch.Tensor]  # the policy tower's input, then each layer's output
     value: list[torch.Tensor]  # the value tower's (the policy's own list when the encoder is shared)
-    log_policy: np.ndarray  # [B, A] normalized log-probabilities of every action
-    probs: np.ndarray  # [B, A]
+    log_policy: np.ndarray  # [A, B] normalized log-probabilities of every action
+    probs: np.ndarray  # [A, B]
     entropy: np.ndarray  # [B]
     values: torch.Tensor  # [B]
 
@@ -96,27 +96,34 @@ class MlpGradients:
         return True
 
     @torch.no_grad()
-    def forward(self, obs: torch.Tensor) -> Forward:
-        """The policy and values of observations ``obs`` [B, ...], keeping each layer's output."""
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations [B, ...] as the encoders read them, [B, D] float32: normalized with the model's statistics
+        where it normalizes (once for a whole training step, whose statistics do not change, not per minibatch)."""
         x = self.model.prepare(obs)[0]
-        x = x.reshape(x.shape[0], -1).float()
+        return x.reshape(x.shape[0], -1).float()
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> Forward:
+        """The policy and values of prepared observations ``x`` [B, D] (:meth:`prepare`), keeping each layer's
+        output."""
         policy = _tower_forward(self.towers[0], x)
         value = _tower_forward(self.towers[-1], x) if len(self.towers) > 1 else policy
-        logits = torch.addmm(self.head.bias, policy[-1], self.head.weight.t()).numpy()
-        shifted = logits - logits.max(-1, keepdims=True)
+        # the head's logits as [A, B], one row per action: numpy's reductions over actions are then whole-row
+        # operations, not a loop over B rows of A entries
+        logits = torch.addmm(self.head.bias.unsqueeze(1), self.head.weight, policy[-1].t()).numpy()
+        shifted = logits - logits.max(0)
         exps = np.exp(shifted)
-        sums = exps.sum(-1, keepdims=True)
+        sums = exps.sum(0)
         log_policy = shifted - np.log(sums)
         probs = exps / sums
-        entropy = -(probs * log_policy).sum(-1)
+        entropy = -(probs * log_policy).sum(0)
         values = torch.addmm(self.critic.bias, value[-1], self.critic.weight.t()).squeeze(-1)
         return Forward(policy, value, log_policy, probs, entropy, values)
 
     @staticmethod
     def log_probs(forward: Forward, actions: torch.Tensor) -> torch.Tensor:
         """[B] log-probabilities of ``actions`` [B]."""
-        taken = actions.numpy().astype(np.int64, copy=False)[:, None]
-        return torch.from_numpy(np.take_along_axis(forward.log_policy, taken, -1)[:, 0])
+        return torch.from_numpy(forward.log_policy[_taken(actions)])
 
     @staticmethod
     def entropy(forward: Forward) -> torch.Tensor:
@@ -128,12 +135,11 @@ class MlpGradients:
         """Set every parameter's ``.grad`` to the gradient of the loss whose derivatives with respect to the log-probs
         of ``actions``, the entropies and the values are ``grads``."""
         # log_policy = logits - logsumexp(logits): d lp(a) / d logits = onehot(a) - p; d H / d logits = -p (log p + H)
-        g_lp = grads.log_probs.numpy()[:, None]
-        g_logits = forward.probs * (forward.log_policy + forward.entropy[:, None]) * -grads.entropy.numpy()[:, None]
+        g_lp = grads.log_probs.numpy()
+        g_logits = forward.probs * (forward.log_policy + forward.entropy) * -grads.entropy.numpy()
         g_logits -= forward.probs * g_lp
-        taken = actions.numpy().astype(np.int64, copy=False)[:, None]
-        np.put_along_axis(g_logits, taken, np.take_along_axis(g_logits, taken, -1) + g_lp, -1)
-        g_logits = torch.from_numpy(g_logits)
+        g_logits[_taken(actions)] += g_lp
+        g_logits = torch.from_numpy(g_logits).t()  # [B, A], as the layer's backward takes it
         g_values = grads.values.unsqueeze(-1)
         g_policy = self._linear_backward(self.head.weight, self.head.bias, forward.policy[-1], g_logits)
         g_value = self._linear_backward(self.critic.weight, self.critic.bias, forward.value[-1], g_values)
@@ -164,6 +170,12 @@ class MlpGradients:
         if bias.grad is not bias_grad:
             bias.grad = bias_grad
         return grad @ weight if wants_input else grad.new_empty(0)
+
+
+def _taken(actions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """The index of each sample's action in an [A, B] array."""
+    taken = actions.numpy()
+    return taken, np.arange(taken.shape[0])
 
 
 def _layers(modules: Iterable[nn.Module]) -> list[_Layer]:

@@ -119,6 +119,8 @@ class APPOTrainer(PolicyTrainer):
             "adv": advantages.reshape(-1), "old_v": values.reshape(-1), "targets": targets.reshape(-1),
             "valid": valid, **inputs.layout.fields(),
         }
+        if self.by_hand is not None:  # the minibatches read observations as the encoders do, prepared once
+            flat["obs"] = self.by_hand.prepare(flat["obs"])
         lr = self.learning_rate(env_steps)
         self._set_lr(lr)
         sums, updates, skipped = self._epochs(inputs.layout, flat, on_progress)
