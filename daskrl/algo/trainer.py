@@ -318,13 +318,14 @@ class APPOTrainer(PolicyTrainer):
             grad_norm = self.flat.clip_(max_norm)
         else:
             grad_norm = clip_grad_norm(self.model.parameters(), max_norm)
-        if not torch.isfinite(grad_norm):
+        norm = grad_norm.item()
+        if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             return None
         self.optimizer.step()
         return {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
                 "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
-                "grad_norm": grad_norm.item()}
+                "grad_norm": norm}
 
     def _gradients(self, layout: BatchLayout, mb: dict[str, torch.Tensor], adv: torch.Tensor,
                    valid: torch.Tensor | None, scale: float) -> LossOutput:
