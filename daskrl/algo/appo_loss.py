@@ -13,7 +13,7 @@ never negative. It uses the ratio after the hard clamp, as the surrogate does, s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -48,26 +48,28 @@ def _k3(ratio: Tensor) -> Tensor:
 
 
 class _Terms(NamedTuple):
-    """The per-sample quantities both forms of the loss are made of (:func:`appo_loss`, :func:`appo_loss_gradients`)."""
+    """The per-sample quantities both forms of the loss are made of (:func:`appo_loss` in torch,
+    :func:`appo_loss_gradients` in numpy)."""
 
-    raw_ratio: Tensor  # exp(new - old log-prob)
-    ratio: Tensor  # raw_ratio hard-clamped to ratio_clamp
-    clipped_ratio: Tensor  # ratio clipped to [1 / (1 + e), 1 + e]
-    by_ratio: Tensor  # ratio * advantages
-    by_clipped: Tensor  # clipped_ratio * advantages
-    value_step: Tensor  # values - old_values
-    clipped_values: Tensor  # old_values + value_step clamped to +-value_clip
-    value_errors: Tensor  # (values - targets)^2
-    clipped_value_errors: Tensor  # (old_values + clamp(value_step) - targets)^2
+    raw_ratio: Any  # exp(new - old log-prob)
+    ratio: Any  # raw_ratio hard-clamped to ratio_clamp
+    clipped_ratio: Any  # ratio clipped to [1 / (1 + e), 1 + e]
+    by_ratio: Any  # ratio * advantages
+    by_clipped: Any  # clipped_ratio * advantages
+    value_step: Any  # values - old_values
+    clipped_values: Any  # old_values + value_step clamped to +-value_clip
+    value_errors: Any  # (values - targets)^2
+    clipped_value_errors: Any  # (old_values + clamp(value_step) - targets)^2
 
 
-def _terms(new_log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, values: Tensor, old_values: Tensor,
-           value_targets: Tensor, clip_ratio: float, value_clip: float, ratio_clamp: tuple[float, float]) -> _Terms:
-    raw_ratio = torch.exp(new_log_probs - old_log_probs)
-    ratio = raw_ratio.clamp(ratio_clamp[0], ratio_clamp[1])
-    clipped_ratio = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
+def _terms(new_log_probs: Any, old_log_probs: Any, advantages: Any, values: Any, old_values: Any, value_targets: Any,
+           clip_ratio: float, value_clip: float, ratio_clamp: tuple[float, float], exp: Any = torch.exp) -> _Terms:
+    """The terms from torch tensors, or from numpy arrays with ``exp=np.exp`` (the rest is the same code)."""
+    raw_ratio = exp(new_log_probs - old_log_probs)
+    ratio = raw_ratio.clip(ratio_clamp[0], ratio_clamp[1])
+    clipped_ratio = ratio.clip(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
     value_step = values - old_values
-    values_clipped = old_values + value_step.clamp(-value_clip, value_clip)
+    values_clipped = old_values + value_step.clip(-value_clip, value_clip)
     return _Terms(raw_ratio, ratio, clipped_ratio, ratio * advantages, clipped_ratio * advantages, value_step,
                   values_clipped, (values - value_targets) ** 2, (values_clipped - value_targets) ** 2)
 
@@ -178,37 +180,18 @@ def appo_loss_gradients(
                                                                      old_values, value_targets, entropy))
     mask = None if valid_mask is None else valid_mask.numpy().astype(bool)
     count = max(int(mask.sum()) if mask is not None else lp.size, 1)
-
-    raw_ratio = np.exp(lp - old_lp)
-    ratio = np.clip(raw_ratio, *ratio_clamp)
-    low, high = 1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio
-    clipped_ratio = np.clip(ratio, low, high)
-    by_ratio, by_clipped = ratio * adv, clipped_ratio * adv
-    value_step = v - old_v
-    clipped_values = old_v + np.clip(value_step, -value_clip, value_clip)
-    errors, clipped_errors = np.square(v - targets), np.square(clipped_values - targets)
-    # every mean in one reduction: the surrogate, the value error, the entropy, k3, clipped or not, the ratio
-    rows = np.stack([np.minimum(by_ratio, by_clipped), np.maximum(errors, clipped_errors), ent,
-                     (ratio - 1) - np.log(ratio), ratio != clipped_ratio, ratio])
-    if mask is not None:
-        rows = np.where(mask, rows, np.float32(0))  # not a product: an inf in a masked-out sample would give NaN
-    surrogate, value_error, mean_entropy, approx_kl, clip_fraction, ratio_mean = \
-        (rows.sum(1, dtype=np.float64) / count).tolist()
-    policy_loss, value_loss = -surrogate, 0.5 * value_error
-    total = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
-    out = LossOutput(torch.tensor(total), total, policy_loss, value_loss, mean_entropy, approx_kl, clip_fraction,
-                     ratio_mean)
-
+    terms = _terms(lp, old_lp, adv, v, old_v, targets, clip_ratio, value_clip, ratio_clamp, exp=np.exp)
+    out = _array_output(terms, ent, mask, count, entropy_coef, value_coef)
     per_sample = np.float32(scale / count)  # each mean's weight on one (valid) sample
     # the surrogate: min(ratio * A, clipped * A), the clipped branch passing its gradient inside the clip range
-    unclipped = _tie_share(by_ratio, by_clipped)
-    through_ratio = unclipped + (1 - unclipped) * _within(ratio, low, high)
-    live = _within(raw_ratio, *ratio_clamp)  # the hard clamp passes nothing beyond its bounds
-    d_log_probs = adv * through_ratio * live * raw_ratio * -per_sample
+    unclipped = _tie_share(terms.by_ratio, terms.by_clipped)
+    through_ratio = unclipped + (1 - unclipped) * _within(terms.ratio, 1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
+    live = _within(terms.raw_ratio, *ratio_clamp)  # the hard clamp passes nothing beyond its bounds
+    d_log_probs = adv * through_ratio * live * terms.raw_ratio * -per_sample
     # the value loss: max of the plain and the clipped squared error, halved
-    plain = _tie_share(clipped_errors, errors)
-    passes = _within(value_step, -value_clip, value_clip)
-    d_values = (plain * (v - targets) + (1 - plain) * (clipped_values - targets) * passes) \
+    plain = _tie_share(terms.clipped_value_errors, terms.value_errors)
+    passes = _within(terms.value_step, -value_clip, value_clip)
+    d_values = (plain * (v - targets) + (1 - plain) * (terms.clipped_values - targets) * passes) \
         * (np.float32(value_coef) * per_sample)
     d_entropy = np.full_like(ent, -entropy_coef * per_sample)
     if mask is not None:
@@ -216,6 +199,24 @@ def appo_loss_gradients(
                                                                                        d_values))
     return out, LossGradients(*(torch.from_numpy(np.asarray(d, dtype=np.float32))
                                 for d in (d_log_probs, d_entropy, d_values)))
+
+
+def _array_output(terms: _Terms, entropy: np.ndarray, mask: np.ndarray | None, count: int, entropy_coef: float,
+                  value_coef: float) -> LossOutput:
+    """The loss and its statistics from numpy terms, every mean in one reduction: the surrogate, the value error,
+    the entropy, k3, clipped or not, the ratio."""
+    ratio = terms.ratio
+    rows = np.stack([np.minimum(terms.by_ratio, terms.by_clipped),
+                     np.maximum(terms.value_errors, terms.clipped_value_errors), entropy,
+                     (ratio - 1) - np.log(ratio), ratio != terms.clipped_ratio, ratio])
+    if mask is not None:
+        rows = np.where(mask, rows, np.float32(0))  # not a product: an inf in a masked-out sample would give NaN
+    surrogate, value_error, mean_entropy, approx_kl, clip_fraction, ratio_mean = \
+        (rows.sum(1, dtype=np.float64) / count).tolist()
+    policy_loss, value_loss = -surrogate, 0.5 * value_error
+    total = policy_loss + value_coef * value_loss - entropy_coef * mean_entropy
+    return LossOutput(torch.tensor(total), total, policy_loss, value_loss, mean_entropy, approx_kl, clip_fraction,
+                      ratio_mean)
 
 
 def _tie_share(smaller: np.ndarray, larger: np.ndarray) -> np.ndarray:

@@ -32,10 +32,12 @@ from daskrl.models.heads import CategoricalHead
 if TYPE_CHECKING:
     from daskrl.models.actor_critic import ActorCritic
 
-#: each activation the backward pass knows: its gradient from the upstream gradient and the layer's saved output
-ACTIVATION_GRADIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "Tanh": torch.ops.aten.tanh_backward,  # g * (1 - y^2)
-    "ReLU": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),  # g where y > 0
+#: each activation the backward pass knows, by its exact class (a subclass may compute otherwise): its gradient from
+#: the upstream gradient and the layer's saved output
+ACTIVATION_GRADIENTS: dict[type[nn.Module], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    Tanh: torch.ops.aten.tanh_backward,  # g * (1 - y^2)
+    nn.Tanh: torch.ops.aten.tanh_backward,
+    nn.ReLU: lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),  # g where y > 0
 }
 
 Kernel = Callable[[torch.Tensor], torch.Tensor]
@@ -90,8 +92,7 @@ class MlpGradients:
         for encoder in model.encoders:
             if type(encoder) is not MlpEncoder:  # a registered subclass may compute otherwise: autograd runs it
                 return False
-            if any(not isinstance(layer, nn.Linear) and type(layer).__name__ not in ACTIVATION_GRADIENTS
-                   for layer in encoder.net):
+            if any(type(layer) is not nn.Linear and type(layer) not in ACTIVATION_GRADIENTS for layer in encoder.net):
                 return False
         return True
 
@@ -184,17 +185,16 @@ def _layers(modules: Iterable[nn.Module]) -> list[_Layer]:
         if isinstance(module, nn.Linear):
             layers.append(_Layer(module.weight, module.bias, None, None))
         else:
-            layers[-1] = layers[-1]._replace(activation=_kernel(module),
-                                             activation_grad=ACTIVATION_GRADIENTS[type(module).__name__])
+            layers[-1] = layers[-1]._replace(activation=_kernel(module), activation_grad=ACTIVATION_GRADIENTS[type(module)])
     return layers
 
 
 def _kernel(activation: nn.Module) -> Kernel:
     """The function ``activation`` computes on a CPU's float32 tensors (daskrl's tanh: the kernel it picked for this
     CPU), called without the module's checks on every call."""
-    if isinstance(activation, Tanh):
+    if type(activation) is Tanh:
         return sigmoid_tanh if sigmoid_is_faster() else torch.tanh
-    return {"Tanh": torch.tanh, "ReLU": torch.relu}[type(activation).__name__]
+    return torch.tanh if type(activation) is nn.Tanh else torch.relu
 
 
 def _tower_forward(layers: list[_Layer], x: torch.Tensor) -> list[torch.Tensor]:
