@@ -45,9 +45,12 @@ class FlatParameters:
         return all(p.grad is self._grad_views[id(p)] for p in self.params) \
             and [p.data_ptr() for p in self.params] == self._pointers
 
-    def clip_(self, max_norm: float) -> torch.Tensor:
+    def clip_(self, max_norm: float) -> float:
         """``clip_grad_norm_`` over the flat gradient: its norm (the norm of the per-tensor norms, computed at once;
-        equal up to float rounding), every gradient scaled by min(1, max_norm / (norm + 1e-6)); -> the norm."""
-        total = torch.linalg.vector_norm(self.grads, 2.0)
-        self.grads.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        equal up to float rounding), every gradient scaled by min(1, max_norm / (norm + 1e-6)) where that is below 1
+        (and by 1 nowhere: nothing to do); -> the norm, read back (the trainer logs it)."""
+        total = torch.linalg.vector_norm(self.grads, 2.0).item()
+        scale = max_norm / (total + 1e-6)
+        if scale < 1.0:
+            self.grads.mul_(scale)
         return total

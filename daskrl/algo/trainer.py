@@ -315,10 +315,9 @@ class APPOTrainer(PolicyTrainer):
             return None
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
         if self.flat is not None and self.flat.holds_gradients():
-            grad_norm = self.flat.clip_(max_norm)
+            norm = self.flat.clip_(max_norm)
         else:
-            grad_norm = clip_grad_norm(self.model.parameters(), max_norm)
-        norm = grad_norm.item()
+            norm = clip_grad_norm(self.model.parameters(), max_norm).item()
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             return None
