@@ -19,6 +19,7 @@ from daskrl.algo.mlp_gradients import MlpGradients
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ModelConfig
 from daskrl.envs import EnvSpaces
+from daskrl.models import activations
 from daskrl.models.actor_critic import ActorCritic, build_model
 
 LOSS_INPUTS = ("new_log_probs", "advantages", "values", "old_values", "value_targets", "entropy")
@@ -52,6 +53,11 @@ def test_the_written_out_loss_gradients_are_autograds(masked, value_clip):
         assert getattr(out, key) == pytest.approx(getattr(expected, key), rel=1e-5, abs=1e-7), key
 
 
+def test_the_in_place_sigmoid_tanh_is_the_sigmoid_tanh_to_the_bit():
+    x = torch.randn(512, 64)
+    assert torch.equal(activations.sigmoid_tanh_(x.clone()), activations.sigmoid_tanh(x))
+
+
 def _spaces(obs_dim: int = 4, actions: int = 2) -> EnvSpaces:
     return EnvSpaces.from_spaces(gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32), gym.spaces.Discrete(actions))
 
@@ -65,12 +71,14 @@ def _autograd_gradients(model: ActorCritic, obs, actions, loss_inputs, options) 
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("model_cfg, actions, shared", [
-    (ModelConfig(), 2, None),  # CartPole's: two tanh towers, observations normalized
-    (ModelConfig(activation="relu", hidden_sizes=[32, 48, 16], normalize_obs=False), 5, None),
-    (ModelConfig(), 3, True),  # one tower read by both heads
+@pytest.mark.parametrize("model_cfg, actions, shared, through_sigmoid", [
+    (ModelConfig(), 2, None, False),  # CartPole's: two tanh towers, observations normalized
+    (ModelConfig(), 2, None, True),  # the same with tanh through sigmoid (the kernel some CPUs run faster)
+    (ModelConfig(activation="relu", hidden_sizes=[32, 48, 16], normalize_obs=False), 5, None, False),
+    (ModelConfig(), 3, True, False),  # one tower read by both heads
 ])
-def test_the_written_out_network_gradients_are_autograds(model_cfg, actions, shared):
+def test_the_written_out_network_gradients_are_autograds(model_cfg, actions, shared, through_sigmoid, monkeypatch):
+    monkeypatch.setattr(activations, "sigmoid_is_faster", lambda: through_sigmoid)
     torch.manual_seed(0)
     model = ActorCritic(_spaces(6, actions), model_cfg, shared_encoder=shared)
     if not model_cfg.normalize_obs:

@@ -25,7 +25,8 @@ from torch import nn
 
 from daskrl.algo.appo_loss import LossGradients
 from daskrl.algo.flat_parameters import FlatParameters
-from daskrl.models.activations import Tanh, sigmoid_is_faster, sigmoid_tanh
+from daskrl.models import activations
+from daskrl.models.activations import Tanh, sigmoid_tanh_
 from daskrl.models.encoders import MlpEncoder
 from daskrl.models.heads import CategoricalHead
 
@@ -191,10 +192,11 @@ def _layers(modules: Iterable[nn.Module]) -> list[_Layer]:
 
 def _kernel(activation: nn.Module) -> Kernel:
     """The function ``activation`` computes on a CPU's float32 tensors (daskrl's tanh: the kernel it picked for this
-    CPU), called without the module's checks on every call."""
+    CPU), in place on the linear map's fresh output (the backward pass reads only the activation's output), called
+    without the module's checks on every call."""
     if type(activation) is Tanh:
-        return sigmoid_tanh if sigmoid_is_faster() else torch.tanh
-    return torch.tanh if type(activation) is nn.Tanh else torch.relu
+        return sigmoid_tanh_ if activations.sigmoid_is_faster() else torch.tanh_
+    return torch.tanh_ if type(activation) is nn.Tanh else torch.relu_
 
 
 def _tower_forward(layers: list[_Layer], x: torch.Tensor) -> list[torch.Tensor]:
