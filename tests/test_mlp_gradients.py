@@ -239,3 +239,15 @@ def test_adam_stepping_the_flat_buffer_is_torchs_fused_adam_and_checkpoints_alik
     resumed.step()
     steps = [float(state["step"]) for state in resumed.state_dict()["state"].values()]
     assert steps[0] == 6.0 and set(steps[1:]) == {7.0}
+    # the states share one step count while flat; another parameter group gives each its own first
+    fresh = EagerAdam(flat_model.parameters(), lr=1e-3, eps=1e-5, fused=True)
+    fresh.step_flat(flat)
+    for p in flat_model.parameters():
+        p.grad = flat.grad_of(p)
+    fresh.step()
+    fresh.step()
+    counts = [fresh.state[p]["step"] for p in flat_model.parameters()]
+    assert fresh._flat_moments is not None and len({id(c) for c in counts}) == 1
+    fresh.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3))]})
+    counts = [fresh.state[p]["step"] for p in flat_model.parameters()]
+    assert len({id(c) for c in counts}) == len(counts) and {float(c) for c in counts} == {2.0}

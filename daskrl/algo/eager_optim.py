@@ -110,8 +110,8 @@ class _EagerStep:
     def step_flat(self, flat: FlatParameters) -> None:
         """Update ``flat``'s buffers in one fused call whenever its gradient views are the gradients (its parameters
         must be this optimizer's, in order); the moments become views of one buffer each at the next step."""
+        self._unshare_steps()
         self._flat = flat
-        self._moments = self._flat_moments = None
 
     _moments: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
 
@@ -173,7 +173,7 @@ class _EagerStep:
         super().load_state_dict(state_dict)  # type: ignore[misc]
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        self._moments = self._flat_moments = None
+        self._unshare_steps()
         super().add_param_group(param_group)  # type: ignore[misc]
 
     def zero_grad(self, set_to_none: bool = True) -> None:

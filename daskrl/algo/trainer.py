@@ -337,10 +337,9 @@ class APPOTrainer(PolicyTrainer):
                    "entropy_coef": hp["entropy_coef"], "value_coef": cfg.value_coef}
         if self.by_hand is not None:
             forward = self.by_hand.forward(mb["obs"])
-            out, grads = appo_loss_gradients(self.by_hand.log_probs(forward, mb["actions"]), mb["old_lp"], adv,
-                                             forward.values, mb["old_v"], mb["targets"], self.by_hand.entropy(forward),
-                                             valid,
-                                             scale=scale, **options)
+            log_probs, entropy = self.by_hand.log_probs(forward, mb["actions"]), self.by_hand.entropy(forward)
+            out, grads = appo_loss_gradients(log_probs, mb["old_lp"], adv, forward.values, mb["old_v"], mb["targets"],
+                                             entropy, valid, scale=scale, **options)
             if math.isfinite(out.total_value):
                 self.by_hand.backward(forward, mb["actions"], grads)
             return out
