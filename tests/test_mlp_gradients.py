@@ -145,6 +145,24 @@ def test_a_training_step_by_hand_moves_the_weights_as_autograds_step_does():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_parameters_given_new_memory_are_flattened_again_before_the_next_step():
+    cfg = Config().replace(batch_size=256)
+    trainer = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
+    trainer.train(_batch(0), 0)
+    old_flat = trainer.flat
+    for p in trainer.model.parameters():
+        p.data = p.data.clone()  # as model.to() on another device, or a copy, would
+    assert not old_flat.intact()
+    trainer.train(_batch(1), 0)
+    assert trainer.flat is not old_flat and trainer.flat.intact() and trainer.flat.holds_gradients()
+    reference = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
+    reference.by_hand = None  # autograd, on the same two batches
+    for seed in (0, 1):
+        reference.train(_batch(seed), 0)
+    for a, b in zip(trainer.model.parameters(), reference.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_a_minibatch_whose_loss_is_not_finite_is_skipped_and_the_next_writes_its_gradients_again(monkeypatch):
     import dataclasses
 

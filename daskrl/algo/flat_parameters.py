@@ -39,11 +39,15 @@ class FlatParameters:
         """The view of :attr:`grads` that holds ``param``'s gradient (write it there, then set it as ``.grad``)."""
         return self._grad_views[id(param)]
 
+    def intact(self) -> bool:
+        """Whether every parameter's data is still its view of :attr:`values` (not if something gave a parameter new
+        memory, ``module.to()`` say)."""
+        return [p.data_ptr() for p in self.params] == self._pointers
+
     def holds_gradients(self) -> bool:
         """Whether every parameter's data and ``.grad`` are still the views (a learner group's summed gradients, or
         weights moved to new memory, are not: then the per-tensor paths run)."""
-        return all(p.grad is self._grad_views[id(p)] for p in self.params) \
-            and [p.data_ptr() for p in self.params] == self._pointers
+        return all(p.grad is self._grad_views[id(p)] for p in self.params) and self.intact()
 
     def clip_(self, max_norm: float) -> float:
         """``clip_grad_norm_`` over the flat gradient: its norm (the norm of the per-tensor norms, computed at once;

@@ -46,10 +46,14 @@ Kernel = Callable[[torch.Tensor], torch.Tensor]
 
 class _Layer(NamedTuple):
     """One Linear layer and the activation after it (None: the tower's output is linear), as plain tensors and
-    functions: no module lookups on the way."""
+    functions: no module lookups, and no graph, on the way."""
 
-    weight: torch.nn.Parameter
+    weight: torch.nn.Parameter  # the parameters, whose ``.grad`` the backward pass sets
     bias: torch.nn.Parameter
+    w: torch.Tensor  # their values, detached: operations on them record nothing for autograd
+    b: torch.Tensor
+    weight_grad: torch.Tensor  # the views of the flat gradient buffer the backward pass writes
+    bias_grad: torch.Tensor
     activation: Kernel | None
     activation_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
 
@@ -77,9 +81,9 @@ class MlpGradients:
         self.model = model
         self.flat = flat
         #: the policy's tower, then the value's where it has its own
-        self.towers = [_layers(encoder.net) for encoder in model.encoders]
-        self.head = _layers([model.actor.logits])[0]
-        self.critic = _layers([model.critic])[0]
+        self.towers = [_layers(encoder.net, flat) for encoder in model.encoders]
+        self.head = _layers([model.actor.logits], flat)[0]
+        self.critic = _layers([model.critic], flat)[0]
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
@@ -97,14 +101,13 @@ class MlpGradients:
                 return False
         return True
 
-    @torch.no_grad()
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations [B, ...] as the encoders read them, [B, D] float32: normalized with the model's statistics
         where it normalizes (once for a whole training step, whose statistics do not change, not per minibatch)."""
-        x = self.model.prepare(obs)[0]
+        with torch.no_grad():
+            x = self.model.prepare(obs)[0]
         return x.reshape(x.shape[0], -1).float()
 
-    @torch.no_grad()
     def forward(self, x: torch.Tensor) -> Forward:
         """The policy and values of prepared observations ``x`` [B, D] (:meth:`prepare`), keeping each layer's
         output."""
@@ -112,14 +115,14 @@ class MlpGradients:
         value = _tower_forward(self.towers[-1], x) if len(self.towers) > 1 else policy
         # the head's logits as [A, B], one row per action: numpy's reductions over actions are then whole-row
         # operations, not a loop over B rows of A entries
-        logits = torch.addmm(self.head.bias.unsqueeze(1), self.head.weight, policy[-1].t()).numpy()
+        logits = torch.addmm(self.head.b.unsqueeze(1), self.head.w, policy[-1].t()).numpy()
         shifted = logits - logits.max(0)
         exps = np.exp(shifted)
         sums = exps.sum(0)
         log_policy = shifted - np.log(sums)
         probs = exps / sums
         entropy = -(probs * log_policy).sum(0)
-        values = torch.addmm(self.critic.bias, value[-1], self.critic.weight.t()).squeeze(-1)
+        values = torch.addmm(self.critic.b, value[-1], self.critic.w.t()).squeeze(-1)
         return Forward(policy, value, log_policy, probs, entropy, values)
 
     @staticmethod
@@ -132,7 +135,6 @@ class MlpGradients:
         """[B] the policy's entropy at each observation."""
         return torch.from_numpy(forward.entropy)
 
-    @torch.no_grad()
     def backward(self, forward: Forward, actions: torch.Tensor, grads: LossGradients) -> None:
         """Set every parameter's ``.grad`` to the gradient of the loss whose derivatives with respect to the log-probs
         of ``actions``, the entropies and the values are ``grads``."""
@@ -143,35 +145,39 @@ class MlpGradients:
         g_logits[_taken(actions)] += g_lp
         g_logits = torch.from_numpy(g_logits).t()  # [B, A], as the layer's backward takes it
         g_values = grads.values.unsqueeze(-1)
-        g_policy = self._linear_backward(self.head.weight, self.head.bias, forward.policy[-1], g_logits)
-        g_value = self._linear_backward(self.critic.weight, self.critic.bias, forward.value[-1], g_values)
+        g_policy = _linear_backward(self.head, forward.policy[-1], g_logits)
+        g_value = _linear_backward(self.critic, forward.value[-1], g_values)
         if len(self.towers) == 1:
             self._tower_backward(self.towers[0], forward.policy, g_policy + g_value)
         else:
             self._tower_backward(self.towers[0], forward.policy, g_policy)
             self._tower_backward(self.towers[1], forward.value, g_value)
 
-    def _tower_backward(self, layers: list[_Layer], outputs: list[torch.Tensor], grad: torch.Tensor) -> None:
+    @staticmethod
+    def _tower_backward(layers: list[_Layer], outputs: list[torch.Tensor], grad: torch.Tensor) -> None:
         """Set the tower's gradients from ``grad``, the gradient at its output; ``outputs`` from
         :func:`_tower_forward` (the tower's input needs no gradient: observations)."""
         for i in range(len(layers) - 1, -1, -1):
             layer = layers[i]
             if layer.activation_grad is not None:
                 grad = layer.activation_grad(grad, outputs[i + 1])
-            grad = self._linear_backward(layer.weight, layer.bias, outputs[i], grad, wants_input=i > 0)
+            if i == 0:
+                _linear_backward(layer, outputs[0], grad, wants_input=False)
+            else:
+                grad = _linear_backward(layer, outputs[i], grad)
 
-    def _linear_backward(self, weight: torch.nn.Parameter, bias: torch.nn.Parameter, inputs: torch.Tensor,
-                         grad: torch.Tensor, wants_input: bool = True) -> torch.Tensor:
-        """Write a linear map's weight and bias gradients from ``grad`` [B, out] at its output into their flat views
-        (which are their ``.grad``); -> the gradient at its input [B, in] (an empty tensor without ``wants_input``)."""
-        weight_grad, bias_grad = self.flat.grad_of(weight), self.flat.grad_of(bias)
-        torch.mm(grad.t(), inputs, out=weight_grad)
-        torch.sum(grad, 0, out=bias_grad)
-        if weight.grad is not weight_grad:  # the trainer dropped them (a skipped update): the views again
-            weight.grad = weight_grad
-        if bias.grad is not bias_grad:
-            bias.grad = bias_grad
-        return grad @ weight if wants_input else grad.new_empty(0)
+
+def _linear_backward(layer: _Layer, inputs: torch.Tensor, grad: torch.Tensor, wants_input: bool = True
+                     ) -> torch.Tensor:
+    """Write a linear map's weight and bias gradients from ``grad`` [B, out] at its output into their flat views
+    (which are their ``.grad``); -> the gradient at its input [B, in] (``grad`` itself without ``wants_input``)."""
+    torch.mm(grad.t(), inputs, out=layer.weight_grad)
+    torch.sum(grad, 0, out=layer.bias_grad)
+    if layer.weight.grad is not layer.weight_grad:  # the trainer dropped them (a skipped update): the views again
+        layer.weight.grad = layer.weight_grad
+    if layer.bias.grad is not layer.bias_grad:
+        layer.bias.grad = layer.bias_grad
+    return grad @ layer.w if wants_input else grad
 
 
 def _taken(actions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -180,11 +186,13 @@ def _taken(actions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return taken, np.arange(taken.shape[0])
 
 
-def _layers(modules: Iterable[nn.Module]) -> list[_Layer]:
+def _layers(modules: Iterable[nn.Module], flat: FlatParameters) -> list[_Layer]:
     layers: list[_Layer] = []
     for module in modules:
         if isinstance(module, nn.Linear):
-            layers.append(_Layer(module.weight, module.bias, None, None))
+            weight, bias = module.weight, module.bias
+            layers.append(_Layer(weight, bias, weight.detach(), bias.detach(), flat.grad_of(weight),
+                                 flat.grad_of(bias), None, None))
         else:
             layers[-1] = layers[-1]._replace(activation=_kernel(module), activation_grad=ACTIVATION_GRADIENTS[type(module)])
     return layers
@@ -202,9 +210,9 @@ def _kernel(activation: nn.Module) -> Kernel:
 def _tower_forward(layers: list[_Layer], x: torch.Tensor) -> list[torch.Tensor]:
     """[x, each layer's output]: the linear map as ``nn.Linear`` computes it, then the activation."""
     outputs = [x]
-    for weight, bias, activation, _ in layers:
-        x = torch.addmm(bias, x, weight.t())
-        if activation is not None:
-            x = activation(x)
+    for layer in layers:
+        x = torch.addmm(layer.b, x, layer.w.t())
+        if layer.activation is not None:
+            x = layer.activation(x)
         outputs.append(x)
     return outputs

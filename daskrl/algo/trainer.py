@@ -86,13 +86,17 @@ class APPOTrainer(PolicyTrainer):
         self.by_hand: MlpGradients | None = None
         self.flat: FlatParameters | None = None
         if MlpGradients.supports(self.model) and cfg.kl_coef == 0:
-            self.flat = FlatParameters(self.model.parameters())
-            self.by_hand = MlpGradients(self.model, self.flat)
-            if isinstance(self.optimizer, EagerAdam | EagerAdamW):
-                self.optimizer.step_flat(self.flat)
+            self._flatten_parameters()
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         #: samples trained on by policy lag: lag_counts[k] samples were k versions old (see :func:`lag_percentile`)
         self.lag_counts = np.zeros(1, dtype=np.int64)
+
+    def _flatten_parameters(self) -> None:
+        """Make the model's parameters views of one buffer, and the written-out gradients and the optimizer use it."""
+        self.flat = FlatParameters(self.model.parameters())
+        self.by_hand = MlpGradients(self.model, self.flat)
+        if isinstance(self.optimizer, EagerAdam | EagerAdamW):
+            self.optimizer.step_flat(self.flat)
 
     def learning_rate(self, env_steps: int) -> float:
         """The learning rate the step starts with: its ``learning_rate``, on the linear schedule when one is set
@@ -104,6 +108,8 @@ class APPOTrainer(PolicyTrainer):
         """One training step on ``batch``; ``on_progress`` is called after every minibatch (a heartbeat). The step
         trains with the hyperparameters in force when it begins (``step_hp``), whatever is set meanwhile."""
         self.step_hp = dict(self.hp)
+        if self.flat is not None and not self.flat.intact():
+            self._flatten_parameters()  # the parameters were given new memory: one buffer again, read from there
         if not all_members(self.group, _finite_inputs(batch), self.device):
             # Checked before anything is updated: a NaN/inf would otherwise enter the running observation and
             # return statistics and make every later step non-finite (and skipped) too.
