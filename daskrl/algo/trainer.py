@@ -239,12 +239,13 @@ class APPOTrainer(PolicyTrainer):
             order = layout.order(mb)
             starts = range(0, order.shape[0] - mb + 1, mb)
             kl = [0.0, 0.0]  # this member's KL estimates summed over its valid samples, and those samples
-            # every field in the epoch's order at once (one gather each, not one per minibatch): minibatches are views
-            shuffled = {k: v[order[:len(starts) * mb]] for k, v in flat.items()}
+            ahead = _gathered_ahead(flat, order[:len(starts) * mb])
             for start, counts in zip(starts, self._epoch_counts(flat, order, len(starts), mb), strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
-                out = self._minibatch(layout, {k: v[start:start + mb] for k, v in shuffled.items()}, counts)
+                part = {k: ahead[k][start:start + mb] if k in ahead else v[order[start:start + mb]]
+                        for k, v in flat.items()}
+                out = self._minibatch(layout, part, counts)
                 if on_progress is not None:
                     on_progress()
                 if out is None:
@@ -394,6 +395,17 @@ class APPOTrainer(PolicyTrainer):
             self.returns.load_state_dict(state["returns"])
             stats = self.returns.stats
             self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
+
+
+#: the largest sample of a field gathered in an epoch's order at once, not minibatch by minibatch
+GATHER_AHEAD_BYTES = 1024
+
+
+def _gathered_ahead(flat: dict[str, torch.Tensor], order: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The fields of small samples (vectors, scalars) in the epoch's ``order``: one gather each for the epoch, and
+    a minibatch's are views. Larger samples (frames) are gathered minibatch by minibatch: an epoch's frames at once
+    are tens of MB, and the Nature CNN learner trained 6% slower so."""
+    return {k: v[order] for k, v in flat.items() if v[0].nbytes <= GATHER_AHEAD_BYTES}
 
 
 def _finite_inputs(batch: TrajectoryBatch) -> bool:
