@@ -52,6 +52,7 @@ class _Layer(NamedTuple):
     bias: torch.nn.Parameter
     w: torch.Tensor  # their values, detached: operations on them record nothing for autograd
     b: torch.Tensor
+    wt: torch.Tensor  # w transposed (a view), as the forward pass multiplies by it
     weight_grad: torch.Tensor  # the views of the flat gradient buffer the backward pass writes
     bias_grad: torch.Tensor
     activation: Kernel | None
@@ -122,7 +123,7 @@ class MlpGradients:
         log_policy = shifted - np.log(sums)
         probs = exps / sums
         entropy = -(probs * log_policy).sum(0)
-        values = torch.addmm(self.critic.b, value[-1], self.critic.w.t()).squeeze(-1)
+        values = torch.addmm(self.critic.b, value[-1], self.critic.wt).squeeze(-1)
         return Forward(policy, value, log_policy, probs, entropy, values)
 
     @staticmethod
@@ -191,8 +192,9 @@ def _layers(modules: Iterable[nn.Module], flat: FlatParameters) -> list[_Layer]:
     for module in modules:
         if isinstance(module, nn.Linear):
             weight, bias = module.weight, module.bias
-            layers.append(_Layer(weight, bias, weight.detach(), bias.detach(), flat.grad_of(weight),
-                                 flat.grad_of(bias), None, None))
+            w = weight.detach()
+            layers.append(_Layer(weight, bias, w, bias.detach(), w.t(), flat.grad_of(weight), flat.grad_of(bias),
+                                 None, None))
         else:
             layers[-1] = layers[-1]._replace(activation=_kernel(module), activation_grad=ACTIVATION_GRADIENTS[type(module)])
     return layers
@@ -211,7 +213,7 @@ def _tower_forward(layers: list[_Layer], x: torch.Tensor) -> list[torch.Tensor]:
     """[x, each layer's output]: the linear map as ``nn.Linear`` computes it, then the activation."""
     outputs = [x]
     for layer in layers:
-        x = torch.addmm(layer.b, x, layer.w.t())
+        x = torch.addmm(layer.b, x, layer.wt)
         if layer.activation is not None:
             x = layer.activation(x)
         outputs.append(x)
