@@ -188,6 +188,8 @@ def _taken(actions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _layers(modules: Iterable[nn.Module], flat: FlatParameters) -> list[_Layer]:
+    """A stack of Linear layers, each with the activation after it, as :class:`_Layer` records (their gradients'
+    views in ``flat``)."""
     layers: list[_Layer] = []
     for module in modules:
         if isinstance(module, nn.Linear):
