@@ -80,7 +80,6 @@ class MlpGradients:
         if not self.supports(model):
             raise ValueError("MlpGradients differentiates feed-forward MLP actor-critics with a Discrete head only")
         self.model = model
-        self.flat = flat
         #: the policy's tower, then the value's where it has its own
         self.towers = [_layers(encoder.net, flat) for encoder in model.encoders]
         self.head = _layers([model.actor.logits], flat)[0]
@@ -149,23 +148,10 @@ class MlpGradients:
         g_policy = _linear_backward(self.head, forward.policy[-1], g_logits)
         g_value = _linear_backward(self.critic, forward.value[-1], g_values)
         if len(self.towers) == 1:
-            self._tower_backward(self.towers[0], forward.policy, g_policy + g_value)
+            _tower_backward(self.towers[0], forward.policy, g_policy + g_value)
         else:
-            self._tower_backward(self.towers[0], forward.policy, g_policy)
-            self._tower_backward(self.towers[1], forward.value, g_value)
-
-    @staticmethod
-    def _tower_backward(layers: list[_Layer], outputs: list[torch.Tensor], grad: torch.Tensor) -> None:
-        """Set the tower's gradients from ``grad``, the gradient at its output; ``outputs`` from
-        :func:`_tower_forward` (the tower's input needs no gradient: observations)."""
-        for i in range(len(layers) - 1, -1, -1):
-            layer = layers[i]
-            if layer.activation_grad is not None:
-                grad = layer.activation_grad(grad, outputs[i + 1])
-            if i == 0:
-                _linear_backward(layer, outputs[0], grad, wants_input=False)
-            else:
-                grad = _linear_backward(layer, outputs[i], grad)
+            _tower_backward(self.towers[0], forward.policy, g_policy)
+            _tower_backward(self.towers[1], forward.value, g_value)
 
 
 def _linear_backward(layer: _Layer, inputs: torch.Tensor, grad: torch.Tensor, wants_input: bool = True
@@ -220,3 +206,16 @@ def _tower_forward(layers: list[_Layer], x: torch.Tensor) -> list[torch.Tensor]:
             x = layer.activation(x)
         outputs.append(x)
     return outputs
+
+
+def _tower_backward(layers: list[_Layer], outputs: list[torch.Tensor], grad: torch.Tensor) -> None:
+    """Set the tower's gradients from ``grad``, the gradient at its output; ``outputs`` from
+    :func:`_tower_forward` (the tower's input needs no gradient: observations)."""
+    for i in range(len(layers) - 1, -1, -1):
+        layer = layers[i]
+        if layer.activation_grad is not None:
+            grad = layer.activation_grad(grad, outputs[i + 1])
+        if i == 0:
+            _linear_backward(layer, outputs[0], grad, wants_input=False)
+        else:
+            grad = _linear_backward(layer, outputs[i], grad)
