@@ -187,21 +187,33 @@ def test_auto_learner_precision_is_bfloat16_for_image_encoders_on_native_bfloat1
     assert trainer.precision == "bfloat16" and cnn.encoder_autocast == torch.bfloat16
 
 
-def test_the_no_gradient_pass_in_pieces_gives_the_whole_batch_pass():
-    """FlatBatch evaluates a batch larger than EVAL_ROWS (and not a multiple of it) piece by piece: the target
-    log-probs and values are those of one pass over every row, in the batch's order."""
+@pytest.mark.parametrize("written_out", [False, True])
+def test_the_no_gradient_pass_in_pieces_gives_the_whole_batch_pass(written_out):
+    """FlatBatch evaluates a batch larger than EVAL_ROWS (and not a multiple of it) piece by piece, through the model
+    or through its written-out forward pass (an MLP's, daskrl/algo/mlp_gradients.py): the target log-probs and values
+    are those of one pass of the model over every row, in the batch's order, and the observations the written-out
+    pass prepared are the model's own."""
     from daskrl.algo.flat_batch import EVAL_ROWS, FlatBatch
+    from daskrl.algo.flat_parameters import FlatParameters
+    from daskrl.algo.mlp_gradients import MlpGradients
 
     model = build_model(_spaces(), Config().model, seed=2)
     T, N = 20, 131  # 2,620 steps: two whole pieces and a part
     assert T * N > 2 * EVAL_ROWS and T * N % EVAL_ROWS
-    obs, actions = torch.randn(T + 1, N, 4), torch.randint(0, 2, (T * N,))
-    layout = FlatBatch(model, obs, actions, torch.zeros(T, N), torch.zeros(T, N, 0), T)
+    obs, actions = torch.randn(T + 1, N, 4) * 3 + 1, torch.randint(0, 2, (T * N,))
+    model.set_obs_stats(np.full(4, 0.5), np.full(4, 2.0), 10.0)
+    by_hand = MlpGradients(model, FlatParameters(model.parameters())) if written_out else None
+    layout = FlatBatch(model, obs, actions, torch.zeros(T, N), torch.zeros(T, N, 0), T, by_hand=by_hand)
     with torch.no_grad():
         lp, _, values = model.evaluate(obs[:-1].reshape(T * N, 4), actions)
+        prepared = model.prepare(obs[:-1].reshape(T * N, 4))[0]
     torch.testing.assert_close(layout.target_lp, lp.reshape(T, N))
     torch.testing.assert_close(layout.values, values.reshape(T, N))
     torch.testing.assert_close(layout.last_value, model.value(obs[-1]).detach())
+    if written_out:
+        torch.testing.assert_close(layout.prepared, prepared)
+    else:
+        assert layout.prepared is None  # autograd's minibatches prepare their own
 
 
 _NO_DYNAMO = """

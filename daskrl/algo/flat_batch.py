@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 if TYPE_CHECKING:
+    from daskrl.algo.mlp_gradients import MlpGradients
     from daskrl.models.actor_critic import ActorCritic
 
 
@@ -50,20 +51,32 @@ class FlatBatch:
     """A feed-forward model's batch: every step is a sample of its own, shuffled one by one."""
 
     def __init__(self, model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
-                 states: torch.Tensor, length: int) -> None:
+                 states: torch.Tensor, length: int, by_hand: MlpGradients | None = None) -> None:
         """The arguments of :class:`~daskrl.algo.recurrent.SequenceBatch`, so the trainer makes either the same way:
         ``obs`` [T + 1, N, ...], ``actions`` [T * N, ...], ``dones`` [T, N]; ``states`` (width 0) and ``length``
-        (sequences) mean nothing without a core."""
+        (sequences) mean nothing without a core. With ``by_hand`` (the model's written-out gradients) the pass runs
+        through its plain forward pass, and the observations it prepared stay for the minibatches (:attr:`prepared`)."""
         T, N = dones.shape
         self.model = model
         self.total = T * N
         self.device = dones.device
+        #: [T * N, D] the observations as the encoders read them, normalized once for the whole step (with
+        #: ``by_hand`` only: autograd's minibatches prepare their own)
+        self.prepared: torch.Tensor | None = None
         with torch.no_grad():
-            flat = obs[:-1].reshape(T * N, *obs.shape[2:])
-            parts = [model.evaluate(o, a) for o, a in zip(flat.split(EVAL_ROWS), actions.split(EVAL_ROWS), strict=True)]
-            self.target_lp = torch.cat([lp for lp, _, _ in parts]).reshape(T, N)
-            self.values = torch.cat([v for _, _, v in parts]).reshape(T, N)
-            self.last_value = model.value(obs[-1])
+            if by_hand is None:
+                flat = obs[:-1].reshape(T * N, *obs.shape[2:])
+                pieces = zip(flat.split(EVAL_ROWS), actions.split(EVAL_ROWS), strict=True)
+                parts = [(lp, v) for lp, _, v in (model.evaluate(o, a) for o, a in pieces)]
+                self.last_value = model.value(obs[-1])
+            else:
+                inputs = by_hand.prepare(obs.reshape((T + 1) * N, *obs.shape[2:]))
+                self.prepared = inputs[:T * N]
+                pieces = zip(self.prepared.split(EVAL_ROWS), actions.split(EVAL_ROWS), strict=True)
+                parts = [by_hand.evaluate(x, a) for x, a in pieces]
+                self.last_value = by_hand.value(inputs[T * N:])
+            self.target_lp = torch.cat([lp for lp, _ in parts]).reshape(T, N)
+            self.values = torch.cat([v for _, v in parts]).reshape(T, N)
 
     def final_values(self, final_obs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

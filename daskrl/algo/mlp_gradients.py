@@ -125,6 +125,21 @@ class MlpGradients:
         values = torch.addmm(self.critic.b, value[-1], self.critic.wt).squeeze(-1)
         return Forward(policy, value, log_policy, probs, entropy, values)
 
+    def evaluate(self, x: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probabilities of ``actions`` [B], values [B]) at prepared observations ``x`` [B, D], keeping no layer's
+        output: the no-gradient pass a training step makes over its whole batch (V-trace's target log-probs)."""
+        policy = _tower_forward(self.towers[0], x)[-1]
+        logits = torch.addmm(self.head.b.unsqueeze(1), self.head.w, policy.t()).numpy()  # [A, B]
+        shifted = logits - logits.max(0)
+        log_probs = shifted[_taken(actions)] - np.log(np.exp(shifted).sum(0))
+        value = _tower_forward(self.towers[-1], x)[-1] if len(self.towers) > 1 else policy
+        return torch.from_numpy(log_probs), torch.addmm(self.critic.b, value, self.critic.wt).squeeze(-1)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """[B] values at prepared observations ``x`` [B, D] (bootstrap values), through the value's tower alone."""
+        value = _tower_forward(self.towers[-1], x)[-1]
+        return torch.addmm(self.critic.b, value, self.critic.wt).squeeze(-1)
+
     @staticmethod
     def log_probs(forward: Forward, actions: torch.Tensor) -> torch.Tensor:
         """[B] log-probabilities of ``actions`` [B]."""

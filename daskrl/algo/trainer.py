@@ -60,7 +60,7 @@ class StepInputs:
     """A batch on the trainer's device, as one training step reads it (flat: ``t * N + n``)."""
 
     layout: BatchLayout  # how the step walks the batch (whole sequences or shuffled steps)
-    obs: torch.Tensor  # [T * N, ...] the observations the actions were taken at
+    obs: torch.Tensor  # [T * N, ...] the observations the actions were taken at (written-out gradients: prepared)
     actions: torch.Tensor  # [T * N, ...]
     rewards: torch.Tensor  # [T, N] shaped (--reward-scale, --reward-clip)
     dones: torch.Tensor  # [T, N] float
@@ -125,8 +125,6 @@ class APPOTrainer(PolicyTrainer):
             "adv": advantages.reshape(-1), "old_v": values.reshape(-1), "targets": targets.reshape(-1),
             "valid": valid, **inputs.layout.fields(),
         }
-        if self.by_hand is not None:  # the minibatches read observations as the encoders do, prepared once
-            flat["obs"] = self.by_hand.prepare(flat["obs"])
         lr = self.learning_rate(env_steps)
         self._set_lr(lr)
         sums, updates, skipped = self._epochs(inputs.layout, flat, on_progress)
@@ -163,13 +161,21 @@ class APPOTrainer(PolicyTrainer):
         self.model.set_obs_stats(self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count)
 
     def _inputs(self, batch: TrajectoryBatch) -> StepInputs:
-        """The batch on the device, and its layout: the current weights' pass over it (see :mod:`flat_batch`)."""
+        """The batch on the device, and its layout: the current weights' pass over it (see :mod:`flat_batch`). With
+        written-out gradients the pass runs through their forward pass, and the observations are the encoders'
+        input, prepared once for the whole step."""
         T, N = batch.rewards.shape
         obs = self._tensor(batch.obs)
         actions = self._tensor(batch.actions).reshape(T * N, *batch.actions.shape[2:])
         dones = self._tensor(batch.dones).float()
-        layout = self.layout(self.model, obs, actions, dones, self._tensor(batch.rnn_states), self.cfg.recurrence or T)
-        return StepInputs(layout=layout, obs=obs[:-1].reshape(T * N, *obs.shape[2:]), actions=actions,
+        states = self._tensor(batch.rnn_states)
+        if self.by_hand is None:
+            layout: BatchLayout = self.layout(self.model, obs, actions, dones, states, self.cfg.recurrence or T)
+            flat_obs = obs[:-1].reshape(T * N, *obs.shape[2:])
+        else:
+            layout = FlatBatch(self.model, obs, actions, dones, states, T, by_hand=self.by_hand)
+            flat_obs = layout.prepared
+        return StepInputs(layout=layout, obs=flat_obs, actions=actions,
                           rewards=self.shape_rewards(self._tensor(batch.rewards)), dones=dones,
                           behaviour=self._tensor(batch.log_probs), mine=self._tensor(batch.valid).reshape(-1))
 
