@@ -292,6 +292,38 @@ def test_the_fused_step_without_torchs_python_is_torchs_fused_step_to_the_bit(op
     assert all(p.grad is None for p in params)
 
 
+@pytest.mark.parametrize("hook", [None, "optimizer", "global"])
+def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
+    """eager_optim.step_unwrapped skips torch's wrapper around ``step`` (a profiler scope, the hooks): the same update
+    to the bit; with a step hook registered, on the optimizer or for every optimizer, the wrapped step runs it."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from daskrl.algo.eager_optim import step_unwrapped
+
+    cfg = Config().learner
+    params, twins = _params_and_twins(1)
+    ours, theirs = make_optimizer(params, cfg, 1e-3), make_optimizer(twins, cfg, 1e-3)
+    calls = []
+    handle = None
+    if hook == "optimizer":
+        handle = ours.register_step_pre_hook(lambda *args: calls.append(1))
+    elif hook == "global":
+        handle = register_optimizer_step_pre_hook(lambda opt, *args: calls.append(1) if opt is ours else None)
+    try:
+        for _ in range(4):
+            grads = [torch.randn_like(p) for p in params]
+            for group, step in ((params, lambda: step_unwrapped(ours)), (twins, theirs.step)):
+                for p, g in zip(group, grads, strict=True):
+                    p.grad = g.clone()
+                step()
+    finally:
+        if handle is not None:
+            handle.remove()
+    assert calls == ([] if hook is None else [1, 1, 1, 1])
+    for a, b in zip(params, twins, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
 def test_clip_grad_norm_is_torchs_to_the_bit(max_norm):
     from daskrl.algo.optimizers import clip_grad_norm

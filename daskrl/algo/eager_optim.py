@@ -186,6 +186,18 @@ class _EagerStep:
         return None
 
 
+def step_unwrapped(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.step()``; for this module's optimizers without the wrapper torch.optim puts around every optimizer
+    class's ``step`` (a profiler scope and the step hooks: 70 us of a CartPole minibatch's 1 ms, against 15 us of
+    fused Adam arithmetic), where no step hook is registered, so that the wrapper would do nothing else."""
+    if not isinstance(optimizer, _EagerStep) or optimizer._optimizer_step_pre_hooks \
+            or optimizer._optimizer_step_post_hooks or _optimizer._global_optimizer_pre_hooks \
+            or _optimizer._global_optimizer_post_hooks:
+        optimizer.step()
+    else:
+        _EagerStep.step(optimizer)  # the class's own method (under no_grad): torch wrapped only its subclasses'
+
+
 class EagerAdam(_EagerStep, torch.optim.Adam):
     """torch's Adam, stepped without its compiler wrapper (see the module docstring)."""
 

@@ -28,7 +28,7 @@ import torch
 from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
 from daskrl.algo.collectives import all_members, update_over_group
-from daskrl.algo.eager_optim import EagerAdam, EagerAdamW
+from daskrl.algo.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch
 from daskrl.algo.flat_parameters import FlatParameters
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
@@ -334,7 +334,7 @@ class APPOTrainer(PolicyTrainer):
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             return None
-        self.optimizer.step()
+        step_unwrapped(self.optimizer)
         return {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
                 "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
                 "grad_norm": norm}
