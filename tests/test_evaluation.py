@@ -28,15 +28,17 @@ def frame_count(path) -> int:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A CartPole run that evaluates every 50k env steps and records a video every 150k, trained past solving (600k
-    steps: a video of the solved policy takes seconds to render and encode, and the next waits for it)."""
+    """A CartPole run that evaluates every 50k env steps and records a video every 150k, trained past solving (1.2M
+    steps, about 9 s here: a video of the solved policy takes seconds to render and encode, the multiples passed
+    meanwhile are skipped, and a second video needs the run to go on after the first; 600k steps, 4.5 s since the
+    learner got faster, left room for one)."""
     pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
     pytest.importorskip("pygame", reason="CartPole renders with pygame (pip install 'gymnasium[classic-control]')")
     from daskrl import train
 
     tmp = tmp_path_factory.mktemp("eval")
     config = Config().replace(env="CartPole-v1", train_dir=str(tmp), experiment="ev", dashboard_address="",
-                              train_for_env_steps=600_000, report_interval=1.0, eval_interval_env_steps=EVERY,
+                              train_for_env_steps=1_200_000, report_interval=1.0, eval_interval_env_steps=EVERY,
                               eval_episodes=3, save_video_every_env_steps=VIDEO_EVERY)
     summary = train(config)
     with open(tmp / "ev" / "metrics.csv", newline="") as f:
@@ -85,7 +87,7 @@ def why_not_evaluated(k: int, logged: list[Logged]) -> str:
     return "passed while an evaluation ran whose result the next one replaced" if replaced else ""
 
 
-@slow("a 600k-step run that evaluates and records (trained)")
+@slow("a 1.2M-step run that evaluates and records (trained)")
 def test_evaluations_are_logged_at_each_multiple_of_the_interval(trained):
     """Counted in the run's own env steps (its CSV), with no bound on how fast the evaluator is next to training: on
     shared cores it may fall behind, and then skips multiples, by design."""
@@ -117,7 +119,7 @@ def test_evaluations_are_logged_at_each_multiple_of_the_interval(trained):
     assert summary["incidents"].get("eval-failed", 0) == 0
 
 
-@slow("a 600k-step run that evaluates and records (trained)")
+@slow("a 1.2M-step run that evaluates and records (trained)")
 def test_tensorboard_places_evaluations_at_their_weights_env_steps(trained):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -129,7 +131,7 @@ def test_tensorboard_places_evaluations_at_their_weights_env_steps(trained):
     assert [round(p.value, 3) for p in points] == [round(r["eval_return_mean"], 3) for r in evals]
 
 
-@slow("a 600k-step run that evaluates and records (trained)")
+@slow("a 1.2M-step run that evaluates and records (trained)")
 def test_videos_while_training_and_the_report_embeds_the_newest(trained, tmp_path):
     from daskrl.monitor.report import latest_video, write_report
 
@@ -148,7 +150,7 @@ def test_videos_while_training_and_the_report_embeds_the_newest(trained, tmp_pat
     assert f"evaluation return {last['eval_return_mean']:.1f} at {last['eval_env_steps']:,.0f} env steps" in page
 
 
-@slow("a 600k-step run (trained), then two videos")
+@slow("a 1.2M-step run (trained), then two videos")
 def test_enjoy_video_has_one_frame_per_step_of_the_episodes(trained, tmp_path, capsys):
     from daskrl.evaluation import enjoy
 
