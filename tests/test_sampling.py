@@ -22,7 +22,7 @@ from daskrl.driver.role_setups import role_setups
 from daskrl.envs import EnvError, probe_env
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runtime import connect_cluster, spawn, spawn_all
-from daskrl.runtime.shm import list_segments, owner_pid
+from daskrl.runtime.shm import SHM_DIR, list_segments, owner_pid
 from daskrl.sampling.episode import episodes_from_event
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
@@ -304,6 +304,23 @@ def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, ho
     assert collected and stats["episodes"] and all(e.length == EPISODE for e in episodes)
     # each episode reported once: every env step lies in a reported episode or in one env's unfinished one
     assert stats["env_steps"] - 4 * (EPISODE - 1) <= len(episodes) * EPISODE <= stats["env_steps"]
+
+
+def test_a_split_takes_the_slot_freed_last_so_slots_never_needed_at_once_stay_unwritten(cluster, hosts):
+    """A rollout worker takes the most recently freed slot: with a consumer that hands each slot back at once, its
+    split cycles through a few of its 16 slots, and the others' shared memory is never allocated (tmpfs allocates a
+    page at its first write). Taking the slots in turn wrote every one of them within the first 16 slots."""
+    measured = {}
+
+    def during(rollout_worker, collector):
+        wait_for_more_slots(collector, 48)  # three times around the 16 slots, had they been taken in turn
+        desc = rollout_worker.call("buffers")["obs"]  # [slots, rollout + 1, envs, 4] float32: 33 KB a slot
+        st = os.stat(os.path.join(SHM_DIR, desc["name"]))
+        measured.update(size=st.st_size, allocated=st.st_blocks * 512)
+
+    run_inline(cluster, hosts, "CartPole-v1", slots=1, num_envs=32, num_splits=1, rollout=64, slots_per_split=16,
+               during=during, max_keep=1)
+    assert measured["allocated"] <= measured["size"] // 2, measured
 
 
 # ---- 2. every step records the policy version it was sampled with ----

@@ -57,7 +57,10 @@ class RolloutWorker(Component):
                                    setup.worker_index, setup.env_failure_limit, setup.info_keys)
         self.agents_per_env = setup.spaces.num_agents  # a multi-agent env's group has a column per agent
         self._create_slots(setup)
-        self.free: deque[int] = deque(range(self.layout.num_slots))
+        #: free slots, the most recently freed taken first (``pop``): slots beyond what sampling and the learner keep
+        #: in use at once are never written, so their shared memory (tmpfs pages, allocated on first write) never
+        #: exists; taken in turn, every slot was written within seconds
+        self.free: deque[int] = deque(range(self.layout.num_slots - 1, -1, -1))
         self.split_slot: list[int | None] = [None] * setup.num_splits
         self.split_t = [0] * setup.num_splits
         self.carry = [np.empty_like(self.obs[0, 0]) for _ in range(setup.num_splits)]  # obs that starts the next slot
@@ -151,7 +154,7 @@ class RolloutWorker(Component):
 
     def on_start(self) -> None:
         for s, group in enumerate(self.groups):
-            slot_index = self.free.popleft()
+            slot_index = self.free.pop()
             with self.timing("env"):
                 group.reset(self.obs[slot_index, 0])
             group.pop_new_episodes()  # the first episodes: their policies were chosen with the map
@@ -232,7 +235,7 @@ class RolloutWorker(Component):
     def _serve_waiting(self) -> None:
         while self.waiting and self.free and not self.draining:
             s = self.waiting.popleft()
-            slot_index = self.free.popleft()
+            slot_index = self.free.pop()
             self.obs[slot_index, 0] = self.carry[s]
             self._begin_slot(s, slot_index)
             self.acting.slot_started(s)
