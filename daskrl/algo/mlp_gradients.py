@@ -113,32 +113,36 @@ class MlpGradients:
         output."""
         policy = _tower_forward(self.towers[0], x)
         value = _tower_forward(self.towers[-1], x) if len(self.towers) > 1 else policy
-        # the head's logits as [A, B], one row per action: numpy's reductions over actions are then whole-row
-        # operations, not a loop over B rows of A entries
-        logits = torch.addmm(self.head.b.unsqueeze(1), self.head.w, policy[-1].t()).numpy()
-        shifted = logits - logits.max(0)
+        shifted = self._shifted_logits(policy[-1])
         exps = np.exp(shifted)
         sums = exps.sum(0)
         log_policy = shifted - np.log(sums)
         probs = exps / sums
         entropy = -(probs * log_policy).sum(0)
-        values = torch.addmm(self.critic.b, value[-1], self.critic.wt).squeeze(-1)
-        return Forward(policy, value, log_policy, probs, entropy, values)
+        return Forward(policy, value, log_policy, probs, entropy, self._values(value[-1]))
 
     def evaluate(self, x: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probabilities of ``actions`` [B], values [B]) at prepared observations ``x`` [B, D], keeping no layer's
         output: the no-gradient pass a training step makes over its whole batch (V-trace's target log-probs)."""
         policy = _tower_forward(self.towers[0], x)[-1]
-        logits = torch.addmm(self.head.b.unsqueeze(1), self.head.w, policy.t()).numpy()  # [A, B]
-        shifted = logits - logits.max(0)
+        shifted = self._shifted_logits(policy)
         log_probs = shifted[_taken(actions)] - np.log(np.exp(shifted).sum(0))
         value = _tower_forward(self.towers[-1], x)[-1] if len(self.towers) > 1 else policy
-        return torch.from_numpy(log_probs), torch.addmm(self.critic.b, value, self.critic.wt).squeeze(-1)
+        return torch.from_numpy(log_probs), self._values(value)
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         """[B] values at prepared observations ``x`` [B, D] (bootstrap values), through the value's tower alone."""
-        value = _tower_forward(self.towers[-1], x)[-1]
-        return torch.addmm(self.critic.b, value, self.critic.wt).squeeze(-1)
+        return self._values(_tower_forward(self.towers[-1], x)[-1])
+
+    def _shifted_logits(self, features: torch.Tensor) -> np.ndarray:
+        """The action head's logits as [A, B], one row per action, less each column's largest (numpy's reductions
+        over actions are then whole-row operations, not a loop over B rows of A entries)."""
+        logits = torch.addmm(self.head.b.unsqueeze(1), self.head.w, features.t()).numpy()
+        return logits - logits.max(0)
+
+    def _values(self, features: torch.Tensor) -> torch.Tensor:
+        """[B] the critic's values of the value tower's output ``features`` [B, H]."""
+        return torch.addmm(self.critic.b, features, self.critic.wt).squeeze(-1)
 
     @staticmethod
     def log_probs(forward: Forward, actions: torch.Tensor) -> torch.Tensor:
