@@ -190,12 +190,19 @@ def step_unwrapped(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.step()``; for this module's optimizers without the wrapper torch.optim puts around every optimizer
     class's ``step`` (a profiler scope and the step hooks: 70 us of a CartPole minibatch's 1 ms, against 15 us of
     fused Adam arithmetic), where no step hook is registered, so that the wrapper would do nothing else."""
-    if not isinstance(optimizer, _EagerStep) or optimizer._optimizer_step_pre_hooks \
-            or optimizer._optimizer_step_post_hooks or _optimizer._global_optimizer_pre_hooks \
-            or _optimizer._global_optimizer_post_hooks:
-        optimizer.step()
-    else:
+    if isinstance(optimizer, _EagerStep) and not _may_have_step_hooks(optimizer):
         _EagerStep.step(optimizer)  # the class's own method (under no_grad): torch wrapped only its subclasses'
+    else:
+        optimizer.step()
+
+
+def _may_have_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether a step hook is registered on ``optimizer`` or for every optimizer (True where torch keeps them
+    elsewhere than this torch does: the wrapped step then runs, hooks and all)."""
+    hooks = [getattr(optimizer, "_optimizer_step_pre_hooks", None), getattr(optimizer, "_optimizer_step_post_hooks", None),
+             getattr(_optimizer, "_global_optimizer_pre_hooks", None),
+             getattr(_optimizer, "_global_optimizer_post_hooks", None)]
+    return any(h is None or len(h) > 0 for h in hooks)
 
 
 class EagerAdam(_EagerStep, torch.optim.Adam):
