@@ -48,13 +48,15 @@ def frame_count(path) -> int:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Race to ten, briefly trained with two self-play snapshots (refreshed every 2 versions, so the checkpoint's
-    are past versions), evaluating every 1,000 env steps and, with the video extra, recording every 3,000."""
+    are past versions), evaluating every 1,000 env steps and, with the video extra, recording every 3,000. 24,000
+    env steps (1-2 s): an evaluation's result reaches the CSV in the next report after it ends, and 8,000 steps took
+    0.5 s with the faster learner, sometimes one report and no evaluation logged."""
     from daskrl import train
 
     tmp = tmp_path_factory.mktemp("ma_play")
     config = Config().replace(env=GAME, train_dir=str(tmp), experiment="race", dashboard_address="", num_workers=1,
                               num_envs_per_worker=8, rollout=16, batch_size=128, self_play_snapshots=2,
-                              self_play_snapshot_every=2, train_for_env_steps=8_000, train_for_seconds=120,
+                              self_play_snapshot_every=2, train_for_env_steps=24_000, train_for_seconds=120,
                               report_interval=0.5, eval_interval_env_steps=1_000, eval_episodes=10,
                               save_video_every_env_steps=3_000 if has_video() else 0)
     summary = train(config)

@@ -282,6 +282,10 @@ def test_inline_slots_chain_across_boundaries_with_exact_bookkeeping(cluster, ho
         for _ in range(2):
             assert "episodes" not in rollout_worker.call("stats")
         collected.extend(rollout_worker.call("collect")["episodes"])
+        # episodes that end after collect() come in stop()'s last word: 4 more slots a split (16 steps an env, more
+        # than 3 episodes) filled after it, counted by the sampler (the collector's count may lag behind it)
+        filled = rollout_worker.call("stats")["slots_filled"]
+        wait_for(lambda: rollout_worker.call("stats")["slots_filled"] >= filled + 8, what="8 more slots filled")
 
     slots, stats = run_inline(cluster, hosts, COUNTING, slots=40, env_kwargs={"episode_length": EPISODE},
                               num_envs=4, num_splits=2, rollout=rollout, slots_per_split=2, during=observe,
