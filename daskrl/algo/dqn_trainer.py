@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
+from daskrl.algo.eager_optim import step_unwrapped
 from daskrl.algo.optimizers import adam
 from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
 
@@ -76,7 +77,7 @@ class DQNTrainer(ReplayTrainer):
         if not bool(torch.isfinite(out.loss) & torch.isfinite(norm)):  # the one sync an update needs
             self.optimizer.zero_grad(set_to_none=True)
             return None
-        self.optimizer.step()
+        step_unwrapped(self.optimizer)
         self.train_steps += 1
         self.samples_trained += len(weights)
         if self.train_steps % self.algo.target_update_interval == 0:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from daskrl.algo.eager_optim import step_unwrapped
 from daskrl.algo.optimizers import adam
 from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
 from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
@@ -105,7 +106,7 @@ class SACTrainer(ReplayTrainer):
         optimizer.zero_grad(set_to_none=True)
         loss.backward(inputs=params)
         norm = grad_norm(params, self.cfg.max_grad_norm)
-        optimizer.step()
+        step_unwrapped(optimizer)
         return norm
 
     # ---- checkpoints ----
