@@ -538,6 +538,22 @@ def test_doom_health_gathering_adds_one_per_health_gain_and_reports_the_game_ret
     assert gains > 0  # the shaping was exercised
 
 
+def test_doom_frames_are_resized_by_nearest_neighbour_as_sample_factorys():
+    """Every pixel of the 128x72 observation is a pixel of the game's 160x120 frame (Sample Factory's resize, the
+    cheap one): area interpolation would blend neighbours into values the frame does not hold there."""
+    pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    env = make_env("doom/basic", seed=3)
+    obs, _ = env.reset()
+    for _ in range(5):
+        obs, *_ = env.step(1)  # move: the view changes
+    frame = env.unwrapped._frame  # the game's last screen
+    env.close()
+    rows = (np.arange(72) * 120) // 72  # the source pixel nearest-neighbour resizing takes for each target pixel
+    cols = (np.arange(128) * 160) // 128
+    assert obs.shape == (72, 128, 3)
+    np.testing.assert_array_equal(obs, frame[rows][:, cols])
+
+
 @slow("a ViZDoom sampling run")
 def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
     """``game_variables``: a Dict of the frame and the scenario's variables (health here), packed into the slots as

@@ -1,9 +1,9 @@
 """VizDoom scenarios as gymnasium envs: ``doom/basic``, ``doom/defend_the_center``, ... (extra ``daskrl[doom]``).
 
 The settings follow what Sample Factory trains its Doom agents with, so returns compare: the game renders
-160x120 RGB frames, resized to 128x72 (HWC uint8, what the CNN encoder takes); every action is held for 4 game
-tics (``frameskip``) and the rewards of those tics are summed, so one env step is 4 frames; buttons are grouped
-into discrete choices per scenario (a ``Discrete`` space for one group, ``MultiDiscrete`` for several: each group is
+160x120 RGB frames, resized to 128x72 by nearest neighbour (HWC uint8, what the CNN encoder takes); every action is
+held for 4 game tics (``frameskip``) and the rewards of those tics are summed, so one env step is 4 frames; buttons are
+grouped into discrete choices per scenario (a ``Discrete`` space for one group, ``MultiDiscrete`` for several: each group is
 "no button" or one of its buttons). Health gathering adds +1 whenever health goes up (the raw game reward is
 reported as ``info['episode_extra_stats']['true_objective']``, so ``info/true_objective`` shows it); battle adds
 small rewards for gaining health and ammunition. Basic and deadly corridor rewards are in the hundreds: their
@@ -192,7 +192,9 @@ class DoomEnv(gym.Env):
     def _observation(self) -> np.ndarray | dict[str, np.ndarray]:
         import cv2
 
-        screen = cv2.resize(self._frame, self.size, interpolation=cv2.INTER_AREA)
+        # nearest neighbour, as Sample Factory's Doom envs: area interpolation cost 0.094 ms a step against 0.009, 40%
+        # of the rollout worker's own time stepping a game (the game's 4 tics: 0.25 ms)
+        screen = cv2.resize(self._frame, self.size, interpolation=cv2.INTER_NEAREST)
         if not self.observe_variables:
             return screen
         values = np.array([self._variables.get(name, 0.0) for name in self._names], np.float32)
