@@ -105,14 +105,16 @@ def _train_in_group(cfg: Config, shares: list[TrajectoryBatch], steps: int, devi
     ("vtrace", {}), ("gae", {}),
     # LAMB's per-tensor trust ratios, the KL penalty, and a learning rate that follows the group's KL every epoch
     ("vtrace", {"optimizer": "lamb", "weight_decay": 0.01, "kl_coef": 0.5, "lr_schedule": "kl_adaptive"}),
-], ids=["vtrace", "gae", "vtrace-lamb-kl"])
+    # each minibatch its own targets: its advantages' moments and the return statistics summed over the group
+    ("vtrace", {"targets_from": "minibatch"}), ("gae", {"targets_from": "minibatch"}),
+], ids=["vtrace", "gae", "vtrace-lamb-kl", "vtrace-minibatch-targets", "gae-minibatch-targets"])
 def test_a_group_update_equals_one_learner_on_the_whole_batch(advantage, tuning):
     """Two members on two halves of a batch apply the update one learner applies on all of it: same weights, same
     observation and return statistics (within float tolerance), with stale samples masked differently per half."""
     cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1, num_epochs=2, max_policy_lag=8,
                            advantage=advantage, learning_rate=3e-3, **tuning)
     batch = _batch()
-    if tuning:  # one half acted as the (near uniform) policy does: alone, its KL would raise the rate, not lower it
+    if "kl_coef" in tuning:  # one half acted as the (near uniform) policy does: alone, its KL would raise the rate
         batch.log_probs[:, :N // 2] = np.log(0.5)
     single = _trainer(cfg)
     for step in range(3):
@@ -131,8 +133,34 @@ def test_a_group_update_equals_one_learner_on_the_whole_batch(advantage, tuning)
     np.testing.assert_allclose(group[1].returns.stats.mean, single.returns.stats.mean, rtol=1e-5)
     assert group[0].samples_trained == single.samples_trained == 3 * T * N
     assert group[0].hyperparams() == group[1].hyperparams() == pytest.approx(single.hyperparams())
-    if tuning:
+    if "kl_coef" in tuning:
         assert single.hyperparams()["learning_rate"] != 3e-3, "the KL-adaptive rate never moved"
+
+
+@pytest.mark.parametrize("advantage", ["vtrace", "gae"])
+def test_targets_from_one_minibatch_of_the_whole_batch_are_the_batch_passes_targets(advantage):
+    """With one minibatch of every trajectory and one epoch, the minibatch's own pass is the pass over the batch (the
+    same weights, the same samples): both ways make the same update, step after step, time-limit bootstraps, stale
+    samples and return statistics included. Several minibatches then train on targets of the weights they train."""
+    cfg = Config().replace(batch_size=T * N, num_batches_per_epoch=1, num_epochs=1, max_policy_lag=8,
+                           advantage=advantage, learning_rate=3e-3)
+    batch = _batch()
+    by_batch, by_minibatch = _trainer(cfg), _trainer(cfg.replace(targets_from="minibatch"))
+    assert by_minibatch.by_hand is None and by_batch.by_hand is not None  # the MLP's written-out path keeps the batch's
+    for step in range(3):
+        expected = by_batch.train(batch, current_version=12 + step)
+        got = by_minibatch.train(batch, current_version=12 + step)
+        assert got["value_target_mean"] == pytest.approx(expected["value_target_mean"], rel=1e-5, abs=1e-6)
+    moved = (_flat_weights(by_batch) - _flat_weights(_trainer(cfg))).abs().max()
+    assert moved > 1e-3, "the update did not change the weights: the comparison would prove nothing"
+    difference = (_flat_weights(by_minibatch) - _flat_weights(by_batch)).abs().max()
+    assert difference < 1e-5 * max(1.0, float(moved)), (difference, moved)
+    np.testing.assert_allclose(by_minibatch.returns.stats.mean, by_batch.returns.stats.mean, rtol=1e-6)
+
+    several = _trainer(cfg.replace(targets_from="minibatch", batch_size=T * N // 4, num_batches_per_epoch=4))
+    metrics = several.train(batch, current_version=12)
+    assert metrics["updates"] == 4 and np.isfinite(metrics["value_target_mean"])
+    assert (_flat_weights(several) - _flat_weights(by_batch)).abs().max() > 1e-4  # not the one-pass update
 
 
 def test_a_group_skips_a_step_together_when_one_member_sees_nan():

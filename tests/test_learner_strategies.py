@@ -12,6 +12,7 @@ from daskrl.algo.collectives import SoloGroup, update_over_group
 from daskrl.algo.normalizers import RunningMeanStd
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trainer import TrajectoryBatch
+from daskrl.algo.trajectory_minibatches import TrajectoryMinibatches, targets_from
 from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.batcher import Batcher, Delivery
@@ -130,3 +131,42 @@ def test_a_learners_role_follows_its_rank_and_a_member_publishes_nothing():
     assert len(leader.digests) == 1
     group = SoloGroup()  # a member without its group waits; a leader trains alone
     assert leader.accepts(0, group) and not member.accepts(0, group) and not member.accepts(1, group)
+
+
+def test_trajectory_minibatches_hold_every_step_of_their_columns_time_major():
+    """``--targets-from minibatch``: a minibatch is whole trajectories (V-trace's recursion runs within it), laid out
+    [T, columns]; every column is in one minibatch an epoch, and columns that fill none wait for the next shuffle."""
+    steps, columns = 4, 7
+    model = build_model(probe_env("CartPole-v1"), ModelConfig(), 0)
+    layout = TrajectoryMinibatches(model, torch.zeros(steps + 1, columns, 4), torch.zeros(steps * columns),
+                                   torch.zeros(steps, columns), torch.zeros(columns, 0), steps)
+    samples = layout.minibatch_samples(9)  # rounded down to whole trajectories: 2 columns
+    assert samples == 2 * steps and layout.minibatch_samples(1) == steps and layout.minibatch_samples(99) == 28
+    order = layout.order(samples)
+    assert order.numel() == 3 * samples  # 3 minibatches of 2 columns; the 7th column waits
+    seen = []
+    for part in order.reshape(3, steps, 2):  # time-major: row t holds step t of each column
+        t, n = part // columns, part % columns
+        assert (t == torch.arange(steps)[:, None]).all() and (n == n[0]).all()
+        seen += n[0].tolist()
+    assert len(set(seen)) == 6
+
+
+@pytest.mark.parametrize(("env", "model_options", "setting", "expected"), [
+    ("atari/Breakout", {}, "auto", "minibatch"),  # an image policy: its forward passes are its step's cost
+    ("CartPole-v1", {}, "auto", "batch"),  # an MLP's pass over the batch is cheap
+    ("atari/Breakout", {"rnn": "gru"}, "auto", "batch"),  # a core takes its sequences' states from that pass
+    ("CartPole-v1", {}, "minibatch", "minibatch"),
+])
+def test_targets_from_auto_is_per_minibatch_for_feed_forward_image_policies(env, model_options, setting, expected):
+    pytest.importorskip("ale_py", reason="ale-py is not installed (pip install 'daskrl[atari]')")
+    model = build_model(probe_env(env), ModelConfig(**model_options), 0)
+    assert targets_from(setting, model) == expected
+
+
+def test_targets_per_minibatch_with_a_recurrent_core_is_refused_in_one_line():
+    model = build_model(probe_env("CartPole-v1"), ModelConfig(rnn="gru", rnn_size=8), 0)
+    with pytest.raises(ValueError, match="needs a feed-forward policy.*use --targets-from batch"):
+        targets_from("minibatch", model)
+    with pytest.raises(ValueError, match="must be one of auto, batch, minibatch"):
+        targets_from("minibatches", model)

@@ -94,3 +94,14 @@ class FlatBatch:
 
     def evaluate(self, part: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.model.evaluate(part["obs"], part["actions"])
+
+
+#: the largest sample of a field gathered in an epoch's order at once, not minibatch by minibatch
+GATHER_AHEAD_BYTES = 1024
+
+
+def gathered_ahead(flat: dict[str, torch.Tensor], order: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The fields of small samples (vectors, scalars) in the epoch's ``order``: one gather each for the epoch, and
+    a minibatch's are views. Larger samples (frames) are gathered minibatch by minibatch: an epoch's frames at once
+    are tens of MB, and the Nature CNN learner trained 6% slower so."""
+    return {k: v[order] for k, v in flat.items() if v[0].nbytes <= GATHER_AHEAD_BYTES}

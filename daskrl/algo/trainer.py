@@ -2,17 +2,20 @@
 
 Per step: update observation statistics, evaluate the current policy on the batch, compute V-trace (or GAE)
 targets with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``,
-then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping. A step whose loss or
+then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping (with targets per minibatch,
+each minibatch computes its own from the pass its loss makes instead). A step whose loss or
 gradients are not finite is skipped and counted, never applied.
 
 What varies is chosen once, not tested per step: the batch's layout (:mod:`daskrl.algo.flat_batch`: shuffled steps
-for a feed-forward model, whole sequences for a recurrent core, :mod:`daskrl.algo.recurrent`), chosen with the
-model; which steps are this policy's (the batch's ``valid`` mask, all True with one policy); and the learners it
-trains with (:mod:`daskrl.algo.collectives`). Every decision and statistic that spans the batch (finite inputs,
-normalizer moments, each minibatch's valid count and advantage moments, the gradients) goes through the group's
-sums: the identity for one learner, and with a data-parallel learner group (:mod:`daskrl.learning.learner_group`),
-where each member trains on its share of the batch, the members apply the update one learner would apply on the
-whole batch. Tensors live on ``device``; a batch reaches it in one pinned copy per array.
+for a feed-forward model, whole sequences for a recurrent core, :mod:`daskrl.algo.recurrent`; whole trajectories
+whose targets each minibatch computes from its own pass, :mod:`daskrl.algo.trajectory_minibatches`), chosen with the
+model and ``--targets-from``; which steps are this policy's (the batch's ``valid`` mask, all True with one policy);
+and the learners it trains with (:mod:`daskrl.algo.collectives`). Every decision and statistic that spans the batch
+(finite inputs, normalizer moments, each minibatch's valid count and advantage moments, the gradients) goes through
+the group's sums: the identity for one learner, and with a data-parallel learner group
+(:mod:`daskrl.learning.learner_group`), where each member trains on its share of the batch, the members apply the
+update one learner would apply on the whole batch. Tensors live on ``device``; a batch reaches it in one pinned copy
+per array.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from daskrl.algo.advantages import gae, vtrace
 from daskrl.algo.appo_loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
 from daskrl.algo.collectives import all_members, update_over_group
 from daskrl.algo.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
-from daskrl.algo.flat_batch import BatchLayout, FlatBatch
+from daskrl.algo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
 from daskrl.algo.flat_parameters import FlatParameters
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
 from daskrl.algo.mlp_gradients import MlpGradients
@@ -39,6 +42,7 @@ from daskrl.algo.policy_lag import lag_percentile
 from daskrl.algo.policy_trainer import PolicyTrainer
 from daskrl.algo.recurrent import SequenceBatch
 from daskrl.algo.trajectory_batch import TrajectoryBatch
+from daskrl.algo.trajectory_minibatches import TrajectoryMinibatches, targets_from
 
 __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "lag_percentile"]
 
@@ -77,15 +81,18 @@ class APPOTrainer(PolicyTrainer):
         """``total_env_steps`` is the run's budget (0: none), the length of a linear learning-rate schedule.
         ``model`` is moved to ``device`` (default: the CPU)."""
         super().__init__(model, cfg, device)
-        #: how a step walks its batch: whole sequences through a recurrent core, shuffled steps otherwise
-        self.layout: type[FlatBatch] | type[SequenceBatch] = SequenceBatch if model.recurrent else FlatBatch
+        #: how a step walks its batch: whole sequences through a recurrent core, shuffled steps otherwise, or whole
+        #: trajectories, each minibatch its own targets (--targets-from)
+        self.layout: type[FlatBatch] | type[SequenceBatch] | type[TrajectoryMinibatches] = (
+            TrajectoryMinibatches if targets_from(cfg.targets_from, model) == "minibatch"
+            else SequenceBatch if model.recurrent else FlatBatch)
         self.total_env_steps = total_env_steps
         self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"])
         #: an MLP actor-critic's minibatch gradients written out, not taken through autograd (None: another model, or
         #: a KL penalty), into one flat buffer: clipping and an Adam step are then one kernel call each
         self.by_hand: MlpGradients | None = None
         self.flat: FlatParameters | None = None
-        if MlpGradients.supports(self.model) and cfg.kl_coef == 0:
+        if MlpGradients.supports(self.model) and cfg.kl_coef == 0 and self.layout is FlatBatch:
             self._flatten_parameters()
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         #: samples trained on by policy lag: lag_counts[k] samples were k versions old (see :func:`lag_percentile`)
@@ -110,21 +117,24 @@ class APPOTrainer(PolicyTrainer):
         self.step_hp = dict(self.hp)
         if self.flat is not None and not self.flat.intact():
             self._flatten_parameters()  # the parameters were given new memory: one buffer again, read from there
-        if not all_members(self.group, _finite_inputs(batch), self.device):
+        if not all_members(self.group, batch.finite(), self.device):
             # Checked before anything is updated: a NaN/inf would otherwise enter the running observation and
             # return statistics and make every later step non-finite (and skipped) too.
             return self._skip_step(batch, current_version, env_steps)
         self._update_obs_stats(batch)
         inputs = self._inputs(batch)
-        values, targets, advantages = self._targets(batch, inputs)
         valid, lag = self._trainable(batch, current_version, inputs.mine)
         self._count_lags(lag)
         lag = lag if lag.numel() else torch.zeros(1, device=self.device)  # no sample of this policy in the batch
-        flat = {
-            "obs": inputs.obs, "actions": inputs.actions, "old_lp": inputs.behaviour.reshape(-1),
-            "adv": advantages.reshape(-1), "old_v": values.reshape(-1), "targets": targets.reshape(-1),
-            "valid": valid, **inputs.layout.fields(),
-        }
+        flat = {"obs": inputs.obs, "actions": inputs.actions, "old_lp": inputs.behaviour.reshape(-1), "valid": valid,
+                **inputs.layout.fields()}
+        step_metrics: dict[str, float] = {}
+        if isinstance(inputs.layout, TrajectoryMinibatches):  # each minibatch computes its targets (_own_targets)
+            flat.update(rewards=inputs.rewards.reshape(-1), dones=inputs.dones.reshape(-1), mine=inputs.mine)
+        else:
+            values, targets, advantages = self._targets(batch, inputs)
+            flat.update(adv=advantages.reshape(-1), old_v=values.reshape(-1), targets=targets.reshape(-1))
+            step_metrics["value_target_mean"] = float(targets.mean())
         lr = self.learning_rate(env_steps)
         self._set_lr(lr)
         sums, updates, skipped = self._epochs(inputs.layout, flat, on_progress)
@@ -135,8 +145,7 @@ class APPOTrainer(PolicyTrainer):
         metrics = {k: v / max(updates, 1) for k, v in sums.items()}
         metrics.update({
             "lr": lr, "updates": updates, "skipped_updates": skipped, "valid_fraction": float(valid.float().mean()),
-            "policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()),
-            "value_target_mean": float(targets.mean()),
+            "policy_lag_mean": float(lag.mean()), "policy_lag_max": float(lag.max()), **step_metrics,
         })
         return metrics
 
@@ -170,8 +179,11 @@ class APPOTrainer(PolicyTrainer):
         dones = self._tensor(batch.dones).float()
         states = self._tensor(batch.rnn_states)
         if self.by_hand is None:
-            layout: BatchLayout = self.layout(self.model, obs, actions, dones, states, self.cfg.recurrence or T)
+            layout: BatchLayout | TrajectoryMinibatches = self.layout(self.model, obs, actions, dones, states,
+                                                                      self.cfg.recurrence or T)
             flat_obs = obs[:-1].reshape(T * N, *obs.shape[2:])
+            if isinstance(layout, TrajectoryMinibatches) and self.cfg.bootstrap_time_limits and batch.final_index.size:
+                layout.end_time_limits_at(self._tensor(batch.final_obs), self._tensor(batch.final_index))
         else:
             layout = FlatBatch(self.model, obs, actions, dones, states, T, by_hand=self.by_hand)
             flat_obs = layout.prepared
@@ -182,26 +194,36 @@ class APPOTrainer(PolicyTrainer):
     def _targets(self, batch: TrajectoryBatch, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(values, value targets, advantages) [T, N]: V-trace (or GAE) from the behaviour log-probs, on raw returns
         when they are normalized; the targets come back normalized, after the return statistics took them."""
-        cfg, layout = self.cfg, inputs.layout
+        layout = inputs.layout
         with torch.no_grad():
             values = layout.values
             next_values, truncated = self._next_values(batch, layout)
-            raw_values, raw_next = values, next_values
-            if self.returns is not None:
-                raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
-            if cfg.advantage == "vtrace":
-                targets, advantages = vtrace(inputs.behaviour, layout.target_lp, inputs.rewards, raw_values, raw_next,
-                                             inputs.dones, self.step_hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c,
-                                             truncated=truncated)
-            else:
-                advantages, targets = gae(inputs.rewards, raw_values, raw_next, inputs.dones, self.step_hp["gamma"],
-                                          cfg.gae_lambda, truncated=truncated)
-            if self.returns is not None:
-                update_over_group(self.returns.stats, targets.reshape(-1)[inputs.mine], self.group, self.device)
-                targets = self.returns.normalize(targets)
-                stats = self.returns.stats
-                self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
+            targets, advantages = self._estimate(inputs.behaviour, layout.target_lp, inputs.rewards, values,
+                                                 next_values, inputs.dones, truncated, inputs.mine)
         return values, targets, advantages
+
+    @torch.no_grad()
+    def _estimate(self, behaviour: torch.Tensor, target_lp: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
+                  next_values: torch.Tensor, dones: torch.Tensor, truncated: torch.Tensor | None, mine: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(value targets, advantages) [T, B] of trajectories: V-trace (or GAE) on raw returns when they are
+        normalized; the targets come back normalized, after the return statistics took this policy's (``mine``)."""
+        cfg = self.cfg
+        raw_values, raw_next = values, next_values
+        if self.returns is not None:
+            raw_values, raw_next = self.returns.denormalize(values), self.returns.denormalize(next_values)
+        if cfg.advantage == "vtrace":
+            targets, advantages = vtrace(behaviour, target_lp, rewards, raw_values, raw_next, dones,
+                                         self.step_hp["gamma"], cfg.vtrace_rho, cfg.vtrace_c, truncated=truncated)
+        else:
+            advantages, targets = gae(rewards, raw_values, raw_next, dones, self.step_hp["gamma"], cfg.gae_lambda,
+                                      truncated=truncated)
+        if self.returns is not None:
+            update_over_group(self.returns.stats, targets.reshape(-1)[mine], self.group, self.device)
+            targets = self.returns.normalize(targets)
+            stats = self.returns.stats
+            self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
+        return targets, advantages
 
     def _next_values(self, batch: TrajectoryBatch, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
         """V(x_{t+1}) per step [T, N], and where a time limit ended the episode (None when nowhere): there
@@ -237,7 +259,7 @@ class APPOTrainer(PolicyTrainer):
     def _epochs(self, layout: BatchLayout, flat: dict[str, torch.Tensor], on_progress: Callable[[], None] | None
                 ) -> tuple[dict[str, float], int, int]:
         """``num_epochs`` passes of minibatch SGD over ``flat``: (summed minibatch metrics, updates, skipped)."""
-        total = flat["adv"].shape[0]
+        total = flat["valid"].shape[0]
         mb = layout.minibatch_samples(min(self.cfg.batch_size // self.group.world, total))  # this member's share
         sums: dict[str, float] = {}
         updates = skipped = 0
@@ -245,7 +267,7 @@ class APPOTrainer(PolicyTrainer):
             order = layout.order(mb)
             starts = range(0, order.shape[0] - mb + 1, mb)
             kl = [0.0, 0.0]  # this member's KL estimates summed over its valid samples, and those samples
-            ahead = _gathered_ahead(flat, order[:len(starts) * mb])
+            ahead = gathered_ahead(flat, order[:len(starts) * mb])
             for start, counts in zip(starts, self._epoch_counts(flat, order, len(starts), mb), strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
@@ -298,9 +320,13 @@ class APPOTrainer(PolicyTrainer):
         advantages are normalized with, over the group's minibatch. One collective for the epoch (its order is known
         before its first minibatch) and one read back: no per-minibatch round trip, with one learner or K."""
         idx = order[:minibatches * mb].reshape(minibatches, mb)
-        valid, adv = flat["valid"][idx], flat["adv"][idx].double()
-        masked = torch.where(valid, adv, torch.zeros_like(adv))
+        valid = flat["valid"][idx]
         local = valid.sum(1).double()
+        if "adv" not in flat:  # targets per minibatch: its advantages' moments come with them (_own_targets)
+            return [MinibatchCounts(int(own), int(n), None)
+                    for own, n in torch.stack([local, self.group.sum_(local.clone())], 1).tolist()]
+        adv = flat["adv"][idx].double()
+        masked = torch.where(valid, adv, torch.zeros_like(adv))
         summed = self.group.sum_(torch.stack([local, masked.sum(1), (masked * masked).sum(1)], 1))
         return [MinibatchCounts(int(own), int(n), self._advantage_moments(n, total, squares))
                 for own, n, total, squares in torch.cat([local[:, None], summed], 1).tolist()]
@@ -316,10 +342,11 @@ class APPOTrainer(PolicyTrainer):
     def _minibatch(self, layout: BatchLayout, mb: dict[str, torch.Tensor], counts: MinibatchCounts
                    ) -> dict[str, float] | None:
         """One SGD update on minibatch ``mb`` (None: skipped, its loss or gradients not finite on some member)."""
-        adv = mb["adv"]
-        if counts.adv_moments is not None:
+        own_targets = "adv" not in mb  # TrajectoryMinibatches: computed from the minibatch's own pass, in _gradients
+        adv = mb.get("adv")
+        if adv is not None and counts.adv_moments is not None:
             adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
-        valid = None if counts.local == adv.shape[0] else mb["valid"]  # None: all valid, plain means in the loss
+        valid = None if counts.local == mb["valid"].shape[0] else mb["valid"]  # None: all valid, plain means in the loss
         # this member's samples' share of the group's mean over valid samples (1 for one learner); the summed
         # gradients are then the gradient of the mean over the whole minibatch
         out = self._gradients(layout, mb, adv, valid, max(counts.local, 1) / counts.group)
@@ -335,16 +362,19 @@ class APPOTrainer(PolicyTrainer):
             self.optimizer.zero_grad(set_to_none=True)
             return None
         step_unwrapped(self.optimizer)
-        return {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
-                "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
-                "grad_norm": norm}
+        metrics = {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
+                   "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
+                   "grad_norm": norm}
+        if own_targets:
+            metrics["value_target_mean"] = float(mb["targets"].mean())
+        return metrics
 
-    def _gradients(self, layout: BatchLayout, mb: dict[str, torch.Tensor], adv: torch.Tensor,
-                   valid: torch.Tensor | None, scale: float) -> LossOutput:
+    def _gradients(self, layout: BatchLayout | TrajectoryMinibatches, mb: dict[str, torch.Tensor],
+                   adv: torch.Tensor | None, valid: torch.Tensor | None, scale: float) -> LossOutput:
         """The minibatch's APPO loss, and ``scale`` times its gradient in every parameter's ``.grad`` when the loss is
         finite (otherwise none, or the last minibatch's, which the caller then drops): written out for an MLP
         actor-critic (:mod:`daskrl.algo.mlp_gradients`, overwriting its gradient buffer), through autograd for any
-        other model."""
+        other model. ``adv`` None: the targets come from this minibatch's own pass (:meth:`_own_targets`)."""
         cfg, hp = self.cfg, self.step_hp
         options = {"clip_ratio": hp["clip_ratio"], "value_clip": cfg.value_clip or math.inf,
                    "entropy_coef": hp["entropy_coef"], "value_coef": cfg.value_coef}
@@ -358,11 +388,28 @@ class APPOTrainer(PolicyTrainer):
             return out
         self.optimizer.zero_grad(set_to_none=True)
         new_lp, entropy, new_v = layout.evaluate(mb)
+        if adv is None:
+            adv = self._own_targets(layout, mb, new_lp, new_v)
         out = appo_loss(new_lp, mb["old_lp"], adv, new_v, mb["old_v"], mb["targets"], entropy, valid,
                         kl_coef=cfg.kl_coef, **options)
         if math.isfinite(out.total_value):
             (out.total * scale).backward()
         return out
+
+    @torch.no_grad()
+    def _own_targets(self, layout: TrajectoryMinibatches, mb: dict[str, torch.Tensor], new_lp: torch.Tensor,
+                     new_v: torch.Tensor) -> torch.Tensor:
+        """A minibatch of whole trajectories: its targets from its own pass (put in ``mb``, see
+        :meth:`TrajectoryMinibatches.own_targets`); returns its advantages, normalized over its valid samples across the
+        group (one small collective a minibatch)."""
+        adv = layout.own_targets(mb, new_lp, new_v, self._estimate)
+        if not self.cfg.normalize_advantages:
+            return adv
+        masked = torch.where(mb["valid"], adv, torch.zeros_like(adv)).double()
+        count = mb["valid"].sum().double()
+        n, total, squares = self.group.sum_(torch.stack([count, masked.sum(), (masked * masked).sum()])).tolist()
+        moments = self._advantage_moments(n, total, squares)
+        return adv if moments is None else (adv - moments[0]) / (moments[1] + 1e-8)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` on the trainer's device: no copy on the CPU, one pinned copy to a GPU."""
@@ -401,19 +448,3 @@ class APPOTrainer(PolicyTrainer):
             self.returns.load_state_dict(state["returns"])
             stats = self.returns.stats
             self.model.set_return_stats(float(stats.mean), float(stats.var), stats.count)
-
-
-#: the largest sample of a field gathered in an epoch's order at once, not minibatch by minibatch
-GATHER_AHEAD_BYTES = 1024
-
-
-def _gathered_ahead(flat: dict[str, torch.Tensor], order: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The fields of small samples (vectors, scalars) in the epoch's ``order``: one gather each for the epoch, and
-    a minibatch's are views. Larger samples (frames) are gathered minibatch by minibatch: an epoch's frames at once
-    are tens of MB, and the Nature CNN learner trained 6% slower so."""
-    return {k: v[order] for k, v in flat.items() if v[0].nbytes <= GATHER_AHEAD_BYTES}
-
-
-def _finite_inputs(batch: TrajectoryBatch) -> bool:
-    arrays = (batch.obs, batch.rewards, batch.log_probs, batch.final_obs, batch.rnn_states)
-    return all(np.isfinite(a).all() for a in arrays)

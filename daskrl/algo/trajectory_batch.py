@@ -48,3 +48,8 @@ class TrajectoryBatch:
     @property
     def num_samples(self) -> int:
         return int(self.rewards.size)
+
+    def finite(self) -> bool:
+        """No NaN or inf in what training reads (checked before any statistic takes it)."""
+        arrays = (self.obs, self.rewards, self.log_probs, self.final_obs, self.rnn_states)
+        return all(np.isfinite(a).all() for a in arrays)

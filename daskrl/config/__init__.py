@@ -10,6 +10,7 @@ from daskrl.config.options import (
     MAX_ENVS_PER_WORKER,
     MAX_ROLLOUT_WORKERS,
     SECTIONS,
+    TARGETS_FROM,
     AlgoConfig,
     EnvConfig,
     LearnerConfig,
@@ -23,5 +24,5 @@ from daskrl.config.options import (
 from daskrl.errors import ConfigError
 
 __all__ = ["AlgoConfig", "DEVICE_PATTERN", "INFERENCE_PRECISIONS", "MAX_ENVS_PER_WORKER", "MAX_ROLLOUT_WORKERS", "SECTIONS",
-           "Config", "ConfigError", "EnvConfig", "LearnerConfig", "ModelConfig", "PolicyConfig", "RunConfig",
-           "SamplerConfig", "Section", "check_field", "flag", "opt"]
+           "TARGETS_FROM", "Config", "ConfigError", "EnvConfig", "LearnerConfig", "ModelConfig", "PolicyConfig",
+           "RunConfig", "SamplerConfig", "Section", "check_field", "flag", "opt"]

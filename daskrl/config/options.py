@@ -27,6 +27,8 @@ def opt(default: Any, help: str, *, low: float | None = None, high: float | None
 
 #: values of ``--inference-precision``; samplers resolve 'auto' on their own host, since a cluster's CPUs may differ
 INFERENCE_PRECISIONS = ("auto", "float32", "bfloat16")
+#: where the APPO learner's value targets come from (daskrl/algo/trajectory_minibatches.py)
+TARGETS_FROM = ("auto", "batch", "minibatch")
 #: what --learner-device and --inference-device accept (daskrl.devices resolves them on the component's worker)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 #: limits of the env seeding scheme (daskrl.envs.registry.env_seed packs worker and env index into one number)
@@ -181,6 +183,13 @@ class LearnerConfig(Section):
     num_batches_per_epoch: int = opt(8, "minibatches per training step (a step trains on batch_size x this many)",
                                      low=1)
     num_epochs: int = opt(1, "passes over each training step's data", low=1)
+    targets_from: str = opt("auto", "where V-trace's (or GAE's) value targets and advantages come from: 'batch', one "
+                                    "pass over the step's whole batch before its minibatches of shuffled steps; "
+                                    "'minibatch', each minibatch's own pass, minibatches of whole trajectories "
+                                    "(Sample Factory's way: one forward pass a sample fewer, targets of the weights "
+                                    "being trained; --value-clip has nothing to clip against). 'auto': minibatch for "
+                                    "feed-forward image policies, whose forward passes are the learner's cost, "
+                                    "batch otherwise", choices=list(TARGETS_FROM))
     recurrence: int = opt(0, "with --rnn: steps of truncated backpropagation through time per sequence, from the "
                              "state stored at the start of each trajectory slot; must divide --rollout, and "
                              "--batch-size must hold whole sequences (0: the slot length, --rollout)", low=0)
