@@ -1,10 +1,10 @@
 """One APPO training step on a batch of trajectories: pure torch, no Dask (the learner component wraps it).
 
-Per step: update observation statistics, evaluate the current policy on the batch, compute V-trace (or GAE)
-targets with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``,
-then ``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping (with targets per minibatch,
-each minibatch computes its own from the pass its loss makes instead). A step whose loss or
-gradients are not finite is skipped and counted, never applied.
+Per step: update observation statistics, evaluate the current policy on the batch, compute V-trace (or GAE) targets
+with the behaviour log-probs recorded at sampling time, mask samples older than ``max_policy_lag``, then
+``num_epochs`` passes of minibatch SGD on the APPO loss with gradient-norm clipping (with targets per minibatch, each
+minibatch computes its own from the pass its loss makes instead). A step whose loss or gradients are not finite is
+skipped and counted, never applied.
 
 What varies is chosen once, not tested per step: the batch's layout (:mod:`daskrl.algo.flat_batch`: shuffled steps
 for a feed-forward model, whole sequences for a recurrent core, :mod:`daskrl.algo.recurrent`; whole trajectories
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from daskrl.algo.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
 from daskrl.algo.flat_parameters import FlatParameters
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
+from daskrl.algo.minibatch_counts import MinibatchCounts, epoch_counts, normalized
 from daskrl.algo.mlp_gradients import MlpGradients
 from daskrl.algo.normalizers import ReturnNormalizer
 from daskrl.algo.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
@@ -49,14 +50,6 @@ __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "l
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
-
-
-class MinibatchCounts(NamedTuple):
-    """What a minibatch's loss needs to know of the whole group's minibatch."""
-
-    local: int  # this member's valid samples in it
-    group: int  # the group's (the same for one learner)
-    adv_moments: tuple[float, float] | None  # (mean, std) its advantages are normalized with; None: not normalized
 
 
 @dataclass
@@ -268,7 +261,8 @@ class APPOTrainer(PolicyTrainer):
             starts = range(0, order.shape[0] - mb + 1, mb)
             kl = [0.0, 0.0]  # this member's KL estimates summed over its valid samples, and those samples
             ahead = gathered_ahead(flat, order[:len(starts) * mb])
-            for start, counts in zip(starts, self._epoch_counts(flat, order, len(starts), mb), strict=True):
+            counted = epoch_counts(flat, order, len(starts), mb, self.group, self.cfg.normalize_advantages)
+            for start, counts in zip(starts, counted, strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
                 part = {k: ahead[k][start:start + mb] if k in ahead else v[order[start:start + mb]]
@@ -313,31 +307,6 @@ class APPOTrainer(PolicyTrainer):
         return {"lr": self.learning_rate(env_steps), "updates": 0, "skipped_updates": skipped,
                 "valid_fraction": float(valid.float().mean()), "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max())}
-
-    def _epoch_counts(self, flat: dict[str, torch.Tensor], order: torch.Tensor, minibatches: int, mb: int
-                      ) -> list[MinibatchCounts]:
-        """Every minibatch of an epoch: its valid samples, this member's and the whole group's, and the moments its
-        advantages are normalized with, over the group's minibatch. One collective for the epoch (its order is known
-        before its first minibatch) and one read back: no per-minibatch round trip, with one learner or K."""
-        idx = order[:minibatches * mb].reshape(minibatches, mb)
-        valid = flat["valid"][idx]
-        local = valid.sum(1).double()
-        if "adv" not in flat:  # targets per minibatch: its advantages' moments come with them (_own_targets)
-            return [MinibatchCounts(int(own), int(n), None)
-                    for own, n in torch.stack([local, self.group.sum_(local.clone())], 1).tolist()]
-        adv = flat["adv"][idx].double()
-        masked = torch.where(valid, adv, torch.zeros_like(adv))
-        summed = self.group.sum_(torch.stack([local, masked.sum(1), (masked * masked).sum(1)], 1))
-        return [MinibatchCounts(int(own), int(n), self._advantage_moments(n, total, squares))
-                for own, n, total, squares in torch.cat([local[:, None], summed], 1).tolist()]
-
-    def _advantage_moments(self, n: float, total: float, squares: float) -> tuple[float, float] | None:
-        """(mean, std) of ``n`` advantages from their sum and sum of squares (std as torch.std: n - 1); None when
-        advantages are not normalized, or too few to normalize."""
-        if not self.cfg.normalize_advantages or n <= 1:
-            return None
-        mean = total / n
-        return mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1))
 
     def _minibatch(self, layout: BatchLayout, mb: dict[str, torch.Tensor], counts: MinibatchCounts
                    ) -> dict[str, float] | None:
@@ -403,13 +372,7 @@ class APPOTrainer(PolicyTrainer):
         :meth:`TrajectoryMinibatches.own_targets`); returns its advantages, normalized over its valid samples across the
         group (one small collective a minibatch)."""
         adv = layout.own_targets(mb, new_lp, new_v, self._estimate)
-        if not self.cfg.normalize_advantages:
-            return adv
-        masked = torch.where(mb["valid"], adv, torch.zeros_like(adv)).double()
-        count = mb["valid"].sum().double()
-        n, total, squares = self.group.sum_(torch.stack([count, masked.sum(), (masked * masked).sum()])).tolist()
-        moments = self._advantage_moments(n, total, squares)
-        return adv if moments is None else (adv - moments[0]) / (moments[1] + 1e-8)
+        return normalized(adv, mb["valid"], self.group, self.cfg.normalize_advantages)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` on the trainer's device: no copy on the CPU, one pinned copy to a GPU."""
