@@ -221,8 +221,11 @@ def test_recurrent_options_are_checked_and_the_numpy_fast_path_takes_the_core():
         Config.from_flat({"rnn": "lstm", "recurrence": 5}).validate()
     with pytest.raises(ConfigError, match="--batch-size 500 does not hold whole sequences"):
         Config.from_flat({"rnn": "gru", "batch_size": 500}).validate()
+    with pytest.raises(ConfigError, match="--targets-from minibatch needs a feed-forward policy"):
+        Config.from_flat({"rnn": "gru", "targets_from": "minibatch"}).validate()
     Config.from_flat({"rnn": "lstm", "recurrence": 8}).validate()
     Config.from_flat({"recurrence": 5}).validate()  # without a core the option is not used
+    Config.from_flat({"targets_from": "minibatch"}).validate()
     setup = PolicySetup(CARTPOLE, ModelConfig(rnn="lstm"), None, 0, True, "float32", "cpu", {}, None, None)
     policy = SamplingPolicy(None, setup)
     assert policy.fast is not None and NumpyPolicy.supports(policy.model)  # the LSTM cell runs in numpy too

@@ -131,10 +131,14 @@ def _combination_problems(config: Config, found: dict[str, str]) -> list[str]:
 
 
 def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:
-    """--recurrence, --rollout and --batch-size must cut every slot into whole sequences and every minibatch too."""
+    """--recurrence, --rollout and --batch-size must cut every slot into whole sequences and every minibatch too; the
+    targets come from the pass over the whole batch."""
     if found or config.model.rnn == "none":
         return []
     rollout, lrn = config.sampler.rollout, config.learner
+    if lrn.targets_from == "minibatch":
+        return ["--targets-from minibatch needs a feed-forward policy: a recurrent core (--rnn) takes the states of its "
+                "sequences from the pass over the whole batch; use --targets-from batch (or auto)"]
     length = lrn.recurrence or rollout
     if rollout % length:
         return [f"--recurrence {length} does not divide --rollout {rollout}: each slot is cut into whole sequences "
