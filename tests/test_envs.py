@@ -538,6 +538,73 @@ def test_doom_health_gathering_adds_one_per_health_gain_and_reports_the_game_ret
     assert gains > 0  # the shaping was exercised
 
 
+def test_doom_games_step_from_a_thread_each_as_they_would_in_turn():
+    """VizDoom releases the GIL while a game computes, so a group steps its games from a thread each: the same
+    observations, rewards and episode ends as stepping them one after the other, from the same seeds and actions."""
+    pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
+    threaded, in_turn = EnvGroup.from_spec("doom/basic", 3, seed=4), EnvGroup.from_spec("doom/basic", 3, seed=4)
+    assert threaded._threads is not None
+    in_turn._threads.shutdown()
+    in_turn._threads = None
+    results = []
+    for group in (threaded, in_turn):
+        obs = np.zeros((3, 72, 128, 3), np.uint8)
+        group.reset(obs)
+        frames, rewards, ends = [], np.zeros(3, np.float32), np.zeros(3, bool)
+        steps = []
+        for t in range(60):
+            group.step(np.array([t % 4, 3, (t // 3) % 4]), obs, rewards, ends, np.zeros(3, bool))
+            frames.append(obs.copy())
+            steps.append((rewards.copy(), ends.copy()))
+        results.append((frames, steps, sorted(group.pop_episode_stats())))
+        group.close()
+    (frames_a, steps_a, episodes_a), (frames_b, steps_b, episodes_b) = results
+    assert episodes_a == episodes_b and episodes_a, "no episode ended: the comparison would miss the resets"
+    for a, b in zip(frames_a, frames_b, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for (ra, ea), (rb, eb) in zip(steps_a, steps_b, strict=True):
+        np.testing.assert_array_equal(ra, rb)
+        np.testing.assert_array_equal(ea, eb)
+
+
+class _RaisingRemoteEnv(gym.Env):
+    """An env that says it steps in another process, and raises at its third step when asked to."""
+
+    daskrl_steps_in_another_process = True
+    observation_space = gym.spaces.Box(0, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, fail: bool) -> None:
+        self.fail, self.steps = fail, 0
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.fail and self.steps == 3:
+            raise RuntimeError("the game went away")
+        return np.ones(2, np.float32), 1.0, False, False, {}
+
+
+def test_an_env_that_raises_in_its_thread_is_one_line_naming_it_or_rebuilt():
+    group = EnvGroup([_RaisingRemoteEnv(False), _RaisingRemoteEnv(True)])
+    assert group._threads is not None
+    outs = (np.zeros((2, 2), np.float32), np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool))
+    group.reset(outs[0])
+    with pytest.raises(EnvStepError, match="env 1 raised in step: RuntimeError: the game went away"):
+        for _ in range(3):
+            group.step(np.zeros(2, np.int64), *outs)
+    group.close()
+    rebuilt = EnvGroup([_RaisingRemoteEnv(False), _RaisingRemoteEnv(True)], rebuild=lambda i: _RaisingRemoteEnv(False),
+                       max_consecutive_failures=2)
+    rebuilt.reset(outs[0])
+    for _ in range(4):
+        rebuilt.step(np.zeros(2, np.int64), *outs)
+    assert [f.env_index for f in rebuilt.pop_failures()] == [1]
+    rebuilt.close()
+
+
 def test_doom_frames_are_resized_by_nearest_neighbour_as_sample_factorys():
     """Every pixel of the 128x72 observation is a pixel of the game's 160x120 frame (Sample Factory's resize, the
     cheap one): area interpolation would blend neighbours into values the frame does not hold there."""

@@ -75,6 +75,9 @@ class DoomEnv(gym.Env):
     """One VizDoom game (see the module docstring)."""
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": GAME_TICS_PER_SECOND // 4}
+    #: the game runs in a process of its own and vizdoom releases the GIL while ``make_action`` waits on it, so a group
+    #: of these steps them from a thread each (daskrl/envs/vector.py's STEPS_IN_ANOTHER_PROCESS)
+    daskrl_steps_in_another_process = True
 
     def __init__(self, scenario: str, frameskip: int = 4, width: int = 128, height: int = 72,
                  cfg: str | None = None, render_mode: str | None = None, game_variables: bool = False) -> None:
