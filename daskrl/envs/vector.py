@@ -6,7 +6,7 @@ most of SyncVectorEnv's per-step cost). Envs auto-reset in the same step they en
 
 Envs whose step waits on a process of their own with the GIL released (VizDoom's games: the class sets
 :data:`STEPS_IN_ANOTHER_PROCESS`) are stepped from a thread each instead, so their games run at once rather than one
-after the other while the rollout worker waits on each: on doom/basic, 2 rollout workers x 16 games trained 5-16%
+after the other while the rollout worker waits on each: on doom/basic, 2 rollout workers x 16 games trained 17-22%
 more env steps a second so (docs/performance.md).
 """
 
