@@ -252,17 +252,28 @@ HYBRID_RUN = {"env": HYBRID, "num_workers": 1, "num_envs_per_worker": 16, "rollo
               "stop_at_return": 0.9 * LENGTH, "train_for_env_steps": 300_000, "train_for_seconds": 180}
 
 
+def assert_most_likely_actions_beat_sampled_ones(experiment_dir: str) -> None:
+    """``enjoy``'s most likely actions (the cue, aimed at the aim's mean) score at least the return the run stopped at
+    with sampled actions, and clearly more than sampled actions from the same checkpoint: the aim's noise costs
+    sampled play about 0.07 a step (0.23-0.37 an episode in twelve tuple runs). A deterministic play that sampled
+    would differ by 0 within about 0.05 over 100 episodes (episodes spread by 0.2-0.4); one that picked or aimed
+    wrong would lose the stop level. (An absolute 0.95 of the best, asserted before, failed about one run in ten: the aim's
+    mean is still settling when the run stops.)"""
+    played = enjoy(experiment_dir, episodes=100, deterministic=True)
+    sampled = enjoy(experiment_dir, episodes=100)
+    assert played["return_mean"] >= 0.9 * LENGTH, played
+    assert played["return_mean"] >= sampled["return_mean"] + 0.15, (played, sampled)
+    assert sampled["return_mean"] >= 0.75 * LENGTH, sampled
+
+
 @slow("trains to the optimum")
 def test_tuple_actions_train_to_the_optimum_and_enjoy_plays_them(cluster, tmp_path):
     """Inline acting (through torch): the run reaches 0.9 of the best return with sampled actions, and ``enjoy``'s
-    most likely actions (the cue, aimed at its position) score 0.95 of it."""
+    most likely actions score more (see assert_most_likely_actions_beat_sampled_ones)."""
     summary = train(run_config(tmp_path, "tuple", base=HYBRID_RUN), client=cluster.client)
     assert "--stop-at-return" in summary["stop_reason"], summary["stop_reason"]
     assert not summary["incidents"], summary["incidents"]
-    played = enjoy(summary["experiment_dir"], episodes=25, deterministic=True)
-    assert played["return_mean"] >= 0.95 * LENGTH, played
-    sampled = enjoy(summary["experiment_dir"], episodes=25)
-    assert sampled["return_mean"] >= 0.75 * LENGTH, sampled
+    assert_most_likely_actions_beat_sampled_ones(summary["experiment_dir"])
 
 
 @slow("trains to the optimum")
@@ -272,4 +283,4 @@ def test_dict_actions_train_to_the_optimum_with_remote_inference(cluster, tmp_pa
                                inference="remote"), client=cluster.client)
     assert "--stop-at-return" in summary["stop_reason"], summary["stop_reason"]
     assert not summary["incidents"], summary["incidents"]
-    assert enjoy(summary["experiment_dir"], episodes=25, deterministic=True)["return_mean"] >= 0.95 * LENGTH
+    assert_most_likely_actions_beat_sampled_ones(summary["experiment_dir"])
