@@ -24,6 +24,9 @@ class BatchLayout(Protocol):
     target_lp: torch.Tensor  # [T, N] the current weights' log-probs of the batch's actions
     values: torch.Tensor  # [T, N] the current weights' values
     last_value: torch.Tensor  # [N] the value of the observation after the last step (the bootstrap)
+    #: False: the trainer computes the value targets and advantages once, from this pass over the whole batch, before
+    #: the first minibatch (:class:`~daskrl.algo.trajectory_minibatches.TrajectoryMinibatches` says True)
+    targets_per_minibatch: bool
 
     def final_values(self, final_obs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Values of time-limit final observations [M, ...], the ones of flat steps ``index`` [M]."""
@@ -49,6 +52,8 @@ EVAL_ROWS = 1024
 
 class FlatBatch:
     """A feed-forward model's batch: every step is a sample of its own, shuffled one by one."""
+
+    targets_per_minibatch = False  # a sample's targets need the steps after it, which its minibatch lacks
 
     def __init__(self, model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
                  states: torch.Tensor, length: int, by_hand: MlpGradients | None = None) -> None:

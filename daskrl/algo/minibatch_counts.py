@@ -27,21 +27,22 @@ class MinibatchCounts(NamedTuple):
 
 
 def epoch_counts(flat: dict[str, torch.Tensor], order: torch.Tensor, minibatches: int, mb: int, group: Collectives,
-                 normalize: bool) -> list[MinibatchCounts]:
+                 moments: bool) -> list[MinibatchCounts]:
     """Every minibatch of an epoch: its valid samples, this member's and the whole group's, and the moments its
     advantages are normalized with, over the group's minibatch. One collective for the epoch (its order is known
-    before its first minibatch) and one read back: no per-minibatch round trip, with one learner or K. Without
-    advantages in ``flat`` (targets per minibatch) no moments: each minibatch sums its own (:func:`normalized`)."""
+    before its first minibatch) and one read back: no per-minibatch round trip, with one learner or K. ``moments``
+    False: advantages not normalized, or not known before the epoch (targets per minibatch: each minibatch sums its
+    own, :func:`normalized`)."""
     idx = order[:minibatches * mb].reshape(minibatches, mb)
     valid = flat["valid"][idx]
     local = valid.sum(1).double()
-    if "adv" not in flat:
+    if not moments:
         return [MinibatchCounts(int(own), int(n), None)
                 for own, n in torch.stack([local, group.sum_(local.clone())], 1).tolist()]
     adv = flat["adv"][idx].double()
     masked = torch.where(valid, adv, torch.zeros_like(adv))
     summed = group.sum_(torch.stack([local, masked.sum(1), (masked * masked).sum(1)], 1))
-    return [MinibatchCounts(int(own), int(n), advantage_moments(n, total, squares, normalize))
+    return [MinibatchCounts(int(own), int(n), advantage_moments(n, total, squares, True))
             for own, n, total, squares in torch.cat([local[:, None], summed], 1).tolist()]
 
 

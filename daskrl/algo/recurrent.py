@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 class SequenceBatch:
     """One training step's sequences (see the module docstring); samples are indexed flat, ``t * N + n``."""
 
+    targets_per_minibatch = False  # the sequences' states come from the pass over the whole batch, as the targets do
+
     def __init__(self, model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
                  states: torch.Tensor, length: int) -> None:
         """``obs`` [T + 1, N, ...], ``actions`` [T * N, ...], ``dones`` [T, N] float (the episode ended after step

@@ -122,7 +122,7 @@ class APPOTrainer(PolicyTrainer):
         flat = {"obs": inputs.obs, "actions": inputs.actions, "old_lp": inputs.behaviour.reshape(-1), "valid": valid,
                 **inputs.layout.fields()}
         step_metrics: dict[str, float] = {}
-        if isinstance(inputs.layout, TrajectoryMinibatches):  # each minibatch computes its targets (_own_targets)
+        if inputs.layout.targets_per_minibatch:  # each minibatch computes its targets from its pass (_own_targets)
             flat.update(rewards=inputs.rewards.reshape(-1), dones=inputs.dones.reshape(-1), mine=inputs.mine)
         else:
             values, targets, advantages = self._targets(batch, inputs)
@@ -249,8 +249,8 @@ class APPOTrainer(PolicyTrainer):
             self.lag_counts = np.pad(self.lag_counts, (0, step.shape[0] - self.lag_counts.shape[0]))
         self.lag_counts[:step.shape[0]] += step
 
-    def _epochs(self, layout: BatchLayout, flat: dict[str, torch.Tensor], on_progress: Callable[[], None] | None
-                ) -> tuple[dict[str, float], int, int]:
+    def _epochs(self, layout: BatchLayout | TrajectoryMinibatches, flat: dict[str, torch.Tensor],
+                on_progress: Callable[[], None] | None) -> tuple[dict[str, float], int, int]:
         """``num_epochs`` passes of minibatch SGD over ``flat``: (summed minibatch metrics, updates, skipped)."""
         total = flat["valid"].shape[0]
         mb = layout.minibatch_samples(min(self.cfg.batch_size // self.group.world, total))  # this member's share
@@ -261,7 +261,8 @@ class APPOTrainer(PolicyTrainer):
             starts = range(0, order.shape[0] - mb + 1, mb)
             kl = [0.0, 0.0]  # this member's KL estimates summed over its valid samples, and those samples
             ahead = gathered_ahead(flat, order[:len(starts) * mb])
-            counted = epoch_counts(flat, order, len(starts), mb, self.group, self.cfg.normalize_advantages)
+            counted = epoch_counts(flat, order, len(starts), mb, self.group,
+                                   self.cfg.normalize_advantages and not layout.targets_per_minibatch)
             for start, counts in zip(starts, counted, strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
@@ -308,11 +309,11 @@ class APPOTrainer(PolicyTrainer):
                 "valid_fraction": float(valid.float().mean()), "policy_lag_mean": float(lag.mean()),
                 "policy_lag_max": float(lag.max())}
 
-    def _minibatch(self, layout: BatchLayout, mb: dict[str, torch.Tensor], counts: MinibatchCounts
+    def _minibatch(self, layout: BatchLayout | TrajectoryMinibatches, mb: dict[str, torch.Tensor], counts: MinibatchCounts
                    ) -> dict[str, float] | None:
         """One SGD update on minibatch ``mb`` (None: skipped, its loss or gradients not finite on some member)."""
-        own_targets = "adv" not in mb  # TrajectoryMinibatches: computed from the minibatch's own pass, in _gradients
-        adv = mb.get("adv")
+        own_targets = layout.targets_per_minibatch  # then computed from the minibatch's own pass, in _gradients
+        adv = None if own_targets else mb["adv"]
         if adv is not None and counts.adv_moments is not None:
             adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
         valid = None if counts.local == mb["valid"].shape[0] else mb["valid"]  # None: all valid, plain means in the loss

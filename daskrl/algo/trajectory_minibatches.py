@@ -46,6 +46,10 @@ def targets_from(setting: str, model: ActorCritic) -> str:
 class TrajectoryMinibatches:
     """A feed-forward model's batch walked as whole trajectories; samples are indexed flat, ``t * N + n``."""
 
+    #: each minibatch computes its value targets and advantages from its own pass (:meth:`own_targets`), where the
+    #: other layouts take them from the trainer's pass over the whole batch
+    targets_per_minibatch = True
+
     def __init__(self, model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
                  states: torch.Tensor, length: int) -> None:
         """The arguments of the other layouts, so the trainer makes any of them the same way: ``obs``
