@@ -60,6 +60,16 @@ def test_a_run_from_the_command_line_counts_from_the_process_launch(monkeypatch)
     assert time.time() - StartupClock().started < 1
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the launch from /proc (Linux)")
+def test_a_process_launch_is_read_to_a_clock_tick():
+    """A child launched now says it started now, to a clock tick (10 ms) and its fork: not up to a second early, as
+    when the boot's time came from /proc/stat's whole-second ``btime``."""
+    code = "from daskrl.driver.startup import process_started_at; print(repr(process_started_at()))"
+    before = time.time()
+    started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert before - 0.02 <= started <= before + 0.25, started - before
+
+
 def test_an_unknown_phase_is_refused():
     with pytest.raises(ValueError, match="unknown start-up phase"):
         StartupClock().mark("coffee")
