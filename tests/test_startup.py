@@ -70,6 +70,22 @@ def test_a_process_launch_is_read_to_a_clock_tick():
     assert before - 0.02 <= started <= before + 0.25, started - before
 
 
+def _collector_state() -> tuple[bool, int]:
+    import gc
+
+    return gc.isenabled(), gc.get_freeze_count()
+
+
+def test_workers_forked_from_the_server_collect_garbage_and_leave_its_imports_frozen(session):
+    """The server pauses the garbage collector for its imports (daskrl/runtime/preload_start.py: 0.15-0.2 s of
+    start-up) and resumes it after freezing them (preload_done.py): a worker that inherited it paused would never
+    free a reference cycle."""
+    states = session.client.run(_collector_state)
+    assert len(states) == 2
+    for enabled, frozen in states.values():
+        assert enabled and frozen > 100_000, states  # torch's, distributed's and daskrl's objects: about 300,000
+
+
 def test_an_unknown_phase_is_refused():
     with pytest.raises(ValueError, match="unknown start-up phase"):
         StartupClock().mark("coffee")
