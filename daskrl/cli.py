@@ -336,8 +336,8 @@ def _print_summary(summary: dict, sampling: bool) -> None:
           f"{summary['experiment_dir']}")
     startup = summary.get("startup") or {}
     if startup.get("first_step_s") is not None:
-        print(f"daskrl: first training step {startup['first_step_s']:.1f} s after launch (components ready at "
-              f"{startup['ready_s']:.1f} s)")
+        print(f"daskrl: first training step {startup['first_step_s']:.2f} s after launch (components ready at "
+              f"{startup['ready_s']:.2f} s)")
     in_bfloat16 = sorted(name for name, p in summary.get("inference_precision", {}).items() if p == "bfloat16")
     if in_bfloat16:  # 'auto' may have chosen it on these hosts: say so, and how to keep float32
         print(f"daskrl: {', '.join(in_bfloat16)} ran the policy's encoder in bfloat16 "
