@@ -112,6 +112,22 @@ def test_dask_keeps_the_forkserver_preload_daskrl_set():
     assert forkserver._forkserver._preload_modules == ["daskrl.runtime.preload_done"]
 
 
+def test_nannies_poll_for_their_workers_start_at_the_interval_daskrl_sets():
+    """The attribute daskrl shortens exists on Dask's WorkerProcess and is what its wait for a started worker sleeps."""
+    import inspect
+
+    from distributed.nanny import WorkerProcess
+
+    assert isinstance(WorkerProcess._init_msg_interval, float)
+    assert "self._init_msg_interval" in inspect.getsource(WorkerProcess._wait_until_connected)
+    before = WorkerProcess._init_msg_interval
+    try:
+        dask_internals.poll_worker_starts_often()
+        assert WorkerProcess._init_msg_interval == dask_internals.NANNY_START_POLL_S
+    finally:
+        WorkerProcess._init_msg_interval = before
+
+
 def test_dashboard_page_routes_and_template(cluster):
     c, client = cluster
 

@@ -41,7 +41,8 @@ def _fast_worker_start(preload_torch: bool):
     """Embedded workers come from the forkserver that imported daskrl and torch once (:mod:`daskrl.runtime.
     worker_server`, started here unless the ``daskrl`` command did first thing): workers start and close much faster
     than with 'spawn' (where each worker imports torch itself: see docs/performance.md), and forked workers share
-    those pages, which lowers the run's summed PSS.
+    those pages, which lowers the run's summed PSS. Their nannies notice a started worker within 5 ms, not Dask's 50
+    (:func:`~daskrl.runtime.dask_internals.poll_worker_starts_often`).
 
     The setting stays for the rest of this (driver) process: a nanny reads it again whenever it restarts a
     killed worker, and a restart from the forkserver does not import torch again."""
@@ -49,6 +50,7 @@ def _fast_worker_start(preload_torch: bool):
         worker_server.start()
         worker_server.use()
         dask_internals.keep_forkserver_preload()
+        dask_internals.poll_worker_starts_often()
         dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     yield
 

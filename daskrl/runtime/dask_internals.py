@@ -81,6 +81,20 @@ def keep_forkserver_preload() -> None:
     distributed.utils._forkserver_preload_set = True
 
 
+#: how often a nanny looks for its new worker's "started" message (Dask polls a multiprocessing queue every 50 ms,
+#: which a run's start waited out for half of that on average): a worker starts in about 0.1 s, so 5 ms polls cost
+#: about 20 wake-ups of the driver per worker start
+NANNY_START_POLL_S = 0.005
+
+
+def poll_worker_starts_often() -> None:
+    """Nannies of this process notice a started worker within :data:`NANNY_START_POLL_S` (``WorkerProcess.
+    _init_msg_interval``)."""
+    import distributed.nanny
+
+    distributed.nanny.WorkerProcess._init_msg_interval = NANNY_START_POLL_S
+
+
 # ---- the scheduler's dashboard ----
 
 
