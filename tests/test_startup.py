@@ -70,20 +70,24 @@ def test_a_process_launch_is_read_to_a_clock_tick():
     assert before - 0.02 <= started <= before + 0.25, started - before
 
 
-def _collector_state() -> tuple[bool, int]:
+def _inherited_state() -> tuple[bool, int, int]:  # the collector, its frozen objects, version-cache hits
     import gc
 
-    return gc.isenabled(), gc.get_freeze_count()
+    from distributed.versions import _version_cached
+
+    return gc.isenabled(), gc.get_freeze_count(), _version_cached.cache_info().hits
 
 
-def test_workers_forked_from_the_server_collect_garbage_and_leave_its_imports_frozen(session):
+def test_workers_forked_from_the_server_collect_garbage_and_inherit_its_imports_frozen_and_caches_filled(session):
     """The server pauses the garbage collector for its imports (daskrl/runtime/preload_start.py: 0.15-0.2 s of
     start-up) and resumes it after freezing them (preload_done.py): a worker that inherited it paused would never
-    free a reference cycle."""
-    states = session.client.run(_collector_state)
+    free a reference cycle. Dask's package versions, which each worker reports as it registers, were cached in the
+    server: the registration found them there (without: 9 misses, no hit)."""
+    states = session.client.run(_inherited_state)
     assert len(states) == 2
-    for enabled, frozen in states.values():
+    for enabled, frozen, versions in states.values():
         assert enabled and frozen > 100_000, states  # torch's, distributed's and daskrl's objects: about 300,000
+        assert versions > 0, states  # hits
 
 
 def test_an_unknown_phase_is_refused():
