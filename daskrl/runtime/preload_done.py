@@ -10,8 +10,10 @@
 
 import gc
 
-from distributed.versions import get_versions
+try:
+    from distributed.versions import get_versions
 
-get_versions()
-gc.freeze()
-gc.enable()
+    get_versions()
+finally:  # whatever happened above (the forkserver skips a preload module that raises ImportError), the collector
+    gc.freeze()  # must run again in the workers: one forked with it paused would never free a reference cycle
+    gc.enable()
