@@ -42,14 +42,14 @@ def epoch_counts(flat: dict[str, torch.Tensor], order: torch.Tensor, minibatches
     adv = flat["adv"][idx].double()
     masked = torch.where(valid, adv, torch.zeros_like(adv))
     summed = group.sum_(torch.stack([local, masked.sum(1), (masked * masked).sum(1)], 1))
-    return [MinibatchCounts(int(own), int(n), advantage_moments(n, total, squares, True))
+    return [MinibatchCounts(int(own), int(n), advantage_moments(n, total, squares))
             for own, n, total, squares in torch.cat([local[:, None], summed], 1).tolist()]
 
 
-def advantage_moments(n: float, total: float, squares: float, normalize: bool) -> tuple[float, float] | None:
-    """(mean, std) of ``n`` advantages from their sum and sum of squares (std as torch.std: n - 1); None when
-    advantages are not normalized, or too few to normalize."""
-    if not normalize or n <= 1:
+def advantage_moments(n: float, total: float, squares: float) -> tuple[float, float] | None:
+    """(mean, std) of ``n`` advantages from their sum and sum of squares (std as torch.std: n - 1); None when too few
+    to normalize."""
+    if n <= 1:
         return None
     mean = total / n
     return mean, math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1))
@@ -61,5 +61,9 @@ def normalized(adv: torch.Tensor, valid: torch.Tensor, group: Collectives, norma
         return adv
     masked = torch.where(valid, adv, torch.zeros_like(adv)).double()
     n, total, squares = group.sum_(torch.stack([valid.sum().double(), masked.sum(), (masked * masked).sum()])).tolist()
-    moments = advantage_moments(n, total, squares, normalize)
+    return normalized_with(adv, advantage_moments(n, total, squares))
+
+
+def normalized_with(adv: torch.Tensor, moments: tuple[float, float] | None) -> torch.Tensor:
+    """``adv`` less its mean, over its std (``moments``: :func:`advantage_moments`; None leaves it as it is)."""
     return adv if moments is None else (adv - moments[0]) / (moments[1] + 1e-8)

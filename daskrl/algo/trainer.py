@@ -35,7 +35,7 @@ from daskrl.algo.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
 from daskrl.algo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
 from daskrl.algo.flat_parameters import FlatParameters
 from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
-from daskrl.algo.minibatch_counts import MinibatchCounts, epoch_counts, normalized
+from daskrl.algo.minibatch_counts import MinibatchCounts, epoch_counts, normalized, normalized_with
 from daskrl.algo.mlp_gradients import MlpGradients
 from daskrl.algo.normalizers import ReturnNormalizer
 from daskrl.algo.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
@@ -313,9 +313,7 @@ class APPOTrainer(PolicyTrainer):
                    ) -> dict[str, float] | None:
         """One SGD update on minibatch ``mb`` (None: skipped, its loss or gradients not finite on some member)."""
         own_targets = layout.targets_per_minibatch  # then computed from the minibatch's own pass, in _gradients
-        adv = None if own_targets else mb["adv"]
-        if adv is not None and counts.adv_moments is not None:
-            adv = (adv - counts.adv_moments[0]) / (counts.adv_moments[1] + 1e-8)
+        adv = None if own_targets else normalized_with(mb["adv"], counts.adv_moments)
         valid = None if counts.local == mb["valid"].shape[0] else mb["valid"]  # None: all valid, plain means in the loss
         # this member's samples' share of the group's mean over valid samples (1 for one learner); the summed
         # gradients are then the gradient of the mean over the whole minibatch

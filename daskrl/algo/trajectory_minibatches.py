@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from daskrl.config import TARGETS_FROM
+from daskrl.config import RECURRENT_MINIBATCH_TARGETS, TARGETS_FROM
 
 if TYPE_CHECKING:
     from daskrl.models.actor_critic import ActorCritic
@@ -35,8 +35,7 @@ def targets_from(setting: str, model: ActorCritic) -> str:
     if setting not in TARGETS_FROM:
         raise ValueError(f"--targets-from must be one of {', '.join(TARGETS_FROM)}, got {setting!r}")
     if setting == "minibatch" and model.recurrent:
-        raise ValueError("--targets-from minibatch needs a feed-forward policy: a recurrent core (--rnn) takes the "
-                         "states of its sequences from the pass over the whole batch; use --targets-from batch")
+        raise ValueError(RECURRENT_MINIBATCH_TARGETS)
     if setting != "auto":
         return setting
     image = model.spaces.is_image and model.encoder_name in ("cnn", "impala")

@@ -9,6 +9,7 @@ from daskrl.config.options import (
     INFERENCE_PRECISIONS,
     MAX_ENVS_PER_WORKER,
     MAX_ROLLOUT_WORKERS,
+    RECURRENT_MINIBATCH_TARGETS,
     SECTIONS,
     TARGETS_FROM,
     AlgoConfig,
@@ -23,6 +24,7 @@ from daskrl.config.options import (
 )
 from daskrl.errors import ConfigError
 
-__all__ = ["AlgoConfig", "DEVICE_PATTERN", "INFERENCE_PRECISIONS", "MAX_ENVS_PER_WORKER", "MAX_ROLLOUT_WORKERS", "SECTIONS",
-           "TARGETS_FROM", "Config", "ConfigError", "EnvConfig", "LearnerConfig", "ModelConfig", "PolicyConfig",
-           "RunConfig", "SamplerConfig", "Section", "check_field", "flag", "opt"]
+__all__ = ["AlgoConfig", "DEVICE_PATTERN", "INFERENCE_PRECISIONS", "MAX_ENVS_PER_WORKER", "MAX_ROLLOUT_WORKERS",
+           "RECURRENT_MINIBATCH_TARGETS", "SECTIONS", "TARGETS_FROM", "Config", "ConfigError", "EnvConfig",
+           "LearnerConfig", "ModelConfig", "PolicyConfig", "RunConfig", "SamplerConfig", "Section", "check_field", "flag",
+           "opt"]

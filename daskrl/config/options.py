@@ -29,6 +29,10 @@ def opt(default: Any, help: str, *, low: float | None = None, high: float | None
 INFERENCE_PRECISIONS = ("auto", "float32", "bfloat16")
 #: where the APPO learner's value targets come from (daskrl/algo/trajectory_minibatches.py)
 TARGETS_FROM = ("auto", "batch", "minibatch")
+#: why --targets-from minibatch and --rnn do not go together (refused when the config is checked, and by the trainer)
+RECURRENT_MINIBATCH_TARGETS = ("--targets-from minibatch needs a feed-forward policy: a recurrent core (--rnn) takes "
+                               "the states of its sequences from the pass over the whole batch; use --targets-from "
+                               "batch (or auto)")
 #: what --learner-device and --inference-device accept (daskrl.devices resolves them on the component's worker)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 #: limits of the env seeding scheme (daskrl.envs.registry.env_seed packs worker and env index into one number)

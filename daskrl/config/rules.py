@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Protocol
 
 from daskrl.config.algo_rules import algo_problems
-from daskrl.config.options import AlgoConfig, EnvConfig, LearnerConfig, ModelConfig, PolicyConfig, RunConfig, SamplerConfig
+from daskrl.config.options import (
+    RECURRENT_MINIBATCH_TARGETS,
+    AlgoConfig,
+    EnvConfig,
+    LearnerConfig,
+    ModelConfig,
+    PolicyConfig,
+    RunConfig,
+    SamplerConfig,
+)
 
 
 class Config(Protocol):
@@ -137,8 +146,7 @@ def _recurrent_problems(config: Config, found: dict[str, str]) -> list[str]:
         return []
     rollout, lrn = config.sampler.rollout, config.learner
     if lrn.targets_from == "minibatch":
-        return ["--targets-from minibatch needs a feed-forward policy: a recurrent core (--rnn) takes the states of its "
-                "sequences from the pass over the whole batch; use --targets-from batch (or auto)"]
+        return [RECURRENT_MINIBATCH_TARGETS]
     length = lrn.recurrence or rollout
     if rollout % length:
         return [f"--recurrence {length} does not divide --rollout {rollout}: each slot is cut into whole sequences "
