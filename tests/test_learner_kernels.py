@@ -374,20 +374,43 @@ def test_the_loss_without_a_mask_is_the_loss_with_an_all_true_mask():
 
 
 @pytest.mark.parametrize("autocast", [False, True])
-def test_frames_enter_the_first_convolution_in_its_dtype_channels_last_as_the_float32_scale_gave(autocast):
-    """daskrl/models/frames.py: one conversion straight to the dtype the convolution computes in, in the frames'
-    own memory order, with the values the old float32 scale (then autocast's cast) gave, to the bit."""
-    from daskrl.models.frames import scaled_frames
+def test_frames_enter_the_first_convolution_unscaled_in_its_dtype_channels_last(autocast):
+    """daskrl/models/frames.py: one conversion straight to the dtype the convolution computes in, in the frames' own
+    memory order, every pixel value exact (0-255 are integers bfloat16 holds)."""
+    from daskrl.models.frames import frames_as_input
 
     frames = torch.randint(0, 256, (8, 84, 84, 4), dtype=torch.uint8)
     weight = torch.zeros(32, 4, 8, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        x = scaled_frames(frames, weight)
-    old = frames.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+        x = frames_as_input(frames, weight)
     assert x.dtype == (torch.bfloat16 if autocast else torch.float32)
-    assert torch.equal(x, old.to(x.dtype)) and x.shape == (8, 4, 84, 84)
+    assert torch.equal(x.float(), frames.permute(0, 3, 1, 2).float()) and x.shape == (8, 4, 84, 84)
     assert x.is_contiguous(memory_format=torch.channels_last)
-    assert scaled_frames(frames, weight.to(torch.bfloat16)).dtype == torch.bfloat16  # a sampler's bfloat16 weights
+    assert frames_as_input(frames, weight.to(torch.bfloat16)).dtype == torch.bfloat16  # a sampler's bfloat16 weights
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_the_first_convolution_folds_the_pixel_scale_into_its_weights(precision):
+    """FrameConv on uint8 frames gives what a Conv2d with the same parameters gives on the frames scaled to [0, 1],
+    and the gradient of its weights is the same: the scale moved from the pixels into the weights, nothing else. In
+    bfloat16 (a learner's autocast) the two round differently, within bfloat16's precision."""
+    from torch import nn
+
+    from daskrl.models.frames import FrameConv
+
+    torch.manual_seed(0)
+    folded, plain = FrameConv(4, 32, 8, stride=4), nn.Conv2d(4, 32, 8, stride=4)
+    plain.load_state_dict(folded.state_dict())  # the same parameter names: checkpoints load either way
+    frames = torch.randint(0, 256, (16, 84, 84, 4), dtype=torch.uint8)
+    scaled = frames.permute(0, 3, 1, 2).float() / 255.0
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+        ours, theirs = folded(frames), plain(scaled)
+    ours.float().square().sum().backward()
+    theirs.float().square().sum().backward()
+    tol = 1e-5 if precision == "float32" else 2e-2
+    assert ours.dtype == theirs.dtype
+    assert torch.allclose(ours.float(), theirs.float(), rtol=tol, atol=tol)
+    assert torch.allclose(folded.weight.grad, plain.weight.grad, rtol=tol, atol=tol * plain.weight.grad.abs().max())
 
 
 _REFAULTS = """

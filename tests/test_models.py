@@ -255,8 +255,11 @@ def test_cnn_encoder_scales_uint8_frames():
     frames = torch.full((2, 84, 84, 1), 255, dtype=torch.uint8)
     out = enc(frames)
     assert out.shape == (2, 512)
-    # Scaling happens inside: a uint8 255 frame equals a float 1.0 frame fed through the convs directly.
-    direct = enc.fc(enc.conv(torch.ones(2, 1, 84, 84)))
+    # Scaling happens inside: a uint8 255 frame equals a float 1.0 frame fed through plain convolutions with the
+    # same weights (the first one takes the frames themselves and folds the scale into its weights)
+    first = torch.nn.Conv2d(1, 32, 8, stride=4)
+    first.load_state_dict(enc.conv[0].state_dict())
+    direct = enc.fc(enc.conv[1:](first(torch.ones(2, 1, 84, 84))))
     assert torch.allclose(out, direct, atol=1e-5)
 
 

@@ -48,7 +48,7 @@ def test_impala_encoder_shapes(shape, after_stages):
     encoder = make_encoder("impala", _image_spaces(shape))
     assert isinstance(encoder, ImpalaEncoder) and encoder.out_dim == 256
     obs = torch.randint(0, 256, (5, *shape), dtype=torch.uint8)
-    trunk = encoder.stages(obs.permute(0, 3, 1, 2).float() / 255)
+    trunk = encoder.stages(obs)  # the first stage's convolution takes the frames themselves
     assert tuple(trunk.shape) == (5, *after_stages)
     features = encoder(obs)
     assert features.shape == (5, 256) and bool((features >= 0).all())  # the last relu

@@ -15,7 +15,7 @@ from torch import nn
 
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.activations import ACTIVATIONS
-from daskrl.models.frames import scaled_frames
+from daskrl.models.frames import FrameConv
 from daskrl.models.impala import ImpalaEncoder
 from daskrl.models.registry import _ENCODERS, lookup, register_builtin, register_encoder  # noqa: F401  (old home)
 
@@ -67,7 +67,7 @@ class CnnEncoder(nn.Module):
             raise ValueError(f"the Nature CNN needs images of at least {self.MIN_SIZE}x{self.MIN_SIZE} pixels, got "
                              f"{h}x{w}; use --encoder small_cnn (or auto, which picks it for small images)")
         self.conv = nn.Sequential(
-            layer_init(nn.Conv2d(c, 32, 8, stride=4)),
+            layer_init(FrameConv(c, 32, 8, stride=4)),
             nn.ReLU(),
             layer_init(nn.Conv2d(32, 64, 4, stride=2)),
             nn.ReLU(),
@@ -76,7 +76,7 @@ class CnnEncoder(nn.Module):
             nn.Flatten(),
         )
         with torch.no_grad():
-            conv_dim = self.conv(torch.zeros(1, c, h, w)).shape[1]
+            conv_dim = self.conv(torch.zeros(1, h, w, c, dtype=torch.uint8)).shape[1]
         self.fc = nn.Sequential(layer_init(nn.Linear(conv_dim, out_dim)), nn.ReLU())
         self.out_dim = int(out_dim)
 
@@ -85,7 +85,7 @@ class CnnEncoder(nn.Module):
         return cls(spaces.obs_shape, **kwargs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.conv(scaled_frames(obs, self.conv[0].weight)))
+        return self.fc(self.conv(obs))
 
 
 class SmallCnnEncoder(nn.Module):
@@ -103,7 +103,8 @@ class SmallCnnEncoder(nn.Module):
         layers: list[nn.Module] = []
         for out_c in channels:
             stride = 2 if min(h, w) > 8 else 1
-            layers += [layer_init(nn.Conv2d(c, int(out_c), 3, stride=stride, padding=1)), nn.ReLU()]
+            conv = FrameConv if not layers else nn.Conv2d  # the first takes the frames
+            layers += [layer_init(conv(c, int(out_c), 3, stride=stride, padding=1)), nn.ReLU()]
             c, h, w = int(out_c), (h + 1) // stride if stride > 1 else h, (w + 1) // stride if stride > 1 else w
         self.conv = nn.Sequential(*layers, nn.Flatten())
         self.fc = nn.Sequential(layer_init(nn.Linear(c * h * w, out_dim)), nn.ReLU())
@@ -114,7 +115,7 @@ class SmallCnnEncoder(nn.Module):
         return cls(spaces.obs_shape, **kwargs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.conv(scaled_frames(obs, self.conv[0].weight)))
+        return self.fc(self.conv(obs))
 
 
 register_builtin("encoder", mlp=MlpEncoder, cnn=CnnEncoder, small_cnn=SmallCnnEncoder, impala=ImpalaEncoder)

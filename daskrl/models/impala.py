@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional
 
 from daskrl.envs.spaces import EnvSpaces
-from daskrl.models.frames import scaled_frames
+from daskrl.models.frames import FrameConv
 
 
 class ResidualBlock(nn.Module):
@@ -37,11 +37,11 @@ class ResidualBlock(nn.Module):
 
 class ImpalaStage(nn.Module):
     """conv 3x3 to ``out_channels`` -> max-pool 3x3 stride 2 (padding 1: the size halves, rounding up) -> two
-    residual blocks."""
+    residual blocks. The first stage's convolution takes the frames (``frames``: uint8 HWC, see FrameConv)."""
 
-    def __init__(self, in_channels: int, out_channels: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, frames: bool = False) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.conv = (FrameConv if frames else nn.Conv2d)(in_channels, out_channels, 3, padding=1)
         self.pool = nn.MaxPool2d(3, stride=2, padding=1)
         self.res0 = ResidualBlock(out_channels)
         self.res1 = ResidualBlock(out_channels)
@@ -62,7 +62,7 @@ class ImpalaEncoder(nn.Module):
         h, w, c = (int(x) for x in obs_shape)
         stages = []
         for out_c in channels:
-            stages.append(ImpalaStage(c, int(out_c)))
+            stages.append(ImpalaStage(c, int(out_c), frames=not stages))
             c, h, w = int(out_c), (h + 1) // 2, (w + 1) // 2
         self.stages = nn.Sequential(*stages)
         self.fc = nn.Linear(c * h * w, int(out_dim))
@@ -74,5 +74,5 @@ class ImpalaEncoder(nn.Module):
         return cls(spaces.obs_shape, **kwargs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.stages(scaled_frames(obs, self.stages[0].conv.weight))
+        x = self.stages(obs)
         return functional.relu(self.fc(functional.relu(x).flatten(1)))
