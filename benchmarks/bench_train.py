@@ -11,7 +11,8 @@ side.
 daskrl: `daskrl train --env CartPole-v1 --stop-at-return 475` with default options, one subprocess per seed,
 timed from launch until it reports the threshold. Stable-Baselines3 PPO (rl-zoo hyperparameters) runs the
 same way when it is installed. Peak memory is the summed PSS of the whole process tree (driver, scheduler,
-forkserver and workers), sampled every 0.2 s. Runs go one after the other, never two at once.
+forkserver and workers), sampled every 0.2 s. Runs go one after the other, never two at once. Both daskrl trees
+have their bytecode written first, as an installed package has (benchmarks/common.py: compile_like_an_install).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import tree_pss_mb  # noqa: E402
+from common import compile_like_an_install, tree_pss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -180,6 +181,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.limit is None:
         args.limit = 60.0 if args.task == "cartpole" else 300.0
+    for checkout in (os.path.join(HERE, ".."), args.baseline):  # timed as installed, with their bytecode
+        if checkout:
+            compile_like_an_install(checkout)
     if args.task == "cartpole":
         systems = {"daskrl": [], **({"daskrl_baseline": []} if args.baseline else {})}
         for s in args.seeds:  # in turn, so a drift of the machine's speed hits both alike
