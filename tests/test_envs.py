@@ -436,6 +436,20 @@ def test_a_family_fills_only_the_options_the_user_did_not_set():
     assert apply_env_defaults(saved) == {}
 
 
+def test_a_sampling_only_run_keeps_every_rollout_worker_the_family_gave_to_the_learner():
+    """The MuJoCo families' single rollout worker leaves a core to the learner; `daskrl sample` has no learner, so
+    it keeps the global worker count (and so measures the sampler's ceiling)."""
+    from daskrl.config import Config
+    from daskrl.config.env_defaults import apply_env_defaults
+
+    training = Config().replace(env="HalfCheetah-v5")
+    assert apply_env_defaults(training)["num_workers"] == 1
+    config = Config().replace(env="HalfCheetah-v5", sampling_only=True)
+    applied = apply_env_defaults(config)
+    assert "num_workers" not in applied and config.sampler.num_workers == Config().sampler.num_workers
+    assert config.learner.batch_size == training.learner.batch_size != Config().learner.batch_size  # the rest applies
+
+
 def test_every_family_sets_valid_options():
     from daskrl.config import Config
     from daskrl.config.env_defaults import FAMILIES
