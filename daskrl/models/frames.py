@@ -24,8 +24,8 @@ def frames_as_input(obs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 class FrameConv(nn.Conv2d):
     """The first convolution of an image encoder: it takes the HWC uint8 frames themselves, and the scaling to [0, 1]
     is folded into its weights (conv(x / 255, w) = conv(x, w / 255)), a few thousand multiplications a call where
-    scaling the frames was one more pass over every pixel: 7 million of them in a 256-frame Doom minibatch, as long
-    as the conversion itself (bench_learner.py, docs/performance.md). Its parameters are a ``Conv2d``'s, under the
+    scaling the frames was one more pass over every pixel: 7 million of them in a 256-frame Doom minibatch, longer
+    than the conversion itself (bench_learner.py, docs/performance.md). Its parameters are a ``Conv2d``'s, under the
     same names, so checkpoints load either way."""
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
