@@ -1,5 +1,6 @@
 """Image observations as a convolution's input: why a module, the CNN encoders (Nature, small, IMPALA) all take
-frames the same way, and how they do decides a fifth of an image learner's step."""
+frames the same way (their first convolution is a FrameConv), and how they do costs an image learner one pass
+over every pixel of a minibatch, or more."""
 
 from __future__ import annotations
 
