@@ -12,6 +12,7 @@ import torch
 from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.models import ActorCritic
+from daskrl.models.frames import FrameConv
 from daskrl.sampling import policy as sampling_policy
 from daskrl.sampling.policy import SamplingPolicy, cpu_has_native_bfloat16, resolve_precision
 from daskrl.setups import PolicySetup
@@ -49,7 +50,9 @@ def test_bfloat16_encoders_stay_close_to_float32_and_write_their_own_log_probs(s
     bf16 = copy.deepcopy(fp32)
     bf16.use_bfloat16_encoders()
     encoders = [bf16.encoder] + ([bf16.value_encoder] if bf16.value_encoder is not None else [])
-    assert all(p.dtype == torch.bfloat16 for e in encoders for p in e.parameters())
+    # every encoder weight in bfloat16 but an image encoder's first convolution's (see the next test)
+    assert all(p.dtype == (torch.float32 if isinstance(m, FrameConv) else torch.bfloat16)
+               for e in encoders for m in e.modules() for p in m.parameters(recurse=False))
     assert all(p.dtype == torch.float32 for p in list(bf16.actor.parameters()) + list(bf16.critic.parameters()))
 
     obs = some_obs(spec)
@@ -72,6 +75,23 @@ def test_bfloat16_encoders_stay_close_to_float32_and_write_their_own_log_probs(s
     np.testing.assert_allclose(values, ref_v.numpy(), rtol=0.05, atol=0.05)
 
 
+def test_a_bfloat16_sampler_and_learner_compute_the_same_first_convolution():
+    """A sampler's first convolution scales its float32 weights before autocast rounds them, as the learner's
+    autocast does: the same bfloat16 weights, so the same outputs to the bit (rounded to bfloat16 first, then scaled
+    and rounded again, about a quarter of the weights were one bfloat16 step off)."""
+    learner = perturbed_model("daskrl/Catch-v0", seed=0)
+    learner.train_encoders_in_bfloat16()
+    sampler = copy.deepcopy(learner)
+    sampler.use_bfloat16_encoders()
+    first = [m for m in sampler.encoder.modules() if isinstance(m, FrameConv)]
+    assert len(first) == 1 and first[0].weight.dtype == torch.float32
+    frames = torch.from_numpy(some_obs("daskrl/Catch-v0", 32))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = first[0](frames)
+        theirs = next(m for m in learner.encoder.modules() if isinstance(m, FrameConv))(frames)
+    assert ours.dtype == torch.bfloat16 and torch.equal(ours, theirs)
+
+
 def test_weights_loaded_into_bfloat16_encoders_are_rounded_in():
     """A sampler loads each float32 parameter version into its bfloat16 model."""
     model = perturbed_model("daskrl/Catch-v0", seed=0)
@@ -80,7 +100,8 @@ def test_weights_loaded_into_bfloat16_encoders_are_rounded_in():
     obs = some_obs("daskrl/Catch-v0", 16)
     before = model.act(obs, deterministic=True)[2]
     model.load_state_dict_numpy(newer.state_dict_numpy())
-    assert all(p.dtype == torch.bfloat16 for p in model.encoder.parameters())
+    assert all(p.dtype == (torch.float32 if isinstance(m, FrameConv) else torch.bfloat16)
+               for m in model.encoder.modules() for p in m.parameters(recurse=False))
     after, expected = model.act(obs, deterministic=True)[2], newer.act(obs, deterministic=True)[2]
     assert np.abs(after - expected).max() < 0.05 < np.abs(before - expected).max()
 

@@ -17,6 +17,7 @@ from daskrl.config import Config, ModelConfig
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.models.encoders import layer_init
+from daskrl.models.frames import FrameConv
 from daskrl.models.heads import Distribution, make_action_head
 from daskrl.models.observations import EncoderInput, observation_adapter, observation_kind
 from daskrl.models.recurrent import make_core
@@ -162,10 +163,17 @@ class ActorCritic(nn.Module):
 
         An image policy's conv stack is nearly all of its cost, and CPUs with native bfloat16 (AVX512-BF16, AMX)
         run it about twice as fast. The heads stay float32, so the log-probs and values written for the learner
-        are exactly those of the policy that acted. Weights loaded afterwards are rounded to bfloat16.
+        are exactly those of the policy that acted. Weights loaded afterwards are rounded to bfloat16, but for an image
+        encoder's first convolution (FrameConv): it stays float32, so autocast rounds its scaled weights (w / 255) once,
+        as a learner's autocast does; rounded to bfloat16 first, then scaled and rounded again, a quarter of them came
+        out one bfloat16 step off the learner's.
         """
         for encoder in self.encoders:
+            first = [(m, {k: v.clone() for k, v in m.state_dict().items()})
+                     for m in encoder.modules() if isinstance(m, FrameConv)]
             encoder.to(torch.bfloat16)
+            for module, weights in first:  # back to float32, unrounded
+                module.float().load_state_dict(weights)
         self.encoder_dtype = self.encoder_autocast = torch.bfloat16
 
     def train_encoders_in_bfloat16(self) -> None:
