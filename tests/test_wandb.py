@@ -6,6 +6,7 @@ a W&B run that cannot start."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 import sys
 import zlib
@@ -15,6 +16,7 @@ import pytest
 
 from daskrl.cli import main
 from daskrl.driver.experiment import open_experiment
+from daskrl.driver.observers import Observer
 from daskrl.monitor.wandb_log import RUN_ID_FILE
 
 from .helpers import SMALL_CARTPOLE, run_config, slow
@@ -79,11 +81,30 @@ def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
 # ---- a logged run ----
 
 
+#: the first run's ceiling: it stops once it has what the tests read (StopOnceEvaluated), in about 3 s here
+CEILING_S = 60.0
+
+
+class StopOnceEvaluated(Observer):
+    """Stops the run once three rows have episode returns and one has an evaluation: a run stopped after a fixed
+    time on a slow, busy machine could stop with its first evaluation still playing (an evaluation in progress at
+    the stop is dropped: its result could go into no row)."""
+
+    def __init__(self) -> None:
+        self.returns = self.evaluations = 0
+
+    def on_report(self, run, row: dict) -> None:
+        self.returns += math.isfinite(row["episode_return_mean"])
+        self.evaluations += math.isfinite(row.get("eval_return_mean", math.nan))
+        if self.returns >= 3 and self.evaluations:
+            run.request_stop("the W&B tests have what they read")
+
+
 @pytest.fixture(scope="module")
 def logged(session, tmp_path_factory):
-    """A tiny CartPole run logged to W&B offline (about ten reports), with evaluations and a video, then the same
-    experiment resumed for a moment (it stops at its first poll). On the module's cluster: no cluster start per
-    run."""
+    """A tiny CartPole run logged to W&B offline (until it has three rows of returns and an evaluation), with a
+    video, then the same experiment resumed for a moment (it stops at its first poll). On the module's cluster: no
+    cluster start per run."""
     pytest.importorskip("wandb", reason="wandb is not installed (pip install 'daskrl[wandb]')")
     pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
     pytest.importorskip("pygame", reason="CartPole renders with pygame (pip install 'gymnasium[classic-control]')")
@@ -92,7 +113,7 @@ def logged(session, tmp_path_factory):
     from daskrl import train
 
     tmp = tmp_path_factory.mktemp("wandb")
-    config = run_config(tmp, "wb", base=SMALL_CARTPOLE, report_interval=0.25, train_for_seconds=2.5,
+    config = run_config(tmp, "wb", base=SMALL_CARTPOLE, report_interval=0.25, train_for_seconds=CEILING_S,
                         train_for_env_steps=0,
                         eval_interval_env_steps=1_000, eval_episodes=2, save_video_every_env_steps=2_000,
                         wandb_project="daskrl-tests", wandb_group="tiny", wandb_job_type="train",
@@ -100,7 +121,7 @@ def logged(session, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "offline")
         try:
-            first = train(config, client=session.client)
+            first = train(config, client=session.client, observers=[StopOnceEvaluated()])
             resumed = train(config.replace(resume=True, train_for_seconds=0.1), client=session.client)
         finally:
             wandb.teardown()  # its service process ends with the runs, not with the test process
@@ -131,7 +152,7 @@ def test_wandb_logs_the_series_tensorboard_gets(logged):
 def test_wandb_holds_the_config_and_the_run_names(logged):
     run, _, _ = logged["runs"][0]
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
-    assert config["env"] == "CartPole-v1" and config["train_for_seconds"] == 2.5 and config["rollout"] == 16
+    assert config["env"] == "CartPole-v1" and config["train_for_seconds"] == CEILING_S and config["rollout"] == 16
     assert config["wandb_project"] == "daskrl-tests" and config["save_video_every_env_steps"] == 2_000
     assert (run.project, run.run_group, run.job_type, list(run.tags), run.display_name) == (
         "daskrl-tests", "tiny", "train", ["offline", "cartpole"], "wb")  # the name: the experiment's, by default
