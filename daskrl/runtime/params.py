@@ -188,6 +188,8 @@ class ParameterReader:
             return None
         if future.key == self._last_key:
             return None
+        if not self._held(future):  # its publisher's worker died (a learner restarting): a later poll sees the
+            return None  # new learner's version, where waiting for this one would stall sampling for the timeout
         try:
             payload = future.result(timeout=30)
         except Exception as exc:  # the publisher's worker is gone (a restarting learner): tried again later
@@ -198,6 +200,21 @@ class ParameterReader:
             return None
         self.component.counters["params_comms_reads"] += 1
         return payload["version"], payload["state"]
+
+    def _held(self, future: Any) -> bool:
+        """Whether some worker still holds the version ``future`` names. Versions are scattered, never computed:
+        once the learner's worker is gone nothing can make its last one again, and ``result()`` would wait out its
+        whole timeout."""
+        try:
+            holders = self._variable.client.who_has([future])
+        except Exception as exc:  # the scheduler did not answer: tried again at the next poll, but told
+            self.component.incidents.note("params-read-failed", exc)
+            return False
+        if holders.get(future.key):
+            return True
+        self._last_key = future.key  # never readable again: not asked about twice
+        self.component.incidents.note("params-version-lost", f"no worker holds {future.key}")
+        return False
 
 
 def read_block(header: np.ndarray, data: np.ndarray, version: int) -> tuple[int, np.ndarray] | None:
