@@ -49,6 +49,42 @@ def test_flags_given_on_the_command_line_win_over_the_atari_family():
     assert apply_env_defaults(plain) == {} and plain.learner.batch_size == Config().learner.batch_size
 
 
+# ---- the gymnasium path: ALE stepped directly, as gymnasium's preprocessing steps it ----
+
+
+@pytest.mark.parametrize("game", ["Breakout", "Pong"])
+def test_ale_frames_play_as_gymnasiums_atari_preprocessing_with_sticky_actions_and_no_ops(game):
+    """The same seed, the same random actions: every observation, reward, end and info of AleFrames (each emulator
+    frame one ``ale.act``) equals gymnasium's AtariPreprocessing over AtariEnv, through game overs and resets, with
+    ALE's sticky actions and the random no-ops on (Breakout loses its 5 lives in about 250 random steps)."""
+    pytest.importorskip("ale_py", reason="ale-py is not installed (pip install 'daskrl[atari]')")
+    import gymnasium as gym
+
+    from daskrl.envs.atari import AleFrames, StackFramesHwc, make_atari
+
+    ours = make_atari(game)
+    theirs = StackFramesHwc(gym.wrappers.AtariPreprocessing(
+        gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.25, max_num_frames_per_episode=108_000),
+        noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, scale_obs=False))
+    assert isinstance(ours.env, AleFrames) and not isinstance(theirs.env, AleFrames)
+    a, b = ours.reset(seed=11), theirs.reset(seed=11)
+    rng, ends, rewarded = np.random.default_rng(0), 0, 0
+    for t in range(600):
+        np.testing.assert_array_equal(a[0], b[0], err_msg=f"observation at step {t}")
+        assert a[1:] == b[1:], (t, a[1:], b[1:])  # (reward, terminated, truncated, info), or a reset's info
+        if len(a) == 5 and (a[2] or a[3]):
+            ends += 1
+            a, b = ours.reset(), theirs.reset()
+            continue
+        action = int(rng.integers(ours.action_space.n))
+        a, b = ours.step(action), theirs.step(action)
+        rewarded += a[1] != 0
+    assert a[0].std() > 1 and rewarded > 0  # real frames, and points scored or lost
+    assert ends >= 1 or game == "Pong", ends
+    ours.close()
+    theirs.close()
+
+
 # ---- --env-backend envpool: the same observations as the gymnasium path ----
 
 #: no randomness in either backend (one no-op after a reset, no sticky actions): the same seed, the same pixels

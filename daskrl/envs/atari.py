@@ -75,6 +75,41 @@ class StackFramesHwc(gym.Wrapper):
         return self._packed.view(np.uint8).reshape(self.observation_space.shape).copy()
 
 
+class AleFrames(gym.wrappers.AtariPreprocessing):
+    """Gymnasium's AtariPreprocessing (grayscale, the max of the last two of ``frame_skip`` frames, resized), its
+    ``step`` taken straight to ALE.
+
+    The parent steps the wrapped ``AtariEnv`` once per emulator frame, and each of those builds an RGB screen
+    (100 KB) and an info dict that the preprocessing throws away, through two wrappers: a quarter of a Breakout
+    step. Here each frame is one ``ale.act``; the screen is read only for the two frames that are pooled, as the
+    parent reads them. The same actions (the env's action set, full strength), rewards, ends, frames and info keys
+    (``tests/test_atari.py`` plays both side by side); ALE draws the sticky actions itself, so the same seed gives
+    the same game. Resets are the parent's (its no-ops draw from the env's generator)."""
+
+    def __init__(self, env: gym.Env, **kwargs: Any) -> None:
+        super().__init__(env, **kwargs)
+        if self.terminal_on_life_loss or not self.grayscale_obs:
+            raise ValueError("AleFrames plays grayscale frames with episodes that end at game over only")
+        self._action_set = list(env.unwrapped._action_set)  # an action index -> ALE's action, as AtariEnv maps it
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        ale, chosen = self.ale, self._action_set[action]
+        reward, terminated, truncated = 0.0, False, False
+        for t in range(self.frame_skip):
+            reward += ale.act(chosen, 1.0)
+            terminated, truncated = ale.game_over(with_truncation=False), ale.game_truncated()
+            if terminated or truncated:
+                break
+            if t == self.frame_skip - 2:
+                ale.getScreenGrayscale(self.obs_buffer[1])
+            elif t == self.frame_skip - 1:
+                ale.getScreenGrayscale(self.obs_buffer[0])
+        self.game_over = terminated
+        info = {"lives": ale.lives(), "episode_frame_number": ale.getEpisodeFrameNumber(),
+                "frame_number": ale.getFrameNumber()}
+        return self._get_obs(), reward, terminated, truncated, info
+
+
 def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noop_max: int = 30,
                screen_size: int = 84, render_mode: str | None = None, **ale_kwargs: Any) -> gym.Env:
     """One preprocessed Atari env (see the module docstring); ``ale_kwargs`` go to ALE's ``gym.make``."""
@@ -87,8 +122,8 @@ def make_atari(game: str, num_frames: int = 4, sticky_actions: float = 0.25, noo
     gym.register_envs(ale_py)
     env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=sticky_actions,
                    max_num_frames_per_episode=108_000, render_mode=render_mode, **ale_kwargs)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=screen_size,
-                                          grayscale_obs=True, scale_obs=False)
+    env = AleFrames(env, noop_max=noop_max, frame_skip=4, screen_size=screen_size, grayscale_obs=True,
+                    scale_obs=False)
     return StackFramesHwc(env, num_frames)
 
 
