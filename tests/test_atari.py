@@ -20,7 +20,7 @@ def test_every_atari_game_gets_the_atari_family_and_it_is_printed():
     assert family is not None and family.name == "Atari" and family_of("atari/Breakout") is family
     assert family_of("Pong-v5") is None  # a gymnasium id without the atari/ wrappers is not this family
     line = describe(Config().replace(env="atari/Breakout"))
-    assert line.startswith("defaults for Atari envs:") and "--batch-size 256" in line and "--num-envs-per-worker 16" in line
+    assert line.startswith("defaults for Atari envs:") and "--batch-size 256" in line and "--num-envs-per-worker" not in line
 
 
 def test_the_atari_family_sizes_a_training_step_the_cpu_learner_keeps_up_with():
@@ -29,8 +29,8 @@ def test_the_atari_family_sizes_a_training_step_the_cpu_learner_keeps_up_with():
     lrn = config.learner
     # 1,024 samples a step in one pass (the global defaults' 4,096 took a CPU learner several seconds a step)
     assert lrn.batch_size * lrn.num_batches_per_epoch * lrn.num_epochs == 1024
-    # 32 envs as 2 rollout workers x 16 (the global worker count); the learner a thread beside them
-    assert config.sampler.num_workers == 2 and config.sampler.num_envs_per_worker == 16 and lrn.learner_threads == 1
+    # the global 2 rollout workers x 32 envs (policy batches of 32: sampling keeps up with the learner), 1 thread
+    assert config.sampler.num_workers == 2 and config.sampler.num_envs_per_worker == 32 and lrn.learner_threads == 1
     assert lrn.reward_clip == 1.0 and lrn.entropy_coef == 0.01 and lrn.clip_ratio == 0.1
     assert applied == family_of("atari/Pong").options
     config.validate()

@@ -45,15 +45,16 @@ _DOOM = {"num_envs_per_worker": 8, "batch_size": 256, "num_batches_per_epoch": 4
          "entropy_coef": 0.01}
 
 #: Atari (daskrl/envs/atari.py: 84x84x4 frames, the Nature CNN). Steps of 1,024 samples (4 minibatches of 256, one
-#: pass; a second pass costs 2.3x per sample) come every second or so, the 32 envs as 2 rollout workers x 16, as
-#: Sample Factory's Atari runs have them. Until the learner grew faster (bench_learner.py: ~960 samples/s on one
-#: thread then, ~4,600 now) one rollout worker fed one learner thread, a core each; now a learner thread trains
-#: faster than one core samples, and a single worker left the learner's core two-thirds idle: Breakout trained
-#: 1,500 env steps/s with 1 x 32, 1,929 with 2 x 16 and 1,985 with 2 x 32 (bench_atari.py --only daskrl --seconds
-#: 120, one run each, at 58904f1; 2 x 16 keeps a step's 1,024 samples from all 32 envs and 110 MB less PSS than
-#: 2 x 32). The rest is the PPO Atari recipe of Sample Factory and CleanRL: learning rate 2.5e-4, clip 0.1, entropy
-#: bonus 0.01, rewards clipped to +-1 for training (logged returns stay the game's score)
-_ATARI = {"num_envs_per_worker": 16, "batch_size": 256, "num_batches_per_epoch": 4, "learning_rate": 2.5e-4,
+#: pass; a second pass costs 2.3x per sample) come every half second or so, from the global 2 rollout workers x 32
+#: envs. Until the learner grew faster (bench_learner.py: ~960 samples/s on one thread then, ~4,000-4,600 now) one
+#: rollout worker fed one learner thread, a core each; then a single worker left the learner's core two-thirds idle
+#: (1,500 env steps/s with 1 x 32, 1,929 with 2 x 16, bench_atari.py --only daskrl --seconds 120 at 58904f1). Once
+#: ALE was stepped directly (AleFrames, 23% faster sampling), the policy's forward pass weighed more in a step, and
+#: batches of 32 beat 16: 2,102 and 2,129 trained env steps/s against 1,960 and 1,926 (the same command, two runs
+#: each in turn, at 1a74e30), for about 70 MB more PSS. The rest is the PPO Atari recipe of Sample Factory and
+#: CleanRL: learning rate 2.5e-4, clip 0.1, entropy bonus 0.01, rewards clipped to +-1 for training (logged returns
+#: stay the game's score)
+_ATARI = {"batch_size": 256, "num_batches_per_epoch": 4, "learning_rate": 2.5e-4,
           "clip_ratio": 0.1, "entropy_coef": 0.01, "reward_clip": 1.0}
 
 FAMILIES: tuple[EnvFamily, ...] = (
