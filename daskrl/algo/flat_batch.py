@@ -108,5 +108,6 @@ GATHER_AHEAD_BYTES = 1024
 def gathered_ahead(flat: dict[str, torch.Tensor], order: torch.Tensor) -> dict[str, torch.Tensor]:
     """The fields of small samples (vectors, scalars) in the epoch's ``order``: one gather each for the epoch, and
     a minibatch's are views. Larger samples (frames) are gathered minibatch by minibatch: an epoch's frames at once
-    are tens of MB, and the Nature CNN learner trained 6% slower so."""
-    return {k: v[order] for k, v in flat.items() if v[0].nbytes <= GATHER_AHEAD_BYTES}
+    are tens of MB, and the Nature CNN learner trained 6% slower so. Gathers are ``index_select``: indexing with a
+    tensor took 7x as long for a minibatch of Atari frames (4.4 against 0.6 ms for 256)."""
+    return {k: v.index_select(0, order) for k, v in flat.items() if v[0].nbytes <= GATHER_AHEAD_BYTES}

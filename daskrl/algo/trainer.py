@@ -266,7 +266,7 @@ class APPOTrainer(PolicyTrainer):
             for start, counts in zip(starts, counted, strict=True):
                 if counts.group == 0:
                     continue  # all too stale: zero gradient, yet an Adam step would still move the weights
-                part = {k: ahead[k][start:start + mb] if k in ahead else v[order[start:start + mb]]
+                part = {k: ahead[k][start:start + mb] if k in ahead else v.index_select(0, order[start:start + mb])
                         for k, v in flat.items()}
                 out = self._minibatch(layout, part, counts)
                 if on_progress is not None:

@@ -50,6 +50,7 @@ class TrajectoryBatch:
         return int(self.rewards.size)
 
     def finite(self) -> bool:
-        """No NaN or inf in what training reads (checked before any statistic takes it)."""
+        """No NaN or inf in what training reads (checked before any statistic takes it). Integer arrays (uint8
+        frames) hold nothing else, and scanning an Atari step's 29 MB of them took 1.5% of its learner's time."""
         arrays = (self.obs, self.rewards, self.log_probs, self.final_obs, self.rnn_states)
-        return all(np.isfinite(a).all() for a in arrays)
+        return all(np.isfinite(a).all() for a in arrays if np.issubdtype(a.dtype, np.inexact))
