@@ -4,15 +4,18 @@ installed Dask. When a Dask upgrade changes one of them, this test names it, ins
 from __future__ import annotations
 
 import asyncio
+import copy
 import sys
 import threading
 import time
 import urllib.request
 
+import dask
 import pytest
 from distributed import Client, LocalCluster, get_worker
 
-from daskrl.runtime import dask_internals
+from daskrl.runtime import connect_cluster, dask_internals
+from daskrl.runtime.cluster import QUIET_HOUSEKEEPING
 
 RECEIVED: list = []  # what the probe stream handler got (workers run in this process)
 
@@ -158,3 +161,33 @@ def test_dashboard_page_routes_and_template(cluster):
     assert urllib.request.urlopen(f"{base}/probe-api", timeout=10).read() == b"hello"
     page = urllib.request.urlopen(f"{base}/probe-page", timeout=10).read().decode()
     assert "bokeh" in page.lower() and "probe-page" in page
+
+
+@pytest.fixture
+def own_dask_config():
+    """The test's changes to Dask's configuration undone after it."""
+    saved = copy.deepcopy(dask.config.config)
+    yield
+    dask.config.config.clear()
+    dask.config.config.update(saved)
+
+
+def _housekeeping(dask_worker) -> tuple:
+    callbacks = dask_worker.periodic_callbacks
+    return (dask_worker._tick_interval, "profile" in callbacks, callbacks["monitor"].callback_time,
+            dask_worker.memory_manager.memory_monitor_interval)
+
+
+def test_an_embedded_cluster_wakes_less_often_for_dasks_housekeeping_and_keeps_a_users_setting(own_dask_config):
+    """Worker processes (forked, with the nanny's configuration) and the scheduler run Dask's timers at
+    cluster.QUIET_HOUSEKEEPING's intervals; a value the user set stays theirs."""
+    for key, (dask_default, _) in QUIET_HOUSEKEEPING.items():
+        dask.config.set({key: dask_default})
+    dask.config.set({"distributed.admin.tick.interval": "50ms"})  # the user's own
+    with connect_cluster(n_workers=1, dashboard_address=None) as s:
+        workers = s.client.run(_housekeeping)
+        scheduler = s.cluster.scheduler
+        scheduler_monitor_ms = scheduler.periodic_callbacks["monitor"].callback_time
+        scheduler_tick = scheduler._tick_interval
+    assert list(workers.values()) == [(0.05, False, 2000.0, 1.0)]
+    assert (scheduler_monitor_ms, scheduler_tick) == (2000.0, 0.05)
