@@ -51,6 +51,7 @@ class TrajectoryBatch:
 
     def finite(self) -> bool:
         """No NaN or inf in what training reads (checked before any statistic takes it). Integer arrays (uint8
-        frames) hold nothing else, and scanning an Atari step's 29 MB of them took 1.5% of its learner's time."""
+        frames) hold nothing else, and scanning an Atari step's 29 MB of them was 5% of a Breakout learner's time
+        (py-spy)."""
         arrays = (self.obs, self.rewards, self.log_probs, self.final_obs, self.rnn_states)
         return all(np.isfinite(a).all() for a in arrays if np.issubdtype(a.dtype, np.inexact))

@@ -245,7 +245,8 @@ def join_parts(parts: list[dict[str, np.ndarray]], state_fields: tuple[str, ...]
 
 def _joined(arrays: list[np.ndarray], axis: int) -> np.ndarray:
     """``arrays`` concatenated along ``axis``; a batch of one slot (Atari's 32 x 32 steps) keeps its part's array,
-    which the read copied out of the slot already: a second copy of its 29 MB of frames cost 2% of the learner."""
+    which the read copied out of the slot already: a second copy of its 29 MB of frames was 1.7% of a Breakout
+    learner's time (py-spy)."""
     if len(arrays) == 1:
         return np.ascontiguousarray(arrays[0])
     return np.concatenate(arrays, axis=axis)

@@ -56,7 +56,7 @@ def _fast_worker_start(preload_torch: bool):
 
 
 #: Dask's housekeeping timers an embedded cluster runs less often: setting -> (Dask's default, daskrl's). Every worker
-#: process and the driver (scheduler, nannies) woke for them about 200 times a second; in a Breakout run on two cores
+#: process and the driver (scheduler, nannies) woke for them about 160 times a second; in a Breakout run on two cores
 #: the worker processes' event loops took 0.116 of a core and the driver 0.076, with these 0.053 and 0.048, and the
 #: components' threads got 5% more of the cores (docs/performance.md). What they trade: Dask's worker profiles (they
 #: sample threads that run tasks, and daskrl's components run in threads of their own, so they were empty), the
