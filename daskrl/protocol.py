@@ -86,7 +86,7 @@ class InferenceRequest(TypedDict):
 
 
 class ActionsReady(TypedDict):
-    """Actions, log-probs and values for split ``s`` at step ``t`` of ``slot`` are written into the slot."""
+    """Actions and log-probs for split ``s`` at step ``t`` of ``slot`` are written into the slot."""
 
     s: int
     slot: int

@@ -50,6 +50,26 @@ def test_log_probs_and_values_match_torch(env, normalize_obs, layout):
     np.testing.assert_allclose(det, t_det, atol=1e-5)
 
 
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("layout", [{}, {"shared_encoder": True}, {"hidden_sizes": []}],
+                         ids=["separate", "shared", "linear"])
+def test_a_policy_without_the_critic_samples_the_same_actions_and_log_probs(env, layout):
+    """Samplers build the policy without the critic (nothing reads their values): from the same random draws it
+    samples what the whole network does, and computes no value."""
+    model = model_for(env, True, **layout)
+    whole = NumpyPolicy.from_model(model, np.random.default_rng(3))
+    actor = NumpyPolicy.from_model(model, np.random.default_rng(3), critic=False)
+    obs = np.random.default_rng(4).normal(size=(64, *model.spaces.obs_shape)).astype(np.float32) * 3
+    for deterministic in (False, True):
+        actions, log_probs, values = actor.act(obs, deterministic)
+        w_actions, w_log_probs, _ = whole.act(obs, deterministic)
+        assert values is None
+        np.testing.assert_allclose(actions, w_actions, atol=1e-6)  # CartPole's: the same integers
+        np.testing.assert_allclose(log_probs, w_log_probs, atol=1e-6)
+    if not layout:  # separate encoders: the value encoder is not computed at all
+        assert sum(layer.width for layer in actor.layers) * 2 == sum(layer.width for layer in whole.layers)
+
+
 def test_sampled_actions_follow_the_policy_probabilities():
     model = model_for("CartPole-v1", True)
     fast = NumpyPolicy.from_model(model, np.random.default_rng(2))

@@ -31,7 +31,7 @@ from daskrl.learning.slot_reader import PolicyColumns
 from daskrl.runtime.handles import spawn
 from daskrl.sampling.episode import Episode, episodes_from_event
 from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
-from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
+from daskrl.testing.sampling import PolicySource, PolicySourceSetup, expected_log_probs, sample_slots
 
 from .helpers import Killer, recovery_of, run_config, slow
 
@@ -170,9 +170,9 @@ def test_agents_of_different_spaces_need_a_mapping_that_gives_each_policy_one_ki
 
 @pytest.mark.parametrize("inference", ["inline", "remote"])
 def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, hosts, inference):
-    """Two parameter sources whose value heads output their version (1 for policy 0, 4 for policy 1): in every
-    slot a rollout worker fills, a column's values and versions name the policy its id says acted; with remote
-    inference each policy's inference worker answers its own queue for its own columns."""
+    """Two parameter sources (other seeds; version 1 for policy 0, 4 for policy 1): in every slot a rollout worker
+    fills, a column's log-probs and versions name the policy its id says acted; with remote inference each policy's
+    inference worker answers its own queue for its own columns."""
     config = Config.from_flat({"env": "CartPole-v1", "num_workers": 1, "num_envs_per_worker": 6, "rollout": 8,
                                "slots_per_split": 2, "num_policies": 2, "inference": inference,
                                "worker_num_splits": 1}).validate()
@@ -193,8 +193,13 @@ def test_each_policy_acts_for_its_own_columns_with_its_own_parameters(cluster, h
     for slot in kept:
         ids = slot["policy_id"][:8]
         assert ids.tolist() == [[0, 1, 0, 1, 0, 1]] * 8  # round_robin: env g is policy g % 2 throughout
-        np.testing.assert_array_equal(slot["values"], np.where(ids == 0, 1.0, 4.0))
         np.testing.assert_array_equal(slot["policy_version"], np.where(ids == 0, 1, 4))
+    ids, obs = (np.concatenate([slot[name][:-1] for slot in kept]) for name in ("policy_id", "obs"))  # steps 0..7
+    actions, log_probs, versions = (np.concatenate([slot[name] for slot in kept])
+                                    for name in ("actions", "log_probs", "policy_version"))
+    for k in range(2):  # each column acted with its own policy's network (seed k) at its version
+        expected = expected_log_probs(spaces, config.model, "float32", 1.0, obs, actions, versions, seed=k)
+        np.testing.assert_allclose(log_probs[ids == k], expected[ids == k], atol=1e-5, rtol=1e-5)
 
 
 # ---- training: apart, logged apart, recovered apart ----

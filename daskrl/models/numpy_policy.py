@@ -44,27 +44,35 @@ class NumpyPolicy:
     The policy and value MLPs run as one network (see ``_FusedLayer``) and the two heads as one matmul: at
     the batch sizes of a rollout worker (16-64 observations) numpy's per-call overhead, not arithmetic, sets
     the cost, so fewer calls means a cheaper step.
+
+    Built with ``critic=False`` it computes the policy alone and its ``values`` are None: samplers do, since the
+    learner computes its own values from the trajectories and nothing reads a sampler's. With separate encoders
+    that skips the value encoder, a quarter of a CartPole step's ``act`` (docs/performance.md). A recurrent
+    model keeps it: its cell reads both encoders' features.
     """
 
-    def __init__(self, plan: dict[str, Any], weights: Weights, rng: np.random.Generator | None = None) -> None:
+    def __init__(self, plan: dict[str, Any], weights: Weights, rng: np.random.Generator | None = None,
+                 critic: bool = True) -> None:
         """``plan``: :func:`~daskrl.models.numpy_plan.numpy_plan` of the model; ``weights``: its state dict as numpy
-        arrays (what the learner publishes)."""
+        arrays (what the learner publishes); ``critic``: whether ``act`` computes the values too."""
         self.plan = plan
         self.rng = rng or np.random.default_rng()
         self.kind = plan["kind"]
         self.action_shape = tuple(plan["action_shape"])
         self.recurrent = plan["core"] is not None
+        self.critic = critic or self.recurrent
         self.load(weights)
 
     @classmethod
-    def from_model(cls, model: ActorCritic, rng: np.random.Generator | None = None) -> NumpyPolicy:
+    def from_model(cls, model: ActorCritic, rng: np.random.Generator | None = None, critic: bool = True
+                   ) -> NumpyPolicy:
         """From a torch model (tests, and samplers that built one): its plan and its current weights."""
         from daskrl.models.numpy_plan import numpy_plan
 
         plan = numpy_plan(model)
         if plan is None:
             raise ValueError("the numpy fast path cannot compute this model (see numpy_plan.supports)")
-        return cls(plan, model.state_dict_numpy(), rng)
+        return cls(plan, model.state_dict_numpy(), rng, critic)
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
@@ -83,16 +91,20 @@ class NumpyPolicy:
             activation = _ACTIVATIONS[spec["activation"]] if spec["activation"] else None
             return get(spec["weight"]).T, get(spec["bias"]), activation
 
-        encoders = plan["encoders"]
+        encoders = plan["encoders"] if self.critic else plan["encoders"][:1]  # the policy's encoder comes first
         per_encoder = [[layer(spec) for spec in specs] for specs in encoders]  # they line up layer by layer
         self.layers = [_FusedLayer(parts, first=k == 0) for k, parts in enumerate(zip(*per_encoder, strict=True))]
-        head_w, value_w = get(plan["head"]["weight"]).T, get(plan["critic"]["weight"]).T
+        head_w, head_b = get(plan["head"]["weight"]).T, get(plan["head"]["bias"])
         self.num_outputs = head_w.shape[1]
-        if len(encoders) == 1 or not self.layers:  # the same features feed both heads
-            self.head_w = np.concatenate([head_w, value_w], axis=1)
-        else:  # policy features feed the action head, value features the value head
-            self.head_w = _block_diagonal([head_w, value_w])
-        self.head_b = np.concatenate([get(plan["head"]["bias"]), get(plan["critic"]["bias"])])
+        if not self.critic:
+            self.head_w, self.head_b = np.ascontiguousarray(head_w), head_b
+        else:
+            value_w = get(plan["critic"]["weight"]).T
+            if len(encoders) == 1 or not self.layers:  # the same features feed both heads
+                self.head_w = np.concatenate([head_w, value_w], axis=1)
+            else:  # policy features feed the action head, value features the value head
+                self.head_w = _block_diagonal([head_w, value_w])
+            self.head_b = np.concatenate([head_b, get(plan["critic"]["bias"])])
         self.cell = _NumpyCell(plan["core"], weights) if self.recurrent else None
         if self.kind == "box":
             log_std = get(plan["log_std"]).reshape(-1)
@@ -109,9 +121,9 @@ class NumpyPolicy:
         self._rows = np.arange(0)
 
     def act(self, obs: np.ndarray, deterministic: bool = False,
-            state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """As :meth:`ActorCritic.act`: a recurrent model reads its states from ``state`` [n, S] and writes the next
-        ones there."""
+            state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """As :meth:`ActorCritic.act` (values None without the critic): a recurrent model reads its states from
+        ``state`` [n, S] and writes the next ones there."""
         n = obs.shape[0]
         x = obs.reshape(n, -1)
         if self.obs_mean is not None:
@@ -129,7 +141,7 @@ class NumpyPolicy:
         out = x @ self.head_w
         out += self.head_b
         k = self.num_outputs
-        values = out[:, k].copy()
+        values = out[:, k].copy() if self.critic else None
         if self.kind == "discrete":
             logits = out[:, :k]
             logits -= logits.max(axis=1, keepdims=True)

@@ -121,12 +121,11 @@ class InlineActing:
         they are); a column nobody plays this step keeps a zero action (ignored)."""
         w, policy, rows = self.worker, self.policies[k], self.rows[k]
         state = w.state_carry.states(slot_index, columns)
-        actions, log_probs, values = policy.act(rows.obs(w.obs[slot_index, t], columns), state)
+        actions, log_probs, _ = policy.act(rows.obs(w.obs[slot_index, t], columns), state)
         w.state_carry.put_back(slot_index, columns, state)  # the next states, where they were gathered from
         at = (slot_index, t, columns)
         rows.write_actions(w.actions, at, actions)
         w.log_probs[at] = log_probs
-        w.values[at] = values
         w.policy_version[at] = policy.version
 
     def slot_started(self, s: int) -> None:

@@ -16,13 +16,14 @@ import numpy as np
 
 from daskrl.setups import EpsilonGreedy
 
-#: what a policy copy's act returns: actions, log-probs, values
-Acted = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: what a policy copy's act returns: actions, log-probs, values (None from the numpy path, which samplers build
+#: without the critic: nothing reads a sampler's values)
+Acted = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 class EpsilonGreedyActing:
     """Wraps a policy copy's act: the greedy action, replaced by a uniformly random one with probability epsilon.
-    The log-probs and values written beside are the greedy policy's (an off-policy learner reads neither)."""
+    The log-probs written beside are the greedy policy's (an off-policy learner does not read them)."""
 
     def __init__(self, act: Callable[..., Acted], setup: EpsilonGreedy, seed: int) -> None:
         self.inner = act

@@ -1,8 +1,8 @@
 """The inference worker: one batched forward pass for whatever requests are waiting.
 
 It consumes the policy's work queue (each :class:`~daskrl.protocol.InferenceRequest` goes to exactly one
-inference worker), reads the observations from the requesters' shared-memory slots, writes actions, log-probs,
-values and its policy version back into those slots, and answers each requester on its ``actions:<worker>``
+inference worker), reads the observations from the requesters' shared-memory slots, writes actions, log-probs
+and its policy version back into those slots, and answers each requester on its ``actions:<worker>``
 queue. New parameter versions are picked up between batches. A recurrent policy's states are read from and
 written back to the requester's slot too (``rnn_live``), so no state is kept here: any inference worker can answer
 any request, and one that is recreated (or added by an elastic run) loses nothing.
@@ -85,7 +85,7 @@ class InferenceWorker(Component):
                                      for v, r in zip(views, batch, strict=True)]) \
                 if self.policy.recurrent else None
         with self.timing("inference"):
-            actions, log_probs, values = self.policy.act(self.rows.narrow(obs), states)
+            actions, log_probs, _ = self.policy.act(self.rows.narrow(obs), states)
         actions = self.rows.widen(actions, views[0]["actions"].shape[-1])  # a narrower Box action: zeros after
         with self.timing("scatter"):
             start = 0
@@ -94,7 +94,6 @@ class InferenceWorker(Component):
                 end = start + (v["obs"].shape[2] if columns is None else len(columns))
                 write_columns(v["actions"], (slot_index, t), columns, actions[start:end])
                 write_columns(v["log_probs"], (slot_index, t), columns, log_probs[start:end])
-                write_columns(v["values"], (slot_index, t), columns, values[start:end])
                 write_columns(v["policy_version"], (slot_index, t), columns, self.policy.version)
                 if states is not None:
                     write_columns(v["rnn_live"], (slot_index,), columns, states[start:end])

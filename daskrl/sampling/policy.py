@@ -49,7 +49,8 @@ class SamplingPolicy:
                 and resolve_precision(setup.inference_precision, setup.spaces) == "float32":
             self.device, self.precision = "cpu", "float32"
             self.version, self.published = self.reader.first()
-            self.fast: NumpyPolicy | None = NumpyPolicy(plan, self.published, np.random.default_rng(setup.seed))
+            self.fast: NumpyPolicy | None = NumpyPolicy(plan, self.published, np.random.default_rng(setup.seed),
+                                                          critic=False)
             self.recurrent = self.fast.recurrent
         else:
             self._build_torch_model(component, setup)
@@ -78,7 +79,7 @@ class SamplingPolicy:
             self.model.use_bfloat16_encoders()
         # float32 MLP policies on the CPU act through the numpy fast path (same function, a fraction of torch's
         # per-op overhead)
-        self.fast = NumpyPolicy.from_model(self.model, np.random.default_rng(setup.seed)) \
+        self.fast = NumpyPolicy.from_model(self.model, np.random.default_rng(setup.seed), critic=False) \
             if setup.numpy_inference and self.precision == "float32" and self.device.type == "cpu" \
             and NumpyPolicy.supports(self.model) else None
 
@@ -115,8 +116,9 @@ class SamplingPolicy:
 
     def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Actions, log-probs and values for ``obs``; a recurrent policy acts from ``state`` [batch, S] and writes
-        the next states there. Samplers call ``self.act`` (this, or this wrapped by an exploration)."""
+        """Actions, log-probs and values for ``obs`` (values None on the numpy path: samplers write none); a recurrent
+        policy acts from ``state`` [batch, S] and writes the next states there. Samplers call ``self.act`` (this, or
+        this wrapped by an exploration)."""
         if self.fast is not None:
             return self.fast.act(obs, deterministic, state=state)
         return self.model.act(obs, deterministic, state=state)

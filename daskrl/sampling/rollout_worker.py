@@ -87,7 +87,7 @@ class RolloutWorker(Component):
         self.arrays = a
         self.obs, self.actions, self.rewards = a["obs"], a["actions"], a["rewards"]
         self.terminated, self.truncated = a["terminated"], a["truncated"]
-        self.log_probs, self.values, self.policy_version = a["log_probs"], a["values"], a["policy_version"]
+        self.log_probs, self.policy_version = a["log_probs"], a["policy_version"]
         self.final_obs, self.final_at = a["final_obs"], a["final_at"]
         self.finals_in_slot = [0] * self.layout.num_slots  # final observations written into each slot
         self.state_carry = state_carry_for(a, setup.num_splits)

@@ -5,7 +5,7 @@ A rollout worker owns ``num_splits * slots_per_split`` slots. A slot holds ``rol
 
     obs         [slots, T + 1, B, *obs_shape]   (step T is the first obs of the next slot: for bootstrapping)
     actions     [slots, T, B, *action_shape]
-    rewards, log_probs, values                   [slots, T, B] float32
+    rewards, log_probs                           [slots, T, B] float32 (no values: the learner computes its own)
     terminated, truncated                        [slots, T, B] uint8 (episode ended after step t)
     policy_version                               [slots, T] int32 (the version that chose the actions at t)
     final_obs   [slots, B, *obs_shape]           the real final observations of episodes a time limit cut in the
@@ -79,7 +79,6 @@ class SlotLayout:
             "terminated": ((n, t, b), "uint8"),
             "truncated": ((n, t, b), "uint8"),
             "log_probs": ((n, t, b), "float32"),
-            "values": ((n, t, b), "float32"),
             "policy_version": ((n, t, b) if self.tagged else (n, t), "int32"),
             "final_obs": ((n, b, *self.obs_shape), obs_dtype),
             "final_at": ((n, b), "int32"),

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
@@ -115,27 +116,54 @@ def sharpen_actor(weights: dict[str, np.ndarray], scale: float) -> dict[str, np.
             for k, v in weights.items()}
 
 
-def source_weights(spaces: EnvSpaces, model: ModelConfig, seed: int, actor_scale: float) -> dict[str, np.ndarray]:
-    """The weights a :class:`PolicySource` publishes (before it sets the value head to the version number)."""
+#: how far each version moves the action head's first output (a logit, or a Gaussian's mean): versions act
+#: differently, so a step's log-prob names the version that acted
+VERSION_SHIFT = 0.25
+
+
+def _head_bias_key(net: nn.Module) -> str | None:
+    """The state-dict key of the action head's output bias (a Discrete head's logits, a Gaussian's mean)."""
+    names = {id(module): name for name, module in net.named_modules()}
+    head = next((getattr(net.actor, a) for a in ("logits", "mean") if isinstance(getattr(net.actor, a, None),
+                                                                               nn.Linear)), None)
+    return None if head is None else f"{names[id(head)]}.bias"
+
+
+def source_weights(spaces: EnvSpaces, model: ModelConfig, seed: int, actor_scale: float, version: int = 0
+                   ) -> dict[str, np.ndarray]:
+    """The weights a :class:`PolicySource` publishes as ``version``: build_model's of ``seed``, the action head
+    sharpened (:func:`sharpen_actor`), its first output moved by ``version * VERSION_SHIFT``."""
     net = build_model(spaces, model, seed)
-    return sharpen_actor(net.state_dict_numpy(), actor_scale)
+    weights = sharpen_actor(net.state_dict_numpy(), actor_scale)
+    key = _head_bias_key(net)
+    if key is not None:
+        weights[key] = weights[key].copy()
+        weights[key][0] += np.float32(version * VERSION_SHIFT)
+    return weights
 
 
 def expected_log_probs(spaces: EnvSpaces, model: ModelConfig, precision: str, actor_scale: float, obs: np.ndarray,
-                       actions: np.ndarray) -> np.ndarray:
-    """Log-probs [T, N] of the actions under the PolicySource's policy in ``precision``, one step's envs at a time
+                       actions: np.ndarray, versions: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Log-probs [T, N] of the actions under the PolicySource's policy (of ``seed``) at each step's version
+    (``versions`` [T] or [T, N]; NaN where it is 0: nothing published), in ``precision``, one step's envs at a time
     (the batch an inline worker acted on). Run it in a worker process to check a sampler's bfloat16 numbers
     exactly: the same bfloat16 forward pass rounds differently in a process started with other thread settings
     (measured: OMP_NUM_THREADS=1 at start-up, as the cluster's workers have it, moved features by one bfloat16
     step)."""
-    net = build_model(spaces, model, 0)
-    net.load_state_dict_numpy(source_weights(spaces, model, 0, actor_scale))
-    net.eval()
-    if precision == "bfloat16":
-        net.use_bfloat16_encoders()
-    with torch.no_grad():
-        return np.stack([net.evaluate(torch.from_numpy(o), torch.from_numpy(a))[0].numpy()
-                         for o, a in zip(obs, actions, strict=True)])
+    versions = np.broadcast_to(np.asarray(versions).reshape(len(actions), -1), actions.shape[:2])
+    out = np.full(actions.shape[:2], np.nan, np.float32)
+    for version in np.unique(versions[versions >= 1]):
+        net = build_model(spaces, model, seed)
+        net.load_state_dict_numpy(source_weights(spaces, model, seed, actor_scale, int(version)))
+        net.eval()
+        if precision == "bfloat16":
+            net.use_bfloat16_encoders()
+        with torch.no_grad():
+            log_probs = np.stack([net.evaluate(torch.from_numpy(o), torch.from_numpy(a))[0].numpy()
+                                  for o, a in zip(obs, actions, strict=True)])
+        at = versions == version
+        out[at] = log_probs[at]
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,24 +178,22 @@ class PolicySourceSetup:
 class PolicySource(Component):
     """Owns a :class:`~daskrl.runtime.params.ParameterPublisher` for a sampling policy, like the learner.
 
-    Every version it publishes has a value head that outputs exactly the version number (zero weights, bias
-    ``v``), so the ``values`` a sampler writes name the parameters that were used at each step. ``actor_scale``
-    sharpens the action head (:func:`sharpen_actor`).
+    Version ``v`` is :func:`source_weights` of ``v``: its action head's first output moved by ``v *
+    VERSION_SHIFT``, so the log-prob a sampler writes at a step names the parameters that acted there
+    (:func:`expected_log_probs`). ``actor_scale`` sharpens the action head (:func:`sharpen_actor`).
     """
 
     def on_configure(self, setup: PolicySourceSetup) -> None:
-        self.weights = source_weights(setup.spaces, setup.model, setup.seed, setup.actor_scale)
-        self.publisher = ParameterPublisher(self, self.weights, remote=setup.remote)
+        self.publisher = ParameterPublisher(self, source_weights(setup.spaces, setup.model, setup.seed,
+                                                                 setup.actor_scale), remote=setup.remote)
 
     async def desc(self) -> dict:
         return self.publisher.desc
 
     def _publish(self) -> int:
-        version = self.publisher.version + 1
-        weights = dict(self.weights)
-        weights["critic.weight"] = np.zeros_like(self.weights["critic.weight"])
-        weights["critic.bias"] = np.full_like(self.weights["critic.bias"], version)
-        return self.publisher.publish(weights)
+        s = self.setup
+        return self.publisher.publish(source_weights(s.spaces, s.model, s.seed, s.actor_scale,
+                                                     self.publisher.version + 1))
 
     async def publish(self) -> int:
         """Publish the next version; returns its number."""
