@@ -17,7 +17,7 @@ from daskrl.devices import cpu_has_native_bfloat16
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.runtime.params import ParameterReader
-from daskrl.sampling.exploration import exploring
+from daskrl.sampling.exploration import Acted, exploring
 from daskrl.setups import PolicySetup
 
 
@@ -114,8 +114,7 @@ class SamplingPolicy:
             self.model.load_state_dict_numpy(state)
         return True
 
-    def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False) -> Acted:
         """Actions, log-probs and values for ``obs`` (values None on the numpy path: samplers write none); a recurrent
         policy acts from ``state`` [batch, S] and writes the next states there. Samplers call ``self.act`` (this, or
         this wrapped by an exploration)."""
