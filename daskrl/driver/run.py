@@ -25,6 +25,7 @@ from daskrl.driver.fleet import Fleet, LearnerStart
 from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, Role
 from daskrl.driver.policies import PolicyBook
+from daskrl.driver.poll_pace import PollPace
 from daskrl.driver.recovery import Recovery
 from daskrl.driver.startup import StartupClock
 from daskrl.driver.steering import Steering, apply_remote
@@ -51,8 +52,6 @@ if TYPE_CHECKING:  # W&B is imported only by the runs that log to it
 
 logger = logging.getLogger(__name__)
 
-#: seconds between two polls of the components
-POLL_S = 0.25
 #: seconds between two signs of life to the cluster's run registry (its lease is far longer)
 BEAT_S = 5.0
 
@@ -71,6 +70,7 @@ class Run:
         self.config, self.session, self.spaces, self.book, self.state = config, session, spaces, book, state
         self.observers, self.elastic, self.claim = list(observers), elastic, claim
         self.steering = Steering()  # what a run handle asks of the loop (new hyperparameters, scaling)
+        self.pace = PollPace(config.run)  # how long the loop waits before each poll
         self.phase = "starting"  # starting, running, stopping, finished, failed
         self.rows: list[dict[str, Any]] = []  # every report's row, for the run's handle
         self.events_csv: CsvLog | None = None  # events.csv, from the first change made from outside
@@ -152,7 +152,7 @@ class Run:
         or SIGTERM; or :meth:`request_stop`)."""
         next_report = time.monotonic() + self.config.run.report_interval
         while True:
-            time.sleep(POLL_S)
+            time.sleep(self.pace.next_wait(self.state))
             self.poll()
             self.steering.run_pending(self)
             now = time.monotonic()

@@ -7,7 +7,7 @@ started from Python, which counts from ``launch``), ``checks``
 imports torch and readies each policy's books: the two overlap), ``placement`` (the run's claim and where each
 component goes) and ``components`` (every component created, configured and started). ``first_step_s`` is when the
 learner that trained first says its first step ended (its wall clock; where it does not say, when the runner first
-saw a policy version newer than the one the run started with: within a poll, a quarter of a second).
+saw a policy version newer than the one the run started with: within a poll, at most a quarter of a second).
 """
 
 from __future__ import annotations
