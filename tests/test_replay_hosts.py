@@ -135,6 +135,8 @@ def test_auto_on_one_host_keeps_one_shard_fed_through_shared_memory_and_shows_it
     assert shard["slots_shm"] > 0 and shard["slots_comms"] == 0, shard  # every slot copied in place
     assert shard["capacity"] == 100_000 and shard["added"] >= 3_000 and shard["served"] > 0 and shard["trained_on"]
     path = summary["data_path"]
+    # the summary has the shard's numbers after the stop's drain: every slot the samplers filled (8 envs x 16 steps)
+    assert shard["added"] == 8 * 16 * sum(path["slots_filled"].values()), (shard, path["slots_filled"])
     assert path["slots_comms"] == 0 and set(path["slots_taken"]) == {"rollout_0", "rollout_1"}, path
     with open(tmp_path / "one_host" / "metrics.csv", newline="") as f:
         last = list(csv.DictReader(f))[-1]

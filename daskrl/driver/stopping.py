@@ -78,6 +78,7 @@ def _stop_sampling_then_learning(run: Run, fleet: Fleet, samplers: list) -> list
         drain_replay(fleet, stopped)
         problems += final_checkpoint(run)
     consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
+    run.keep_stats([s for s in consumers if "error" not in s])  # their last word: a replay shard's after the drain
     return problems + [s["error"] for s in consumers if "error" in s]
 
 
