@@ -32,7 +32,8 @@ class PollPace:
         self.last_mean: tuple[float, float] | None = None  # (elapsed s, mean return) at the poll before
 
     def next_wait(self, state: RunState) -> float:
-        return NEAR_POLL_S if self._steps_or_time_near(state) or self._return_near(state) else POLL_S
+        return_near = self._return_near(state)  # first: it follows the mean at every poll
+        return NEAR_POLL_S if return_near or self._steps_or_time_near(state) else POLL_S
 
     def _steps_or_time_near(self, state: RunState) -> bool:
         """The steps or seconds left would pass before the next regular poll, at the current pace."""
