@@ -51,19 +51,25 @@ def test_log_probs_and_values_match_torch(env, normalize_obs, layout):
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
-@pytest.mark.parametrize("layout", [{}, {"shared_encoder": True}, {"hidden_sizes": []}],
-                         ids=["separate", "shared", "linear"])
+@pytest.mark.parametrize("layout", [{}, {"shared_encoder": True}, {"hidden_sizes": []}, {"rnn": "gru", "rnn_size": 8}],
+                         ids=["separate", "shared", "linear", "recurrent"])
 def test_a_policy_without_the_critic_samples_the_same_actions_and_log_probs(env, layout):
-    """Samplers build the policy without the critic (nothing reads their values): from the same random draws it
-    samples what the whole network does, and computes no value."""
+    """Samplers build the policy without the critic (nothing reads their values): from the same random draws (and,
+    recurrent, the same states) it samples what the whole network does, writes the same next states, and computes
+    no value."""
     model = model_for(env, True, **layout)
     whole = NumpyPolicy.from_model(model, np.random.default_rng(3))
     actor = NumpyPolicy.from_model(model, np.random.default_rng(3), critic=False)
     obs = np.random.default_rng(4).normal(size=(64, *model.spaces.obs_shape)).astype(np.float32) * 3
+    state = np.random.default_rng(5).normal(size=(64, model.state_size)).astype(np.float32) \
+        if model.recurrent else None
+    w_state = None if state is None else state.copy()
     for deterministic in (False, True):
-        actions, log_probs, values = actor.act(obs, deterministic)
-        w_actions, w_log_probs, _ = whole.act(obs, deterministic)
+        actions, log_probs, values = actor.act(obs, deterministic, state=state)
+        w_actions, w_log_probs, _ = whole.act(obs, deterministic, state=w_state)
         assert values is None
+        if state is not None:
+            np.testing.assert_allclose(state, w_state, atol=1e-6)
         np.testing.assert_allclose(actions, w_actions, atol=1e-6)  # CartPole's: the same integers
         np.testing.assert_allclose(log_probs, w_log_probs, atol=1e-6)
     if not layout:  # separate encoders: the value encoder is not computed at all

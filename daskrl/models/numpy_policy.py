@@ -47,8 +47,8 @@ class NumpyPolicy:
 
     Built with ``critic=False`` it computes the policy alone and its ``values`` are None: samplers do, since the
     learner computes its own values from the trajectories and nothing reads a sampler's. With separate encoders
-    that skips the value encoder, a quarter of a CartPole step's ``act`` (docs/performance.md). A recurrent
-    model keeps it: its cell reads both encoders' features.
+    that skips the value encoder, a quarter of a CartPole step's ``act`` (docs/performance.md); with one shared
+    encoder (recurrent models always have one) only the value column of the heads' matmul goes.
     """
 
     def __init__(self, plan: dict[str, Any], weights: Weights, rng: np.random.Generator | None = None,
@@ -60,7 +60,7 @@ class NumpyPolicy:
         self.kind = plan["kind"]
         self.action_shape = tuple(plan["action_shape"])
         self.recurrent = plan["core"] is not None
-        self.critic = critic or self.recurrent
+        self.critic = critic
         self.load(weights)
 
     @classmethod
