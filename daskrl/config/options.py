@@ -152,7 +152,7 @@ class ModelConfig(Section):
 
 @dataclass
 class LearnerConfig(Section):
-    learning_rate: float = opt(1e-3, "learning rate of the optimizer (--optimizer)", low=0, low_open=True)
+    learning_rate: float = opt(2e-3, "learning rate of the optimizer (--optimizer)", low=0, low_open=True)
     lr_schedule: str = opt("constant", "learning-rate schedule: 'constant'; 'linear' decays it over the step budget "
                                        "(--train-for-env-steps) down to 0.05x; 'kl_adaptive' (Sample Factory's) "
                                        "divides it by 1.5 after an epoch whose mean KL(behaviour || current policy) is "
@@ -184,7 +184,7 @@ class LearnerConfig(Section):
     entropy_coef: float = opt(0.0, "entropy bonus coefficient", low=0)
     max_grad_norm: float = opt(0.5, "gradient-norm clipping (0 disables)", low=0)
     batch_size: int = opt(512, "samples per SGD minibatch", low=1)
-    num_batches_per_epoch: int = opt(8, "minibatches per training step (a step trains on batch_size x this many)",
+    num_batches_per_epoch: int = opt(4, "minibatches per training step (a step trains on batch_size x this many)",
                                      low=1)
     num_epochs: int = opt(1, "passes over each training step's data", low=1)
     targets_from: str = opt("auto", "where V-trace's (or GAE's) value targets and advantages come from: 'batch', one "
