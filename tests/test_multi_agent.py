@@ -411,7 +411,7 @@ def test_mpe2_simple_spread_trains_from_its_spec_with_the_mpe_defaults(tmp_path,
                               train_for_env_steps=6_000, train_for_seconds=90)
     summary = train(config)
     out = capsys.readouterr().out
-    assert "defaults for MPE (PettingZoo) envs: --rollout 25 --num-epochs 10" in out, out
+    assert "defaults for MPE (PettingZoo) envs: --rollout 25 --num-batches-per-epoch 8 --num-epochs 10" in out, out
     assert summary["env_steps"] >= 6_000 and summary["policy_version"] > 2, summary
     # every agent's episode is the env's 25 steps, 3 agents per env episode
     assert summary["episodes"] >= 3 * 8 * (6_000 // 8 // 25) * 0.9, summary["episodes"]
