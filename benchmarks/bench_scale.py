@@ -367,9 +367,9 @@ def main() -> None:
         simulate_main(args)
         return
 
-    from daskrl.runtime.cluster import prestart_worker_server
+    from daskrl.runtime import worker_server
 
-    prestart_worker_server()
+    worker_server.start()  # as the daskrl command does: workers are forked from a preloaded forkserver
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     lines: dict[str, dict] = {}
     for n in args.workers:

@@ -195,9 +195,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
 
-    from daskrl.runtime.cluster import prestart_worker_server
+    from daskrl.runtime import worker_server
 
-    prestart_worker_server()  # as the CLI does: workers are forked from a preloaded forkserver
+    worker_server.start()  # as the daskrl command does: workers are forked from a preloaded forkserver
     from daskrl import train
     from daskrl.config import Config
 
