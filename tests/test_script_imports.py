@@ -1,5 +1,5 @@
-"""The benchmark and example scripts import daskrl's names inside their functions (so ``--help`` stays fast), where
-an import error shows only when that branch runs: ``bench_scale.py`` and ``soak.py`` imported a function that a
+"""The benchmark and example scripts import many of daskrl's names inside their functions, where an import error
+shows only when that branch runs: ``bench_scale.py`` and ``soak.py`` imported a function that a
 refactoring had removed and failed at their first line of work for two days. Every ``from daskrl... import name``
 in them must resolve, wherever in the script it sits."""
 
