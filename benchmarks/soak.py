@@ -198,7 +198,9 @@ def main() -> int:
     from daskrl.runtime import worker_server
 
     worker_server.start()  # as the daskrl command does: workers are forked from a preloaded forkserver
-    from daskrl import train
+    # the API's imports (distributed among them) done here, before the sampler thread imports from distributed:
+    # two threads importing distributed at once break its circular imports ("partially initialized module")
+    from daskrl.api import train
     from daskrl.config import Config
 
     duration = args.minutes * 60.0
