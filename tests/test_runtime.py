@@ -32,10 +32,12 @@ from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.shm import list_segments
 from daskrl.runtime.timing import Timing
 from daskrl.testing.components import (
+    Bencher,
     Emitter,
     ParamWatcher,
     ParamWriter,
     ParamWriterSetup,
+    Receiver,
     Recorder,
     RecorderSetup,
     SlowSetup,
@@ -82,6 +84,21 @@ def test_broadcast_reaches_receivers_on_two_workers(session, workers):
     assert near.call("received") == expected
     assert far.call("received") == expected
     stop_all(emitter, near, far)
+
+
+def test_the_bus_benchmarks_ticks_and_handoffs_reach_its_receiver(session, workers):
+    """benchmarks/bench_bus.py's sender publishes its ticks on the bus itself (no per-signal call): on the topic its
+    ``tick`` signal names, which runs scope (it published on the unscoped name, where nobody listened, for days)."""
+    sender = start(session, Bencher, workers[0])
+    receiver = start(session, Receiver, workers[1])
+    connect(sender.tick, receiver.on_tick, session.client)
+    connect(sender.handoff, receiver.on_handoff, session.client)
+    sender.call("paced", 200, 0.0)
+    wait_for(lambda: receiver.call("results")["count"] == 200, timeout=30)
+    sender.call("shm_handoff", 4096, 2)
+    wait_for(lambda: receiver.call("results")["handoffs"] == 2, timeout=30)
+    assert receiver.call("results")["count"] == 200
+    stop_all(sender, receiver)
 
 
 def test_ten_thousand_signals_arrive_complete_and_in_order(session, workers):

@@ -155,9 +155,9 @@ class Bencher(Component):
         self.deliver("_do_paced", {"n": n, "interval": interval_s})
 
     def _do_paced(self, args: dict) -> None:
-        bus, interval = self.bus, args["interval"]
+        bus, interval, topic = self.bus, args["interval"], f"{self.bus_name}.tick"  # the topic self.tick publishes on
         for i in range(args["n"]):
-            bus.publish(f"{self.name}.tick", {"i": i, "src": self.name, "t": time.time()})
+            bus.publish(topic, {"i": i, "src": self.name, "t": time.time()})
             if interval:
                 time.sleep(interval)
 
