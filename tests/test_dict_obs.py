@@ -16,7 +16,7 @@ import torch
 from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
-from daskrl.envs.dict_obs import pack_into, read_dict_space, record_size, unpack
+from daskrl.envs.dict_obs import PackedDictObservations, pack_into, read_dict_space, record_size, unpack
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvError
 from daskrl.evaluation import enjoy
@@ -63,6 +63,40 @@ def test_a_dict_space_becomes_a_record_of_typed_fields_and_round_trips():
         read_dict_space(space, ["speed"])
     with pytest.raises(EnvError, match=r"\['text'\].*no fixed shape"):
         read_dict_space(space, ["pos", "text"])
+
+
+class _DictEnv(gym.Env):
+    """Observations drawn from ``observation_space`` each step (a fixed seed)."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, space: gym.spaces.Dict) -> None:
+        self.observation_space = space
+        space.seed(0)
+
+    def reset(self, *, seed=None, options=None):
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+def test_the_env_wrapper_packs_every_kind_of_key_as_pack_into_does():
+    """The wrapper writes into fields it viewed once (the per-step path); ``pack_into`` (serving's) slices each time:
+    the same bytes for every kind of key, step after step in the one reused row."""
+    space = gym.spaces.Dict({
+        "image": gym.spaces.Box(0, 255, (5, 4, 3), np.uint8), "pos": gym.spaces.Box(-1, 1, (3,), np.float64),
+        "dir": gym.spaces.Discrete(4), "buttons": gym.spaces.MultiDiscrete([2, 3]), "on": gym.spaces.MultiBinary(2),
+        "inner": gym.spaces.Dict({"speed": gym.spaces.Box(0, 9, (1,), np.float32)})})
+    keys, _ = read_dict_space(space)
+    env = PackedDictObservations(_DictEnv(space), keys)
+    rows = []
+    for _ in range(5):
+        raw = space.sample()
+        row = env.observation(raw)
+        np.testing.assert_array_equal(row, pack_into(np.zeros(record_size(keys), np.uint8), raw, keys))
+        rows.append(row.tobytes())
+    assert len(set(rows)) == 5  # each step's values, not the first step's kept
 
 
 def test_action_mask_keys_are_checked():

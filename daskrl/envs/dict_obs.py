@@ -13,6 +13,7 @@ the run says so once at start; naming one in ``--obs-keys`` is an error instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ class ObsKey:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # not np.prod: 5 us against 0.1, for every key of every observation packed
 
     @property
     def nbytes(self) -> int:
@@ -168,8 +169,13 @@ class PackedDictObservations(gym.ObservationWrapper):
         size = record_size(self.keys)
         self.observation_space = gym.spaces.Box(0, 255, (size,), np.uint8)
         self._row = np.zeros(size, np.uint8)
+        #: each key's field of the row, viewed once in the key's dtype and shape: a step only assigns into them
+        self._fields = tuple((key.name, self._row[key.offset:key.offset + key.nbytes].view(key.dtype).reshape(key.shape))
+                             for key in self.keys)
 
     def observation(self, observation: Mapping[str, Any]) -> np.ndarray:
         """The packed record, in one buffer reused every step (no allocation per step): read it before the next
         step, as the env group does when it copies it into the slot (a kept final observation is copied too)."""
-        return pack_into(self._row, observation, self.keys)
+        for name, field in self._fields:
+            field[...] = _leaf(observation, name)
+        return self._row
