@@ -193,15 +193,17 @@ def test_box_and_multidiscrete_spaces():
 @pytest.mark.parametrize(
     "obs_space",
     [
-        gym.spaces.Discrete(4),  # a Dict of it is fine (tests/test_dict_obs.py); alone it needs a wrapper
+        # as spaces alone (a multi-agent env's agents'); a single-agent env's come as a Dict (tests/test_index_obs.py)
+        gym.spaces.Discrete(4),
         gym.spaces.Tuple((gym.spaces.Discrete(2),)),
         gym.spaces.Text(5),
     ],
 )
-def test_unsupported_obs_space_suggests_flatten(obs_space):
+def test_unsupported_obs_space_names_what_daskrl_takes(obs_space):
     with pytest.raises(EnvError, match=type(obs_space).__name__) as info:
         EnvSpaces.from_spaces(obs_space, gym.spaces.Discrete(2))
-    assert "FlattenObservation" in str(info.value)
+    assert "daskrl takes Box, MultiBinary and Dict observations" in str(info.value)
+    assert "wrap the env" in str(info.value)
 
 
 def test_unsupported_action_space():

@@ -22,6 +22,7 @@ import numpy as np
 from daskrl.config import MAX_ENVS_PER_WORKER, MAX_ROLLOUT_WORKERS
 from daskrl.envs import owned_processes
 from daskrl.envs.agent_spaces import is_multi_agent, multi_agent_spaces, seed_multi_agent
+from daskrl.envs.index_obs import with_index_observations
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvError
 
@@ -99,6 +100,7 @@ def _make_seeded(spec: str, seed: int | None, env_kwargs: dict[str, Any] | None,
             f"Environment {spec!r} built a {type(env).__name__}, which lacks {', '.join(missing)}; "
             "the factory must return a gymnasium.Env (or a PettingZoo ParallelEnv or AECEnv)."
         )
+    env = with_index_observations(env)  # Discrete, MultiDiscrete and Tuple observations as a Dict
     if seed is not None:
         try:
             env.reset(seed=int(seed))

@@ -166,14 +166,16 @@ def _unsupported(role: str, space: gym.Space, hint: str) -> EnvError:
 
 
 def _read_obs_space(space: gym.Space) -> tuple[tuple[int, ...], str]:
-    # Box and MultiBinary are fixed-shape arrays; everything else must be flattened first.
+    # Box and MultiBinary are fixed-shape arrays; make_env turns a single-agent env's Discrete, MultiDiscrete and
+    # Tuple observations into Dicts (daskrl/envs/index_obs.py); Text, Graph and Sequence have no fixed shape
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return tuple(int(x) for x in space.shape), np.dtype(space.dtype).name
     raise _unsupported(
         "observation",
         space,
-        "daskrl needs fixed-shape array or Dict observations; wrap the env with "
-        "gymnasium.wrappers.FlattenObservation (e.g. in a 'module:factory' function).",
+        "daskrl takes Box, MultiBinary and Dict observations, and Discrete, MultiDiscrete and Tuple ones of "
+        "single-agent envs (made a Dict where the env is built); wrap the env to encode its observations as one "
+        "of those (e.g. in a 'module:factory' function).",
     )
 
 

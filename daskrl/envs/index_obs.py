@@ -1,0 +1,74 @@
+"""Discrete, MultiDiscrete and Tuple observations (gymnasium's toy-text envs: FrozenLake, Taxi, CliffWalking,
+Blackjack) given to daskrl as Dict observations, which it already stores and encodes: an index becomes a one-hot
+input of the model (as Stable-Baselines3 and RLlib encode a Discrete observation), a Box part a float vector.
+
+Why a wrapper where every env is built (:func:`daskrl.envs.registry.make_env`) rather than a kind of observation of
+its own: every path that moves or reads observations (trajectory slots, the learner, evaluation, export, serving)
+handles Dict observations, so the env is the one place that needs to know. The keys: ``obs`` for a lone Discrete or
+MultiDiscrete observation, ``0``, ``1``, ... for the parts of a Tuple (a Tuple inside one is named ``0/1``, as a
+Dict inside a Dict is). Indices are shifted to start at 0 where a space starts elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+#: the key of a lone Discrete or MultiDiscrete observation
+OBS_KEY = "obs"
+
+
+def needs_index_wrapper(space: gym.Space) -> bool:
+    """Observations daskrl takes only through :class:`IndexObservations` (Box, MultiBinary and Dict it takes as they
+    are)."""
+    return isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Tuple))
+
+
+def _zero_based(space: gym.Space) -> gym.Space:
+    """``space`` with its indices starting at 0; Tuples become Dicts keyed by position, anything else stays."""
+    if isinstance(space, gym.spaces.Discrete):
+        return gym.spaces.Discrete(int(space.n))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return gym.spaces.MultiDiscrete(space.nvec)
+    if isinstance(space, gym.spaces.Tuple):
+        return gym.spaces.Dict({str(i): _zero_based(part) for i, part in enumerate(space.spaces)})
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({name: _zero_based(part) for name, part in space.spaces.items()})
+    return space
+
+
+def _converted(value: Any, space: gym.Space) -> Any:
+    """One observation of ``space`` as one of :func:`_zero_based`'s space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(value) - int(space.start)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.asarray(value, dtype=np.int64) - space.start
+    if isinstance(space, gym.spaces.Tuple):
+        return {str(i): _converted(part, sub) for i, (part, sub) in enumerate(zip(value, space.spaces, strict=True))}
+    if isinstance(space, gym.spaces.Dict):
+        return {name: _converted(value[name], sub) for name, sub in space.spaces.items()}
+    return value
+
+
+class IndexObservations(gym.ObservationWrapper):
+    """An env whose Discrete, MultiDiscrete or Tuple observations come as a Dict (see the module docstring)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._inner = env.observation_space
+        space = _zero_based(self._inner)
+        self._lone = not isinstance(space, gym.spaces.Dict)
+        self.observation_space = gym.spaces.Dict({OBS_KEY: space}) if self._lone else space
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        converted = _converted(observation, self._inner)
+        return {OBS_KEY: converted} if self._lone else converted
+
+
+def with_index_observations(env: Any) -> Any:
+    """``env`` wrapped in :class:`IndexObservations` where its observations need it, unchanged otherwise."""
+    if isinstance(getattr(env, "observation_space", None), gym.Space) and needs_index_wrapper(env.observation_space):
+        return IndexObservations(env)
+    return env
