@@ -65,6 +65,14 @@ FAMILIES: tuple[EnvFamily, ...] = (
     # policy reached 0.96, became deterministic (entropy 0.01) and collapsed to 0 at 200 s for good; with an entropy
     # bonus of 0.01 (rl-starter-files' value for MiniGrid) it reached 0.96 at 100 s and stayed there to the end
     EnvFamily("MiniGrid", r"(BabyAI|MiniGrid)-[\w-]+-v\d+", {"entropy_coef": 0.01}),
+    # measured on Taxi-v4 (one-hot states, daskrl/envs/index_obs.py; 1M env steps): with the global defaults the
+    # policy learned within 200k steps never to pick up or drop off (a wrong try costs 10) and stayed at -200 (no
+    # delivery in 200 steps), as it did with an entropy bonus of 0.01 or 0.05, a learning rate of 3e-4 alone, or 4
+    # passes alone (seed 0). 128-step slots, 4 passes and 3e-4 reached 7.6 with seed 0 but stayed at -200 with seed 1;
+    # with an entropy bonus of 0.01 too, seeds 0 and 2 reached 7.5 and 8.2 by 1M, seed 1 -46 at 800k in one run and
+    # -177 at 1M in another (asynchronous runs differ). SB3's PPO defaults, seed 0: 6.2 at 300k. FrozenLake keeps the
+    # global defaults (0.7 by 350k; with 128-step slots, 4 passes and 3e-4, 0.5 at 800k)
+    EnvFamily("Taxi", r"Taxi-v\d+", {"rollout": 128, "num_epochs": 4, "learning_rate": 3e-4, "entropy_coef": 0.01}),
     # measured with bench_learning.py (1M steps, seeds 0-1, 100 deterministic episodes): Acrobot-v1 evaluated at
     # -76.3 and -74.9 (rl-zoo: -73.5), MountainCar-v0 at -98.8 and -99.9 (rl-zoo: -110.4); with the global defaults
     # -87.3 / -79.5 and -131.8 / -134.2. For Acrobot a linear learning-rate decay (-80.7, -82.7) and a [256, 256]

@@ -265,7 +265,7 @@ class RunConfig(Section):
                                 "are often the short ones)", low=1)
     resume: bool = opt(False, "continue the experiment from its latest checkpoint")
     env_defaults: bool = opt(True, "use the defaults of the env's family for the options you did not give (printed "
-                                   "at start; families: Atari, Doom, MiniGrid, Acrobot, MountainCar, Hopper, MuJoCo, "
+                                   "at start; families: Atari, Doom, MiniGrid, Taxi, Acrobot, MountainCar, Hopper, MuJoCo, "
                                    "Pendulum, MPE, Box2D; docs/training.md lists their settings)")
     serial: bool = opt(False, "run every component in this one process (worker threads instead of worker "
                               "processes): slower, but a debugger such as pdb can step through a slot")
