@@ -1,9 +1,10 @@
 """Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4),
-the same game through envpool (``--env-backend envpool``), VizDoom (doom/basic: 128x72 RGB, 4 tics a step) and
+the same game through envpool (``--env-backend envpool``), VizDoom (doom/basic: 128x72 RGB, 4 tics a step),
 CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm, the same sampler settings as cartpole; the report gives
-its rate against the feed-forward policy's).
+its rate against the feed-forward policy's) and an env with Dict observations (dict: MiniGrid-Empty-8x8, a 7x7x3 image
+and a direction index packed into one record per step).
 
-Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image envpool doom]
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image envpool doom dict]
       [--inference-precision float32] [--baseline DIR]
 
 ``--baseline DIR`` also measures (b) and (c) with the daskrl of another source tree (a git worktree of an older
@@ -40,7 +41,9 @@ from common import RateProbe, stop_if_signalled  # noqa: E402
 ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
         "envpool": "atari/Breakout",  # the envpool extra: the same game, stepped by envpool (--env-backend envpool)
         "doom": "doom/basic",  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
-        "cartpole_lstm": "CartPole-v1"}  # CartPole with a recurrent policy (--rnn lstm)
+        "cartpole_lstm": "CartPole-v1",  # CartPole with a recurrent policy (--rnn lstm)
+        # the minigrid extra: Dict observations (a 7x7x3 image and a direction index), packed into records per step
+        "dict": "minigrid:MiniGrid-Empty-8x8-v0"}
 
 
 def _limit_worker(env_id: str, num_envs: int, seconds: float, out, backend: str = "gymnasium") -> None:
@@ -220,21 +223,24 @@ def main() -> None:
               "image": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1},
               "envpool": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1,
                           "env_backend": "envpool"},
-              "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1}}
+              "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1},
+              "dict": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1}}
     inline["cartpole_lstm"] = {**inline["cartpole"], "rnn": "lstm"}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
                         "num_inference_workers": 1},
               "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
+                       "num_inference_workers": 1},
+              "dict": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 2,
                        "num_inference_workers": 1}}
     remote["cartpole_lstm"] = {**remote["cartpole"], "rnn": "lstm"}
     # envs per limit process
-    limit_envs = {"cartpole": 32, "image": 16, "envpool": 16, "doom": 16, "cartpole_lstm": 32}
+    limit_envs = {"cartpole": 32, "image": 16, "envpool": 16, "doom": 16, "cartpole_lstm": 32, "dict": 32}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
     startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0},
                "envpool": {"inline": 30.0}, "doom": {"inline": 20.0, "remote": 20.0},
-               "cartpole_lstm": {"inline": 4.0, "remote": 4.0}}
+               "cartpole_lstm": {"inline": 4.0, "remote": 4.0}, "dict": {"inline": 6.0, "remote": 6.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
     if args.baseline:
