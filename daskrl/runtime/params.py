@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.runtime import shm
+from daskrl.runtime.signals import signal_topic
 
 #: a relay block whose heartbeat is older than this is presumed dead: its host's readers take the direct path
 RELAY_STALE_S = 1.0
@@ -53,7 +54,7 @@ class ParameterPublisher:
         self.variable_name = f"daskrl-params-{component.run_id}-{component.name}"
         self._futures: deque = deque(maxlen=3)
         #: the bus topic relays take new versions from (the learner declares the signal ``params_published``)
-        self.topic = f"{component.bus_name}.params_published"
+        self.topic = signal_topic(component.bus_name, "params_published")
 
     @property
     def desc(self) -> dict:

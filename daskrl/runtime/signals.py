@@ -14,6 +14,12 @@ from typing import Any
 from daskrl.errors import ConnectError
 
 
+def signal_topic(bus_name: str, signal: str) -> str:
+    """The bus topic signal ``signal`` of the component named ``bus_name`` on the bus is published on: what the
+    component's emits, the driver's connections and anything that publishes or listens directly all spell it here."""
+    return f"{bus_name}.{signal}"
+
+
 class Signal:
     """Class attribute made by ``@signal``; on an instance it is a callable that publishes the payload."""
 
@@ -27,7 +33,7 @@ class Signal:
     def __get__(self, instance: Any, owner: type) -> Any:
         if instance is None:
             return self
-        topic = f"{instance.bus_name}.{self.name}"
+        topic = signal_topic(instance.bus_name, self.name)
         where = f"component {instance.name!r} signal {self.name!r}"
         bus = instance.bus
 
@@ -85,7 +91,7 @@ class SignalRef:
 
     @property
     def topic(self) -> str:
-        return f"{self.component}.{self.signal}"
+        return signal_topic(self.component, self.signal)
 
     @property
     def scope(self) -> str:
