@@ -163,7 +163,15 @@ def hardware_limits() -> dict:
 
     env_fps = limit_fps("CartPole-v1", 5.0, 32)
     learner = measure(Step.of("mlp", gpu=False), "cpu", 1, 1, 20)
-    return {"env_fps": round(env_fps), "learner_samples_per_s": round(learner)}
+    return {"env_fps": round(env_fps), "learner_samples_per_s": round(learner),
+            "training_fps_bound": round(training_fps_bound(env_fps, learner, os.cpu_count() or 1))}
+
+
+def training_fps_bound(env_fps: float, learner_samples_per_s: float, cores: int) -> float:
+    """The most frames/s a run could train at on ``cores`` cores if stepping and learning were all it did: each
+    trained frame costs ``cores / env_fps`` core-seconds of stepping (``env_fps`` is every core's stepping) and
+    ``1 / learner_samples_per_s`` of learning (one core's); acting, messages and the driver only add to that."""
+    return cores / (cores / env_fps + 1.0 / learner_samples_per_s)
 
 
 def main() -> None:
@@ -233,7 +241,9 @@ def main() -> None:
         result["limits"] = hardware_limits()
         print(f"\nthe machine's limits, measured after the runs: raw CartPole stepping {result['limits']['env_fps']:,} "
               f"frames/s (one process per core, 32 envs each, random actions), the learner alone "
-              f"{result['limits']['learner_samples_per_s']:,} samples/s (the default MLP, one thread, one core)")
+              f"{result['limits']['learner_samples_per_s']:,} samples/s (the default MLP, one thread, one core); "
+              f"the two together allow at most {result['limits']['training_fps_bound']:,} training frames/s on "
+              f"{os.cpu_count()} cores")
     if args.json:
         print(json.dumps(result))
 
