@@ -308,7 +308,9 @@ def test_impala_learns_an_image_task(tmp_path, session):
                         train_for_seconds=90)
     summary = train(config, client=session.client)
     assert "stop-at-return" in summary["stop_reason"], summary["stop_reason"]
-    assert summary["episode_return_mean"] >= 6.0
+    assert summary["reached_return_at_s"] is not None  # the mean of 50 episodes was 6.0 or more
+    # the summary's mean also counts the episodes that ended while the run stopped: it was 5.92 in one run
+    assert summary["episode_return_mean"] >= 5.5, summary["episode_return_mean"]
     state = CheckpointStore(Path(summary["experiment_dir"]) / "checkpoints").load("latest")
     assert any(k.startswith("encoder.stages.2.res1.conv1") for k in state["model"]), sorted(state["model"])[:5]
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
