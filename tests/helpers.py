@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -170,11 +170,18 @@ class Processes:
         return out
 
     def stop(self) -> list[int]:
-        """Terminate everything, the one named ``scheduler`` last (see :func:`end_in_waves`), kill what does not
-        exit; returns pids still alive (none)."""
+        """Terminate everything (workers first), kill what does not exit; returns pids still alive (none)."""
         self._remember_trees()
-        end_in_waves([[p for name, p in self.procs.items() if name != "scheduler"],
-                      [p for name, p in self.procs.items() if name == "scheduler"]])
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the process and its children
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
         left = self._still_ours()
         for p in left:  # a child that outlived its parent: by its own id
             try:
@@ -183,24 +190,6 @@ class Processes:
                 pass
         psutil.wait_procs(left, timeout=10)
         return sorted(p.pid for p in self._still_ours())
-
-
-def end_in_waves(waves: Sequence[Sequence[subprocess.Popen]], seconds: float = 15.0) -> None:
-    """SIGTERM the process groups of one wave (each process started in a session of its own), wait for them (SIGKILL
-    after ``seconds``), then the next wave. A cluster's workers go in a wave before its scheduler's: a ``dask worker``
-    whose scheduler is already gone spends seconds trying to reach it before it exits (a scheduler and 3 workers
-    ended in 8.2 s all at once, in 1.0 s workers first), which every test's teardown paid."""
-    for wave in waves:
-        for proc in wave:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + seconds
-        for proc in wave:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
 
 
 def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=None, timeout: float = 120.0):

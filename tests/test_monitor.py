@@ -41,7 +41,7 @@ from daskrl.runtime import connect_cluster
 from daskrl.runtime.shm import list_segments, owner_pid
 
 from .browser import CHROMIUM, Browser, chromium_cli, colour_pixels, distinct_colours, needs_chromium
-from .helpers import end_in_waves, free_port, get_json, run_config, slow, worker_pids
+from .helpers import free_port, get_json, run_config, slow, worker_pids
 
 REPO = Path(__file__).resolve().parents[1]
 #: a CartPole run that leaves CPU for the browser on a 2-core machine
@@ -359,7 +359,15 @@ def cli_cluster(tmp_path_factory):
     finally:
         if client is not None:
             client.close()
-        end_in_waves([procs[1:], procs[:1]], seconds=30)  # the workers, then the scheduler
+        for p in reversed(procs):  # workers first, then the scheduler: each shuts down what it started
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
         for log in logs:
             log.close()
     left = {p.pid: group_members(p.pid) for p in procs}  # each was started as its own process group
