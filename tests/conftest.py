@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from daskrl.runtime import connect_cluster
+from daskrl.runtime import connect_cluster, dask_internals
 from daskrl.runtime.shm import list_segments
 
 
@@ -29,7 +29,7 @@ def session():
 
 @pytest.fixture(scope="module")
 def workers(session):
-    return sorted(session.client.scheduler_info()["workers"])
+    return sorted(dask_internals.cluster_workers(session.client))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def hosts(cluster):
-    return sorted(cluster.client.scheduler_info()["workers"])
+    return sorted(dask_internals.cluster_workers(cluster.client))
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ import pytest
 from distributed import default_client
 
 from daskrl.config import Config
+from daskrl.runtime import dask_internals
 from daskrl.testing.netns import DRIVER_OCTET, bridge_hosts, ip, remove_hosts
 
 # ---- a run's configuration ----
@@ -206,11 +207,11 @@ def wait_for_cluster(address: str, n_workers: int, procs: Processes, security=No
             assert not dead and time.monotonic() < deadline, \
                 f"the cluster did not start (exited: {dead}): {procs.log(next(iter(procs.procs)))}"
             time.sleep(0.5)
-    while len(client.scheduler_info()["workers"]) < n_workers:
+    while len(dask_internals.cluster_workers(client)) < n_workers:
         dead = {n: procs.log(n) for n, p in procs.procs.items() if p.poll() is not None}
         if dead or time.monotonic() > deadline:
             client.close()
-            raise AssertionError(f"{len(client.scheduler_info()['workers'])}/{n_workers} workers; exited: {dead}")
+            raise AssertionError(f"{len(dask_internals.cluster_workers(client))}/{n_workers} workers; exited: {dead}")
         time.sleep(0.3)
     return client
 
@@ -346,7 +347,7 @@ def start_two_hosts(log_dir: Path, workers: list[tuple[int, str, list[str]]], en
 
 def worker_names(client) -> dict[str, str]:
     """Each worker's address -> its name (``--name``)."""
-    return {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}
+    return {a: str(w["name"]) for a, w in dask_internals.cluster_workers(client).items()}
 
 
 # ---- faults injected from outside: a SIGKILLed component ----

@@ -29,6 +29,7 @@ import pytest
 from daskrl import Observer, train
 from daskrl.config import ConfigError
 from daskrl.errors import ClusterAccessError
+from daskrl.runtime import dask_internals
 from daskrl.runtime.cluster import connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.shm import list_segments, owner_pid
@@ -87,7 +88,7 @@ def test_too_few_workers_is_a_config_error_before_anything_is_created(cli_cluste
     assert segments_of(cli_cluster["pids"]) == []
     assert not (tmp_path / "too_few" / "checkpoints").exists() or \
         not list((tmp_path / "too_few" / "checkpoints").iterdir())
-    assert len(client.scheduler_info()["workers"]) == 3
+    assert len(dask_internals.cluster_workers(client)) == 3
 
 
 def test_trains_on_an_existing_cluster_which_stays_usable(cli_cluster, tmp_path):
@@ -240,7 +241,7 @@ def test_an_elastic_run_grows_onto_another_host_and_its_parameters_follow(two_ho
     assert path["components"]["relay_0"]["host"] == h2 and path["params_relay_fetches"] > 0, path
     assert path["components"]["rollout_0"]["params_shm_reads"] > 0 and path["slots_comms"] > 0, path
     assert path["slots_taken"][grew["component"]] > 0
-    assert len(client.scheduler_info()["workers"]) == 3  # the joiner left again
+    assert len(dask_internals.cluster_workers(client)) == 3  # the joiner left again
 
 
 # ---- 3. TLS ----
@@ -343,7 +344,7 @@ def test_trains_on_a_tls_cluster_with_the_cli_flags(tls_cluster, tmp_path, capsy
     header = rows[0].split(",")
     assert int(rows[-1].split(",")[header.index("env_steps")]) >= 20_000
     client = tls_cluster["client"]
-    addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
+    addresses = [client.scheduler.address, *dask_internals.cluster_workers(client)]
     assert all(a.startswith("tls://") for a in addresses), addresses  # nothing listens in the clear
     assert components(client) == {}
 
@@ -390,6 +391,6 @@ def test_embedded_cluster_uses_tls_when_given_credentials(tls_cluster):
     with connect_cluster(n_workers=1, dashboard_address=None,
                          security=tls_security(certs["ca"], certs["cert"], certs["key"])) as session:
         client = session.client
-        addresses = [client.scheduler.address, *client.scheduler_info()["workers"]]
+        addresses = [client.scheduler.address, *dask_internals.cluster_workers(client)]
         assert all(a.startswith("tls://") for a in addresses), addresses
         assert client.submit(lambda: "over TLS", pure=False).result(timeout=30) == "over TLS"

@@ -25,7 +25,7 @@ from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.encoders import resolve_encoder_name
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
-from daskrl.runtime import connect_cluster, spawn
+from daskrl.runtime import connect_cluster, dask_internals, spawn
 from daskrl.testing.envs import CueEnv
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
@@ -160,7 +160,7 @@ def test_dict_records_round_trip_through_trajectory_slots(cluster, inference):
     what a consumer reads back unpacks into the keys the env produced: the clock counts the steps of each
     episode, the image shows the same count, the cue is one of the actions, and time-limit finals hold the last
     step's observation."""
-    hosts = sorted(cluster.client.scheduler_info()["workers"])
+    hosts = sorted(dask_internals.cluster_workers(cluster.client))
     config = Config.from_flat({
         "env": CUE, "num_workers": 1, "num_envs_per_worker": 4, "rollout": 5, "slots_per_split": 2,
         "worker_num_splits": 2 if inference == "remote" else 1, "inference": inference,

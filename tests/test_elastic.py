@@ -19,6 +19,7 @@ import pytest
 
 from daskrl import Observer, train
 from daskrl.driver.elastic import ElasticGrowth
+from daskrl.runtime import dask_internals
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 
 from .helpers import dask_command, run_config, slow, start_cli_cluster, wait_for, worker_names
@@ -98,7 +99,7 @@ class Drill(Observer):
         for name in ("w2", "w3", "w4"):
             procs.start(name, dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
                         "--name", name)
-        self._await(lambda: len(client.scheduler_info()["workers"]) >= 5, "three more workers joined")
+        self._await(lambda: len(dask_internals.cluster_workers(client)) >= 5, "three more workers joined")
         self.marks["joined"] = time.time()
         self._await(lambda: sum(e["event"] == "grew" for e in self.growth.history) >= 3,
                     "a rollout worker on each newcomer")
@@ -111,7 +112,7 @@ class Drill(Observer):
         self.left = {"retired": self._address_of("w2"), "sigterm": self._address_of("w4")}
         client.retire_workers([self.left["retired"]])  # refused by Dask (actors): daskrl completes it
         os.killpg(procs.procs["w4"].pid, signal.SIGTERM)  # as kill, scancel or a pod's stop do
-        self._await(lambda: not set(self.left.values()) & set(client.scheduler_info()["workers"]),
+        self._await(lambda: not set(self.left.values()) & set(dask_internals.cluster_workers(client)),
                     "the retired and the SIGTERMed worker left")
         self._await(lambda: sum(e["event"] == "retired" for e in self.run.departures.history) >= 2,
                     "the run retired both leavers' rollout workers")

@@ -27,6 +27,7 @@ from daskrl.learning.learner_group import LearnerGroup, open_store
 from daskrl.learning.shares import split_slots
 from daskrl.learning.slot_reader import LocalSlots, SlotReadError
 from daskrl.models.actor_critic import build_model
+from daskrl.runtime import dask_internals
 from daskrl.runtime.incidents import Incidents
 
 from .helpers import REPORT_OFTEN, run_config, slow
@@ -382,7 +383,7 @@ def test_the_learner_lands_on_the_worker_that_declares_a_gpu(tmp_path):
                for i in range(3)}
     with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
                      asynchronous=False) as cluster, Client(cluster) as client:
-        gpu = next(a for a, w in client.scheduler_info()["workers"].items() if w["resources"].get("GPU"))
+        gpu = next(a for a, w in dask_internals.cluster_workers(client).items() if w["resources"].get("GPU"))
         summary = train(run_config(tmp_path, "gpu", base=REPORT_OFTEN, train_for_env_steps=20_000), client=client)
     assert summary["learners"]["learner"]["address"] == gpu
     assert summary["learners"]["learner"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -27,7 +27,7 @@ from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import pack_components
 from daskrl.pbt.controller import PBTController, exploits_of, pbt_setup
 from daskrl.pbt.population import Exploit, PBTLog, PBTRanges, PBTRound, mutate, perturb, spread
-from daskrl.runtime import shm
+from daskrl.runtime import dask_internals, shm
 from daskrl.runtime.handles import spawn
 from daskrl.setups import LearnerSetup
 
@@ -402,7 +402,7 @@ def published(desc: dict) -> tuple[int, dict[str, np.ndarray]]:
 
 
 def test_a_learner_imports_another_learners_state_and_publishes_it_as_its_next_version(inproc, spaces):
-    workers = sorted(inproc.client.scheduler_info()["workers"])
+    workers = sorted(dask_internals.cluster_workers(inproc.client))
     a, b = (spawn(inproc.client, Learner, f"pbtlearner{next(_ids)}", run_id=inproc.run_id, worker=w,
                   setup=learner_setup(spaces)) for w in workers)
     try:
@@ -432,7 +432,7 @@ def test_a_checkpoint_state_shares_no_tensor_with_the_learner_that_goes_on(inpro
     """The runner serializes a checkpoint after the learner's thread went back to training: a state holding the live
     tensors would take in later steps (here, in-process workers hand the state over without a copy, and an import
     changes the live weights in place)."""
-    workers = sorted(inproc.client.scheduler_info()["workers"])
+    workers = sorted(dask_internals.cluster_workers(inproc.client))
     a, b = (spawn(inproc.client, Learner, f"pbtlearner{next(_ids)}", run_id=inproc.run_id, worker=w,
                   setup=learner_setup(spaces)) for w in workers)
     try:

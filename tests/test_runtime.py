@@ -23,6 +23,7 @@ from daskrl.runtime import (
     add_consumer,
     connect,
     connect_cluster,
+    dask_internals,
     disconnect,
     spawn,
     spawn_all,
@@ -63,7 +64,7 @@ def session(inproc):
 
 @pytest.fixture
 def workers(inproc):
-    return sorted(inproc.client.scheduler_info()["workers"])
+    return sorted(dask_internals.cluster_workers(inproc.client))
 
 
 def stop_all(*handles):
@@ -275,7 +276,7 @@ def test_bad_payload_and_raising_slot_leave_the_bus_working(session, workers):
 def test_no_segment_left_after_sigkill_of_a_worker_mid_run():
     """A worker killed with SIGKILL cannot clean up; the restarted worker's sweep and the close must."""
     with connect_cluster(n_workers=2, dashboard_address=None) as s:
-        workers = sorted(s.client.scheduler_info()["workers"])
+        workers = sorted(dask_internals.cluster_workers(s.client))
         victim = start(s, Emitter, workers[0])
         survivor_tx = start(s, Emitter, workers[1])
         survivor_rx = start(s, Recorder, workers[1])
@@ -292,7 +293,7 @@ def test_no_segment_left_after_sigkill_of_a_worker_mid_run():
         survivor_tx.call("burst", 20)
         wait_for(lambda: len(survivor_rx.call("received")) == 20)
         # the nanny restarts the worker; its bus plugin sweeps segments of dead processes
-        wait_for(lambda: len(s.client.scheduler_info()["workers"]) == 2, timeout=30)
+        wait_for(lambda: len(dask_internals.cluster_workers(s.client)) == 2, timeout=30)
         wait_for(lambda: desc["name"] not in list_segments(s.run_id), timeout=30)
         events = s.client.get_events("daskrl-faults")
         assert any(e["component"] == victim.bus_name for _, e in events)

@@ -21,7 +21,7 @@ from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.driver.role_setups import role_setups
 from daskrl.envs import EnvError, probe_env
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
-from daskrl.runtime import connect_cluster, spawn, spawn_all
+from daskrl.runtime import connect_cluster, dask_internals, spawn, spawn_all
 from daskrl.runtime.shm import SHM_DIR, list_segments, owner_pid
 from daskrl.sampling.episode import episodes_from_event
 from daskrl.sampling.inference_worker import InferenceWorker
@@ -584,7 +584,7 @@ def test_sampling_only_run_on_an_existing_cluster_releases_its_memory(cluster, t
     }), client=cluster.client)
     assert summary["env_steps"] >= budget and summary["episodes"] > 0, summary
     assert summary["episode_return_mean"] < 0
-    assert cluster.client.scheduler_info()["workers"], "the user's cluster stays open"
+    assert dask_internals.cluster_workers(cluster.client), "the user's cluster stays open"
     assert our_segments(cluster) == [], "the run's shared memory is released when train() returns"
 
 

@@ -19,6 +19,7 @@ from daskrl.envs.multi_agent import MultiAgentGroup, multi_agent_spaces
 from daskrl.learning.slot_reader import SLOT_FIELDS, STATE_FIELDS, PolicyColumns, join_parts
 from daskrl.learning.turns import interleaved
 from daskrl.models.actor_critic import build_model
+from daskrl.runtime import dask_internals
 from daskrl.sampling.trajectories import SlotLayout
 from daskrl.testing.envs import staggered, take_turns
 
@@ -284,7 +285,7 @@ def test_a_rollout_worker_says_who_acts_at_step_T(inproc):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         setup = role_setups(config, probe_env(env)).rollout[0]
-    hosts = sorted(inproc.client.scheduler_info()["workers"])
+    hosts = sorted(dask_internals.cluster_workers(inproc.client))
     rollout = spawn(inproc.client, RolloutWorker, "rollout_turns", run_id=inproc.run_id, worker=hosts[0], setup=setup)
     collector = spawn(inproc.client, SlotCollector, "collector_turns", run_id=inproc.run_id, worker=hosts[1],
                       setup=CollectorSetup(max_keep=12))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daskrl.driver.fleet import Fleet
+from daskrl.runtime import dask_internals
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.registry import LEAVING_TOPIC
@@ -59,7 +60,7 @@ class Departures:
         """Whether ``handle``'s worker is closing in order, as the scheduler sees it (asked when a call to the
         component failed: a closing worker refuses calls before its teardown reports it leaving)."""
         try:
-            info = self.fleet.client.scheduler_info()["workers"].get(handle.address)
+            info = dask_internals.cluster_workers(self.fleet.client).get(handle.address)
         except Exception as exc:
             self.incidents.note("elastic-workers-unreadable", exc)
             return False

@@ -18,6 +18,7 @@ from typing import Any
 from daskrl.config import MAX_ROLLOUT_WORKERS, Config
 from daskrl.driver.observers import Observer, Run
 from daskrl.driver.placement import workers_needed
+from daskrl.runtime import dask_internals
 from daskrl.runtime.handles import ComponentHandle
 
 #: a component busier than this share of its time is a bottleneck
@@ -46,7 +47,7 @@ class ElasticGrowth(Observer):
     def on_start(self, run: Run) -> None:
         self.run, self.fleet = run, run.fleet
         self.cap = run.config.run.max_rollout_workers or MAX_ROLLOUT_WORKERS
-        workers = self.fleet.client.scheduler_info()["workers"]
+        workers = dask_internals.cluster_workers(self.fleet.client)
         self.seen = set(workers)  # addresses present at the start, or already used
         self.seen_names = {str(w.get("name")) for w in workers.values()} | set(self.fleet.placement.names.values())
 
@@ -61,7 +62,7 @@ class ElasticGrowth(Observer):
     def grow(self, shares: dict[str, dict[str, float]]) -> None:
         """Place components on workers that joined since the last look (see the module docstring)."""
         try:
-            workers = self.fleet.client.scheduler_info()["workers"]
+            workers = dask_internals.cluster_workers(self.fleet.client)
         except Exception as exc:
             self.run.incidents.note("elastic-workers-unreadable", exc)
             return

@@ -15,6 +15,7 @@ from typing import Any
 from daskrl.config import Config
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.registry import Shipped, pack_components
+from daskrl.runtime import dask_internals
 
 
 def _build(config: Config, spaces: EnvSpaces, components: Shipped) -> None:
@@ -30,7 +31,7 @@ def check_model_on_cluster(client: Any, config: Config, spaces: EnvSpaces, worke
     """Build the run's network on one of ``workers`` (the learner's: any worker when empty) of ``client``'s cluster;
     raises the ConfigError that building raised. A cluster without workers yet is left to placement, which says
     what it waits for."""
-    if not client.scheduler_info().get("workers"):
+    if not dask_internals.cluster_workers(client):
         return
     client.submit(_build, config, spaces, pack_components(), pure=False, workers=list(workers) or None,
                   allow_other_workers=False).result(timeout=timeout)

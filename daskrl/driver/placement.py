@@ -20,6 +20,7 @@ from daskrl.devices import check_cluster as check_devices
 from daskrl.driver.sizing import check_fits_cluster
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
+from daskrl.runtime import dask_internals
 from daskrl.runtime.runs import RunClaim
 
 
@@ -70,7 +71,7 @@ def workers_needed(config: Config) -> int:
 
 
 def place(workers: dict[str, dict], config: Config, held: dict[str, str] | None = None) -> Placement:
-    """``workers`` is ``client.scheduler_info()["workers"]`` (address -> info with "name", "resources");
+    """``workers`` is ``dask_internals.cluster_workers(client)`` (address -> info with "name", "resources");
     ``held``: the workers other runs on the cluster hold (address -> run), which this run does not use."""
     counts = role_counts(config)
     need = sum(counts.values())
@@ -129,7 +130,7 @@ def place_claimed(client: Any, config: Config, spaces: EnvSpaces, claim: RunClai
     deadline = time.monotonic() + config.run.wait_for_workers
     waiting = False
     while True:
-        workers = client.scheduler_info()["workers"]
+        workers = dask_internals.cluster_workers(client)
         held = {} if config.run.share_workers else claim.others()
         try:
             started = fitted_to(workers, config, held, say) if elastic else config

@@ -20,6 +20,7 @@ from daskrl.errors import TrainingError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.monitor.console import say
 from daskrl.protocol import FAULT_TOPIC, RECOVERIES_TOPIC
+from daskrl.runtime import dask_internals
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.runs import RunClaim
@@ -140,7 +141,7 @@ class Recovery:
         name = names.get(handle.address)
         deadline = time.monotonic() + wait_s
         while True:
-            workers = self.fleet.client.scheduler_info()["workers"]
+            workers = dask_internals.cluster_workers(self.fleet.client)
             held = self.claim.others() if self.claim is not None and not self.share else {}
             live = {a: w for a, w in workers.items() if a != handle.address and a not in held}  # never another run's
             chosen = next((a for a, info in live.items() if name is not None and str(info.get("name")) == name), None)

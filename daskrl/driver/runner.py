@@ -37,6 +37,7 @@ from daskrl.monitor.console import console_level, say, say_warning, warn
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
 from daskrl.monitor.stats import EpisodeWindow
+from daskrl.runtime import dask_internals
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.logs import route_logs
@@ -181,7 +182,7 @@ def lost_workers(client: Any, placement: Placement, settle_s: float = 5.0) -> li
     deadline = time.monotonic() + settle_s
     while True:
         try:
-            present = set(client.scheduler_info()["workers"])
+            present = set(dask_internals.cluster_workers(client))
         except Exception:  # the scheduler itself is unreachable: no worker's loss to retry around
             return []
         lost = [placement.names.get(a, a) for a in placement.addresses() if a not in present]
@@ -194,7 +195,7 @@ def _wait_for_workers(client: Any, count: int, timeout: float) -> None:
     """Until the cluster has ``count`` workers again (a nanny brings a killed one back in seconds), or ``timeout``
     passed (then placement takes what there is, or refuses in its one line)."""
     deadline = time.monotonic() + timeout
-    while len(client.scheduler_info()["workers"]) < count and time.monotonic() < deadline:
+    while len(dask_internals.cluster_workers(client)) < count and time.monotonic() < deadline:
         time.sleep(0.25)
 
 

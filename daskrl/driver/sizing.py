@@ -89,7 +89,8 @@ def check_fits_this_machine(config: Config, spaces: EnvSpaces, n_workers: int) -
 
 
 def check_fits_cluster(config: Config, spaces: EnvSpaces, workers: dict[str, dict]) -> None:
-    """For an existing cluster: the smallest memory limit of its workers (``scheduler_info()["workers"]``)."""
+    """For an existing cluster: the smallest memory limit of its ``workers``
+    (:func:`~daskrl.runtime.dask_internals.cluster_workers`)."""
     limits = [float(w.get("memory_limit") or 0) for w in workers.values()]
     limit = min((x for x in limits if x > 0), default=0.0)
     check_fits(config, spaces, limit or None, None, config.sampler.num_workers)

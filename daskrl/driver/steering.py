@@ -26,6 +26,7 @@ from daskrl.config.hyperparams import checked
 from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.run_state import RunState
 from daskrl.protocol import EVENTS_TOPIC
+from daskrl.runtime import dask_internals
 from daskrl.runtime.runs import RunClaim
 
 if TYPE_CHECKING:  # torch-heavy: the components' classes
@@ -160,7 +161,7 @@ def retire_rollout(run: Run, handle: Any) -> None:
 
 def _free_worker(run: Run) -> str | None:
     """A worker none of this run's components uses and no other run holds (claimed for this run), or None."""
-    workers = run.client.scheduler_info()["workers"]
+    workers = dask_internals.cluster_workers(run.client)
     busy = {h.address for h in run.fleet.components()}
     held = {} if run.config.run.share_workers else run.claim.others()
     for address in sorted(workers, key=lambda a: str(workers[a].get("name", a))):

@@ -60,6 +60,17 @@ async def open_batched_stream(address: str, worker: Any, name: str) -> BatchedSe
     return stream
 
 
+def cluster_workers(client: Any) -> dict[str, dict]:
+    """The scheduler's workers now (address -> info with "name", "resources", "memory_limit", ...), asked of the
+    scheduler on each call (its ``identity`` handler).
+
+    Why not ``client.scheduler_info()["workers"]``: that refreshes a cache shared by the whole client and returns it,
+    and the client's own periodic refresh (every 2 s) writes a copy without workers into the same attribute; a call
+    from one thread that the refresh overtakes returns no workers at all (a sweep's trial was refused by "the cluster
+    has 0 worker processes" on a cluster of 4)."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def run_sync(loop: Any, fn: Callable[..., Coroutine], *args: Any, **kwargs: Any) -> Any:
     """Run coroutine function ``fn`` on the event loop ``loop`` from another thread, and wait for its result."""
     return sync(loop, fn, *args, **kwargs)

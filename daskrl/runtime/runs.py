@@ -234,5 +234,5 @@ def list_runs(client: Any) -> dict[str, Any]:
     comes with the first)."""
     reply = client.sync(client.scheduler.daskrl_runs)
     if not isinstance(reply, dict):
-        return {"runs": [], "workers": sorted(client.scheduler_info()["workers"])}
+        return {"runs": [], "workers": sorted(dask_internals.cluster_workers(client))}
     return reply

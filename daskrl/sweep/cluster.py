@@ -11,6 +11,7 @@ from typing import Any
 from daskrl.config import Config
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.protocol import SWEEPS_TOPIC
+from daskrl.runtime import dask_internals
 from daskrl.runtime.cluster import connect_cluster, default_n_workers
 from daskrl.runtime.runs import list_runs
 from daskrl.sweep.trials import Trial
@@ -32,7 +33,7 @@ class SweepCluster:
         return start(config, client=self.client)
 
     def total_workers(self) -> int:
-        return len(self.client.scheduler_info()["workers"])
+        return len(dask_internals.cluster_workers(self.client))
 
     def free_workers(self) -> int:
         """Workers no live run holds."""

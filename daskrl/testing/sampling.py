@@ -17,6 +17,7 @@ from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.protocol import FreeSlots, TrajectoryReady, free_queue
+from daskrl.runtime import dask_internals
 from daskrl.runtime.component import Component
 from daskrl.runtime.params import ParameterPublisher
 from daskrl.runtime.signals import slot
@@ -227,7 +228,7 @@ def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: list, slo
     from daskrl.sampling.inference_worker import InferenceWorker
     from daskrl.sampling.rollout_worker import RolloutWorker
 
-    hosts = sorted(cluster.client.scheduler_info()["workers"])
+    hosts = sorted(dask_internals.cluster_workers(cluster.client))
     setups = role_setups(config, spaces, params, remote_params=False)
     collector = spawn(cluster.client, SlotCollector, f"{name}_collector", run_id=cluster.run_id, worker=hosts[1],
                       setup=CollectorSetup(max_keep=slots))
