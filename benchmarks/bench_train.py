@@ -163,8 +163,9 @@ def hardware_limits() -> dict:
 
     env_fps = limit_fps("CartPole-v1", 5.0, 32)
     learner = measure(Step.of("mlp", gpu=False), "cpu", 1, 1, 20)
-    return {"env_fps": round(env_fps), "learner_samples_per_s": round(learner),
-            "training_fps_bound": round(training_fps_bound(env_fps, learner, os.cpu_count() or 1))}
+    cores = os.cpu_count() or 1
+    return {"env_fps": round(env_fps), "learner_samples_per_s": round(learner), "cores": cores,
+            "training_fps_bound": round(training_fps_bound(env_fps, learner, cores))}
 
 
 def training_fps_bound(env_fps: float, learner_samples_per_s: float, cores: int) -> float:
@@ -243,7 +244,7 @@ def main() -> None:
               f"frames/s (one process per core, 32 envs each, random actions), the learner alone "
               f"{result['limits']['learner_samples_per_s']:,} samples/s (the default MLP, one thread, one core); "
               f"the two together allow at most {result['limits']['training_fps_bound']:,} training frames/s on "
-              f"{os.cpu_count()} cores")
+              f"{result['limits']['cores']} cores")
     if args.json:
         print(json.dumps(result))
 
