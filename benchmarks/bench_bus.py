@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from daskrl.runtime import connect, connect_cluster, spawn
+from daskrl.runtime import connect, connect_cluster, dask_internals, spawn
 from daskrl.testing.components import Bencher, Receiver
 
 
@@ -37,7 +37,7 @@ def main() -> None:
 
     with connect_cluster(n_workers=2, dashboard_address=None) as session:
         client = session.client
-        w0, w1 = sorted(client.scheduler_info()["workers"])
+        w0, w1 = sorted(dask_internals.cluster_workers(client))
         sender = spawn(client, Bencher, "bench_sender", run_id=session.run_id, worker=w0)
         receiver = spawn(client, Receiver, "bench_receiver", run_id=session.run_id, worker=w1)
         for h in (sender, receiver):

@@ -20,4 +20,4 @@ if __name__ == "__main__":
         config.run.train_for_seconds = 120
         summary = daskrl.train(config, client=client)
         print(f"mean return {summary['episode_return_mean']:.1f}; the cluster still runs: "
-              f"{len(client.scheduler_info()['workers'])} workers")
+              f"{len(client.nthreads())} workers")
