@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,13 +121,53 @@ def created_since(before: Before) -> Created:
 
 
 def release(created: Created) -> None:
-    """End what ``created`` names that is still running (after a moment to end by itself) and remove its entries."""
-    if not created:
+    """End what ``created`` names that is still running (after a moment to end by itself) and remove its entries;
+    inside :func:`released_together`, with the others released there."""
+    pending = getattr(_TOGETHER, "pending", None)
+    if pending is not None:
+        pending.append(created)
+    else:
+        release_all([created])
+
+
+def release_all(batch: list[Created]) -> None:
+    """:func:`release` for several envs' at once: one wait for all their processes to end by themselves, and one
+    SIGTERM grace for those that do not, instead of one of each per env."""
+    batch = [created for created in batch if created]
+    if not batch:
         return
-    if not _ended_by_themselves(created.processes, OWN_EXIT_SECONDS):
-        process_watcher.end_processes(created.processes)
-    process_watcher.remove_entries(created.entries)
-    _TRACKER.send("forget", created)
+    processes = {pid: started for created in batch for pid, started in created.processes.items()}
+    if not _ended_by_themselves(processes, OWN_EXIT_SECONDS):
+        process_watcher.end_processes(processes)
+    process_watcher.remove_entries(set().union(*(created.entries for created in batch)))
+    for created in batch:
+        _TRACKER.send("forget", created)
+
+
+_TOGETHER = threading.local()  # .pending: the releases deferred by released_together in this thread
+
+
+@contextlib.contextmanager
+def released_together() -> Iterator[None]:
+    """Envs closed in this thread meanwhile end what their closes left at the end, all at once (:func:`release_all`):
+    released one after the other, a group of envs whose processes ignore SIGTERM (VizDoom's engines) took
+    ``OWN_EXIT_SECONDS`` plus ``process_watcher.GRACE_SECONDS`` per env to close."""
+    if getattr(_TOGETHER, "pending", None) is not None:  # already inside one: it releases these too
+        yield
+        return
+    _TOGETHER.pending = []
+    try:
+        yield
+    finally:
+        pending, _TOGETHER.pending = _TOGETHER.pending, None
+        release_all(pending)
+
+
+def close_all(envs: Iterable[Any]) -> None:
+    """Close every env of ``envs``, then end what their closes left, all at once (:func:`released_together`)."""
+    with released_together():
+        for env in envs:
+            env.close()
 
 
 def _ended_by_themselves(processes: dict[int, int], seconds: float) -> bool:

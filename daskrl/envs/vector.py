@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from daskrl.envs.dict_obs import PackedDictObservations
+from daskrl.envs.owned_processes import close_all
 from daskrl.envs.registry import env_seed, make_env
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
@@ -58,8 +59,7 @@ def build_seeded(num_envs: int, spec: str, seed: int | None, worker_index: int, 
         for i in range(num_envs):
             envs.append(build(i))
     except BaseException:
-        for env in envs:
-            env.close()
+        close_all(envs)
         raise
     return envs, rebuild
 
@@ -296,5 +296,4 @@ class EnvGroup(EpisodeRecords):
     def close(self) -> None:
         if self._threads is not None:
             self._threads.shutdown(wait=True)
-        for env in self.envs:
-            env.close()
+        close_all(self.envs)
