@@ -165,7 +165,8 @@ def main() -> int:
             counts["processes_left"] += kill_run(proc, ours)
             print(f"round {round_}: killed {'during a checkpoint write' if mid_write else 'at a random moment'}; "
                   f"newest complete checkpoint now at {newest_complete(checkpoints)} env steps", flush=True)
-        time.sleep(5)  # the reaper of the last killed run removes its segments
+        # the reaper of the last killed run removes its segments: 5 s for that, over as soon as none is left
+        wait_for(lambda: not our_segments(ours), 5)
         counts["segments_left"] = our_segments(ours)
     finally:
         shutil.rmtree(train_dir, ignore_errors=True)
