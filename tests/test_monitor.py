@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from daskrl import Observer
 from daskrl.config import Config
 from daskrl.monitor.console import ConsoleView, progress_line
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
@@ -52,18 +53,33 @@ LIGHT_CARTPOLE = {"env": "CartPole-v1", "num_workers": 1, "num_envs_per_worker":
 # ---- helpers ----
 
 
+class StopWhenAsked(Observer):
+    """Stops the run in order at its next poll once :meth:`ask` was called (from another thread)."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+
+    def ask(self) -> None:
+        self.asked.set()
+
+    def on_poll(self, run) -> None:
+        if self.asked.is_set():
+            run.request_stop("the test's checks are done")
+
+
 class Training:
-    """``daskrl.train`` in a background thread."""
+    """``daskrl.train`` in a background thread; :meth:`stop` ends it before its budget."""
 
     def __init__(self, config: Config, client) -> None:
         from daskrl import train
 
         self.summary: dict | None = None
         self.error: BaseException | None = None
+        self.stopper = StopWhenAsked()
 
         def run() -> None:
             try:
-                self.summary = train(config, client=client)
+                self.summary = train(config, client=client, observers=[self.stopper])
             except BaseException as exc:  # reported by wait()
                 self.error = exc
 
@@ -77,6 +93,9 @@ class Training:
     def check(self) -> None:
         if self.error is not None:
             raise AssertionError(f"training failed: {self.error!r}") from self.error
+
+    def stop(self) -> None:
+        self.stopper.ask()
 
     def wait(self, timeout: float = 120.0) -> dict:
         self.thread.join(timeout)
@@ -359,15 +378,18 @@ def cli_cluster(tmp_path_factory):
     finally:
         if client is not None:
             client.close()
-        for p in reversed(procs):  # workers first, then the scheduler: each shuts down what it started
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+        # the workers, then the scheduler once they ended (each shuts down what it started; why in that order:
+        # helpers.Processes.stop)
+        for group in (procs[1:], procs[:1]):
+            for p in group:
+                if p.poll() is None:
+                    p.terminate()
+            for p in group:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(10)
         for log in logs:
             log.close()
     left = {p.pid: group_members(p.pid) for p in procs}  # each was started as its own process group
@@ -395,6 +417,7 @@ def test_page_and_endpoints_on_a_cli_scheduler(cli_cluster, tmp_path):
             finally:
                 browser.close()
     finally:
+        training.stop()  # the checks needed it running; its 25 s are a bound, not a length
         summary = training.wait()
     assert summary["env_steps"] > 0
     # the plugin is registered once per scheduler and keeps the run after it ended
