@@ -22,6 +22,7 @@ from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError
 from daskrl.driver.placement import place
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import LearnerGroup, open_store
 from daskrl.learning.shares import split_slots
@@ -175,6 +176,64 @@ def test_a_group_skips_a_step_together_when_one_member_sees_nan():
     for trainer in group:
         assert torch.equal(_flat_weights(trainer), before)
         assert trainer.train_steps == 1 and trainer.skipped_steps >= 1
+
+
+def _group_of_two() -> tuple[LearnerGroup, LearnerGroup, object]:
+    """A leader and a member (threads of this process), formed; and the leader's store (it serves it)."""
+    store = open_store("127.0.0.1", 2)
+    formed: dict[int, LearnerGroup] = {}
+
+    def join(rank: int) -> None:
+        formed[rank] = LearnerGroup("127.0.0.1", store.port, rank, 2, 1, torch.device("cpu"),
+                                    store=store if rank == 0 else None)
+
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return formed[0], formed[1], store
+
+
+def _sum_in_thread(group: LearnerGroup) -> dict:
+    """Start ``group.sum_`` in a thread; the dict gets its error and how long it took."""
+    out: dict = {}
+
+    def run() -> None:
+        t0 = time.monotonic()
+        try:
+            group.sum_(torch.ones(4))
+        except GroupBroken as exc:
+            out["error"] = exc
+        out["seconds"] = time.monotonic() - t0
+
+    out["thread"] = threading.Thread(target=run)
+    out["thread"].start()
+    return out
+
+
+def test_a_member_in_a_step_the_stopping_leader_will_not_take_fails_at_once_and_knows_why():
+    """A leader stops between two steps (the run ends) while a member already trains on a share of the next
+    batch: the member's collective used to wait GROUP_TIMEOUT_S (30 s) for the leader, past the runner's 10 s wait
+    for its thread. The leader's end() fails it at once, and the member can tell that end from a lost leader."""
+    leader, member, _store = _group_of_two()
+    blocked = _sum_in_thread(member)
+    time.sleep(0.3)
+    assert blocked["thread"].is_alive()  # the member waits for the leader's part of the step
+    leader.end()
+    blocked["thread"].join(10)
+    assert isinstance(blocked.get("error"), GroupBroken) and blocked["seconds"] < 0.3 + 5, blocked
+    assert member.ended()
+
+
+def test_a_group_broken_by_a_lost_member_is_not_an_end():
+    leader, member, _store = _group_of_two()
+    blocked = _sum_in_thread(leader)
+    time.sleep(0.3)
+    member.close()  # as the member's process going away drops it
+    blocked["thread"].join(10)
+    assert isinstance(blocked.get("error"), GroupBroken), blocked
+    assert not leader.ended()
 
 
 def test_the_batch_split_is_exact():

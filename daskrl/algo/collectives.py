@@ -32,6 +32,12 @@ class Collectives(Protocol):
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
         """Every member takes the leader's values of ``tensors`` (in place)."""
 
+    def end(self) -> None:
+        """The leader ends the group on purpose (the run stops): the members' collectives fail at once."""
+
+    def ended(self) -> bool:
+        """Whether the leader ended the group on purpose (asked after a collective failed)."""
+
     def close(self) -> None:
         """Leave the group."""
 
@@ -52,6 +58,12 @@ class SoloGroup:
 
     def broadcast_(self, tensors: list[torch.Tensor]) -> None:
         return None
+
+    def end(self) -> None:
+        return None
+
+    def ended(self) -> bool:
+        return False
 
     def close(self) -> None:
         return None

@@ -338,8 +338,10 @@ class Learner(Component):
 
     def _group_broke(self, exc: GroupBroken) -> None:
         """A member (or the leader) is gone: the leader trains alone, a member waits, until the group is formed
-        again. Counted and logged; the step in progress is abandoned on every member."""
-        self.incidents.note("learner-group-broken", exc)
+        again. Counted and logged; the step in progress is abandoned on every member. A member whose leader ended
+        the group (the run stops) leaves it without an incident."""
+        if not self.trainer.group.ended():
+            self.incidents.note("learner-group-broken", exc)
         self._leave_group()
 
     def extra_stats(self) -> dict:
@@ -372,3 +374,7 @@ class Learner(Component):
 
     def on_stop(self) -> None:
         self.batcher.stop()
+        if self.role.rank == 0:
+            # members may have been given shares of a batch this leader will not train now: its end lets their
+            # step fail at once rather than hold their threads past the runner's wait (learner_group.end)
+            self.trainer.group.end()

@@ -71,9 +71,33 @@ class LearnerGroup:
         except Exception as exc:
             raise GroupBroken(f"the learner group lost a member (broadcast failed: {exc})") from exc
 
+    def end(self) -> None:
+        """The leader ends the group on purpose (its run stops between two steps): it marks the end in the store,
+        which it keeps serving, and drops its process group, whose connections close with it. A member in a step
+        the leader will not take then fails at once (measured: the moment the leader dropped it) instead of after
+        :data:`GROUP_TIMEOUT_S`, which outlasted the runner's wait for its thread, and :meth:`ended` tells it why."""
+        try:
+            self.store.set(ended_key(self.generation), "1")
+        except Exception:  # a store that failed already: the members' collectives fail all the same
+            pass
+        self.close()
+
+    def ended(self) -> bool:
+        """Whether the leader ended this group on purpose (asked after a collective failed; False when the
+        leader's store does not answer: the leader is gone)."""
+        try:
+            return bool(self.store.check([ended_key(self.generation)]))
+        except Exception:
+            return False
+
     def close(self) -> None:
         self.pg = None
         self.store = None
+
+
+def ended_key(generation: int) -> str:
+    """Where the leader marks that it ended group ``generation`` on purpose."""
+    return f"daskrl-gen{generation}-ended"
 
 
 def gpu_identity(device: torch.device) -> str:
