@@ -605,6 +605,31 @@ def test_bad_configuration_is_refused_before_any_process_starts(tmp_path):
     assert not started, f"the CLI started processes for a refused configuration: {started}"
 
 
+def test_only_a_start_failure_that_looks_like_a_lost_worker_waits_for_the_scheduler_to_tell():
+    """An env that raises while it is built fails the run at once (it waited 5 s for a worker loss the scheduler
+    would never report); a connection that failed, a call that timed out or a cancelled task get those seconds."""
+    from concurrent.futures import CancelledError
+
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
+    from daskrl.driver.runner import may_be_a_lost_worker
+    from daskrl.errors import ComponentError, EnvError
+
+    def failed(cause: BaseException) -> ComponentError:
+        try:
+            raise ComponentError("component 'rollout_0': configure() failed") from cause
+        except ComponentError as exc:
+            return exc
+
+    assert not may_be_a_lost_worker(failed(EnvError("Environment 'x' failed to build: MissingResourceError")))
+    assert not may_be_a_lost_worker(failed(ValueError("bad observation")))
+    assert not may_be_a_lost_worker(KeyError("a bug in the driver"))
+    for loss in (OSError("Unable to contact Actor's worker"), TimeoutError(), CancelledError(),
+                 FutureCancelledError("k", reason="lost"), KilledWorker("task", "worker", 3)):
+        assert may_be_a_lost_worker(failed(loss)), loss
+
+
 def test_a_worker_lost_while_the_fleet_starts_gets_the_fleet_one_more_start(tmp_path, capsys):
     """A rollout worker's env SIGKILLs its ``dask worker`` process while the fleet is being created (the first
     ``daskrl train --env doom/basic`` of a fresh install lost a worker that way and the run ended with "configure()

@@ -167,7 +167,7 @@ def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
         run.start(placement, starts)
         return
     except Exception as exc:
-        lost = lost_workers(run.client, placement)
+        lost = lost_workers(run.client, placement, settle_s=LOSS_SETTLE_S if may_be_a_lost_worker(exc) else 0.0)
         if not lost:
             raise
         run.say(f"daskrl: worker {', '.join(lost)} was lost while the fleet started ({one_line(exc)}); starting "
@@ -176,7 +176,28 @@ def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
     run.start(place_again(), starts)
 
 
-def lost_workers(client: Any, placement: Placement, settle_s: float = 5.0) -> list[str]:
+#: seconds the scheduler is given to learn of a worker's death after a start failed the way a lost worker fails it
+LOSS_SETTLE_S = 5.0
+
+
+def may_be_a_lost_worker(exc: BaseException) -> bool:
+    """Whether a failed start may come from a worker that left: ``exc`` or one of its causes is a failed connection
+    (Dask's "OSError: Unable to contact Actor's worker"), a call that timed out or a task cancelled or given up by
+    the scheduler. An exception a component raised itself (an env that could not be built) came back from a
+    worker that answered: the run's error, at once, with no loss to wait for."""
+    from concurrent.futures import CancelledError
+
+    from distributed.scheduler import KilledWorker
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, (OSError, TimeoutError, CancelledError, KilledWorker)):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def lost_workers(client: Any, placement: Placement, settle_s: float = LOSS_SETTLE_S) -> list[str]:
     """The names of ``placement``'s workers that left the cluster. The scheduler learns of a death from the
     worker's nanny or a closed comm, a moment after the caller may have: it is given ``settle_s`` to."""
     deadline = time.monotonic() + settle_s
