@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from daskrl import Observer, train
 from daskrl.envs import EnvError, EnvGroup, make_env, owned_processes
 from daskrl.runtime import process_watcher
 from daskrl.testing.env_leftovers import CASES, CHECK_SECONDS, EnvTraces, run_case
 from daskrl.testing.process_envs import entry_prefix
 
-from .helpers import slow, wait_for
+from .helpers import REPORT_OFTEN, run_config, slow, wait_for
 
 SPEC = "daskrl.testing.process_envs:with_process"
 
@@ -130,6 +131,39 @@ def test_a_group_of_envs_closed_as_a_retired_rollout_worker_closes_them_leaves_n
     took = time.monotonic() - started
     assert nothing_left(t), (t.processes(), t.entries())
     assert took < 2 * (owned_processes.OWN_EXIT_SECONDS + process_watcher.GRACE_SECONDS), took
+
+
+class StopAtFirstRow(Observer):
+    """Asks the run to stop at its first row and notes when it asked and when the samplers had stopped."""
+
+    def __init__(self) -> None:
+        self.asked: float | None = None
+        self.samplers_stopped: float | None = None
+
+    def on_report(self, run, row) -> None:
+        if self.asked is None:
+            self.asked = time.monotonic()
+            run.request_stop("the test's stop")
+
+    def on_stop(self, run) -> None:  # the runner tells the observers once the samplers stopped
+        self.samplers_stopped = time.monotonic()
+
+
+@slow("a 3-rollout-worker run whose envs' closes leave processes that ignore SIGTERM")
+def test_a_run_stops_its_rollout_workers_together(tmp_path, tag):
+    """Each rollout worker's close ends what its envs' closes left in one wait and one grace (above); the runner
+    stops the rollout workers all at once, so a run's end takes one worker's close, not one per worker (one after
+    the other, three took 3 x 1.5 s before the last row)."""
+    stopper = StopAtFirstRow()
+    config = run_config(tmp_path, "together", base=REPORT_OFTEN, env=SPEC,
+                        env_kwargs={"tag": tag, "leaky_close": True}, num_workers=3, num_envs_per_worker=2,
+                        train_for_env_steps=0, train_for_seconds=60)
+    summary = train(config, observers=[stopper])
+    assert summary["stop_reason"] == "the test's stop", summary["stop_reason"]
+    took = stopper.samplers_stopped - stopper.asked
+    print(f"\nsamplers stopped {took:.2f} s after the stop was asked")
+    assert took < 2 * (owned_processes.OWN_EXIT_SECONDS + process_watcher.GRACE_SECONDS), took
+    assert nothing_left(traces(tag))
 
 
 @pytest.mark.parametrize("builds", [1, 3])

@@ -368,12 +368,22 @@ class Fleet:
     # ---- stopping ----
 
     def stop(self, handles: Sequence[ComponentHandle], release: bool = True) -> list[dict]:
-        """Stop these components; returns each one's final stats, or ``{"name", "error"}`` for one that could not
-        be stopped (already gone), so the rest are still stopped. ``release=False``: see :meth:`release`."""
-        out = []
+        """Stop these components, all at once: each ends its thread and closes its envs in its own process, so
+        the run's end takes the slowest one's time, not their sum. Returns each one's final stats, or ``{"name",
+        "error"}`` for one that could not be stopped (already gone), so the rest are still stopped.
+        ``release=False``: see :meth:`release`."""
+        started: list[tuple[ComponentHandle, Any]] = []
         for handle in handles:
             try:
-                out.append(handle.call("stop", timeout=30, release=release))
+                started.append((handle, handle.send("stop", release=release)))
+            except ComponentError as exc:
+                started.append((handle, exc))
+        out = []
+        for handle, call in started:
+            try:
+                if isinstance(call, ComponentError):
+                    raise call
+                out.append(handle.wait("stop", call, timeout=30))
             except ComponentError as exc:
                 out.append({"name": handle.name, "error": str(exc)})
         return out
