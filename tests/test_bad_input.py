@@ -24,7 +24,7 @@ from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
 from .helpers import Processes, dask_command, free_port, run_watching_children, slow, wait_for_cluster
 
-DASKRL = [sys.executable, "-m", "daskrl.cli"]
+DASKRL = [sys.executable, "-m", "daskrl"]
 DASK_LOG_LINE = (" - WARNING - ", " - ERROR - ", " - INFO - ", "distributed.", "Traceback")
 
 
@@ -155,8 +155,10 @@ def test_nan_and_oversized_configurations_are_refused_before_any_process_starts(
                            (["--num-envs-per-worker", "100000000"], "--num-envs-per-worker must be within"),
                            # Catch's 84x84 frames: 60,000 envs x 33 steps x 3 slots are about 41 GiB of slots
                            (["--env", "daskrl/Catch-v0", "--num-envs-per-worker", "60000"], "MiB")):
-        code, err, started = run_watching_children(DASKRL + ["train", "--train-dir", str(tmp_path),
-                                                             "--dashboard-address", "", *args])
+        # daskrl.cli, whose checks these are: the `daskrl` command starts the worker server before it reads the
+        # options (daskrl/__main__.py) and ends it on the way out
+        code, err, started = run_watching_children([sys.executable, "-m", "daskrl.cli", "train", "--train-dir",
+                                                    str(tmp_path), "--dashboard-address", "", *args])
         assert code == 2 and expected in err and "Traceback" not in err, err
         assert not started, f"{args} started processes before it was refused: {started}"
         assert len(err.strip().splitlines()) <= 4, err

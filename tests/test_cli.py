@@ -14,7 +14,7 @@ import pytest
 
 from .helpers import slow
 
-DASKRL = [sys.executable, "-m", "daskrl.cli"]
+DASKRL = [sys.executable, "-m", "daskrl"]
 
 
 def run(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:

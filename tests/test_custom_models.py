@@ -292,7 +292,7 @@ def test_an_encoder_registered_here_trains_in_worker_processes(cluster, tmp_path
     evaluator.close()
     assert len(enjoy(summary["experiment_dir"], episodes=2)["returns"]) == 2
     # `daskrl enjoy` in a process of its own, where nothing registered it: one line that says where to register it
-    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--experiment", "resmlp", "--train-dir",
+    done = subprocess.run([sys.executable, "-m", "daskrl", "enjoy", "--experiment", "resmlp", "--train-dir",
                            str(tmp_path), "--episodes", "1"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": REPO})
     assert done.returncode == 2, done.stderr

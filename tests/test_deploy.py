@@ -136,7 +136,7 @@ def test_a_killed_driver_leaves_nothing_running_on_the_cluster(cli_cluster, tmp_
     (threads, shared memory, registry names) instead of stepping envs on a cluster that outlives the run."""
     client, pids = cli_cluster["client"], cli_cluster["pids"]
     procs = Processes(tmp_path)
-    driver = procs.start("driver", sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1",
+    driver = procs.start("driver", sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1",
                          "--scheduler", cli_cluster["address"], "--train-for-seconds", "120",
                          "--train-dir", str(tmp_path), "--experiment", "killed", "--dashboard-address", "")
     try:

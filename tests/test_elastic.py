@@ -206,7 +206,7 @@ def test_an_elastic_run_starts_on_a_cluster_too_small_for_it_and_grows_as_worker
     grows to 3 rollout workers when two workers join (it was refused: "the cluster has 2 worker processes but this
     run needs 3")."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--scheduler", small_cluster["address"],
+        [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--scheduler", small_cluster["address"],
          "--train-dir", str(tmp_path), "--experiment", "small", "--dashboard-address", "", "--train-for-seconds",
          "120", "--train-for-env-steps", "0", "--report-interval", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

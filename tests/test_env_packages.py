@@ -127,7 +127,7 @@ def test_a_run_imports_them_in_its_worker_processes_and_enjoy_does_too(package, 
         assert any(client.run(imported_here, PKG).values())  # the rollout worker made its envs from the plain id
     assert list_segments(run_id) == []
     # `daskrl enjoy` in a process of its own, where the package is importable and nothing imports it but the config
-    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--experiment", "pkg", "--train-dir",
+    done = subprocess.run([sys.executable, "-m", "daskrl", "enjoy", "--experiment", "pkg", "--train-dir",
                            str(tmp_path), "--episodes", "2"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([REPO, str(PKG_DIR)])})
     assert done.returncode == 0, done.stderr

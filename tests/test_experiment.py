@@ -24,7 +24,7 @@ from .helpers import run_config, slow
 
 
 def cli(tmp_path: Path, experiment: str, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
+    return [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
             "--experiment", experiment, "--dashboard-address", "", "--num-workers", "1", "--report-interval", "0.5",
             *flags]
 

@@ -438,7 +438,7 @@ def sigkilled_cli_run(tmp_path: Path):
     old = run_config(tmp_path, "old", base=REPORT_OFTEN, num_workers=1)
     log = open(tmp_path / "old.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
+        [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
          "--experiment", "old", "--train-for-seconds", "120", "--train-for-env-steps", "0", "--num-workers", "1",
          "--dashboard-address", "", "--report-interval", "0.5"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -596,7 +596,9 @@ def test_bad_configuration_is_refused_before_any_process_starts(tmp_path):
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= children_before, "a process was started"
     assert not (tmp_path / "bad").exists(), "the experiment directory was created for a refused configuration"
 
-    # the command line too: exit status 2, the three lines, and not even the forkserver is started
+    # the command line too: exit status 2, the three lines, and the CLI's checks start no process, not even the
+    # forkserver (daskrl.cli: the `daskrl` command starts that server before it reads the options, daskrl/__main__.py,
+    # and ends it on the way out)
     code, err, started = run_watching_children([sys.executable, "-m", "daskrl.cli", "train", "--train-dir",
                                                 str(tmp_path), "--experiment", "bad", "--num-workers", "0", "--gamma",
                                                 "1.5", "--heartbeat-timeout", "-1"])

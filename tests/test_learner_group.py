@@ -355,7 +355,7 @@ def test_options_that_do_not_fit_a_group_are_refused_in_one_line_each():
 @slow("a CLI process that imports torch")
 def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--learner-device",
+    done = subprocess.run([sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--learner-device",
                            "cuda", "--train-dir", str(tmp_path), "--experiment", "gpu", "--dashboard-address", ""],
                           capture_output=True, text=True, timeout=60)
     seconds = time.monotonic() - t0

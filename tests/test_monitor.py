@@ -458,7 +458,7 @@ def test_console_view_budget_and_eta():
 
 
 def cli_train(tmp_path: Path, experiment: str) -> list[str]:
-    return [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
+    return [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--train-dir", str(tmp_path),
             "--experiment", experiment, "--train-for-env-steps", "20000", "--train-for-seconds", "90",
             "--dashboard-address", "", "--num-workers", "1", "--num-envs-per-worker", "8",
             "--report-interval", "0.5"]

@@ -111,7 +111,7 @@ def test_enjoy_plays_a_pettingzoo_game_against_a_random_opponent(tmp_path):
                               rollout=16, batch_size=128, train_for_env_steps=3_000, train_for_seconds=60,
                               report_interval=0.5)
     train(config)
-    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--train-dir", str(tmp_path), "--experiment",
+    done = subprocess.run([sys.executable, "-m", "daskrl", "enjoy", "--train-dir", str(tmp_path), "--experiment",
                            "ttt", "--opponent", "random", "--episodes", "20"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
     assert done.returncode == 0, done.stderr
@@ -135,7 +135,7 @@ def test_a_general_sum_game_counts_no_wins():
 
 @slow("trains race to ten briefly (trained), then enjoy in a process of its own")
 def test_enjoy_against_a_random_opponent_prints_each_seats_wins_draws_and_losses(trained):
-    done = subprocess.run([sys.executable, "-m", "daskrl.cli", "enjoy", "--train-dir", str(trained["train_dir"]),
+    done = subprocess.run([sys.executable, "-m", "daskrl", "enjoy", "--train-dir", str(trained["train_dir"]),
                            "--experiment", "race", "--opponent", "random", "--episodes", str(EPISODES)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
     assert done.returncode == 0, done.stderr

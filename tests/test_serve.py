@@ -28,7 +28,7 @@ from daskrl.serving.service import PolicyService, ServiceThread
 
 from .helpers import SMALL_CARTPOLE, free_port, get_json, run_config, slow, wait_for
 
-DASKRL = [sys.executable, "-m", "daskrl.cli"]
+DASKRL = [sys.executable, "-m", "daskrl"]
 
 
 @pytest.fixture(scope="module")

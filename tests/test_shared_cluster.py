@@ -28,7 +28,7 @@ def four_workers(tmp_path):
 
 
 def train_command(address: str, train_dir: Path, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "daskrl.cli", "train", "--env", "CartPole-v1", "--scheduler", address,
+    return [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--scheduler", address,
             "--num-workers", "1", "--num-envs-per-worker", "16", "--experiment", name, "--train-dir", str(train_dir),
             "--train-for-env-steps", "0", "--report-interval", "0.5", *extra]
 
@@ -71,7 +71,7 @@ def test_runs_share_a_cli_cluster_on_workers_of_their_own(four_workers, tmp_path
     for _ in range(10):  # while they train, no worker ever hosts components of both
         assert all(len(scopes) == 1 for scopes in scopes_by_worker(client).values())
         time.sleep(0.3)
-    listed = subprocess.run([sys.executable, "-m", "daskrl.cli", "runs", "--scheduler", address],
+    listed = subprocess.run([sys.executable, "-m", "daskrl", "runs", "--scheduler", address],
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and "2 run(s) hold 4 of the cluster's 4 workers" in listed.stdout, listed.stdout
     t0 = time.monotonic()

@@ -113,7 +113,7 @@ def _check_report_in_chromium(sweep_dir: Path, tmp_path: Path) -> None:
 
 
 def _sweep_process(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "daskrl.cli", "sweep", *args], cwd=cwd, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "daskrl", "sweep", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -232,7 +232,7 @@ def test_a_worker_killed_mid_sweep_costs_no_trial(tmp_path):
 def test_a_bad_spec_is_refused_in_one_line_per_problem_before_any_trial(tmp_path):
     (tmp_path / "bad.yaml").write_text("base: {env: CartPole-v1}\nspace:\n  learning_rat: [1e-3]\n"
                                        "  num_epochs: {low: 4, high: 1}\n")
-    proc = subprocess.run([sys.executable, "-m", "daskrl.cli", "sweep", "bad.yaml"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "daskrl", "sweep", "bad.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "did you mean 'learning_rate'" in proc.stderr and "empty range [4, 1]" in proc.stderr

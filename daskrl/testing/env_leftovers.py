@@ -84,7 +84,7 @@ class CaseResult:
 
 def _launch(train_args: Sequence[str], log: Path) -> subprocess.Popen:
     with open(log, "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "daskrl.cli", "train", *train_args], stdout=out,
+        return subprocess.Popen([sys.executable, "-m", "daskrl", "train", *train_args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
