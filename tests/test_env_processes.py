@@ -197,8 +197,7 @@ def test_a_killed_watcher_is_started_again_and_told_everything_live(tag):
     assert tracker.watcher.poll() is None and len(tracker.live) >= 3
     # started while an env was built, yet not marked as that env's: no watcher's sweep may end another watcher
     assert process_watcher._marked_owner(tracker.watcher.pid) is None
-    for env in [*envs, more]:
-        env.close()
+    owned_processes.close_all([*envs, more])  # as their group would: one wait and one grace for the three
     assert nothing_left(traces(tag))
 
 
