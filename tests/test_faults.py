@@ -615,8 +615,8 @@ def test_only_a_start_failure_that_looks_like_a_lost_worker_waits_for_the_schedu
     from distributed.client import FutureCancelledError
     from distributed.scheduler import KilledWorker
 
-    from daskrl.driver.runner import may_be_a_lost_worker
     from daskrl.errors import ComponentError, EnvError
+    from daskrl.runtime.handles import looks_like_a_lost_worker
 
     def failed(cause: BaseException) -> ComponentError:
         try:
@@ -624,12 +624,12 @@ def test_only_a_start_failure_that_looks_like_a_lost_worker_waits_for_the_schedu
         except ComponentError as exc:
             return exc
 
-    assert not may_be_a_lost_worker(failed(EnvError("Environment 'x' failed to build: MissingResourceError")))
-    assert not may_be_a_lost_worker(failed(ValueError("bad observation")))
-    assert not may_be_a_lost_worker(KeyError("a bug in the driver"))
+    assert not looks_like_a_lost_worker(failed(EnvError("Environment 'x' failed to build: MissingResourceError")))
+    assert not looks_like_a_lost_worker(failed(ValueError("bad observation")))
+    assert not looks_like_a_lost_worker(KeyError("a bug in the driver"))
     for loss in (OSError("Unable to contact Actor's worker"), TimeoutError(), CancelledError(),
                  FutureCancelledError("k", reason="lost"), KilledWorker("task", "worker", 3)):
-        assert may_be_a_lost_worker(failed(loss)), loss
+        assert looks_like_a_lost_worker(failed(loss)), loss
 
 
 def test_a_worker_lost_while_the_fleet_starts_gets_the_fleet_one_more_start(tmp_path, capsys):

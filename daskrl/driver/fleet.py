@@ -367,36 +367,6 @@ class Fleet:
 
     # ---- stopping ----
 
-    def stop(self, handles: Sequence[ComponentHandle], release: bool = True) -> list[dict]:
-        """Stop these components, all at once: each ends its thread and closes its envs in its own process, so
-        the run's end takes the slowest one's time, not their sum. Returns each one's final stats, or ``{"name",
-        "error"}`` for one that could not be stopped (already gone), so the rest are still stopped.
-        ``release=False``: see :meth:`release`."""
-        started: list[tuple[ComponentHandle, Any]] = []
-        for handle in handles:
-            try:
-                started.append((handle, handle.send("stop", release=release)))
-            except ComponentError as exc:
-                started.append((handle, exc))
-        out = []
-        for handle, call in started:
-            try:
-                if isinstance(call, ComponentError):
-                    raise call
-                out.append(handle.wait("stop", call, timeout=30))
-            except ComponentError as exc:
-                out.append({"name": handle.name, "error": str(exc)})
-        return out
-
-    def release(self, handles: Sequence[ComponentHandle]) -> None:
-        """Free the shared memory of components stopped with ``release=False`` (samplers whose last slots
-        learners on other hosts were still reading); one already gone freed it at its teardown."""
-        for handle in handles:
-            try:
-                handle.call("release", timeout=30)
-            except ComponentError:
-                pass
-
     # ---- internals ----
 
     def _spawn(self, cls: type, name: str, worker: str | None, setup: Any, role: Role,

@@ -29,7 +29,7 @@ from daskrl.driver.poll_pace import PollPace
 from daskrl.driver.recovery import Recovery
 from daskrl.driver.startup import StartupClock
 from daskrl.driver.steering import Steering, apply_remote
-from daskrl.driver.stopping import stop_in_order
+from daskrl.driver.stopping import stop_created, stop_in_order
 from daskrl.driver.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
@@ -136,8 +136,7 @@ class Run:
         """Stop what a fleet that failed to start had created, with no checkpoint: nothing trained yet."""
         fleet, self.fleet = self.fleet, None
         if fleet is not None:
-            fleet.stop(fleet.samplers() + fleet.relays.handles())
-            fleet.stop(fleet.consumers() + fleet.learner_members)
+            stop_created(fleet)
 
     def _say_devices(self) -> None:
         learners = self.fleet.learner_devices()

@@ -40,6 +40,7 @@ from daskrl.monitor.stats import EpisodeWindow
 from daskrl.runtime import dask_internals
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
 from daskrl.runtime.existing_cluster import tls_security
+from daskrl.runtime.handles import looks_like_a_lost_worker
 from daskrl.runtime.logs import route_logs
 from daskrl.runtime.runs import RunClaim
 
@@ -167,7 +168,7 @@ def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
         run.start(placement, starts)
         return
     except Exception as exc:
-        lost = lost_workers(run.client, placement, settle_s=LOSS_SETTLE_S if may_be_a_lost_worker(exc) else 0.0)
+        lost = lost_workers(run.client, placement, settle_s=LOSS_SETTLE_S if looks_like_a_lost_worker(exc) else 0.0)
         if not lost:
             raise
         run.say(f"daskrl: worker {', '.join(lost)} was lost while the fleet started ({one_line(exc)}); starting "
@@ -178,23 +179,6 @@ def _start_fleet(run: Run, placement: Placement, starts: list[LearnerStart],
 
 #: seconds the scheduler is given to learn of a worker's death after a start failed the way a lost worker fails it
 LOSS_SETTLE_S = 5.0
-
-
-def may_be_a_lost_worker(exc: BaseException) -> bool:
-    """Whether a failed start may come from a worker that left: ``exc`` or one of its causes is a failed connection
-    (Dask's "OSError: Unable to contact Actor's worker"), a call that timed out or a task cancelled or given up by
-    the scheduler. An exception a component raised itself (an env that could not be built) came back from a
-    worker that answered: the run's error, at once, with no loss to wait for."""
-    from concurrent.futures import CancelledError
-
-    from distributed.scheduler import KilledWorker
-
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, (OSError, TimeoutError, CancelledError, KilledWorker)):
-            return True
-        cause = cause.__cause__
-    return False
 
 
 def lost_workers(client: Any, placement: Placement, settle_s: float = LOSS_SETTLE_S) -> list[str]:

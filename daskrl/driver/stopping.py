@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.monitor.console import say
+from daskrl.runtime.handles import release_all, stop_all
 
 if TYPE_CHECKING:
     from daskrl.driver.fleet import Fleet
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from daskrl.driver.steering import Steering
     from daskrl.monitor.console import ConsoleView
     from daskrl.monitor.run_state import RunState
+    from daskrl.runtime.handles import ComponentHandle
 
 logger = logging.getLogger(__name__)
 
@@ -54,18 +56,18 @@ def stop_in_order(run: Run) -> None:
         return
     samplers = fleet.samplers() + fleet.relays.handles()
     try:
-        problems = _stop_sampling_then_learning(run, fleet, samplers)
+        problems = _stop_sampling_then_learning(run, fleet)
     finally:  # whatever stopped the sequence, the samplers' memory goes (an existing cluster's workers stay up)
-        fleet.release(samplers)
+        release_all(samplers)
     for problem in problems:
         run.warn(problem)
     say_data_path(run)
 
 
-def _stop_sampling_then_learning(run: Run, fleet: Fleet, samplers: list) -> list[str]:
+def _stop_sampling_then_learning(run: Run, fleet: Fleet) -> list[str]:
     """Samplers stopped (their memory kept), the last row, ``on_stop``, the final checkpoint, the learners stopped;
     the problems met on the way."""
-    final = fleet.stop(samplers, release=False)
+    final = stop_stages(sampler_stages(fleet), release=False)
     stopped = [s for s in final if "error" not in s]
     run.keep_stats(stopped)
     if run.phase == "stopping":
@@ -77,9 +79,34 @@ def _stop_sampling_then_learning(run: Run, fleet: Fleet, samplers: list) -> list
     if fleet.learners() and not run.failed:
         drain_replay(fleet, stopped)
         problems += final_checkpoint(run)
-    consumers = fleet.stop(fleet.consumers() + fleet.learner_members)
+    consumers = stop_stages(consumer_stages(fleet))
     run.keep_stats([s for s in consumers if "error" not in s])  # their last word: a replay shard's after the drain
     return problems + [s["error"] for s in consumers if "error" in s]
+
+
+def sampler_stages(fleet: Fleet) -> list[list[ComponentHandle]]:
+    """The samplers and relays in the order they stop: the rollout workers first (one may wait on an inference
+    worker's reply or read parameters from a relay), then the inference workers, then the relays."""
+    return [fleet.rollout, fleet.inference, fleet.relays.handles()]
+
+
+def consumer_stages(fleet: Fleet) -> list[list[ComponentHandle]]:
+    """The consumers in the order they stop: the learners with their group members (a stopping group leader ends its
+    group, so no member waits on it), then the replay shards (a learner reads from them) and the sampling-only sink."""
+    learners = fleet.learners()
+    return [learners, [handle for handle in fleet.consumers() if handle not in learners]]
+
+
+def stop_stages(stages: Sequence[Sequence[ComponentHandle]], release: bool = True) -> list[dict]:
+    """Stop each stage's components all at once (:func:`~daskrl.runtime.handles.stop_all`), one stage after the
+    other; their final stats."""
+    return [final for stage in stages for final in stop_all(stage, release=release)]
+
+
+def stop_created(fleet: Fleet) -> None:
+    """Stop what a fleet that failed to start had created, in the same order, with no checkpoint."""
+    stop_stages(sampler_stages(fleet))
+    stop_stages(consumer_stages(fleet))
 
 
 def count_last_steps(run: Run, final: list[dict]) -> None:

@@ -151,6 +151,12 @@ class Leader:
     def share_of(self, shares: list[list]) -> list:
         raise RuntimeError("the group leader assigns shares, it takes none")
 
+    def finish(self, group: Collectives) -> None:
+        """This learner stops: the members may have been given shares of a batch it will not train now, so it ends
+        the group (:meth:`~daskrl.learning.learner_group.LearnerGroup.end`), and their step fails at once rather
+        than hold their threads past the runner's wait."""
+        group.end()
+
 
 class Alone(Leader):
     """One learner: the leader of no group (see the module docstring)."""
@@ -187,6 +193,10 @@ class Member(Leader):
     def share_of(self, shares: list[list]) -> list:
         """This member's share of a batch the leader split (the leader keeps share 0)."""
         return shares[self.rank - 1]
+
+    def finish(self, group: Collectives) -> None:
+        """A member that stops leaves the group as it is: the leader ends it."""
+        return None
 
 
 def role_for(rank: int, world: int) -> Leader:

@@ -374,7 +374,4 @@ class Learner(Component):
 
     def on_stop(self) -> None:
         self.batcher.stop()
-        if self.role.rank == 0:
-            # members may have been given shares of a batch this leader will not train now: its end lets their
-            # step fail at once rather than hold their threads past the runner's wait (learner_group.end)
-            self.trainer.group.end()
+        self.role.finish(self.trainer.group)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from daskrl.errors import ComponentError, UnknownMemberError
@@ -107,3 +108,50 @@ def spawn_all(client: Any, specs: list[tuple[type, str, str | None, Any]], *, ru
     for handle, future in zip(handles, pending, strict=True):
         handle.wait("configure", future, timeout)
     return handles
+
+
+def stop_all(handles: Sequence[ComponentHandle], release: bool = True, timeout: float = 30.0) -> list[dict]:
+    """Stop these components all at once: each ends its thread and closes its envs in its own process, so they take
+    the slowest one's time, not their sum. Returns each one's final stats, or ``{"name", "error"}`` for one that
+    could not be stopped (already gone), so the rest are still stopped. ``release=False``: see :func:`release_all`."""
+    started: list[tuple[ComponentHandle, Any]] = []
+    for handle in handles:
+        try:
+            started.append((handle, handle.send("stop", release=release)))
+        except ComponentError as exc:
+            started.append((handle, exc))
+    out = []
+    for handle, call in started:
+        try:
+            if isinstance(call, ComponentError):
+                raise call
+            out.append(handle.wait("stop", call, timeout))
+        except ComponentError as exc:
+            out.append({"name": handle.name, "error": str(exc)})
+    return out
+
+
+def release_all(handles: Sequence[ComponentHandle]) -> None:
+    """Free the shared memory of components stopped with ``release=False`` (samplers whose last slots learners on
+    other hosts were still reading); one already gone freed it at its teardown."""
+    for handle in handles:
+        try:
+            handle.call("release", timeout=30)
+        except ComponentError:
+            pass
+
+
+def looks_like_a_lost_worker(exc: BaseException) -> bool:
+    """Whether a failed call may come from a worker that left the cluster: ``exc`` or one of its causes is a failed
+    connection (Dask's "OSError: Unable to contact Actor's worker"), a call that timed out, or a task cancelled or
+    given up by the scheduler. An exception the component raised itself came back from a worker that answered."""
+    from concurrent.futures import CancelledError
+
+    from distributed.scheduler import KilledWorker
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, (OSError, TimeoutError, CancelledError, KilledWorker)):
+            return True
+        cause = cause.__cause__
+    return False
