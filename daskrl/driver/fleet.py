@@ -365,8 +365,6 @@ class Fleet:
                 newest = got
         return newest
 
-    # ---- stopping ----
-
     # ---- internals ----
 
     def _spawn(self, cls: type, name: str, worker: str | None, setup: Any, role: Role,
