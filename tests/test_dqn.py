@@ -257,17 +257,28 @@ def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
     config = run_config(tmp_path, algo="dqn", batch_size=32)
     assert describe_algo_defaults(config) == ("defaults for --algo dqn: --num-envs-per-worker 8 --rollout 16 "
                                               "--activation relu --max-grad-norm 10.0 --no-normalize-obs "
-                                              "(options you give win)")
+                                              "--value-encoder shared (options you give win)")
     preflight(config)
     assert (config.learner.batch_size, config.model.activation, config.learner.max_grad_norm) == (32, "relu", 10.0)
     assert (config.sampler.num_envs_per_worker, config.sampler.rollout) == (8, 16)
     assert not config.model.normalize_obs
-    given = run_config(tmp_path, algo="dqn", normalize_obs=True)  # asked for: it wins
+    assert _built(config).shared_encoder  # the dueling streams read one trunk
+    given = run_config(tmp_path, algo="dqn", normalize_obs=True, value_encoder="separate")  # asked for: they win
     preflight(given)
     assert given.model.normalize_obs and "normalize" not in describe_algo_defaults(given)
+    assert not _built(given).shared_encoder
     appo = run_config(tmp_path)
     preflight(appo)
     assert (appo.learner.batch_size, appo.model.activation) == (512, "tanh") and not describe_algo_defaults(appo)
+    assert not _built(appo).shared_encoder  # APPO's MLPs stay apart (CleanRL's)
+
+
+def _built(config):
+    """The network a run of ``config`` builds (learner, samplers and enjoy build the same one)."""
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    return build_model(probe_env(config.env.env), config.model, config.run.seed)
 
 
 def test_several_minibatches_in_one_call_train_exactly_as_one_call_each(one_torch_thread):

@@ -174,3 +174,39 @@ def test_a_new_run_on_an_existing_experiment_needs_resume_or_overwrite(tmp_path)
     assert json.loads((exp / "config.json").read_text())["run"]["seed"] == 1
     rows = csv_rows(exp / "metrics.csv")
     assert int(rows[-1]["env_steps"]) == second["env_steps"] and float(rows[0]["time_s"]) < 10
+
+
+def test_a_resume_trains_the_network_its_experiment_saved_whatever_the_defaults_now(tmp_path):
+    """A DQN experiment saved before ``--value-encoder`` existed trained two MLPs; today's DQN default shares one
+    trunk. Its resume builds the saved network (the learner could not load the checkpoint otherwise), other model
+    options left out come from its config.json too, and one given that differs is refused, naming the fix."""
+    from daskrl.config.algo_rules import describe_algo_defaults
+    from daskrl.config.env_defaults import describe as describe_env_defaults
+    from daskrl.driver.preflight import preflight
+
+    saved = run_config(tmp_path, "old", env="CartPole-v1", algo="dqn", hidden_sizes=[32, 32])
+    preflight(saved)
+    layout = json.loads(saved.to_json())
+    del layout["model"]["value_encoder"]  # as a run saved before the option was written
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.json").write_text(json.dumps(layout))
+
+    fresh = run_config(tmp_path, "new", env="CartPole-v1", algo="dqn")
+    preflight(fresh)
+    assert (fresh.model.value_encoder, fresh.model.hidden_sizes) == ("shared", [64, 64])
+
+    resumed = run_config(tmp_path, "old", env="CartPole-v1", algo="dqn", resume=True)
+    preflight(resumed)
+    assert (resumed.model.value_encoder, resumed.model.hidden_sizes) == ("auto", [32, 32])
+    assert "value-encoder" not in describe_algo_defaults(resumed) and not describe_env_defaults(resumed)
+    preflight(resumed)  # the runner checks again: the same network
+    assert (resumed.model.value_encoder, resumed.model.hidden_sizes) == ("auto", [32, 32])
+
+    changed = run_config(tmp_path, "old", env="CartPole-v1", algo="dqn", resume=True, hidden_sizes=[64, 64],
+                         init_log_std=-0.5)  # a starting value is no other network
+    with pytest.raises(ConfigError) as refused:
+        preflight(changed)
+    assert refused.value.problems == [
+        f"--resume: --hidden-sizes 64 64 builds another network than experiment {str(tmp_path / 'old')!r} trained "
+        "(--hidden-sizes 32 32 in its config.json): leave --hidden-sizes out to continue it, or train a new "
+        "experiment"]

@@ -86,6 +86,16 @@ def test_shared_encoder_defaults_and_no_duplicate_weights():
     assert n_params(shared_mlp) < n_params(mlp)
 
 
+def test_the_value_encoder_option_shares_or_separates_the_trunk():
+    """``--value-encoder`` overrides 'auto' both ways; a recurrent core cannot have a value encoder of its own."""
+    shared_mlp = ActorCritic(_spaces("CartPole-v1"), ModelConfig(value_encoder="shared"))
+    assert shared_mlp.shared_encoder and "value_encoder.net.0.weight" not in shared_mlp.state_dict()
+    separate_cnn = ActorCritic(_spaces("daskrl/Catch-v0"), ModelConfig(value_encoder="separate"))
+    assert not separate_cnn.shared_encoder and separate_cnn.value_encoder is not None
+    with pytest.raises(ValueError, match="leave out --value-encoder separate"):
+        ActorCritic(_spaces("CartPole-v1"), ModelConfig(rnn="gru", value_encoder="separate"))
+
+
 def test_the_checkpoint_layout_and_the_paths_each_core_refuses():
     """The observation adapter and the core are objects chosen once, yet the state_dict keys stay those checkpoints
     hold: statistics buffers only when normalizing, no ``core.*`` keys without a recurrent core. A feed-forward

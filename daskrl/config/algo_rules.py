@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from daskrl.config.checks import as_option
+
 
 def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
     """Options that do not fit the chosen ``--algo`` (none for appo)."""
@@ -58,10 +60,12 @@ _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 #: DQN does not normalize observations (SB3's DQN does not either): its learner's running statistics count every
 #: replayed draw (each transition about replay_ratio x batch_size times), so they settle on what the first, random
 #: steps saw, and the +-5 std clip then hides the states found later. On MountainCar the clip fell at x = 0.03
-#: after the 23k random steps, so the flag (x = 0.5) and the hill below it were one input (docs/offpolicy.md)
+#: after the 23k random steps, so the flag (x = 0.5) and the hill below it were one input (docs/offpolicy.md).
+#: DQN's dueling streams (the value and action heads) read one trunk, as Wang et al.'s: with APPO's separate MLPs
+#: every Q-value costs two encoders, and the update made 1.6x fewer steps a second (docs/performance.md).
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0,
-            "normalize_obs": False},
+            "normalize_obs": False, "value_encoder": "shared"},
     "sac": {**_OFF_POLICY_SLOTS, "batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256],
             "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0},
 }
@@ -91,13 +95,6 @@ def describe_algo_defaults(config: Any) -> str:
     shown = {name: value for name, value in ALGO_DEFAULTS.get(config.algo.algo, {}).items() if name not in explicit}
     if not shown:
         return ""
-    flags = " ".join(_flag(name, v) for name, v in shown.items())
+    flags = " ".join(as_option(name, v) for name, v in shown.items())
     return f"defaults for --algo {config.algo.algo}: {flags} (options you give win)"
 
-
-def _flag(name: str, value: Any) -> str:
-    """The command-line form of one option's value: ``--x 1``, ``--x 256 256``, ``--x`` or ``--no-x``."""
-    dashed = name.replace("_", "-")
-    if isinstance(value, bool):
-        return f"--{dashed}" if value else f"--no-{dashed}"
-    return f"--{dashed} {' '.join(map(str, value)) if isinstance(value, list) else value}"

@@ -15,6 +15,13 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def as_option(name: str, value: Any) -> str:
+    """How a user writes the option with this value: ``--x 1``, ``--x 256 256``, ``--x`` or ``--no-x``."""
+    if isinstance(value, bool):
+        return flag(name) if value else "--no-" + flag(name)[2:]
+    return f"{flag(name)} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
 def check_field(f: dataclasses.Field, hint: Any, value: Any) -> str:
     """The problem with ``value`` for config field ``f`` (type, NaN/inf, range, choices), or '' when it is fine."""
     meta, name = f.metadata, flag(f.name)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from daskrl.config.checks import flag
+from daskrl.config.checks import as_option
 from daskrl.config.configuration import Config
 from daskrl.config.options import SECTIONS
 
@@ -149,19 +149,12 @@ def apply_env_defaults(config: Config) -> dict[str, Any]:
     return applied
 
 
-def _as_option(name: str, value: Any) -> str:
-    """How a user would write the option on the command line (booleans are --x / --no-x)."""
-    if isinstance(value, bool):
-        return flag(name) if value else "--no-" + flag(name)[2:]
-    return f"{flag(name)} {' '.join(map(str, value)) if isinstance(value, list) else value}"
-
-
 def describe(config: Config) -> str:
     """One line naming the family's settings in force for this run ('' when none)."""
     applied = apply_env_defaults(config)
     if not applied:
         return ""
     family = family_of(config.env.env)
-    shown = " ".join(_as_option(k, v) for k, v in applied.items())
+    shown = " ".join(as_option(k, v) for k, v in applied.items())
     return (f"defaults for {family.name} envs: {shown} (options you give win; --no-env-defaults keeps the global "
             "defaults)")

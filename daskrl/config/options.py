@@ -131,6 +131,12 @@ class ModelConfig(Section):
                                  "line); keys not named: images by --encoder, the rest concatenated into one MLP")
     hidden_sizes: list[int] = opt([64, 64], "hidden layer sizes of the MLP encoder", low=1)
     activation: str = opt("tanh", "MLP activation", choices=["tanh", "relu", "elu"])
+    value_encoder: str = opt("auto", "what the value head reads: 'shared' (the policy's encoder's features: one "
+                                     "trunk, half the encoder's cost), 'separate' (an encoder of its own, built as "
+                                     "the policy's), or 'auto': separate MLPs for vector observations (CleanRL's "
+                                     "PPO), shared for images and recurrent cores, and shared under --algo dqn (the "
+                                     "dueling streams of one trunk, as Wang et al.)",
+                             choices=["auto", "shared", "separate"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images; off by default "
                                        "under --algo dqn, as SB3's DQN: docs/offpolicy.md)")
     action_bounds: str = opt("clip", "continuous actions in a bounded Box: 'clip' sends the Gaussian sample clipped to "

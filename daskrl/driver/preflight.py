@@ -16,6 +16,7 @@ from daskrl.config.algo_rules import algo_space_problems, apply_algo_model
 from daskrl.config.env_defaults import apply_env_defaults
 from daskrl.driver.algorithms import algorithm_of
 from daskrl.driver.placement import workers_needed
+from daskrl.driver.resumed_network import adopt_trained_network
 from daskrl.driver.sizing import check_fits_this_machine
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.envs.envpool_atari import check_backend
@@ -72,6 +73,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
     check_policies(config, spaces)
     apply_algo_model(config)
+    adopt_trained_network(config)  # a resume trains the network it saved, whatever today's defaults are
     algorithm = algorithm_of(config)
     if problems := algo_space_problems(algorithm.name, algorithm.action_kinds, spaces.action_kind):
         raise ConfigError(problems)

@@ -28,9 +28,9 @@ class ActorCritic(nn.Module):
 
     Two objects chosen once shape every path: the observation adapter (``self.observations``: flat or Dict
     observations, normalized or not; daskrl/models/observations.py) and the core (``self.core``: the feed-forward
-    identity or a recurrent core; daskrl/models/recurrent.py). With `shared_encoder=None` the default follows
-    CleanRL: separate policy/value MLPs for vector observations, one shared CNN trunk for images (the conv stack
-    dominates the cost, so sharing halves it).
+    identity or a recurrent core; daskrl/models/recurrent.py). With `shared_encoder=None` ``--value-encoder``
+    decides, and its 'auto' follows CleanRL: separate policy/value MLPs for vector observations, one shared CNN trunk
+    for images (the conv stack dominates the cost, so sharing halves it).
     """
 
     def __init__(
@@ -271,11 +271,15 @@ def _choose(dist: Distribution, deterministic: bool | np.ndarray) -> torch.Tenso
 
 
 def _shares_encoder(model: ModelConfig, has_image: bool, shared_encoder: bool | None) -> bool:
-    """Whether both heads read one encoder: as ``shared_encoder`` says, else for images (the conv stack dominates
-    the cost) and recurrent models, which must (one encoder and one core for both heads: models/recurrent.py)."""
+    """Whether both heads read one encoder: as ``shared_encoder`` says, else as ``--value-encoder`` says, and with
+    'auto' for images (the conv stack dominates the cost) and recurrent models, which must (one encoder and one core
+    for both heads: models/recurrent.py)."""
+    if shared_encoder is None:
+        shared_encoder = {"shared": True, "separate": False}.get(model.value_encoder)
     shared = has_image or model.rnn != "none" if shared_encoder is None else bool(shared_encoder)
     if model.rnn != "none" and not shared:
-        raise ValueError("a recurrent core is shared by both heads, so the encoder must be shared too")
+        raise ValueError("a recurrent core is shared by both heads, so the encoder must be shared too: leave out "
+                         "--value-encoder separate")
     return shared
 
 
