@@ -167,3 +167,59 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each():
         for a, b in zip(getattr(one, part).state_dict().values(), getattr(many, part).state_dict().values(), strict=True):
             assert torch.equal(a, b), part
     assert one.log_alpha.item() == many.log_alpha.item()
+
+
+def _pendulum_trainer(**critic_layout):
+    from daskrl.algo.sac_trainer import SACTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    model_cfg = ModelConfig(hidden_sizes=[32, 32], action_bounds="squash", gaussian_std="state", activation="relu")
+    trainer = SACTrainer(build_model(probe_env("Pendulum-v1"), model_cfg, 0), model_cfg, LearnerConfig(),
+                         AlgoConfig(algo="sac", n_step=1))
+    if critic_layout:
+        trainer._build_critics(**critic_layout)
+    return trainer
+
+
+def test_mlp_critics_are_one_mlp_of_observation_and_action_as_the_papers():
+    """Each critic of vector observations is Linear(obs + action -> 32), Linear(32 -> 32), Linear(32 -> 1): the
+    actor's hidden sizes, two hidden layers (SB3's and CleanRL's critics), not an observation encoder and one layer
+    more. Image observations keep an encoder of their own before [features, action]."""
+    from daskrl.config import ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.q_critics import TwinQ
+
+    critics = _pendulum_trainer().critics
+    shapes = [tuple(v.shape) for k, v in critics.state_dict().items() if k.startswith(("encoders.0.", "heads.0."))
+              and k.endswith("weight")]
+    assert critics.joint and shapes == [(32, 4), (32, 32), (1, 32)]
+    q1, q2 = critics(torch.randn(5, 3), torch.randn(5, 1))
+    assert q1.shape == q2.shape == (5,) and not torch.equal(q1, q2)  # two critics, initialized apart
+    frames = TwinQ(probe_env("daskrl/Catch-v0"), ModelConfig())
+    assert not frames.joint and any(k.startswith("heads.0.0.") for k in frames.state_dict())
+
+
+def test_a_checkpoint_with_critics_of_the_earlier_layout_resumes_into_that_layout():
+    """Experiments saved before the MLP critics became one MLP hold an encoder and a head per critic: loading one
+    builds critics of that layout (with their targets and optimizer), and they train on."""
+    import numpy as np
+
+    old = _pendulum_trainer(joint=False)
+    state = old.own_state()
+    assert any(k.startswith("heads.0.0.") for k in state["critics"])
+    resumed = _pendulum_trainer()
+    resumed.load_own_state(state)
+    assert not resumed.critics.joint
+    for a, b in zip(resumed.target.state_dict().values(), old.target.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.normal(size=(8, 3)).astype(np.float32), "actions": rng.uniform(-2, 2, (8, 1)).astype(np.float32),
+             "rewards": rng.normal(size=8).astype(np.float32), "next_obs": rng.normal(size=(8, 3)).astype(np.float32),
+             "discounts": np.full(8, 0.99, np.float32)}
+    before = [p.detach().clone() for p in resumed.critics.parameters()]
+    assert resumed.train(batch, np.ones(8, np.float32))[0]["updates"] == 1
+    assert all(p is q for p, q in zip(resumed.critic_optimizer.param_groups[0]["params"], resumed.critics.parameters(),
+                                      strict=True))
+    assert any(not torch.equal(b, p) for b, p in zip(before, resumed.critics.parameters(), strict=True))

@@ -51,17 +51,23 @@ class SACTrainer(ReplayTrainer):
                  device: torch.device | None = None) -> None:
         """``model_cfg``: the options the actor was built with; the critics' encoders are built the same way."""
         super().__init__(model, cfg, device)
-        self.critics = TwinQ(model.spaces, model_cfg).to(self.device)
-        self.target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.model_cfg = model_cfg
         self.log_alpha = torch.tensor(math.log(algo.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = -float(model.spaces.action_dim)
         self.algo = algo
         lr = self.hp["learning_rate"]
         self.optimizer = adam(model.parameters(), lr)  # the actor's: "optimizer" in checkpoints
-        self.critic_optimizer = adam(self.critics.parameters(), lr)
         self.alpha_optimizer = adam([self.log_alpha], lr)
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
-        self.actor_params, self.critic_params = list(model.parameters()), list(self.critics.parameters())
+        self.actor_params = list(model.parameters())
+        self._build_critics(joint=None)
+
+    def _build_critics(self, joint: bool | None) -> None:
+        """The twin critics (:class:`TwinQ`'s ``joint``), their targets and their optimizer, all new."""
+        self.critics = TwinQ(self.model.spaces, self.model_cfg, joint).to(self.device)
+        self.target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.critic_optimizer = adam(self.critics.parameters(), self.hp["learning_rate"])
+        self.critic_params = list(self.critics.parameters())
         self.soft_update = SoftUpdate(self.target, self.critics)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -119,6 +125,9 @@ class SACTrainer(ReplayTrainer):
 
     def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+        joint = not any(key.startswith("heads.0.0.") for key in state["critics"])
+        if joint != self.critics.joint:  # saved before MLP critics read [observation, action] in one MLP
+            self._build_critics(joint)
         self.critics.load_state_dict(state["critics"])
         self.target.load_state_dict(state["target_critics"])
         with torch.no_grad():

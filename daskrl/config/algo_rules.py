@@ -62,12 +62,13 @@ _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 #: steps saw, and the +-5 std clip then hides the states found later. On MountainCar the clip fell at x = 0.03
 #: after the 23k random steps, so the flag (x = 0.5) and the hill below it were one input (docs/offpolicy.md).
 #: DQN's dueling streams (the value and action heads) read one trunk, as Wang et al.'s: with APPO's separate MLPs
-#: every Q-value costs two encoders, and the update made 1.6x fewer steps a second (docs/performance.md).
+#: every Q-value costs two encoders, and the update made 1.6x fewer steps a second (docs/performance.md). SAC's
+#: actor never trains its value head: a tower of its own for it would only be published and checkpointed.
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0,
             "normalize_obs": False, "value_encoder": "shared"},
     "sac": {**_OFF_POLICY_SLOTS, "batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256],
-            "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0},
+            "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0, "value_encoder": "shared"},
 }
 #: what SAC's actor must be (set whatever the user gave: the rules refuse another value given explicitly)
 _SAC_ACTOR = {"action_bounds": "squash", "gaussian_std": "state"}
