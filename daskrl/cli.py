@@ -329,11 +329,12 @@ def _runs(address: str, timeout: float) -> int:
 
 def _print_summary(summary: dict, sampling: bool) -> None:
     what = "sampled" if sampling else "trained"
-    ret = summary["episode_return_mean"]
+    episodes = summary.get("episodes_in_mean", 0)
+    returns = (f"mean return {summary['episode_return_mean']:.1f} over the last {episodes} episodes" if episodes
+               else "no episode ended")  # a short run, or a resume that ended before its first episode
     print(f"daskrl: {what} {summary['env_steps']:,} env steps in {summary['elapsed_s']:.1f} s "
-          f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); "
-          f"mean return {ret:.1f} over the last {summary.get('episodes_in_mean', 0)} episodes; results in "
-          f"{summary['experiment_dir']}")
+          f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); {returns}; results "
+          f"in {summary['experiment_dir']}")
     startup = summary.get("startup") or {}
     if startup.get("first_step_s") is not None:
         print(f"daskrl: first training step {startup['first_step_s']:.2f} s after launch (components ready at "

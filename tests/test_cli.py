@@ -152,3 +152,16 @@ def test_serial_mode_solves_cartpole_in_one_process(tmp_path):
     reapers = [cmd for cmd in interpreters.values() if f"reaper.py {proc.pid} " in cmd]
     assert len(reapers) == 1 and len(interpreters) == 1, f"processes besides the reaper: {interpreters}"
     assert float(rows(str(tmp_path / "serial" / "metrics.csv"))[-1]["episode_return_mean"]) >= 475
+
+
+def test_the_closing_line_of_a_run_without_a_finished_episode_says_so(capsys):
+    """A short run, or a resume that ends before its first episode, has no mean return: the line says that, not
+    'mean return nan over the last 0 episodes'."""
+    from daskrl.cli import _print_summary
+
+    summary = {"env_steps": 5_448, "elapsed_s": 15.7, "mean_fps": 131.0, "fps": 77.0, "experiment_dir": "td/x",
+               "episode_return_mean": float("nan"), "episodes_in_mean": 0}
+    _print_summary(summary, sampling=False)
+    assert "; no episode ended; results in td/x" in capsys.readouterr().out
+    _print_summary({**summary, "episode_return_mean": -1042.7, "episodes_in_mean": 2}, sampling=False)
+    assert "mean return -1042.7 over the last 2 episodes; results in td/x" in capsys.readouterr().out
