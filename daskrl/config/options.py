@@ -135,7 +135,8 @@ class ModelConfig(Section):
                                      "trunk, half the encoder's cost), 'separate' (an encoder of its own, built as "
                                      "the policy's), or 'auto': separate MLPs for vector observations (CleanRL's "
                                      "PPO), shared for images and recurrent cores, and shared under --algo dqn (the "
-                                     "dueling streams of one trunk, as Wang et al.)",
+                                     "dueling streams of one trunk, as Wang et al.) and sac (its actor never trains "
+                                     "the value head)",
                              choices=["auto", "shared", "separate"])
     normalize_obs: bool = opt(True, "normalize observations with running mean/std (not for images; off by default "
                                        "under --algo dqn, as SB3's DQN: docs/offpolicy.md)")
