@@ -351,3 +351,22 @@ def test_dqn_by_default_tells_mountaincars_flag_from_the_hill_after_random_play(
     seen = model.prepare(torch.tensor([[0.5, 0.02], [0.2, 0.02], [-0.5, 0.07], [-0.5, 0.05]]))[0]
     assert not torch.equal(seen[0], seen[1]), seen  # the flag and the hill below it
     assert not torch.equal(seen[2], seen[3]), seen  # top speed and a lower one
+
+
+def test_weights_of_another_network_are_refused_as_appos_are():
+    """A warm start (``--init-checkpoint``) or a restart from published weights loads the model's weights alone:
+    weights of a network with its own value tower (DQN's default before one trunk) are refused in one line, not
+    loaded in part with the tower dropped."""
+    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    spaces = probe_env("CartPole-v1")
+    old = build_model(spaces, ModelConfig(value_encoder="separate"), 0).state_dict()
+    trainer = DQNTrainer(build_model(spaces, ModelConfig(value_encoder="shared"), 0), LearnerConfig(), AlgoConfig())
+    with pytest.raises(ValueError, match="do not fit this run's network .*value_encoder"):
+        trainer.load_weights(old)
+    same = build_model(spaces, ModelConfig(value_encoder="shared"), 1).state_dict()
+    trainer.load_weights(same)
+    assert all(torch.equal(a, b) for a, b in zip(trainer.target.state_dict().values(), same.values(), strict=True))

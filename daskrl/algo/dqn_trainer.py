@@ -100,6 +100,5 @@ class DQNTrainer(ReplayTrainer):
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from published weights alone (a learner lost before its first checkpoint): the target network
         starts as a copy, Adam afresh, the observation statistics from the weights' buffers."""
-        self.model.load_state_dict(weights, strict=False)
+        self.load_model_weights(weights)
         self.target.load_state_dict(self.model.state_dict())
-        self.obs_stats_from_model()

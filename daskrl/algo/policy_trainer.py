@@ -95,6 +95,19 @@ class PolicyTrainer:
         self.samples_trained = state.get("samples_trained", 0)
         self.hp = hp
 
+    def load_model_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Load a model's weights alone (published ones, or ``--init-checkpoint``'s), refused in one line where they
+        do not fit this run's network; the observation statistics go on from the weights' buffers."""
+        try:
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        except RuntimeError as exc:  # shapes that do not fit: one line, not torch's list of every tensor
+            raise ValueError(f"these weights do not fit this run's network ({str(exc).splitlines()[-1].strip()})") \
+                from exc
+        if unexpected or set(missing) - {"obs_count", "return_stats"}:  # statistics older checkpoints lack are fine
+            raise ValueError(f"these weights do not fit this run's network (missing {sorted(missing)}, unexpected "
+                             f"{sorted(unexpected)})")
+        self.obs_stats_from_model()
+
     def obs_stats_from_model(self) -> None:
         """Continue the observation statistics from the model's buffers (weights loaded without a checkpoint:
         the statistics travel in the published weights)."""

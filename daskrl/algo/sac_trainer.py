@@ -139,6 +139,5 @@ class SACTrainer(ReplayTrainer):
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from the published actor alone (a learner lost before its first checkpoint): the critics start
         afresh (they were never published), the observation statistics from the weights' buffers."""
-        self.model.load_state_dict(weights, strict=False)
-        self.obs_stats_from_model()
+        self.load_model_weights(weights)
 

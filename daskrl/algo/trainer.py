@@ -389,15 +389,7 @@ class APPOTrainer(PolicyTrainer):
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from a model's weights alone (published ones: no optimizer state). The normalizers go on from
         the statistics that travel in the weights' buffers; the optimizer starts afresh."""
-        try:
-            missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        except RuntimeError as exc:  # shapes that do not fit: one line, not torch's list of every tensor
-            raise ValueError(f"these weights do not fit this run's network ({str(exc).splitlines()[-1].strip()})") \
-                from exc
-        if unexpected or set(missing) - {"obs_count", "return_stats"}:  # statistics older checkpoints lack are fine
-            raise ValueError(f"these weights do not fit this run's network (missing {sorted(missing)}, unexpected "
-                             f"{sorted(unexpected)})")
-        self.obs_stats_from_model()
+        self.load_model_weights(weights)
         if self.returns is not None:
             mean, var, count = self.model.return_stats.tolist()
             self.returns.load_state_dict({"shape": [], "mean": mean, "var": var, "count": count})
