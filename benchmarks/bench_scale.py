@@ -37,7 +37,7 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from common import stop_if_signalled  # noqa: E402
 
-from daskrl.testing.netns import bridge_hosts, remove_hosts  # noqa: E402
+from daskrl.testing.hosts.netns import bridge_hosts, remove_hosts  # noqa: E402
 
 PREFIX, SUBNET = "daskrlb", "10.77.1"  # not the test suite's names/range: both may exist at once
 STARTUP_ALLOWANCE_S = 15.0  # cluster start, imports and component creation before the first env step

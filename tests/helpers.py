@@ -30,7 +30,7 @@ from distributed import default_client
 
 from daskrl.config import Config
 from daskrl.runtime import dask_internals
-from daskrl.testing.netns import DRIVER_OCTET, bridge_hosts, ip, remove_hosts
+from daskrl.testing.hosts.netns import DRIVER_OCTET, bridge_hosts, ip, netns_unavailable, remove_hosts
 
 # ---- a run's configuration ----
 
@@ -306,23 +306,6 @@ def remove_abandoned_hosts() -> None:
     for owner in owners:
         if not psutil.pid_exists(owner):
             TwoHosts(owner).down()
-
-
-def netns_unavailable() -> str:
-    """Why network namespaces cannot be made here ('' when they can)."""
-    if shutil.which("ip") is None:
-        return "the `ip` command (iproute2) is not installed"
-    name = f"daskrl_probe{os.getpid()}"
-    out = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=20)
-    if out.returncode:
-        return f"`ip netns add` is not permitted here: {out.stderr.strip()}"
-    try:
-        probe = ip("link", "add", "probe_br", "type", "bridge", ns=name, check=False)
-        if probe.returncode:
-            return f"cannot create a bridge in a network namespace here: {probe.stderr.strip()}"
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
-    return ""
 
 
 @contextlib.contextmanager
