@@ -13,11 +13,12 @@ import sys
 
 
 def runs_embedded_cluster(argv: list[str]) -> bool:
-    """``daskrl train|sample ...`` without ``--scheduler`` or ``--serial``, and not asking for help."""
+    """``daskrl train|sample ...`` without ``--scheduler``, ``--deploy`` or ``--serial``, and not asking for help (a
+    ``--deploy local`` guessed wrong is stopped again, as a --config file's scheduler is)."""
     if not argv or argv[0] not in ("train", "sample"):
         return False
     flags = {arg.split("=", 1)[0] for arg in argv[1:]}
-    return not flags & {"--scheduler", "--serial", "-h", "--help"}
+    return not flags & {"--scheduler", "--deploy", "--serial", "-h", "--help"}
 
 
 def main() -> int:

@@ -213,7 +213,11 @@ def _train(config: Config) -> int:
     preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
     from daskrl.runtime import worker_server
 
-    if not config.run.scheduler and not config.run.serial:  # (with --serial the workers are threads of this one)
+    if config.deploy.show:  # --deploy's dry run
+        worker_server.stop()
+        return _show_deployment(config)
+    embedded = not config.run.scheduler and not config.run.serial and config.deploy.deploy == "local"
+    if embedded:  # (--serial's workers are threads of this process; --deploy's run in its jobs or on its hosts)
         worker_server.start()  # a no-op when daskrl/__main__.py started it; main() called from Python did not
     else:  # a --config file named a scheduler, say: the server daskrl/__main__.py guessed would be needed is not
         worker_server.stop()
@@ -222,6 +226,14 @@ def _train(config: Config) -> int:
     count_from_process_start()  # this run's start-up line counts the interpreter and the imports too
     summary = train(config)
     _print_summary(summary, sampling=config.run.sampling_only)
+    return 0
+
+
+def _show_deployment(config: Config) -> int:
+    from daskrl.driver.deployment import deploy_spec
+    from daskrl.runtime.deploy import describe_deployment
+
+    print(describe_deployment(deploy_spec(config)))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The whole configuration of a run: the seven option sections (:mod:`.options`), flat access by option name, JSON,
+"""The whole configuration of a run: the eight option sections (:mod:`.options`), flat access by option name, JSON,
 and ``validate()``, which checks every value and the options that must fit together before any process starts and
 reports all problems at once, one readable line each.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskrl.config.checks import check_field
+from daskrl.config.deploy_options import DeployConfig
 from daskrl.config.options import (
     SECTIONS,
     AlgoConfig,
@@ -38,6 +39,7 @@ class Config:
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     run: RunConfig = field(default_factory=RunConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
 
     # ---- by option name: config.explicit(), config.flat(), Config.from_flat({...}), config.replace(rollout=64) ----
 

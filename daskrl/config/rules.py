@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from daskrl.config.algo_rules import algo_problems
+from daskrl.config.deploy_options import deploy_problems
 from daskrl.config.options import (
     RECURRENT_MINIBATCH_TARGETS,
     AlgoConfig,
@@ -50,6 +51,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
     problems += algo_problems(config, found)
+    problems += deploy_problems(config.deploy, config.run.scheduler, config.run.serial)
     return problems
 
 

@@ -28,12 +28,13 @@ CHECK_EVERY_S = 1.0
 
 
 def elastic_enabled(config: Config) -> bool:
-    """``--elastic`` as given, else on for a run on an existing cluster (``--scheduler``) or with ``--adapt``; never
+    """``--elastic`` as given, else on for a run on an existing cluster (``--scheduler``), with ``--adapt`` or on a
+    cluster it deploys (``--deploy``: batch jobs start late and end at their walltime); never
     with ``--sync`` (a training step takes every slot of a fixed set) nor ``--serial`` (nothing joins)."""
     r = config.run
     if config.learner.sync or r.serial:
         return False
-    return bool(r.elastic) if r.elastic is not None else bool(r.scheduler or r.adapt)
+    return bool(r.elastic) if r.elastic is not None else bool(r.scheduler or r.adapt or config.deploy.deploy != "local")
 
 
 class ElasticGrowth(Observer):
@@ -134,11 +135,11 @@ def adapt_range(config: Config) -> tuple[int, int] | None:
     if not config.run.adapt:
         return None
     low, high = (int(x) for x in config.run.adapt.split(":"))
-    fixed = _fixed_workers(config)
+    fixed = fixed_workers(config)
     return max(low, fixed + 1), max(high, fixed + 1)
 
 
-def _fixed_workers(config: Config) -> int:
+def fixed_workers(config: Config) -> int:
     """Workers an adaptive run holds whatever its size: every policy's learners and inference workers (as
     :func:`~daskrl.driver.placement.role_counts` places them)."""
     return workers_needed(config) - config.sampler.num_workers
@@ -150,4 +151,4 @@ def adaptive_start(config: Config) -> Config:
     bounds = adapt_range(config)
     if bounds is None or "num_workers" in config.explicit():
         return config
-    return config.replace(num_workers=bounds[0] - _fixed_workers(config))
+    return config.replace(num_workers=bounds[0] - fixed_workers(config))

@@ -85,6 +85,6 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         from daskrl.monitor.wandb_log import check_wandb_installed
 
         check_wandb_installed()  # without importing it: the run imports it once the cluster starts
-    if client is None and not config.run.scheduler:  # the embedded cluster's share of this machine
-        check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config))
+    if client is None and not config.run.scheduler and config.deploy.deploy == "local":  # the embedded cluster's
+        check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config))  # share
     return spaces

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from daskrl.config import Config
 from daskrl.config.algo_rules import describe_algo_defaults
 from daskrl.config.env_defaults import describe as describe_env_defaults
+from daskrl.driver.deployment import deploy_spec
 from daskrl.driver.elastic import adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.experiment import open_experiment, run_log_path
 from daskrl.driver.model_check import check_model_on_cluster
@@ -39,6 +40,7 @@ from daskrl.monitor.run_state import RunState
 from daskrl.monitor.stats import EpisodeWindow
 from daskrl.runtime import dask_internals
 from daskrl.runtime.cluster import ClusterSession, connect_cluster
+from daskrl.runtime.deploy import connect_deployment, prepare_deployment
 from daskrl.runtime.existing_cluster import tls_security
 from daskrl.runtime.handles import looks_like_a_lost_worker
 from daskrl.runtime.logs import route_logs
@@ -228,14 +230,21 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
     scheduler = client if client is not None else (config.run.scheduler or None)
     if isinstance(scheduler, str):
         say(f"daskrl: connecting to the Dask scheduler at {scheduler} (--connect-timeout {config.run.connect_timeout:g} s)")
+    options = {"dashboard_address": config.run.dashboard_address or ":0",
+               "security": tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key),
+               "processes": not config.run.serial, "scheduler_plugins": (DashboardPlugin(),),
+               "timeout": config.run.connect_timeout, "log_path": run_log_path(config.experiment_dir),
+               "silence_logs": False if config.run.log_level == "debug" else logging.WARNING}
     with ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(
-            connect_cluster, scheduler, n_workers=config.run.n_dask_workers or workers_needed(config),
-            dashboard_address=config.run.dashboard_address or ":0",
-            security=tls_security(config.run.tls_ca_file, config.run.tls_cert, config.run.tls_key),
-            processes=not config.run.serial, scheduler_plugins=(DashboardPlugin(),),
-            timeout=config.run.connect_timeout, log_path=run_log_path(config.experiment_dir),
-            silence_logs=False if config.run.log_level == "debug" else logging.WARNING)
+        if client is None and config.deploy.deploy != "local":  # a cluster of its own: SLURM jobs, SSH hosts
+            spec = deploy_spec(config)
+            prepare_deployment(spec.kind)
+            say(f"daskrl: --deploy {spec.kind}: starting {spec.workers} worker processes (the run starts with "
+                f"{spec.start_with})")
+            starting = pool.submit(connect_deployment, spec, say, scheduler_plugins=(DashboardPlugin(),))
+        else:
+            starting = pool.submit(connect_cluster, scheduler,
+                                   n_workers=config.run.n_dask_workers or workers_needed(config), **options)
         try:
             prepared = _prepare(config, spaces)
         except BaseException:

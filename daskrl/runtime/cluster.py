@@ -25,6 +25,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dask
 from distributed import Client, LocalCluster
@@ -102,6 +103,8 @@ class ClusterSession:
     owns_client: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     reaper: subprocess.Popen | None = None
+    #: a cluster started for this run alone (``--deploy slurm|ssh``: daskrl/runtime/deploy/), closed with the session
+    deployment: Any = None
 
     @property
     def embedded(self) -> bool:
@@ -120,6 +123,9 @@ class ClusterSession:
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+        if self.deployment is not None:  # its jobs are cancelled, its SSH processes end
+            self.deployment.close()
+            self.deployment = None
         # every process of an embedded cluster is gone now: remove anything a killed one left behind
         shm.sweep(self.run_id, dead_only=True)
         if self.reaper is not None:

@@ -1,0 +1,24 @@
+"""The cluster a run deploys for itself (``--deploy slurm|ssh``): what it asks of it, from the run's options. The
+deployments themselves are daskrl/runtime/deploy/."""
+
+from __future__ import annotations
+
+from daskrl.config import Config
+from daskrl.driver.elastic import elastic_enabled, fixed_workers
+from daskrl.driver.placement import workers_needed
+from daskrl.runtime.deploy import DeploySpec
+
+#: seconds a deployment's jobs or hosts get to bring up the workers a run starts with (--wait-for-workers: longer)
+DEFAULT_WAIT_S = 600.0
+
+
+def deploy_spec(config: Config) -> DeploySpec:
+    """``--deploy``'s cluster for this run: as many worker processes as it uses, and the ones it cannot start
+    without (all of them, unless the run is elastic and grows into the rest as jobs start)."""
+    d = config.deploy
+    workers = workers_needed(config)
+    return DeploySpec(kind=d.deploy, workers=workers,
+                      start_with=fixed_workers(config) + 1 if elastic_enabled(config) else workers,
+                      jobs=d.jobs, job_cores=d.job_cores, job_memory=d.job_memory, walltime=d.walltime,
+                      hosts=tuple(d.hosts), dashboard_address=config.run.dashboard_address or ":0",
+                      wait_s=config.run.wait_for_workers or DEFAULT_WAIT_S)
