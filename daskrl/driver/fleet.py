@@ -288,12 +288,13 @@ class Fleet:
 
     def _recreate_rollout(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
         self._reach_params_from(worker, Role.ROLLOUT)
-        index = self.rollout.index(handle)
-        new = self._spawn(handle.cls, handle.name, worker, self.setups().rollout[index], Role.ROLLOUT)
+        index = int(handle.name.rsplit("_", 1)[1])  # its own index (an elastic run's newcomers go past the config's)
+        setup = rollout_setup(self.config, self.spaces, self._acting_params(), index)
+        new = self._spawn(handle.cls, handle.name, worker, setup, Role.ROLLOUT)
         buffers = self.buffers[handle.name] = new.call("buffers")
         self._each(self.learners() + self.inference + self._replay_of(handle.name), "attach_workers",
                    {handle.name: buffers})
-        self.rollout[index] = new
+        self.rollout[self.rollout.index(handle)] = new
         return new
 
     def _recreate_inference(self, handle: ComponentHandle, worker: str) -> ComponentHandle:

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.errors import SharedMemoryError
 from daskrl.protocol import (
     BatchReady,
     FreeSlots,
@@ -53,7 +52,7 @@ from daskrl.replay.store import TransitionStore, store_shapes
 from daskrl.runtime.component import Component
 from daskrl.runtime.shm import read_together
 from daskrl.runtime.signals import slot
-from daskrl.sampling.trajectories import attach_slots
+from daskrl.sampling.trajectories import attach_live_pools
 from daskrl.setups import ReplaySetup
 
 #: the fields of a trajectory slot that its transitions are made of
@@ -97,13 +96,9 @@ class ReplayShard(Component):
         worker lost at the same time (its memory gone) is left out until its successor's arrays come."""
 
         def attach() -> list[str]:
-            for name, descs in buffers.items():
-                try:
-                    self.workers[name] = attach_slots(self, descs)
-                except SharedMemoryError as exc:
-                    self.incidents.note("rollout-worker-gone", exc)
-                    continue
-                self.worker_inc[name] = descs["_incarnation"]
+            for name, (arrays, incarnation) in attach_live_pools(self, buffers).items():
+                self.workers[name] = arrays
+                self.worker_inc[name] = incarnation
             return sorted(self.workers)
 
         return await self.on_own_thread(attach)

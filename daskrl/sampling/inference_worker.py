@@ -18,7 +18,7 @@ from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
 from daskrl.runtime.component import Component
 from daskrl.runtime.signals import slot
 from daskrl.sampling.row_cut import rows_for
-from daskrl.sampling.trajectories import attach_slots, read_slot, read_step, write_columns
+from daskrl.sampling.trajectories import attach_live_pools, read_slot, read_step, write_columns
 from daskrl.setups import InferenceSetup
 
 
@@ -37,10 +37,11 @@ class InferenceWorker(Component):
         self.batches = 0
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
-        """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running."""
+        """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running (one lost
+        meanwhile is left out until its successor's arrays come)."""
 
         def attach() -> list[str]:
-            self.workers.update({name: attach_slots(self, descs) for name, descs in buffers.items()})
+            self.workers.update({name: arrays for name, (arrays, _) in attach_live_pools(self, buffers).items()})
             return sorted(self.workers)
 
         return await self.on_own_thread(attach)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.errors import SharedMemoryError
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,20 @@ def attach_slots(component, descs: dict[str, dict]) -> dict[str, object]:
         if not name.startswith("_"):
             array = component.attach_array(desc)
             out[name] = array.array if hasattr(array, "array") else array
+    return out
+
+
+def attach_live_pools(component, buffers: dict[str, dict]) -> dict[str, tuple[dict[str, object], str]]:
+    """:func:`attach_slots` for several rollout workers ({name: buffers()}): {name: (arrays, incarnation)}. A worker
+    whose memory is gone (it was lost at the same time, and its successor's arrays are still to come) is left out
+    and noted as the component's ``rollout-worker-gone`` incident: a recovery that reattaches everything must not
+    fail on the part that is being recovered too."""
+    out = {}
+    for name, descs in buffers.items():
+        try:
+            out[name] = (attach_slots(component, descs), descs["_incarnation"])
+        except SharedMemoryError as exc:
+            component.incidents.note("rollout-worker-gone", exc)
     return out
 
 
