@@ -13,16 +13,18 @@ from typing import Any
 from daskrl.config import Config
 from daskrl.driver.elastic import ElasticGrowth, elastic_enabled
 from daskrl.driver.observers import Observer, ReportCallback
+from daskrl.driver.retirements import PlannedRetirements
 
 Row = dict[str, Any]
 
 
 def feature_observers(config: Config) -> list[Observer]:
-    """The observers the config asks for: elastic growth, evaluation and videos while training, PBT, replay saved
-    with the checkpoints."""
+    """The observers the config asks for: elastic growth and learners moved off retiring workers, evaluation and
+    videos while training, PBT, replay saved with the checkpoints."""
     observers: list[Observer] = []
-    if elastic_enabled(config):
-        observers.append(ElasticGrowth())
+    if elastic_enabled(config):  # workers join and leave: components follow, learners move off retiring ones
+        growth = ElasticGrowth()
+        observers += [growth, PlannedRetirements(growth)]
     r = config.run
     if not r.sampling_only and (r.eval_interval_env_steps or r.save_video_every_env_steps):
         from daskrl.evaluation.evaluator import Evaluation  # torch: imported only by runs that evaluate

@@ -306,8 +306,9 @@ class RunConfig(Section):
     max_rollout_workers: int = opt(0, "elastic runs grow to at most this many rollout workers (0: up to "
                                       f"{MAX_ROLLOUT_WORKERS:,})", low=0,
                                    high=MAX_ROLLOUT_WORKERS)
-    adapt: str = opt("", "MIN:MAX: the embedded cluster adapts between MIN and MAX worker processes (Dask's adaptive "
-                         "scaling), asking for workers while more rollout workers would help; implies --elastic",
+    adapt: str = opt("", "MIN:MAX: the embedded (or --deploy) cluster adapts between MIN and MAX worker processes "
+                         "(Dask's adaptive scaling), asking for workers while more rollout workers would help; "
+                         "implies --elastic",
                      pattern=r"\d+:\d+", pattern_help="MIN:MAX worker counts, such as 2:8")
     max_learner_restarts: int = opt(3, "a lost learner restarts from the newest checkpoint at most this many times",
                                     low=0)

@@ -43,6 +43,10 @@ class ElasticGrowth(Observer):
     def __init__(self) -> None:
         self.history: list[dict[str, Any]] = []  # what grew, for the run's summary
         self.wanted = 0
+        #: workers asked for beyond the run's own fleet (a learner about to move needs a worker that stays): while it
+        #: is above 0, workers that join are kept idle (``kept``) for the learner
+        self.extra = 0
+        self.kept: set[str] = set()
         self.next_check = 0.0
 
     def on_start(self, run: Run) -> None:
@@ -74,6 +78,11 @@ class ElasticGrowth(Observer):
         for address in joined:
             if self._wanted_by(shares) and self.run.claim.claim([address]):
                 continue  # another run holds it: it is that run's to use (and may free it later)
+            if self.extra:  # a learner whose worker retires soon goes there (daskrl/driver/retirements.py)
+                if address not in self.kept:
+                    self.kept.add(address)
+                    self.run.say(f"daskrl: worker {address} joined; kept idle for a learner whose worker retires soon")
+                continue  # looked at again once no learner waits
             self.seen.add(address)
             self.seen_names.add(str(workers[address].get("name")))
             self.fleet.placement.names[address] = str(workers[address].get("name", address))
@@ -107,10 +116,13 @@ class ElasticGrowth(Observer):
                      f"{len(fleet.rollout)} rollout and {len(fleet.inference)} inference workers")
 
     def _publish_wanted(self, shares: dict[str, dict[str, float]]) -> None:
-        """Tell the scheduler how many workers this run could use now (an adaptive cluster's lower bound)."""
+        """Tell the scheduler how many workers this run could use now (an adaptive cluster's lower bound): at least
+        the fleet its configuration asks for, so that workers which leave (batch jobs at the end of their lifetime)
+        are replaced, one more while more sampling would help, and :attr:`extra` more."""
         more = self.room_for_rollout() and _busy(self.fleet.learners(), shares) < BUSY
         # a relay shares a sampler's worker: it asks for no worker of its own
-        wanted = len(self.fleet.components()) - len(self.fleet.relays.handles()) + (1 if more else 0)
+        running = len(self.fleet.components()) - len(self.fleet.relays.handles())
+        wanted = max(running, workers_needed(self.run.config)) + (1 if more else 0) + self.extra
         if wanted == self.wanted:
             return
         try:

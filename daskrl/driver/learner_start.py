@@ -23,6 +23,11 @@ class LearnerStart:
         return cls("load_state", (state, int(state.get("env_steps", 0))))
 
     @classmethod
+    def from_checkpoint_bytes(cls, data: bytes) -> LearnerStart:
+        """A checkpoint's state as the learner serialized it (the driver does not load it: no torch here)."""
+        return cls("load_checkpoint_bytes", (data,))
+
+    @classmethod
     def from_weights(cls, weights: dict, env_steps: int = 0) -> LearnerStart:
         """``weights``: ``{"version", "weights"}``; the learner goes on from ``env_steps``."""
         return cls("load_weights", (weights["version"], weights["weights"], env_steps))

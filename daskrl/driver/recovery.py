@@ -11,19 +11,33 @@ to the samplers, and slots that a dead consumer never handed back are reclaimed.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from daskrl.driver.fleet import Fleet, LearnerStart
 from daskrl.driver.placement import Role
-from daskrl.errors import TrainingError
+from daskrl.errors import ComponentError, TrainingError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.monitor.console import say
 from daskrl.protocol import FAULT_TOPIC, RECOVERIES_TOPIC
 from daskrl.runtime import dask_internals
-from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.handles import ComponentHandle, looks_like_a_lost_worker
 from daskrl.runtime.incidents import Incidents
 from daskrl.runtime.runs import RunClaim
+
+#: workers a component is tried on when each one leaves before the component is up
+RECREATE_ATTEMPTS = 3
+#: seconds a lost learner waits for a worker to restart on (the run cannot go on without it: a batch job that
+#: replaces a retired one may take this long to start)
+LEARNER_WAIT_S = 60.0
+
+
+def left_meanwhile(exc: BaseException) -> bool:
+    """Whether a failed recreation came from its worker leaving (a lost connection, or Dask's "Worker holding Actor
+    was lost"), rather than from the component itself."""
+    return looks_like_a_lost_worker(exc) or "Worker holding Actor was lost" in str(exc)
 
 
 class Recovery:
@@ -43,6 +57,10 @@ class Recovery:
         self.events_seen = time.time()
         self.recoveries: list[dict[str, Any]] = []
         self.learner_restarts = 0
+        #: how long a worker stays (a later Unix time is better), and whether a lost worker left at its planned
+        #: retirement (no nanny brings it back): daskrl/driver/retirements.py sets them where workers have lifetimes
+        self.prefer: Callable[[str], float] = lambda worker: math.inf
+        self.gone_for_good: Callable[[str], bool] = lambda worker: False
 
     # ---- detection ----
 
@@ -72,15 +90,15 @@ class Recovery:
             "recovering")
         if role is None:
             raise TrainingError(f"component {handle.name!r} was lost and is not part of this run's fleet: {cause}")
-        if role is Role.LEARNER and self.learner_restarts >= self.max_learner_restarts:
+        planned = self.gone_for_good(handle.address)  # its worker retired as planned: no fault, not counted
+        if role is Role.LEARNER and not planned and self.learner_restarts >= self.max_learner_restarts:
             raise TrainingError(
                 f"the learner was lost {self.learner_restarts + 1} times (last: {cause}); giving up after "
                 f"--max-learner-restarts {self.max_learner_restarts}. The newest checkpoint is intact: continue "
                 "with --resume")
-        # an elastic run goes on with fewer rollout workers rather than crowd a busy process (and grows back later)
-        worker = self._replacement_worker(handle, wait_s=self.rollout_wait_s if role is Role.ROLLOUT else 15.0,
-                                          only_idle=self.shrink_when_full and role is Role.ROLLOUT
-                                          and len(self.fleet.rollout) > 1)
+        if role is Role.LEARNER and not planned:
+            self.learner_restarts += 1
+        worker, new = self._recreate_somewhere(handle, role, env_steps)
         if worker is None:
             self.fleet.forget(handle)
             self._keep({"component": handle.name, "role": role.value, "cause": cause, "worker": None,
@@ -88,11 +106,6 @@ class Recovery:
             say(f"daskrl: {handle.name} is not recreated: the cluster has no idle worker; running with "
                 f"{len(self.fleet.rollout)} rollout workers until a worker joins")
             return None
-        if role is Role.LEARNER:
-            self.learner_restarts += 1
-            new = self._restart_learner(worker, env_steps, self.fleet.policy_of(handle.name))
-        else:
-            new = self.fleet.recreate(handle, worker)
         seconds = time.monotonic() - t0
         worker = new.address if new is not None else worker  # (a relay goes back to its own host, wherever that is)
         self._keep({"component": handle.name, "role": role.value, "cause": cause, "worker": worker,
@@ -100,17 +113,44 @@ class Recovery:
         say(f"daskrl: recovered {handle.name} on {worker} in {seconds:.2f} s")
         return new
 
+    def _recreate_somewhere(self, handle: ComponentHandle, role: Role, env_steps: int
+                            ) -> tuple[str | None, ComponentHandle | None]:
+        """Recreate ``handle``'s component on a replacement worker; when that worker leaves too before the component
+        is up (a batch job's turnover can take two workers in a row), on another one. (None, None): no worker for it
+        (an elastic run goes on with fewer rollout workers rather than crowd a busy process, and grows back later)."""
+        for attempt in range(RECREATE_ATTEMPTS):
+            worker = self._replacement_worker(handle, wait_s=self.rollout_wait_s if role is Role.ROLLOUT else
+                                              LEARNER_WAIT_S if role is Role.LEARNER else 15.0,
+                                              only_idle=self.shrink_when_full and role is Role.ROLLOUT
+                                              and len(self.fleet.rollout) > 1)
+            if worker is None and role is Role.LEARNER:
+                raise TrainingError(f"no worker to restart {handle.name} on within {LEARNER_WAIT_S:g} s: the cluster "
+                                    "has none left for this run. The newest checkpoint is intact: continue with "
+                                    "--resume on a cluster with workers")
+            if worker is None:
+                return None, None
+            try:
+                if role is Role.LEARNER:
+                    return worker, self._restart_learner(worker, env_steps, self.fleet.policy_of(handle.name))
+                return worker, self.fleet.recreate(handle, worker)
+            except ComponentError as exc:
+                if attempt + 1 == RECREATE_ATTEMPTS or not left_meanwhile(exc):
+                    raise
+                say(f"daskrl: {worker} left while {handle.name} was recreated there; trying another worker")
+        return None, None
+
     def _restart_learner(self, worker: str, env_steps: int, policy: int = 0) -> ComponentHandle:
         """From the newest checkpoint (of ``policy``); before the first one, from the newest parameters a sampler
         acts with (what the lost learner published last), which loses only its optimizer state; else from the
         initial weights. Only that policy's learner restarts: the other policies train on."""
-        start, said = self._where_to_restart(env_steps, policy)
+        start, said = self.restart_point(env_steps, policy)
         new = self.fleet.recreate_learner(worker, start, policy)
         who = "learner" if len(self.stores) == 1 else f"policy {policy}'s learner"
         say(f"daskrl: {who} restarts from {said}")
         return new
 
-    def _where_to_restart(self, env_steps: int, policy: int) -> tuple[LearnerStart, str]:
+    def restart_point(self, env_steps: int, policy: int) -> tuple[LearnerStart, str]:
+        """Where ``policy``'s learner starts again (see :meth:`_restart_learner`), and that said in words."""
         store = self.stores[policy]
         latest = store.latest()
         if latest is not None:
@@ -138,14 +178,15 @@ class Recovery:
         """The restarted worker with the lost one's name if it comes back in time, else an idle live worker,
         else any live worker (sharing a process beats stopping the run), or with ``only_idle`` None."""
         names = self.fleet.placement.names
-        name = names.get(handle.address)
+        # a worker that retired as planned (a batch job's) never comes back under its name: take another at once
+        name = None if self.gone_for_good(handle.address) else names.get(handle.address)
         deadline = time.monotonic() + wait_s
         while True:
             workers = dask_internals.cluster_workers(self.fleet.client)
             held = self.claim.others() if self.claim is not None and not self.share else {}
             live = {a: w for a, w in workers.items() if a != handle.address and a not in held}  # never another run's
             chosen = next((a for a, info in live.items() if name is not None and str(info.get("name")) == name), None)
-            if chosen is None and time.monotonic() > deadline:
+            if chosen is None and (name is None or time.monotonic() > deadline):
                 chosen = self._idle_or_any(live, only_idle)
             if chosen is not None and self._claimed(chosen):
                 names[chosen] = str(live[chosen].get("name", chosen))
@@ -158,10 +199,10 @@ class Recovery:
         """An idle worker of ``live`` (none of this run's components on it); failing that, any of them (sharing a
         process beats stopping the run), or with ``only_idle`` None."""
         busy = {h.address for h in self.fleet.components()}
-        idle = sorted(a for a in live if a not in busy)
+        idle = sorted((a for a in live if a not in busy), key=lambda a: (-self.prefer(a), a))
         if idle:
             return idle[0]
-        return None if only_idle else min(live, default=None)
+        return None if only_idle else min(live, key=lambda a: (-self.prefer(a), a), default=None)
 
     def _claimed(self, worker: str) -> bool:
         """Whether ``worker`` is this run's now (another run may have claimed it a moment before)."""

@@ -351,8 +351,9 @@ class Run:
         except Exception as exc:
             self.incidents.note(f"event-not-sent:{topic}", exc)
 
-    def checkpoint(self) -> None:
-        """Every policy's learner state, taken one after the other and written together (see PolicyBook)."""
+    def checkpoint(self) -> list[bytes]:
+        """Every policy's learner state, taken one after the other and written together (see PolicyBook); returns
+        them, serialized (by policy)."""
         state = self.state
         snapshots = [h.call("checkpoint_bytes", self.book.checkpoint_meta(policy, state), timeout=120)
                      for policy, h in enumerate(self.fleet.policy_learners)]  # serialized there: no torch here
@@ -363,6 +364,7 @@ class Run:
         if milestone:
             self.last_milestone = state.env_steps // every
         self.last_checkpoint = time.monotonic()
+        return snapshots
 
     # ---- stop ----
 

@@ -121,8 +121,9 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     check_model_on_cluster(session.client, config, spaces, placement.learners[:1])
     clock.mark("placement")
     bounds = adapt_range(config)
-    if bounds is not None and session.cluster is not None:
-        session.cluster.adapt(minimum=bounds[0], maximum=bounds[1])
+    adaptable = session.cluster or session.deployment  # never a cluster the user brought: that one is theirs
+    if bounds is not None and adaptable is not None:
+        adaptable.adapt(minimum=bounds[0], maximum=bounds[1])
     wandb_log = _open_wandb(started, prepared.resume_state is not None, stack)  # a refusal still writes nothing
     if prepared.resume_state is None:  # a new experiment: its config, written once the cluster is there to run it
         with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:

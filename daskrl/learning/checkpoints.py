@@ -45,6 +45,15 @@ def serialize(state: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
+def deserialize(data: bytes) -> dict[str, Any]:
+    """The state :func:`serialize` wrote (bytes this run's own learner made: trusted, as the files of this store)."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
 def _fsync_dir(directory: Path) -> None:
     """Persist the rename itself (directory entry), not just the file contents."""
     try:

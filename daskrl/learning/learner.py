@@ -176,6 +176,14 @@ class Learner(Component):
 
         return await self.on_own_thread(load)
 
+    async def load_checkpoint_bytes(self, data: bytes) -> int:
+        """:meth:`load_state` from a checkpoint's bytes as :meth:`checkpoint_bytes` made them (a learner moving off
+        a retiring worker hands its state over this way: the driver never loads it, and needs no torch)."""
+        from daskrl.learning.checkpoints import deserialize
+
+        state = deserialize(data)
+        return await self.load_state(state, int(state.get("env_steps", 0)))
+
     async def load_weights(self, version: int, weights: dict, env_steps: int) -> int:
         """Continue from published weights alone (a restart before the first checkpoint): the model and its
         normalizer statistics, a fresh optimizer; republishes them as the version after ``version``."""

@@ -138,11 +138,13 @@ class Component:
         self._thread.start()
         return self.state
 
-    async def stop(self, timeout: float = 10.0, unregister: bool = True, release: bool = True) -> dict:
+    async def stop(self, timeout: float = 10.0, unregister: bool = True, release: bool = True,
+                   keep_subscriptions: bool = False) -> dict:
         """Stop the thread (after the current slot or step), release shared memory, leave the registry; return
         the final :meth:`collect`. ``release=False`` keeps the shared memory and the registry entry until
         :meth:`release`: a run stops its samplers first, and learners on other hosts may still be reading their last
-        slots over comms."""
+        slots over comms. ``keep_subscriptions``: the connections to this component's name stay for a successor
+        under the same name (a learner that moves to another worker)."""
         self._stopping = True
         self._inbox.put(_STOP)
         if self._thread is not None:
@@ -151,7 +153,7 @@ class Component:
                 self._record_error("stop", TimeoutError(f"thread still busy after {timeout} s"))
         stats = self._collect()  # the last word includes what nobody collected yet
         if release:
-            await self._leave(unregister)
+            await self._leave(unregister, keep_subscriptions)
         if self.state != "failed":
             self.state = "stopped"
         return stats
@@ -161,11 +163,12 @@ class Component:
         releases the memory at teardown too)."""
         await self._leave(True)
 
-    async def _leave(self, unregister: bool) -> None:
+    async def _leave(self, unregister: bool, keep_subscriptions: bool = False) -> None:
         self.close_now()
         if unregister:
             try:
-                await registry_request(self.worker, "daskrl_unregister_component", name=self.bus_name)
+                await registry_request(self.worker, "daskrl_unregister_component", name=self.bus_name,
+                                       forget_subscriptions=not keep_subscriptions)
             except Exception as exc:  # the scheduler went first (the cluster is closing): nothing left to tell
                 self.incidents.note("unregister-failed", exc)
 

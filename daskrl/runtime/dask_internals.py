@@ -71,6 +71,29 @@ def cluster_workers(client: Any) -> dict[str, dict]:
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
+def _retirement_time(dask_worker: Any) -> float | None:
+    """When this worker closes itself (``dask worker --lifetime``), as a Unix time; None: it does not. Dask keeps only
+    the lifetime in seconds (stagger included) and counts it from the worker's construction, which comes after its
+    process started: counting from the process's start gives a time a second or two early, never late."""
+    lifetime = getattr(dask_worker, "lifetime", None)
+    if not lifetime:
+        return None
+    import psutil
+
+    return psutil.Process().create_time() + float(lifetime)
+
+
+def worker_retirements(client: Any, addresses: list[str]) -> dict[str, float | None]:
+    """Each worker's planned retirement (see :func:`_retirement_time`); workers that did not answer are left out."""
+    if not addresses:
+        return {}
+    try:
+        answers = client.run(_retirement_time, workers=addresses, on_error="return")
+    except Exception:  # a worker left while asked: the next poll asks those still there
+        return {}
+    return {a: t for a, t in answers.items() if t is None or isinstance(t, float)}
+
+
 def run_sync(loop: Any, fn: Callable[..., Coroutine], *args: Any, **kwargs: Any) -> Any:
     """Run coroutine function ``fn`` on the event loop ``loop`` from another thread, and wait for its result."""
     return sync(loop, fn, *args, **kwargs)

@@ -1,0 +1,50 @@
+"""A learner whose worker will retire (``dask worker --lifetime``, as dask-jobqueue ends a batch job's workers before
+the walltime) moves before it does, on a cluster of ``dask`` CLI processes: the move is one line, it takes seconds,
+it is no fault, and the run trains on to its end."""
+
+from __future__ import annotations
+
+import time
+
+import daskrl
+from daskrl.driver.retirements import MOVE_AHEAD_S
+from daskrl.runtime.dask_internals import worker_retirements
+
+from .helpers import REPORT_OFTEN, SMALL_CARTPOLE, run_config, slow, start_cli_cluster
+
+#: the learner's worker lives long enough to start the run, then retires within the run
+LIFETIME_S = MOVE_AHEAD_S + 20
+
+
+@slow("a dask CLI cluster whose learner worker retires 65 s in; the run trains 50 s past the move")
+def test_a_learner_moves_off_a_retiring_worker_before_it_leaves(tmp_path, capsys):
+    # w0 is pinned for the learner and retires; w1 runs the rollout worker; w2 joins idle and stays
+    def args(i: int) -> list[str]:
+        return ["--resources", "learner=1", "--lifetime", f"{LIFETIME_S:g}s"] if i == 0 else []
+
+    with start_cli_cluster(tmp_path, 3, args) as cluster:
+        client = cluster["client"]
+        plan = worker_retirements(client, list(client.scheduler_info()["workers"]))
+        assert sorted(at is None for at in plan.values()) == [False, True, True], plan  # one worker retires
+        config = run_config(tmp_path, "moves", base={**SMALL_CARTPOLE, **REPORT_OFTEN}, elastic=True,
+                            train_for_seconds=LIFETIME_S + 35.0, train_for_env_steps=0, max_learner_restarts=0)
+        rows: list[tuple[float, int]] = []
+        summary = daskrl.train(config, client=client, on_report=lambda row: rows.append((time.time(),
+                                                                                          row["env_steps"])))
+    out = capsys.readouterr().out
+    moves = summary["learner_moves"]
+    assert len(moves) == 1, (moves, out)
+    move = moves[0]
+    assert move["move_s"] < 10, move
+    assert move["retires_in_s"] > 0, move  # before its worker left, not after
+    assert f"learner moved from {move['from']}" in out
+    assert summary["recoveries"] == [], summary["recoveries"]  # no fault: nothing was lost
+    before = max(steps for t, steps in rows if t <= move["time"])
+    after = [steps for t, steps in rows if t > move["time"] + 20]
+    assert after and after[-1] > before + 20_000, (before, after)  # and it trained on, on the new worker
+
+
+def test_workers_without_a_lifetime_have_no_retirement(tmp_path):
+    with start_cli_cluster(tmp_path, 1) as cluster:
+        client = cluster["client"]
+        assert list(worker_retirements(client, list(client.scheduler_info()["workers"])).values()) == [None]
