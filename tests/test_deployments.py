@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from daskrl.config import Config
+from daskrl.driver.deployment import kubernetes_specs
 from daskrl.errors import ConfigError
 from daskrl.runtime.shm import host_of
 from daskrl.testing.hosts.netns import pids_in
@@ -151,3 +152,23 @@ def test_deploy_slurm_show_prints_the_job_script_and_starts_nothing(tmp_path):
 def test_deploy_options_that_do_not_fit_are_refused_in_one_line(flags, problem):
     with pytest.raises(ConfigError, match=re.escape(problem)):
         Config.from_flat({"env": "CartPole-v1", **flags}).validate()
+
+
+def test_the_kubernetes_recipe_builds_the_cluster_spec_a_run_needs():
+    pytest.importorskip("dask_kubernetes")
+    import dask
+
+    config = Config.from_flat({"env": "CartPole-v1", "num_workers": 8, "num_learners": 2})
+    specs = kubernetes_specs(config, "registry.example.com/daskrl:latest", learner_cpu="4", learner_memory="8Gi")
+    workers = specs["cluster"]["spec"]["worker"]
+    container = workers["spec"]["containers"][0]
+    assert workers["replicas"] == 8  # the rollout workers: one single-threaded worker each
+    assert container["args"][:4] == ["dask", "worker", "--nthreads", "1"]
+    assert container["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    learners = specs["learner"]
+    learner = learners["spec"]["containers"][0]
+    assert learners["replicas"] == 2 and learner["args"][:4] == ["dask", "worker", "--nthreads", "1"]
+    assert learner["resources"]["limits"] == {"cpu": "4", "memory": "8Gi"}
+    # the learners' pods declare the resource daskrl places its learners by, in the spelling Dask reads
+    env = {item["name"]: item["value"] for item in learner["env"]}
+    assert dask.config.collect_env(env) == {"distributed": {"worker": {"resources": {"learner": 1}}}}

@@ -22,3 +22,14 @@ def deploy_spec(config: Config) -> DeploySpec:
                       jobs=d.jobs, job_cores=d.job_cores, job_memory=d.job_memory, walltime=d.walltime,
                       hosts=tuple(d.hosts), dashboard_address=config.run.dashboard_address or ":0",
                       wait_s=config.run.wait_for_workers or DEFAULT_WAIT_S)
+
+
+def kubernetes_specs(config: Config, image: str, **sizes: str) -> dict:
+    """The Dask operator's cluster spec for this run (daskrl/runtime/deploy/kubernetes.py): as many single-threaded
+    workers as its rollout and inference workers, and its learners in a worker group of their own. ``sizes``:
+    ``worker_cpu``, ``worker_memory``, ``learner_cpu``, ``learner_memory`` (Kubernetes quantities)."""
+    from daskrl.runtime.deploy.kubernetes import cluster_specs
+
+    learners = config.learner.num_learners * config.policies.num_policies
+    return cluster_specs(config.run.experiment or "daskrl", image, workers=workers_needed(config) - learners,
+                         learners=learners, **sizes)
