@@ -7,8 +7,9 @@ without sampling, replay or Dask: each trainer is given random minibatches of th
 ``--replay-batches-per-request`` minibatches of one learner request per call; SB3: as many gradient steps per
 ``train()`` call from a replay buffer filled by random play), after a warm-up.
 
-Options are bench_learning's translation of rl-zoo's (``DQN_OPTIONS``, ``SAC_OPTIONS``); ``--daskrl-options``
-adds or overrides daskrl options (such as ``--value-encoder separate``) for a second daskrl row.
+daskrl's trainers are built as ``daskrl train --env ENV --algo dqn|sac`` builds them (the algorithm's defaults, the
+way bench_learning runs them); SB3's with rl-zoo's hyperparameters for the env. ``--daskrl-options`` adds or
+overrides daskrl options (such as ``--value-encoder separate``) for a second daskrl row.
 
 Run:  python benchmarks/bench_offpolicy_update.py [--algo dqn sac] [--threads 1] [--seconds 5] [--json]
 """
@@ -24,7 +25,6 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_learning import _DQN_COMMON, _SAC_COMMON, DQN_OPTIONS, SAC_OPTIONS  # noqa: E402
 from sb3_offpolicy import RL_ZOO  # noqa: E402
 
 #: the env each algorithm's update is measured on, and its rl-zoo options' minibatch size
@@ -33,8 +33,8 @@ MINIBATCHES_PER_CALL = 8
 
 
 def daskrl_trainer(algo: str, env: str, extra: list[str]):
-    """The trainer a ``daskrl train`` with bench_learning's options builds (its config put through preflight, so
-    the algorithm's defaults apply), and the run's config."""
+    """The trainer ``daskrl train --env ENV --algo ALGO`` builds (its config put through preflight, so the
+    algorithm's defaults apply), and the run's config."""
     import tempfile
 
     from daskrl.algo.dqn_trainer import DQNTrainer
@@ -43,8 +43,7 @@ def daskrl_trainer(algo: str, env: str, extra: list[str]):
     from daskrl.driver.preflight import preflight
     from daskrl.models.actor_critic import build_model
 
-    options = (_DQN_COMMON + DQN_OPTIONS[env]) if algo == "dqn" else (_SAC_COMMON + SAC_OPTIONS[env])
-    argv = ["train", "--env", env, "--train-dir", tempfile.mkdtemp(), *options, *extra]
+    argv = ["train", "--env", env, "--algo", algo, "--train-dir", tempfile.mkdtemp(), *extra]
     config = _config_from_args(build_parser().parse_args(argv))
     spaces = preflight(config)
     model = build_model(spaces, config.model, 0)
