@@ -2,6 +2,7 @@
 
 Run:  python benchmarks/bench_scale.py [--json] [--seconds 15] [--warmup 5] [--grow-hosts 4 --grow-period 20]
       python benchmarks/bench_scale.py --simulate 8 32 64 [--designs off auto] [--json]   (scale_simulation.py)
+      python benchmarks/bench_scale.py --links [--links-envs CartPole-v1 atari/Pong] [--json]   (scale_links.py)
 
 From one run of this script, each line measured alone, one after the other, on this machine:
 
@@ -67,7 +68,7 @@ class WindowProbe:
         return ((s1 - s0) / (t1 - t0) if t1 > t0 else 0.0), t1 - t0
 
 
-def measure(seconds: float, warmup: float, **options) -> dict:
+def measure(seconds: float, warmup: float, probe: WindowProbe | None = None, **options) -> dict:
     from daskrl import train
     from daskrl.config import Config
 
@@ -76,7 +77,7 @@ def measure(seconds: float, warmup: float, **options) -> dict:
         config = Config().replace(train_dir=tmp, experiment="scale", dashboard_address="", report_interval=1.0,
                                   train_for_seconds=STARTUP_ALLOWANCE_S + warmup + seconds, train_for_env_steps=0,
                                   **options)
-        probe = WindowProbe(warmup, seconds)
+        probe = probe or WindowProbe(warmup, seconds)
         summary = train(config, on_report=probe)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -361,10 +362,23 @@ def main() -> None:
     parser.add_argument("--scale-batch", action="store_true",
                         help="--simulate: the learner's batch grows with the rollout workers (256 per 7), so the "
                              "samples in flight per version, and the policy lag they make, stay the same at every N")
+    parser.add_argument("--links", action="store_true",
+                        help="instead of the lines above: training over 1, 2 and 4 netns hosts on shaped links "
+                             "(benchmarks/scale_links.py; --seconds, --warmup apply)")
+    parser.add_argument("--links-envs", nargs="+", default=["CartPole-v1", "atari/Pong"])
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     if args.simulate:
         simulate_main(args)
+        return
+    if args.links:
+        from scale_links import links_main, print_links  # (it imports this module)
+
+        links = links_main(args.seconds, args.warmup, args.links_envs)
+        print_links(links)
+        if args.json:
+            print(json.dumps({"bench": "scale_links", "seconds": args.seconds, "warmup": args.warmup,
+                              "lines": links}))
         return
 
     from daskrl.runtime import worker_server
