@@ -55,6 +55,15 @@ def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: s
 #: smaller slots than APPO's 32 envs x 32 steps: the update-to-data ratio holds back sampling a slot at a time, so a
 #: rollout worker's pool of slots (3 per split) is how far sampling may run ahead of the learner
 _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
+#: how DQN learns where the user gave no option, chosen on the off-policy tuning tasks (CartPole-v1 at 50k env
+#: steps, MountainCar-v0 at 120k, LunarLander-v3 at 100k; benchmarks/learning_tasks.py), 5 seeds each, judged by the
+#: worst seed (docs/training.md, "How the defaults are chosen"): rl-zoo's 256x256 network and its middle values of
+#: the per-env settings it passes (minibatches of 128, 0.5 updates per env step, exploration over a fifth of the
+#: budget), the target network refreshed every 250 updates (rl-zoo: every 128-300). With the earlier defaults
+#: (64x64, minibatches of 64, 0.25 updates per step, a target every 500 updates, exploration over a tenth) CartPole
+#: evaluated at 128-246 on seeds 0-3; with these, 497-500 on seeds 0-4, and MountainCar -97 to -108
+_DQN_LEARNING = {"hidden_sizes": [256, 256], "batch_size": 128, "replay_ratio": 0.5, "target_update_interval": 250,
+                 "exploration_fraction": 0.2}
 #: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
 #: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each.
 #: DQN does not normalize observations (SB3's DQN does not either): its learner's running statistics count every
@@ -65,7 +74,7 @@ _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 #: every Q-value costs two encoders, and the update made 1.6x fewer steps a second (docs/performance.md). SAC's
 #: actor never trains its value head: a tower of its own for it would only be published and checkpointed.
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
-    "dqn": {**_OFF_POLICY_SLOTS, "batch_size": 64, "activation": "relu", "max_grad_norm": 10.0,
+    "dqn": {**_OFF_POLICY_SLOTS, **_DQN_LEARNING, "activation": "relu", "max_grad_norm": 10.0,
             "normalize_obs": False, "value_encoder": "shared"},
     "sac": {**_OFF_POLICY_SLOTS, "batch_size": 256, "activation": "relu", "hidden_sizes": [256, 256],
             "learning_rate": 3e-4, "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0, "value_encoder": "shared"},
