@@ -102,7 +102,7 @@ def _config_from_args(args: argparse.Namespace) -> Config:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="daskrl", description="Asynchronous distributed RL (APPO) on Dask.")
+    parser = Parser(prog="daskrl", description="Asynchronous distributed RL (APPO, DQN, SAC) on Dask.")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.commands = sub.choices  # name -> its parser, for errors about its options
     for name, help_text in (("train", "train a policy"),
