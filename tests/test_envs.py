@@ -421,7 +421,7 @@ def test_a_family_fills_only_the_options_the_user_did_not_set():
     from daskrl.config.env_defaults import apply_env_defaults, describe, family_of
 
     assert family_of("HalfCheetah-v5").name == "MuJoCo" and family_of("gymnasium:Walker2d-v5").name == "MuJoCo"
-    assert family_of("Hopper-v5").name == "Hopper"  # a family of its own, ahead of MuJoCo's pattern
+    assert family_of("Hopper-v5").name == "MuJoCo"  # its own settings come from a rule of the family, not a name
     assert family_of("CartPole-v1") is None and family_of("Pendulum-v1").name == "Pendulum"
     config = Config().replace(env="HalfCheetah-v5", learning_rate=1e-3)  # given: it wins
     family = family_of("HalfCheetah-v5")
@@ -436,6 +436,39 @@ def test_a_family_fills_only_the_options_the_user_did_not_set():
     # a config file names every option: nothing of a family overrides a saved run's settings
     saved = Config.from_json(Config().replace(env="Hopper-v5").to_json())
     assert apply_env_defaults(saved) == {}
+
+
+def test_a_family_rule_reads_the_task_not_its_name():
+    """The MuJoCo family gives CleanRL's recipe to a task whose random episodes end by termination at once (a body
+    that falls: Hopper, Walker2d), whatever its name; a task that does not fall (HalfCheetah) or falls slowly (Ant)
+    keeps the family's settings."""
+    from daskrl.config import Config
+    from daskrl.config.env_defaults import apply_env_defaults
+    from daskrl.config.task_profile import TaskProfile
+
+    falls = TaskProfile(horizon=1000, random_length=22.0, terminated_share=1.0)
+    slowly = TaskProfile(horizon=1000, random_length=153.0, terminated_share=0.93)
+    never = TaskProfile(horizon=1000, random_length=1000.0, terminated_share=0.0)
+    assert falls.falls_at_once and not slowly.falls_at_once and not never.falls_at_once
+    for env, profile, sync, hidden in [("Swimmer-v5", falls, True, [64, 64]), ("Hopper-v5", never, False, [256, 256]),
+                                       ("Ant-v5", slowly, False, [256, 256])]:
+        config = Config().replace(env=env)
+        apply_env_defaults(config, profile)
+        assert (config.learner.sync, config.model.hidden_sizes) == (sync, hidden), env
+        config.validate()
+    given = Config().replace(env="Hopper-v5", gamma=0.999)  # an option the user gave still wins over the rule
+    apply_env_defaults(given, falls)
+    assert given.learner.gamma == 0.999 and given.learner.sync
+
+
+def test_a_task_profile_is_measured_from_random_play():
+    from daskrl.envs.task_probe import profile_task
+
+    cartpole = profile_task("CartPole-v1")
+    assert cartpole.horizon == 500 and cartpole.terminated_share == 1.0 and 10 < cartpole.random_length < 40
+    pendulum = profile_task("Pendulum-v1")  # no termination: every episode runs to its 200-step limit
+    assert pendulum.terminated_share == 0.0 and pendulum.random_length == 200 and not pendulum.falls_at_once
+    assert profile_task("CartPole-v1") is cartpole  # measured once
 
 
 def test_a_sampling_only_run_keeps_every_rollout_worker_the_family_gave_to_the_learner():

@@ -11,12 +11,14 @@ docs/performance.md (``benchmarks/bench_learning.py``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config.checks import as_option
 from daskrl.config.configuration import Config
 from daskrl.config.options import SECTIONS
+from daskrl.config.task_profile import TaskProfile
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,14 @@ class EnvFamily:
     name: str
     pattern: str  # a regular expression the env id must match in full (a "module:" prefix is ignored)
     options: dict[str, Any]
+    #: settings derived from a property of the task (its profile, measured before the run: TaskProfile), over
+    #: ``options``; None: the family has no such rule
+    rules: Callable[[TaskProfile], dict[str, Any]] | None = None
+
+    def settings(self, profile: TaskProfile | None) -> dict[str, Any]:
+        """What the family sets for a task with this profile (without one, the rules are left out)."""
+        derived = self.rules(profile) if self.rules is not None and profile is not None else {}
+        return {**self.options, **derived}
 
 
 #: rl-zoo's PPO recipe for classic control, run synchronously: 4,096 samples per update (16 envs x 256 steps) in
@@ -36,6 +46,23 @@ _RL_ZOO_CLASSIC = {"num_workers": 1, "num_envs_per_worker": 16, "rollout": 256, 
 #: learning rate of 3e-4, no value clipping
 _MUJOCO_COMMON = {"num_workers": 1, "slots_per_split": 2, "advantage": "gae", "learning_rate": 3e-4,
                   "lr_schedule": "linear", "value_clip": 0.0}
+
+#: CleanRL's PPO recipe for continuous control (2,048 samples per update in 32 minibatches of 64, 10 passes, a
+#: [64, 64] tanh policy starting wide, log std 0, GAE with gamma 0.99 and lambda 0.95), run synchronously: what a
+#: MuJoCo task that falls at once gets (TaskProfile.falls_at_once: random actions end its episodes by termination
+#: within 5% of the time limit). Why: staying up pays a reward every step, and a narrow initial policy (the family's
+#: log std -2) settles on standing still. Measured with bench_learning.py (1M steps): with the family's settings
+#: Hopper-v5 learned to stand still (return ~1,000, also with gamma 0.999 / GAE 0.99, small minibatches, entropy or
+#: --sync); with these it evaluated at 1,710-3,263 over seeds 0-2 (rl-zoo: 2,410 on v3). Ant, whose random episodes
+#: last 15% of the limit, keeps the family's settings (110% of rl-zoo's)
+_FALLS_AT_ONCE = {"num_envs_per_worker": 8, "rollout": 256, "batch_size": 64, "num_batches_per_epoch": 32,
+                  "num_epochs": 10, "sync": True, "hidden_sizes": [64, 64], "activation": "tanh", "init_log_std": 0.0,
+                  "gamma": 0.99, "gae_lambda": 0.95}
+
+
+def _falls_at_once(profile: TaskProfile) -> dict[str, Any]:
+    return dict(_FALLS_AT_ONCE) if profile.falls_at_once else {}
+
 
 #: VizDoom (daskrl/envs/doom.py): image observations make the learner the bottleneck on a CPU, so each sample
 #: counts: smaller training steps (1,024 samples in 4 minibatches of 256) come more often, the learning rate is
@@ -79,23 +106,18 @@ FAMILIES: tuple[EnvFamily, ...] = (
     # network (-77.8, -73.0) did not do better
     EnvFamily("Acrobot", r"Acrobot-v\d+", {**_RL_ZOO_CLASSIC, "gae_lambda": 0.94}),
     EnvFamily("MountainCar", r"MountainCar-v\d+", {**_RL_ZOO_CLASSIC, "gae_lambda": 0.98}),
-    # Hopper first, so the MuJoCo family below does not take it. Measured with bench_learning.py (1M steps, seed 0):
-    # with the MuJoCo family's settings Hopper-v5 learns to stand still (return ~1,000, also with gamma 0.999 / GAE
-    # 0.99, small minibatches, entropy or --sync); CleanRL's recipe (2,048 samples per update in 32 minibatches,
-    # 10 epochs, the global [64, 64] tanh policy, synchronous) evaluated at 3,120 (rl-zoo: 2,410 on v3)
-    EnvFamily("Hopper", r"Hopper-v\d+", {  # the global network: [64, 64] tanh, log std 0
-        **_MUJOCO_COMMON, "num_envs_per_worker": 8, "rollout": 256, "batch_size": 64, "num_batches_per_epoch": 32,
-        "num_epochs": 10, "sync": True}),
     # measured with bench_learning.py (1M steps): with a narrow initial policy (log std -2), ReLU and gamma 0.98 /
     # GAE 0.92 (rl-zoo's choices for HalfCheetah) HalfCheetah-v5 evaluated at 6,451 (rl-zoo: 5,819 on v3); the first
     # guess (log std 0, tanh, 0.99 / 0.95) reached 3,338. A sweep across the family (examples/sweep_mujoco_family.yaml:
     # gamma 0.98 / 0.999 x log std -2 / -0.5 on HalfCheetah, Hopper, Ant, Swimmer, by normalized score) kept these:
-    # HalfCheetah 6,065 and Ant 1,455 (rl-zoo: 1,327) at 1M; Swimmer reached 60 with gamma 0.9999 (rl-zoo: 282)
-    EnvFamily("MuJoCo", r"(HalfCheetah|Walker2d|Ant|Humanoid|HumanoidStandup|Swimmer|Reacher|Pusher|"
+    # HalfCheetah 6,065 and Ant 1,455 (rl-zoo: 1,327) at 1M; Swimmer reached 60 with gamma 0.9999 (rl-zoo: 282).
+    # Tasks that fall at once (the rule, _falls_at_once) get CleanRL's recipe instead
+    EnvFamily("MuJoCo", r"(HalfCheetah|Hopper|Walker2d|Ant|Humanoid|HumanoidStandup|Swimmer|Reacher|Pusher|"
                         r"InvertedPendulum|InvertedDoublePendulum)-v\d+", {
                             **_MUJOCO_COMMON, "num_envs_per_worker": 16, "rollout": 64, "hidden_sizes": [256, 256],
                             "activation": "relu", "init_log_std": -2.0, "batch_size": 256, "num_epochs": 10,
-                            "gamma": 0.98, "gae_lambda": 0.92, "max_policy_lag": 100}),
+                            "gamma": 0.98, "gae_lambda": 0.92, "max_policy_lag": 100},
+              rules=_falls_at_once),
     # measured with bench_learning.py (100k steps, seeds 0-5): --sync and gamma 0.95 made Pendulum reproducible and
     # reach rl-zoo's -172 (evaluation median -165); asynchronous with gamma 0.9, the medians were -250 to -400; its
     # learning rate stays 1e-3 where the global one (tuned for cheap discrete envs) moved to 2e-3
@@ -132,15 +154,16 @@ def _section_of(name: str) -> str:
     return next(s for s, cls in SECTIONS.items() if name in {f.name for f in cls.__dataclass_fields__.values()})
 
 
-def apply_env_defaults(config: Config) -> dict[str, Any]:
+def apply_env_defaults(config: Config, profile: TaskProfile | None = None) -> dict[str, Any]:
     """Set the family's options that the user did not set; returns them (name -> value). Idempotent. The families'
-    settings are APPO's (tuned and measured with it): another ``--algo`` keeps the global defaults."""
+    settings are APPO's (tuned and measured with it): another ``--algo`` keeps the global defaults. ``profile``: the
+    task's (:func:`daskrl.envs.task_probe.profile_task`), for a family whose rules read it."""
     family = family_of(config.env.env) if config.run.env_defaults and config.algo.algo == "appo" else None
     if family is None:
         return {}
     explicit = config.explicit()
     applied = {}
-    for name, value in family.options.items():
+    for name, value in family.settings(profile).items():
         if name in _LEARNER_ROOM and config.run.sampling_only:
             continue  # it leaves a core to the learner, and a sampling-only run has none
         if name not in explicit:
@@ -149,9 +172,15 @@ def apply_env_defaults(config: Config) -> dict[str, Any]:
     return applied
 
 
-def describe(config: Config) -> str:
+def needs_profile(config: Config) -> bool:
+    """Whether the env's family has rules that read the task's profile (the driver measures it then)."""
+    family = family_of(config.env.env) if config.run.env_defaults and config.algo.algo == "appo" else None
+    return family is not None and family.rules is not None
+
+
+def describe(config: Config, profile: TaskProfile | None = None) -> str:
     """One line naming the family's settings in force for this run ('' when none)."""
-    applied = apply_env_defaults(config)
+    applied = apply_env_defaults(config, profile)
     if not applied:
         return ""
     family = family_of(config.env.env)

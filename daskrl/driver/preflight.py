@@ -13,7 +13,8 @@ import time
 
 from daskrl.config import Config
 from daskrl.config.algo_rules import algo_space_problems, apply_algo_model
-from daskrl.config.env_defaults import apply_env_defaults
+from daskrl.config.env_defaults import apply_env_defaults, needs_profile
+from daskrl.config.task_profile import TaskProfile
 from daskrl.driver.algorithms import algorithm_of
 from daskrl.driver.placement import workers_needed
 from daskrl.driver.resumed_network import adopt_trained_network
@@ -57,12 +58,20 @@ def check_components(config: Config) -> None:
         raise ConfigError(problems)
 
 
+def task_profile(config: Config) -> TaskProfile | None:
+    """The task's profile where the env's family has rules that read it (measured once per env: cached)."""
+    if not needs_profile(config):
+        return None
+    from daskrl.envs.task_probe import profile_task
+
+    return profile_task(config.env.env, config.env.env_kwargs)
+
+
 def preflight(config: Config, client: object = None) -> EnvSpaces:
     """Check ``config`` (see the module docstring) and return the env's spaces; raises one readable
     :class:`~daskrl.errors.DaskRLError`. Gives the run its default experiment name when it has none."""
     config.validate()
     check_components(config)
-    apply_env_defaults(config)
     if not config.run.experiment:
         config.run.experiment = default_experiment_name(config.env.env)
     if config.run.init_checkpoint:
@@ -70,6 +79,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
 
         checkpoint_file(config.run.init_checkpoint)  # there to start from
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
+    apply_env_defaults(config, task_profile(config))
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
     check_policies(config, spaces)
     apply_algo_model(config)

@@ -30,7 +30,7 @@ from daskrl.driver.experiment import open_experiment, run_log_path
 from daskrl.driver.model_check import check_model_on_cluster
 from daskrl.driver.observers import Observer
 from daskrl.driver.placement import Placement, place_claimed, workers_needed
-from daskrl.driver.preflight import preflight
+from daskrl.driver.preflight import preflight, task_profile
 from daskrl.driver.startup import StartupClock
 from daskrl.envs import EnvSpaces
 from daskrl.errors import one_line
@@ -81,7 +81,8 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
                                        echo=level <= logging.DEBUG))
         dropped = (f"observation keys {', '.join(spaces.dropped_obs_keys)} have no fixed shape and are left "
                    "out (--obs-keys chooses the keys)") if spaces.dropped_obs_keys else ""
-        for line in (note, describe_env_defaults(config), describe_algo_defaults(config), dropped):
+        family = describe_env_defaults(config, task_profile(config))
+        for line in (note, family, describe_algo_defaults(config), dropped):
             if line:
                 say(f"daskrl: {line}")
         return LiveRun(_start(config, client, spaces, observers, stack, progress, clock), stack)
