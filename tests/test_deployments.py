@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -172,3 +173,42 @@ def test_the_kubernetes_recipe_builds_the_cluster_spec_a_run_needs():
     # the learners' pods declare the resource daskrl places its learners by, in the spelling Dask reads
     env = {item["name"]: item["value"] for item in learner["env"]}
     assert dask.config.collect_env(env) == {"distributed": {"worker": {"resources": {"learner": 1}}}}
+
+
+@slow("SLURM jobs: a run on a SLURMCluster whose learner's job is cancelled with scancel halfway")
+def test_a_cancelled_learner_job_is_a_loss_the_run_recovers_from_its_newest_checkpoint(slurm, tmp_path, capsys):
+    """scancel: SIGTERM, then SIGKILL after KillWait; the learner's worker goes without notice (no lifetime), so its
+    learner restarts from the newest checkpoint on a worker that stays, and the run ends as asked."""
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    import daskrl
+
+    cluster = SLURMCluster(cores=1, processes=1, memory="1GB", log_directory=str(tmp_path / "jobs"),
+                           scheduler_options={"host": slurm.scheduler_host, "dashboard_address": ":0"})
+    try:
+        cluster.scale(jobs=4)
+        client = Client(cluster, direct_to_workers=True)
+        client.wait_for_workers(4, timeout=60)
+        config = run_config(tmp_path, "cancel", env="CartPole-v1", num_workers=2, elastic=True,
+                            train_for_seconds=60.0, train_for_env_steps=0, checkpoint_interval=5.0)
+        handle = daskrl.start(config, client=client)
+        time.sleep(20)
+        job = learner_job(client, cluster)
+        subprocess.run(["scancel", job], check=True, timeout=30)
+        summary = handle.wait(timeout=180)  # raises if the run failed
+        client.close()
+    finally:
+        cluster.close()
+    learner = [r for r in summary["recoveries"] if r["component"] == "learner"]
+    assert len(learner) == 1 and learner[0]["worker"], summary["recoveries"]
+    assert "learner restarts from checkpoint_" in capsys.readouterr().out
+    assert slurm.jobs() == []
+
+
+def learner_job(client, cluster) -> str:
+    """The SLURM job whose worker runs the learner."""
+    components = components_of(client)
+    address = components["learner"]["address"]
+    name = str(client.scheduler_info()["workers"][address]["name"])
+    return cluster.workers[name].job_id
