@@ -243,9 +243,9 @@ class RunConfig(Section):
                                 "are often the short ones)", low=1)
     resume: bool = opt(False, "continue the experiment from its latest checkpoint")
     env_defaults: bool = opt(True, "use the defaults of the env's family for the options you did not give (printed "
-                                   "at start; families: Atari, Doom, MiniGrid, Taxi, Acrobot, MountainCar, MuJoCo, Pendulum, "
-                                   "MPE, Box2D; docs/training.md lists their settings and the rules that derive some "
-                                   "of them from the task)")
+                                   "at start; families: Atari, Doom, MiniGrid, Taxi, Acrobot, MountainCar, MuJoCo, "
+                                   "Pendulum, MPE, Box2D; docs/training.md lists their settings and the rules that "
+                                   "derive some of them from the task)")
     serial: bool = opt(False, "run every component in this one process (worker threads instead of worker "
                               "processes): slower, but a debugger such as pdb can step through a slot")
     overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
