@@ -193,7 +193,7 @@ def test_a_resume_trains_the_network_its_experiment_saved_whatever_the_defaults_
 
     fresh = run_config(tmp_path, "new", env="CartPole-v1", algo="dqn")
     preflight(fresh)
-    assert (fresh.model.value_encoder, fresh.model.hidden_sizes) == ("shared", [64, 64])
+    assert (fresh.model.value_encoder, fresh.model.hidden_sizes) == ("shared", [256, 256])
 
     resumed = run_config(tmp_path, "old", env="CartPole-v1", algo="dqn", resume=True)
     preflight(resumed)
