@@ -93,7 +93,7 @@ def test_deploy_slurm_solves_cartpole_on_jobs_over_several_nodes_and_cancels_the
     assert rc == 0, out
     assert "reached --stop-at-return 475" in out, out
     assert hosts_used(out) >= 2, out
-    assert slurm.jobs() == [], "the run's jobs are still in the queue"
+    assert slurm.jobs_after_cleanup() == [], "the run's jobs are still in the queue"
     assert left_on(slurm.hosts.names, daemons) == [], "processes of the run are left on the nodes"
     assert segments() - before == set(), "shared memory is left"
 
@@ -120,7 +120,7 @@ def test_daskrl_start_trains_on_a_slurm_cluster_built_in_python(slurm, tmp_path,
         cluster.close()
     assert len(placed) >= 2, placed
     assert summary["episode_return_mean"] >= 475, summary
-    assert slurm.jobs() == []
+    assert slurm.jobs_after_cleanup() == []
 
 
 @slow("SSH: three sshd hosts, SSHCluster logging in to each with the test's key, a CartPole run")
@@ -203,7 +203,7 @@ def test_a_cancelled_learner_job_is_a_loss_the_run_recovers_from_its_newest_chec
     learner = [r for r in summary["recoveries"] if r["component"] == "learner"]
     assert len(learner) == 1 and learner[0]["worker"], summary["recoveries"]
     assert "learner restarts from checkpoint_" in capsys.readouterr().out
-    assert slurm.jobs() == []
+    assert slurm.jobs_after_cleanup() == []
 
 
 def learner_job(client, cluster) -> str:

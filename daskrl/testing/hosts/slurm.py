@@ -111,6 +111,17 @@ class SlurmTestCluster:
         return [dict(zip(("id", "name", "state", "nodes"), line.split("|"), strict=True))
                 for line in out.splitlines() if line.strip()]
 
+    def jobs_after_cleanup(self) -> list[dict[str, str]]:
+        """The queue once cancelled jobs have finished completing: a job scancel'ed a moment ago stays in the
+        queue as COMPLETING until its node has killed its processes (up to KillWait), so a test that asks
+        "did the run leave jobs behind?" waits that long before it looks."""
+        try:
+            wait_until(lambda: all(job["state"] != "COMPLETING" for job in self.jobs()), self.kill_wait_s + 15,
+                       "jobs still completing")
+        except TimeoutError:
+            pass  # the queue below says which
+        return self.jobs()
+
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=check,
                               env={**os.environ, **self.env()})
