@@ -40,7 +40,7 @@ def daskrl_trainer(algo: str, env: str, extra: list[str]):
     from daskrl.algo.dqn_trainer import DQNTrainer
     from daskrl.algo.sac_trainer import SACTrainer
     from daskrl.cli import _config_from_args, build_parser
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
     from daskrl.models.actor_critic import build_model
 
     argv = ["train", "--env", env, "--algo", algo, "--train-dir", tempfile.mkdtemp(), *extra]

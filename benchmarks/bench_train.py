@@ -85,7 +85,7 @@ def _timed_daskrl(cmd: list[str], tmp: str, limit_s: float, env: dict | None = N
 
 def startup_of(out: str) -> dict:
     """The start-up a daskrl run printed: seconds from launch until its components were ready, each phase's share
-    (daskrl/driver/startup.py) and its first training step; empty for a tree that does not print them."""
+    (daskrl/driver/launch/startup.py) and its first training step; empty for a tree that does not print them."""
     ready = re.search(r"daskrl: started in ([\d.]+) s \((.*)\)", out)
     first = re.search(r"first training step ([\d.]+) s after launch", out)
     if ready is None:

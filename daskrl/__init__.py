@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_HOMES = {"Config": "config", "ConfigError": "config", "Observer": "driver.observers", "EnvError": "envs",
+_HOMES = {"Config": "config", "ConfigError": "config", "Observer": "driver.loop.observers", "EnvError": "envs",
           "make_env": "envs", "register_env": "envs"}
 
 

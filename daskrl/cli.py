@@ -18,8 +18,8 @@ import typing
 from typing import NoReturn
 
 from daskrl.config import SECTIONS, Config
-from daskrl.driver.experiment import run_log_path
-from daskrl.driver.startup import count_from_process_start
+from daskrl.driver.launch.experiment import run_log_path
+from daskrl.driver.launch.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
 from daskrl.serving.command import add_serve_parser, run_serve
 from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(config: Config) -> int:
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
 
     preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
     from daskrl.runtime import worker_server
@@ -230,7 +230,7 @@ def _train(config: Config) -> int:
 
 
 def _show_deployment(config: Config) -> int:
-    from daskrl.driver.deployment import deploy_spec
+    from daskrl.driver.launch.deployment import deploy_spec
     from daskrl.runtime.deploy import describe_deployment
 
     print(describe_deployment(deploy_spec(config)))

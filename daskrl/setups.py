@@ -2,7 +2,7 @@
 components).
 
 Components never read options with fallback defaults of their own: the driver builds these setups from the run's
-config in one place (:func:`daskrl.driver.role_setups.role_setups`) and hands the same function's output to the first
+config in one place (:func:`daskrl.driver.fleet.role_setups.role_setups`) and hands the same function's output to the first
 incarnation of a component and to every one recreated after a fault, so a recreated component cannot quietly run
 with other settings. The config sections inside are copies, so a setup does not change when the caller's config
 does. What the user registered in this process (env factories, model components) travels in them too: worker

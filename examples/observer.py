@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 import daskrl
-from daskrl.driver.observers import Run
+from daskrl.driver.loop.observers import Run
 
 
 class StopOnPlateau(daskrl.Observer):

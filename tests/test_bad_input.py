@@ -220,7 +220,7 @@ def test_a_worker_with_another_daskrl_version_is_refused_at_connect(tmp_path):
 
 @slow("a CLI run on a cluster")
 def test_an_env_that_fails_only_on_the_workers_stops_the_run_in_a_few_lines(tmp_path):
-    out, took = run_cli(["train", "--env", "daskrl.testing_faults:broken_on_workers", "--train-dir", str(tmp_path),
+    out, took = run_cli(["train", "--env", "daskrl.testing.faults:broken_on_workers", "--train-dir", str(tmp_path),
                          "--experiment", "broken", "--dashboard-address", "", "--num-workers", "1"], timeout=120)
     err = out.stderr.strip()
     assert out.returncode == 1, out.stdout + out.stderr

@@ -20,7 +20,7 @@ from torch import nn
 
 from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
-from daskrl.driver.preflight import check_components
+from daskrl.driver.launch.preflight import check_components
 from daskrl.envs import probe_env
 from daskrl.evaluation import enjoy
 from daskrl.evaluation.evaluator import Evaluator

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from daskrl.config import Config
-from daskrl.driver.deployment import kubernetes_specs
+from daskrl.driver.launch.deployment import kubernetes_specs
 from daskrl.errors import ConfigError
 from daskrl.runtime.shm import host_of
 from daskrl.testing.hosts.netns import pids_in

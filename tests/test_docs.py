@@ -2,7 +2,7 @@
 
 - The message table of docs/architecture.md names exactly the payloads (``TypedDict``s), work queues, signals and
   scheduler event topics of daskrl/protocol.py: a message added to one and not the other fails here, by name.
-- Every file of this repository the docs and the README name (``daskrl/driver/run.py``, ``benchmarks/soak.py``,
+- Every file of this repository the docs and the README name (``daskrl/driver/loop/live_run.py``, ``benchmarks/soak.py``,
   ``runtime/params.py`` inside the package map) exists, and every dotted daskrl name they give
   (``daskrl.testing.mappings:by_role``) imports.
 """

@@ -119,7 +119,7 @@ def test_dqn_refuses_what_it_cannot_do_in_one_line_each():
 
 
 def test_dqn_refuses_continuous_actions_before_anything_starts(tmp_path):
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
     from daskrl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--algo dqn needs discrete actions, and this env's are box"):
@@ -252,7 +252,7 @@ def test_the_q_network_is_the_actor_critic_read_as_dueling_streams():
 
 def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
     from daskrl.config.algo_rules import describe_algo_defaults
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
 
     config = run_config(tmp_path, algo="dqn", batch_size=32)
     assert describe_algo_defaults(config) == ("defaults for --algo dqn: --num-envs-per-worker 8 --rollout 16 "
@@ -329,7 +329,7 @@ def test_dqn_by_default_tells_mountaincars_flag_from_the_hill_after_random_play(
     import numpy as np
 
     from daskrl.algo.dqn_trainer import DQNTrainer
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import build_model
 

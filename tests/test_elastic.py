@@ -18,7 +18,7 @@ import time
 import pytest
 
 from daskrl import Observer, train
-from daskrl.driver.elastic import ElasticGrowth
+from daskrl.driver.changes.elastic import ElasticGrowth
 from daskrl.runtime import dask_internals
 from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
 

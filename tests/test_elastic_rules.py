@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from daskrl.config import Config
-from daskrl.driver.elastic import adapt_range, adaptive_start
-from daskrl.driver.placement import role_counts, workers_needed
+from daskrl.driver.changes.elastic import adapt_range, adaptive_start
+from daskrl.driver.fleet.placement import role_counts, workers_needed
 
 
 @pytest.mark.parametrize("options", [

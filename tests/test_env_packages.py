@@ -18,7 +18,7 @@ import pytest
 from daskrl import train
 from daskrl.cli import _config_from_args, build_parser, main
 from daskrl.config import Config, ConfigError
-from daskrl.driver.preflight import check_components
+from daskrl.driver.launch.preflight import check_components
 from daskrl.envs import make_env, probe_env
 from daskrl.envs import registry as env_registry
 from daskrl.envs.packages import package_names

@@ -16,7 +16,7 @@ import pytest
 
 from daskrl import train
 from daskrl.config import Config, ConfigError
-from daskrl.driver.experiment import ExperimentInUseError, ExperimentLock, open_experiment
+from daskrl.driver.launch.experiment import ExperimentInUseError, ExperimentLock, open_experiment
 from daskrl.runtime.semaphores import mapped_semaphores, on_disk
 from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
 
@@ -182,7 +182,7 @@ def test_a_resume_trains_the_network_its_experiment_saved_whatever_the_defaults_
     options left out come from its config.json too, and one given that differs is refused, naming the fix."""
     from daskrl.config.algo_rules import describe_algo_defaults
     from daskrl.config.env_defaults import describe as describe_env_defaults
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
 
     saved = run_config(tmp_path, "old", env="CartPole-v1", algo="dqn", hidden_sizes=[32, 32])
     preflight(saved)

@@ -5,7 +5,7 @@ nothing behind (its reaper alone removes its shared memory); a stuck component i
 stuck control call times out; a bad configuration is refused before any process starts.
 
 Faults are injected from outside, as they happen in production: ``kill -9`` of a process found through the bus
-registry, and the misbehaving envs of :mod:`daskrl.testing_faults`. Nothing in daskrl is patched. Every test
+registry, and the misbehaving envs of :mod:`daskrl.testing.faults`. Nothing in daskrl is patched. Every test
 checks that it leaves no process and no ``/dev/shm/daskrl_*`` segment behind (the ``no_leftovers`` fixture).
 """
 
@@ -56,7 +56,7 @@ from .helpers import (
 
 pytestmark = slow("fault drills: each run waits for its fault, its recovery and its leftovers to clear")
 
-FAULTS = "daskrl.testing_faults"
+FAULTS = "daskrl.testing.faults"
 
 
 # ---- leftovers: processes and shared memory ----

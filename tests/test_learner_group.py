@@ -20,7 +20,7 @@ import torch
 
 from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError
-from daskrl.driver.placement import place
+from daskrl.driver.fleet.placement import place
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
@@ -400,7 +400,7 @@ def test_two_learners_on_one_gpu_sum_through_gloo_as_one_learner():
 
 
 def test_setups_give_each_learner_its_rank():
-    from daskrl.driver.role_setups import role_setups
+    from daskrl.driver.fleet.role_setups import role_setups
 
     setups = role_setups(Config().replace(num_learners=3, batch_size=513 * 3), _spaces())
     assert [s.rank for s in setups.learners + setups.members] == [0, 1, 2]

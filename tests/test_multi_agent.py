@@ -451,7 +451,7 @@ def test_agents_of_different_spaces_train_their_own_policies(tmp_path, inference
 
 def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):
     from daskrl.config import Config
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
     from daskrl.errors import ConfigError
 
     base = Config().replace(train_dir=str(tmp_path), experiment="refused")

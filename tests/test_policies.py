@@ -22,8 +22,8 @@ import torch
 
 from daskrl import train
 from daskrl.config import Config
-from daskrl.driver.policies import PolicyBook
-from daskrl.driver.role_setups import role_setups
+from daskrl.driver.fleet.policies import PolicyBook
+from daskrl.driver.fleet.role_setups import role_setups
 from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
 from daskrl.learning.checkpoints import CheckpointStore
@@ -137,7 +137,7 @@ ADVERSARY = "mpe2.simple_adversary_v3:parallel_env"
 
 def test_agents_of_different_spaces_need_a_mapping_that_gives_each_policy_one_kind(tmp_path):
     pytest.importorskip("mpe2", reason="mpe2 (the multiagent extra) is not installed")
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
 
     base = Config().replace(train_dir=str(tmp_path), experiment="kinds", env=ADVERSARY)
     for mapping, n in (("shared", 1), ("round_robin", 2)):

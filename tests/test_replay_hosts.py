@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from daskrl import Observer, train
-from daskrl.driver.replay_hosts import route, shard_workers
+from daskrl.driver.fleet.replay_hosts import route, shard_workers
 from daskrl.monitor.dashboard import DashboardPlugin, RunPage, dashboard_page
 from daskrl.monitor.history import MetricsStore, latest_payload
 from daskrl.monitor.replay_stats import replay_shards, replay_totals

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import daskrl
-from daskrl.driver.retirements import MOVE_AHEAD_S
+from daskrl.driver.changes.retirements import MOVE_AHEAD_S
 from daskrl.runtime.dask_internals import worker_retirements
 
 from .helpers import REPORT_OFTEN, SMALL_CARTPOLE, run_config, slow, start_cli_cluster

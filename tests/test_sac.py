@@ -119,7 +119,7 @@ def test_sac_runs_on_replay_and_its_checkpoint_plays(tmp_path):
 
 def test_sac_refuses_discrete_actions_and_an_unsquashed_gaussian(tmp_path):
     from daskrl.config import Config
-    from daskrl.driver.preflight import preflight
+    from daskrl.driver.launch.preflight import preflight
     from daskrl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--algo sac needs box actions, and this env's are discrete"):

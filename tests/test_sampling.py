@@ -18,7 +18,7 @@ import pytest
 
 from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
-from daskrl.driver.role_setups import role_setups
+from daskrl.driver.fleet.role_setups import role_setups
 from daskrl.envs import EnvError, probe_env
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runtime import connect_cluster, dask_internals, spawn, spawn_all

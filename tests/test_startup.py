@@ -1,4 +1,4 @@
-"""The start-up clock (daskrl/driver/startup.py): phases in order from the run's launch, the first training step."""
+"""The start-up clock (daskrl/driver/launch/startup.py): phases in order from the run's launch, the first training step."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from daskrl.__main__ import runs_embedded_cluster
-from daskrl.driver import startup
-from daskrl.driver.startup import PHASES, StartupClock, process_started_at
+from daskrl.driver.launch import startup
+from daskrl.driver.launch.startup import PHASES, StartupClock, process_started_at
 
 
 def test_phases_are_the_seconds_between_marks_in_order_and_add_up_to_ready():
@@ -64,7 +64,7 @@ def test_a_run_from_the_command_line_counts_from_the_process_launch(monkeypatch)
 def test_a_process_launch_is_read_to_a_clock_tick():
     """A child launched now says it started now, to a clock tick (10 ms) and its fork: not up to a second early, as
     when the boot's time came from /proc/stat's whole-second ``btime``."""
-    code = "from daskrl.driver.startup import process_started_at; print(repr(process_started_at()))"
+    code = "from daskrl.driver.launch.startup import process_started_at; print(repr(process_started_at()))"
     before = time.time()
     started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert before - 0.02 <= started <= before + 0.25, started - before
@@ -96,12 +96,12 @@ def test_an_unknown_phase_is_refused():
 
 
 def test_the_command_line_checks_a_run_without_importing_torch(tmp_path):
-    """torch is imported while the cluster starts (daskrl/driver/runner.py), not before: the command line, the
+    """torch is imported while the cluster starts (daskrl/driver/launch/start.py), not before: the command line, the
     checks and the model registry's names need none of it (about a second of start-up on two cores); a recurrent
     model's checks do (its cell says how much state a slot holds). Nor does a run that logs to W&B need wandb
     before its cluster starts (checking it is installed imports nothing)."""
     code = ("import importlib.util, sys; import daskrl.cli; from daskrl.config import Config; from "
-            "daskrl.driver.preflight import preflight; from daskrl.models.registry import names; "
+            "daskrl.driver.launch.preflight import preflight; from daskrl.models.registry import names; "
             f"preflight(Config.from_flat({{'env': 'CartPole-v1', 'train_dir': {str(tmp_path)!r}}})); "
             f"wandb = {{'wandb_project': 'p'}} if importlib.util.find_spec('wandb') else {{}}; "
             f"preflight(Config.from_flat({{'env': 'CartPole-v1', 'train_dir': {str(tmp_path)!r}, **wandb}})); "

@@ -269,7 +269,7 @@ def test_a_rollout_worker_says_who_acts_at_step_T(inproc):
     step 0 ones (written at the slot's end; the collector poisons every slot it hands back)."""
     pytest.importorskip("pettingzoo.classic", reason="pettingzoo's classic games are not installed")
     from daskrl.config import Config
-    from daskrl.driver.role_setups import role_setups
+    from daskrl.driver.fleet.role_setups import role_setups
     from daskrl.envs import probe_env
     from daskrl.protocol import wire_rollout
     from daskrl.runtime import spawn

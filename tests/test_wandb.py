@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from daskrl.cli import main
-from daskrl.driver.experiment import open_experiment
-from daskrl.driver.observers import Observer
+from daskrl.driver.launch.experiment import open_experiment
+from daskrl.driver.loop.observers import Observer
 from daskrl.monitor.wandb_log import RUN_ID_FILE
 
 from .helpers import SMALL_CARTPOLE, run_config, slow

@@ -1,7 +1,7 @@
 """The Python entry points: ``daskrl.start(config)`` (a handle on a live run), ``daskrl.train(config)`` (the same,
 waited for), ``daskrl.attach(name, client)`` (a run started elsewhere on the same cluster).
 
-A run's features that watch its loop are observers (:mod:`daskrl.driver.observers`); :func:`feature_observers`
+A run's features that watch its loop are observers (:mod:`daskrl.driver.loop.observers`); :func:`feature_observers`
 picks the ones the config asks for (evaluation and videos, PBT, elastic growth), and the user's come after them.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.driver.elastic import ElasticGrowth, elastic_enabled
-from daskrl.driver.observers import Observer, ReportCallback
-from daskrl.driver.retirements import PlannedRetirements
+from daskrl.driver.changes.elastic import ElasticGrowth, elastic_enabled
+from daskrl.driver.changes.retirements import PlannedRetirements
+from daskrl.driver.loop.observers import Observer, ReportCallback
 
 Row = dict[str, Any]
 
@@ -35,7 +35,7 @@ def feature_observers(config: Config) -> list[Observer]:
 
         observers.append(PBTDriver())
     if config.algo.checkpoint_replay and config.algo.algo != "appo" and not r.sampling_only:
-        from daskrl.driver.replay_checkpoints import ReplayCheckpoints
+        from daskrl.driver.loop.replay_checkpoints import ReplayCheckpoints
 
         observers.append(ReplayCheckpoints())
     return observers
@@ -43,7 +43,7 @@ def feature_observers(config: Config) -> list[Observer]:
 
 def _launch(config: Config, client: Any, observers: Sequence[Observer], on_report: Callable[[Row], None] | None,
             progress: bool = True):
-    from daskrl.driver.runner import launch
+    from daskrl.driver.launch.start import launch
 
     chosen = [*feature_observers(config), *observers, *([ReportCallback(on_report)] if on_report else [])]
     return launch(config, client, chosen, progress)
@@ -69,10 +69,10 @@ def train(config: Config, client: Any = None, observers: Sequence[Observer] = ()
 
     What ``start(config).wait()`` does, with the loop on this thread, so that Ctrl-C (or SIGTERM) stops the run in
     order: a last row, a final checkpoint, exit 0 (a second Ctrl-C stops waiting politely). ``observers``:
-    :class:`~daskrl.driver.observers.Observer` objects that see the run's loop (start, every poll, every report,
+    :class:`~daskrl.driver.loop.observers.Observer` objects that see the run's loop (start, every poll, every report,
     every checkpoint, stop) and add to the summary. ``on_report(row)``: a function called with every report's row
     (an observer of one hook)."""
-    from daskrl.driver.stop_signals import StopOnSignals
+    from daskrl.driver.launch.stop_signals import StopOnSignals
 
     live = _launch(config, client, observers, on_report)
     stop_signals = StopOnSignals()

@@ -4,7 +4,7 @@ What a Ray user gets from a live ``Algorithm`` and a Sample Factory user does no
 (``metrics``), its state (``status``), waiting for it (``wait``), stopping it in order with a final checkpoint
 (``stop``), more or fewer rollout workers (``scale``), new hyperparameters between two training steps (``set``), and
 evaluation episodes with its newest weights (``evaluate``). Steering goes through the run's own loop
-(:mod:`daskrl.driver.steering`), so it never races it. In Jupyter the handle shows itself as a small table with a
+(:mod:`daskrl.driver.loop.steering`), so it never races it. In Jupyter the handle shows itself as a small table with a
 link to its dashboard page.
 """
 
@@ -15,8 +15,8 @@ import math
 from typing import Any
 
 from daskrl.config.hyperparams import checked
-from daskrl.driver.runner import LiveRun
-from daskrl.driver.steering import adopt_training_state, scale_rollout, set_hyperparams
+from daskrl.driver.launch.start import LiveRun
+from daskrl.driver.loop.steering import adopt_training_state, scale_rollout, set_hyperparams
 from daskrl.evaluation.episodes import evaluate_weights
 from daskrl.monitor.dashboard import dashboard_page
 

@@ -323,7 +323,7 @@ class RunConfig(Section):
                                   low=0)
 
 
-#: the algorithms of ``--algo`` (daskrl/driver/algorithms.py names what each one is made of)
+#: the algorithms of ``--algo`` (daskrl/driver/fleet/algorithms.py names what each one is made of)
 ALGOS = ("appo", "dqn", "sac")
 
 

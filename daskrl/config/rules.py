@@ -1,7 +1,7 @@
 """Checks across options: values each fine alone that do not fit together (splits and envs, learners and batch
 sizes, devices, elastic runs, recurrent sequences). Each problem is one line that names the options and a value that
 would work. Nothing here imports user code: the names that must be registered components (after --env-packages are
-imported) are checked in the driver's preflight (:func:`daskrl.driver.preflight.check_components`).
+imported) are checked in the driver's preflight (:func:`daskrl.driver.launch.preflight.check_components`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from daskrl.config import Config
-from daskrl.driver.observers import Observer, Run
+from daskrl.driver.loop.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
 from daskrl.errors import ComponentError
 from daskrl.evaluation.episodes import episode_stats, run_episodes

@@ -65,7 +65,7 @@ def load_state(experiment_dir: str, config: Config, which: str = "latest", polic
 def policy_model(config: Config, spaces: EnvSpaces, weights: dict, policy: int = 0):
     """Policy ``policy``'s network (built from its own spaces: those of the agents it plays, where a multi-agent
     env's agents differ) with these weights, in eval mode."""
-    from daskrl.driver.role_setups import acting_spaces
+    from daskrl.driver.fleet.role_setups import acting_spaces
 
     own = acting_spaces(config, spaces)[policy] if spaces.num_agents > 1 else spaces
     model = build_model(own, config.model, config.run.seed)

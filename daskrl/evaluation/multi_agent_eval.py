@@ -40,7 +40,7 @@ class RunPolicies:
     new weights at each evaluation, seated as the run's mapping seats them."""
 
     def __init__(self, config: Config, spaces: EnvSpaces, deterministic: bool) -> None:
-        from daskrl.driver.role_setups import acting_spaces
+        from daskrl.driver.fleet.role_setups import acting_spaces
 
         self.config, self.spaces = config, spaces
         n = config.policies.num_policies

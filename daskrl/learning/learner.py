@@ -315,7 +315,7 @@ class Learner(Component):
             return
         with self.timing("publish"):
             self.publication.publish(self.model)
-        if self.first_step_at is None:  # the start-up clock's end (daskrl/driver/startup.py): exact, not a poll's
+        if self.first_step_at is None:  # the start-up clock's end (daskrl/driver/launch/startup.py): exact, not a poll's
             self.first_step_at = time.time()
         self.snapshots.after_publish(self.version, self.model)
         self.role.record(self.trainer.train_steps, self.model)

@@ -1,6 +1,6 @@
 """How much recurrent state a policy carries per env: what samplers keep and trajectory slots store.
 
-Apart from :mod:`daskrl.models.recurrent` so that sizing a run (``daskrl.driver.sizing``, which the command line runs
+Apart from :mod:`daskrl.models.recurrent` so that sizing a run (``daskrl.driver.launch.sizing``, which the command line runs
 before any process starts) imports torch only for a recurrent model, whose cell it must look at.
 """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from daskrl.driver.observers import Observer, Run
+from daskrl.driver.loop.observers import Observer, Run
 from daskrl.errors import ComponentError
 from daskrl.monitor.stats import EpisodeWindow
 from daskrl.pbt.controller import PBTController, pbt_setup

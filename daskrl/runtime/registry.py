@@ -42,7 +42,7 @@ class BusRegistry(SchedulerPlugin):
         self.subscriptions: dict[str, dict[str, Any]] = {}
         self.bus_workers: set[str] = set()
         self.version = 0
-        self.wanted_workers = 0  # how many workers the running training could use now (see daskrl.driver.elastic)
+        self.wanted_workers = 0  # how many workers the running training could use now (see daskrl.driver.changes.elastic)
         self.scheduler = None
         self._push_lock: asyncio.Lock | None = None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from daskrl.driver.placement import workers_needed
+from daskrl.driver.fleet.placement import workers_needed
 from daskrl.errors import ConfigError
 from daskrl.sweep.spec import SweepSpec, load_spec, spec_from_dict
 from daskrl.sweep.trials import INTERRUPTED, RUNNING, read_table, read_trials

@@ -19,8 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.driver.experiment import has_checkpoint
-from daskrl.driver.stop_signals import StopOnSignals
+from daskrl.driver.launch.experiment import has_checkpoint
+from daskrl.driver.launch.stop_signals import StopOnSignals
 from daskrl.sweep.asha import ASHA
 from daskrl.sweep.cluster import SweepCluster
 from daskrl.sweep.exploit import TrialPBT
@@ -38,7 +38,7 @@ class SweepDriver:
 
     def __init__(self, spec: SweepSpec, sweep_dir: str, trials: list[Trial], cluster: SweepCluster, need: int,
                  say: Any = print) -> None:
-        """``need``: the worker processes one trial's run takes (:func:`daskrl.driver.placement.workers_needed`)."""
+        """``need``: the worker processes one trial's run takes (:func:`daskrl.driver.fleet.placement.workers_needed`)."""
         self.spec, self.sweep_dir, self.trials, self.cluster, self.say = spec, sweep_dir, trials, cluster, say
         self.searcher = make_searcher(spec, sweep_dir)
         self.asha = ASHA(spec.rung_steps(), spec.reduction)

@@ -1,7 +1,7 @@
 """Real gymnasium envs that misbehave on a schedule, for the fault-tolerance tests and drills.
 
 Each is a CartPole underneath (so a policy can learn and episodes end) and is built from a spec string that
-travels to the workers as plain config, e.g. ``--env daskrl.testing_faults:flaky --env-kwargs '{"every": 300}'``:
+travels to the workers as plain config, e.g. ``--env daskrl.testing.faults:flaky --env-kwargs '{"every": 300}'``:
 
 - ``flaky``: one env instance per process raises in ``step`` on every ``every``-th of its steps; the instance
   built to replace it (the rollout worker rebuilds a failing env) takes over the schedule;

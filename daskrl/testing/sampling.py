@@ -222,7 +222,7 @@ def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: list, slo
     were copied, then stop them all. ``params``: the parameter block of each policy to act with (see ``role_setups``). The
     rollout worker runs on the cluster's first worker, the collector and inference workers on the others: the wiring
     every sampling test needs, written once."""
-    from daskrl.driver.role_setups import role_setups
+    from daskrl.driver.fleet.role_setups import role_setups
     from daskrl.protocol import policy_queue, wire_inference, wire_rollout
     from daskrl.runtime.handles import spawn, spawn_all
     from daskrl.sampling.inference_worker import InferenceWorker

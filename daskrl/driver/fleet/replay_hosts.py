@@ -4,7 +4,7 @@
 the first rollout worker placed there, and routes each rollout worker to its own host's shard: every slot is then
 copied through shared memory, never over comms. A host is the host part of a Dask worker's address
 (:func:`~daskrl.runtime.shm.host_of`), the same test that decides whether a segment can be mapped in place. An
-elastic run adds a shard when a rollout worker lands on a host that has none (:class:`~daskrl.driver.fleet.Fleet`).
+elastic run adds a shard when a rollout worker lands on a host that has none (:class:`~daskrl.driver.fleet.fleet.Fleet`).
 
 A number of shards keeps the fixed layout: shard ``j`` beside rollout worker ``j``, rollout worker ``i`` routed to
 shard ``i mod N``; nothing is added as hosts join.

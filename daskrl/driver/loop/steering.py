@@ -30,12 +30,12 @@ from daskrl.runtime import dask_internals
 from daskrl.runtime.runs import RunClaim
 
 if TYPE_CHECKING:  # torch-heavy: the components' classes
-    from daskrl.driver.fleet import Fleet
+    from daskrl.driver.fleet.fleet import Fleet
     from daskrl.monitor.tensorboard_log import TensorBoardLog
 
 
 class Run(Protocol):
-    """What steering uses of a live run (:class:`daskrl.driver.run.Run`)."""
+    """What steering uses of a live run (:class:`daskrl.driver.loop.live_run.Run`)."""
 
     config: Config
     client: Any

@@ -15,10 +15,10 @@ from daskrl.config import Config
 from daskrl.config.algo_rules import algo_space_problems, apply_algo_model
 from daskrl.config.env_defaults import apply_env_defaults, needs_profile
 from daskrl.config.task_profile import TaskProfile
-from daskrl.driver.algorithms import algorithm_of
-from daskrl.driver.placement import workers_needed
-from daskrl.driver.resumed_network import adopt_trained_network
-from daskrl.driver.sizing import check_fits_this_machine
+from daskrl.driver.fleet.algorithms import algorithm_of
+from daskrl.driver.fleet.placement import workers_needed
+from daskrl.driver.launch.resumed_network import adopt_trained_network
+from daskrl.driver.launch.sizing import check_fits_this_machine
 from daskrl.envs import EnvSpaces, probe_env
 from daskrl.envs.envpool_atari import check_backend
 from daskrl.envs.packages import env_package_problems

@@ -34,12 +34,12 @@ from daskrl.monitor.run_state import RunState
 from daskrl.runtime.incidents import Incidents
 
 if TYPE_CHECKING:  # the fleet and the books: imported where the run starts
-    from daskrl.driver.fleet import Fleet
-    from daskrl.driver.policies import PolicyBook
+    from daskrl.driver.fleet.fleet import Fleet
+    from daskrl.driver.fleet.policies import PolicyBook
 
 
 class Run(Protocol):
-    """What an observer sees of a live run (:class:`daskrl.driver.run.Run`)."""
+    """What an observer sees of a live run (:class:`daskrl.driver.loop.live_run.Run`)."""
 
     config: Config
     spaces: EnvSpaces

@@ -9,7 +9,8 @@ from daskrl.monitor.replay_stats import replay_shards
 
 
 def run_summary(run: Any) -> dict[str, Any]:
-    """What ``train()`` returns: ``run``'s totals (a :class:`daskrl.driver.run.Run`), and what each observer adds."""
+    """What ``train()`` returns: ``run``'s totals (a :class:`daskrl.driver.loop.live_run.Run`), and what each observer
+    adds."""
     state = run.state
     out = {
         "experiment_dir": run.config.experiment_dir,

@@ -1,8 +1,9 @@
 """A live run, as the driver holds it: its fleet, what it knows (``state``), its loop, its reports and checkpoints.
 
 The loop polls every component four times a second (their statistics, and whether they are still there), recovers
-what was lost (:mod:`.recovery`), retires what left in order (:mod:`.departures`), then hands the run to its
-observers (:mod:`.observers`: evaluation, PBT, elastic growth, the user's). Every ``report_interval`` seconds it
+what was lost (:mod:`daskrl.driver.changes.recovery`), retires what left in order
+(:mod:`daskrl.driver.changes.departures`), then hands the run to its observers (:mod:`.observers`: evaluation, PBT,
+elastic growth, the user's). Every ``report_interval`` seconds it
 writes a row (CSV, TensorBoard, the dashboard's event, the console); every ``checkpoint_interval`` seconds each
 policy's checkpoint. It stops at a stop condition, a stop request (Ctrl-C) or a component failure, and
 :meth:`Run.shutdown` stops it in order (:mod:`.stopping`).
@@ -20,17 +21,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
-from daskrl.driver.departures import Departures
-from daskrl.driver.fleet import Fleet, LearnerStart
-from daskrl.driver.observers import Observer
-from daskrl.driver.placement import Placement, Role
-from daskrl.driver.policies import PolicyBook
-from daskrl.driver.poll_pace import PollPace
-from daskrl.driver.recovery import Recovery
-from daskrl.driver.startup import StartupClock
-from daskrl.driver.steering import Steering, apply_remote
-from daskrl.driver.stopping import stop_created, stop_in_order
-from daskrl.driver.summary import run_summary
+from daskrl.driver.changes.departures import Departures
+from daskrl.driver.changes.recovery import Recovery
+from daskrl.driver.fleet.fleet import Fleet, LearnerStart
+from daskrl.driver.fleet.placement import Placement, Role
+from daskrl.driver.fleet.policies import PolicyBook
+from daskrl.driver.launch.startup import StartupClock
+from daskrl.driver.loop.observers import Observer
+from daskrl.driver.loop.poll_pace import PollPace
+from daskrl.driver.loop.steering import Steering, apply_remote
+from daskrl.driver.loop.stopping import stop_created, stop_in_order
+from daskrl.driver.loop.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
 from daskrl.monitor.console import ConsoleView, say, shows, warn
@@ -369,7 +370,7 @@ class Run:
     # ---- stop ----
 
     def shutdown(self) -> None:
-        """Stop the run in order (see :func:`~daskrl.driver.stopping.stop_in_order`)."""
+        """Stop the run in order (see :func:`~daskrl.driver.loop.stopping.stop_in_order`)."""
         stop_in_order(self)
 
     def close(self) -> None:
@@ -393,7 +394,7 @@ class Run:
         return data_path(self.last_stats, learners[0].name if learners else None)
 
     def summary(self) -> dict[str, Any]:
-        """What ``train()`` returns (see :func:`~daskrl.driver.summary.run_summary`)."""
+        """What ``train()`` returns (see :func:`~daskrl.driver.loop.summary.run_summary`)."""
         return run_summary(self)
 
 

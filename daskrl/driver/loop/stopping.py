@@ -13,10 +13,10 @@ from daskrl.monitor.console import say
 from daskrl.runtime.handles import release_all, stop_all
 
 if TYPE_CHECKING:
-    from daskrl.driver.fleet import Fleet
-    from daskrl.driver.observers import Observer
-    from daskrl.driver.policies import PolicyBook
-    from daskrl.driver.steering import Steering
+    from daskrl.driver.fleet.fleet import Fleet
+    from daskrl.driver.fleet.policies import PolicyBook
+    from daskrl.driver.loop.observers import Observer
+    from daskrl.driver.loop.steering import Steering
     from daskrl.monitor.console import ConsoleView
     from daskrl.monitor.run_state import RunState
     from daskrl.runtime.handles import ComponentHandle
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 class Run(Protocol):
-    """What stopping uses of a live run (:class:`daskrl.driver.run.Run`, which imports this module)."""
+    """What stopping uses of a live run (:class:`daskrl.driver.loop.live_run.Run`, which imports this module)."""
 
     fleet: Fleet | None
     steering: Steering

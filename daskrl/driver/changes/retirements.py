@@ -27,16 +27,16 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from daskrl.driver.elastic import ElasticGrowth
-from daskrl.driver.learner_start import LearnerStart
-from daskrl.driver.observers import Observer
-from daskrl.driver.placement import Role
+from daskrl.driver.changes.elastic import ElasticGrowth
+from daskrl.driver.fleet.learner_start import LearnerStart
+from daskrl.driver.fleet.placement import Role
+from daskrl.driver.loop.observers import Observer
 from daskrl.runtime import dask_internals
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.sampling.episode import episodes_from_event
 
 if TYPE_CHECKING:
-    from daskrl.driver.run import Run
+    from daskrl.driver.loop.live_run import Run
 
 #: seconds before its worker's planned retirement a learner moves at the latest: a move takes a few seconds, and the
 #: estimate of the retirement (daskrl.runtime.dask_internals.worker_retirements) is a second or two early, never late

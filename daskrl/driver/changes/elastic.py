@@ -16,8 +16,8 @@ import time
 from typing import Any
 
 from daskrl.config import MAX_ROLLOUT_WORKERS, Config
-from daskrl.driver.observers import Observer, Run
-from daskrl.driver.placement import workers_needed
+from daskrl.driver.fleet.placement import workers_needed
+from daskrl.driver.loop.observers import Observer, Run
 from daskrl.runtime import dask_internals
 from daskrl.runtime.handles import ComponentHandle
 
@@ -78,7 +78,7 @@ class ElasticGrowth(Observer):
         for address in joined:
             if self._wanted_by(shares) and self.run.claim.claim([address]):
                 continue  # another run holds it: it is that run's to use (and may free it later)
-            if self.extra:  # a learner whose worker retires soon goes there (daskrl/driver/retirements.py)
+            if self.extra:  # a learner whose worker retires soon goes there (daskrl/driver/changes/retirements.py)
                 if address not in self.kept:
                     self.kept.add(address)
                     self.run.say(f"daskrl: worker {address} joined; kept idle for a learner whose worker retires soon")
@@ -153,7 +153,7 @@ def adapt_range(config: Config) -> tuple[int, int] | None:
 
 def fixed_workers(config: Config) -> int:
     """Workers an adaptive run holds whatever its size: every policy's learners and inference workers (as
-    :func:`~daskrl.driver.placement.role_counts` places them)."""
+    :func:`~daskrl.driver.fleet.placement.role_counts` places them)."""
     return workers_needed(config) - config.sampler.num_workers
 
 

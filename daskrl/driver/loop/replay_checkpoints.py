@@ -1,6 +1,6 @@
 """``--checkpoint-replay``: the replay shards' contents saved with every checkpoint, and loaded on ``--resume``.
 
-An observer (:mod:`daskrl.driver.observers`): after each checkpoint of the learners it has every shard write its
+An observer (:mod:`daskrl.driver.loop.observers`): after each checkpoint of the learners it has every shard write its
 transitions to ``<experiment>/replay/<shard>.npz`` (:mod:`daskrl.replay.persistence`), the shards an elastic run
 added included; when a resumed run starts it has every shard load its file, and a shard added later (a host that
 joined) loads its own file, if there is one, before it takes a slot. A file whose shard the resumed run does not have
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from daskrl.driver.observers import Observer, Run
+from daskrl.driver.loop.observers import Observer, Run
 from daskrl.errors import ComponentError
 from daskrl.runtime.handles import ComponentHandle
 

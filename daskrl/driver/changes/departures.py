@@ -4,8 +4,8 @@ A worker that closes in order (``dask worker`` got SIGTERM, ``client.retire_work
 down) drains its rollout workers first (the worker plugin's teardown) and reports them on
 :data:`~daskrl.runtime.registry.LEAVING_TOPIC` with their final statistics, so not a slot is lost. The run stops
 polling a leaving worker's rollout workers and takes their last report as their retirement: an elastic run goes on
-without them, a fixed fleet recreates them elsewhere (see :class:`~daskrl.driver.run.Run`). An abrupt loss is the
-recovery's (:mod:`daskrl.driver.recovery`).
+without them, a fixed fleet recreates them elsewhere (see :class:`~daskrl.driver.loop.live_run.Run`). An abrupt loss is the
+recovery's (:mod:`daskrl.driver.changes.recovery`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from daskrl.driver.fleet import Fleet
+from daskrl.driver.fleet.fleet import Fleet
 from daskrl.runtime import dask_internals
 from daskrl.runtime.handles import ComponentHandle
 from daskrl.runtime.incidents import Incidents

@@ -17,7 +17,7 @@ from typing import Any
 
 from daskrl.config import Config
 from daskrl.devices import check_cluster as check_devices
-from daskrl.driver.sizing import check_fits_cluster
+from daskrl.driver.launch.sizing import check_fits_cluster
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.runtime import dask_internals

@@ -4,8 +4,8 @@ deployments themselves are daskrl/runtime/deploy/."""
 from __future__ import annotations
 
 from daskrl.config import Config
-from daskrl.driver.elastic import elastic_enabled, fixed_workers
-from daskrl.driver.placement import workers_needed
+from daskrl.driver.changes.elastic import elastic_enabled, fixed_workers
+from daskrl.driver.fleet.placement import workers_needed
 from daskrl.runtime.deploy import DeploySpec
 
 #: seconds a deployment's jobs or hosts get to bring up the workers a run starts with (--wait-for-workers: longer)

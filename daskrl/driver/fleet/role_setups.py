@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from daskrl.config import Config
-from daskrl.driver.algorithms import algorithm_of
+from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.envs.registry import registered_factory
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.core_state import rnn_state_size

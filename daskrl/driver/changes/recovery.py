@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from daskrl.driver.fleet import Fleet, LearnerStart
-from daskrl.driver.placement import Role
+from daskrl.driver.fleet.fleet import Fleet, LearnerStart
+from daskrl.driver.fleet.placement import Role
 from daskrl.errors import ComponentError, TrainingError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.monitor.console import say
@@ -58,7 +58,7 @@ class Recovery:
         self.recoveries: list[dict[str, Any]] = []
         self.learner_restarts = 0
         #: how long a worker stays (a later Unix time is better), and whether a lost worker left at its planned
-        #: retirement (no nanny brings it back): daskrl/driver/retirements.py sets them where workers have lifetimes
+        #: retirement (no nanny brings it back): daskrl/driver/changes/retirements.py sets them where workers have lifetimes
         self.prefer: Callable[[str], float] = lambda worker: math.inf
         self.gone_for_good: Callable[[str], bool] = lambda worker: False
 

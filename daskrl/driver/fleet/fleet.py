@@ -1,7 +1,7 @@
 """The live components of one run, by role: the one place that creates, wires, recreates and stops them.
 
 Creating a run's components and recreating one after a fault are the same steps (spawn with the role's setup from
-:func:`~daskrl.driver.role_setups.role_setups`, attach slot buffers, hand over parameters, start), so both live
+:func:`~daskrl.driver.fleet.role_setups.role_setups`, attach slot buffers, hand over parameters, start), so both live
 here, and the runner and the recovery both call them. Components are known by role (:class:`Role`), never by class
 name, so a subclass of a component class is recreated like the class it replaces. One policy is a fleet of one:
 every policy has its learner (``policy_learners``), parameter block (``policy_params``) and inference workers, and
@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.driver.algorithms import algorithm_of
-from daskrl.driver.learner_start import LearnerStart
-from daskrl.driver.placement import Placement, Role
-from daskrl.driver.relays import Relays
-from daskrl.driver.replay_hosts import route, shard_workers
-from daskrl.driver.role_setups import replay_setup, role_setups, rollout_setup
+from daskrl.driver.fleet.algorithms import algorithm_of
+from daskrl.driver.fleet.learner_start import LearnerStart
+from daskrl.driver.fleet.placement import Placement, Role
+from daskrl.driver.fleet.relays import Relays
+from daskrl.driver.fleet.replay_hosts import route, shard_workers
+from daskrl.driver.fleet.role_setups import replay_setup, role_setups, rollout_setup
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
@@ -142,7 +142,7 @@ class Fleet:
 
     def _create_replay(self) -> None:
         """Off-policy: the replay shards, each on a rollout worker's Dask worker (one per host, or shard j beside
-        rollout worker j: :func:`~daskrl.driver.replay_hosts.shard_workers`)."""
+        rollout worker j: :func:`~daskrl.driver.fleet.replay_hosts.shard_workers`)."""
         if replay_setup(self.config, self.spaces, 0, 1) is None:
             return
         where = shard_workers(self.config.algo.replay_shards, self.placement.rollout)
@@ -395,7 +395,7 @@ class Fleet:
     def _consumer_slots(self, name: str, index: int, address: str) -> list:
         """Where rollout worker ``name`` (index ``index``, on ``address``) announces its full slots: its replay shard
         (off-policy: its host's, added when its host has none, or shard ``index % shards``:
-        :func:`~daskrl.driver.replay_hosts.route`), or every policy's learner (each takes its own), or the sink."""
+        :func:`~daskrl.driver.fleet.replay_hosts.route`), or every policy's learner (each takes its own), or the sink."""
         if self.replay:
             shards = self.config.algo.replay_shards
             j = route(shards, index, address, [h.address for h in self.replay])

@@ -1,12 +1,12 @@
-"""The runner: one run from the driver process, next to the ``Client``, from the first check to the summary.
+"""The start of a run from the driver process, next to the ``Client``: from the first check to training begun.
 
 The steps, in order: check the configuration and the env before any process starts (:mod:`.preflight`), lock the
 experiment directory, route Dask's and daskrl's log lines to its ``daskrl.log``, open the cluster (in the background,
 while this process imports the components' classes; the driver never imports torch: the model is checked on a
-worker, checkpoints come serialized), place the components, then hand over to a :class:`~daskrl.driver.run.Run`, which
-starts them, loops until a stop condition, Ctrl-C or a failure, and stops them with a final checkpoint. Features
-that watch the loop (evaluation, PBT, elastic growth, the user's own) come in as observers
-(:mod:`.observers`): ``daskrl.train`` chooses them from the config.
+worker, checkpoints come serialized), place the components, then hand over to a
+:class:`~daskrl.driver.loop.live_run.Run`, which starts them, loops until a stop condition, Ctrl-C or a failure, and
+stops them with a final checkpoint. Features that watch the loop (evaluation, PBT, elastic growth, the user's own)
+come in as observers (:mod:`daskrl.driver.loop.observers`): ``daskrl.train`` chooses them from the config.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 from daskrl.config import Config
 from daskrl.config.algo_rules import describe_algo_defaults
 from daskrl.config.env_defaults import describe as describe_env_defaults
-from daskrl.driver.deployment import deploy_spec
-from daskrl.driver.elastic import adapt_range, adaptive_start, elastic_enabled
-from daskrl.driver.experiment import open_experiment, run_log_path
-from daskrl.driver.model_check import check_model_on_cluster
-from daskrl.driver.observers import Observer
-from daskrl.driver.placement import Placement, place_claimed, workers_needed
-from daskrl.driver.preflight import preflight, task_profile
-from daskrl.driver.startup import StartupClock
+from daskrl.driver.changes.elastic import adapt_range, adaptive_start, elastic_enabled
+from daskrl.driver.fleet.placement import Placement, place_claimed, workers_needed
+from daskrl.driver.launch.deployment import deploy_spec
+from daskrl.driver.launch.experiment import open_experiment, run_log_path
+from daskrl.driver.launch.model_check import check_model_on_cluster
+from daskrl.driver.launch.preflight import preflight, task_profile
+from daskrl.driver.launch.startup import StartupClock
+from daskrl.driver.loop.observers import Observer
 from daskrl.envs import EnvSpaces
 from daskrl.errors import one_line
 from daskrl.monitor.console import console_level, say, say_warning, warn
@@ -47,9 +47,9 @@ from daskrl.runtime.logs import route_logs
 from daskrl.runtime.runs import RunClaim
 
 if TYPE_CHECKING:  # imported while the cluster starts (see _prepare)
-    from daskrl.driver.fleet import LearnerStart
-    from daskrl.driver.policies import PolicyBook
-    from daskrl.driver.run import Run
+    from daskrl.driver.fleet.fleet import LearnerStart
+    from daskrl.driver.fleet.policies import PolicyBook
+    from daskrl.driver.loop.live_run import Run
     from daskrl.monitor.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
            progress: bool, clock: StartupClock) -> Run:
     """Open the cluster, claim and place, and start the run's components (what the run opened goes on ``stack``),
     each phase's end on ``clock``."""
-    from daskrl.driver.run import Run  # imported while the cluster started (see _open_cluster)
+    from daskrl.driver.loop.live_run import Run  # imported while the cluster started (see _open_cluster)
 
     session, prepared = _open_cluster(config, client, spaces)
     clock.mark("cluster")
@@ -256,8 +256,8 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
 
 
 def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
-    from daskrl.driver.fleet import LearnerStart  # the components' classes, imported now: used in start
-    from daskrl.driver.policies import PolicyBook
+    from daskrl.driver.fleet.fleet import LearnerStart  # the components' classes, imported now: used in start
+    from daskrl.driver.fleet.policies import PolicyBook
     from daskrl.learning.checkpoints import initial_weights
     book = PolicyBook(config, resuming=config.run.resume)
     resume_state = book.resume_states()  # open_experiment checked they are there

@@ -2,7 +2,7 @@
 
 One :class:`~daskrl.sampling.param_relay.ParamRelay` per host that has parameter readers (rollout workers acting
 inline, or remote inference workers) but no learner, on the Dask worker of the first reader placed there (as
-:mod:`~daskrl.driver.replay_hosts` places a shard per host; a host is :func:`~daskrl.runtime.shm.host_of` a
+:mod:`~daskrl.driver.fleet.replay_hosts` places a shard per host; a host is :func:`~daskrl.runtime.shm.host_of` a
 worker's address). Samplers get each acting policy's block description with ``relays`` ({host: relay block}) added,
 and read their own host's in place (:class:`~daskrl.runtime.params.ParameterReader`). One host (the learner's
 alone) has none: nothing changes there, and nothing costs more.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.driver.placement import Placement, Role
+from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.errors import ComponentError
 from daskrl.protocol import wire_relay
 from daskrl.runtime.handles import ComponentHandle

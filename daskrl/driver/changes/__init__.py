@@ -1,0 +1,3 @@
+"""The cluster changing under a run: lost components brought back (:mod:`.recovery`), workers that leave in order
+(:mod:`.departures`), workers that retire when they said they would and the learners that move off them
+(:mod:`.retirements`), workers that join (:mod:`.elastic`)."""
