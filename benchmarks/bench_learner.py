@@ -82,7 +82,7 @@ def _spaces(step: Step):
 def _batch(step: Step, columns: int, seed: int):
     import numpy as np
 
-    from daskrl.algo.trainer import TrajectoryBatch
+    from daskrl.algo.appo.trainer import TrajectoryBatch
 
     rng = np.random.default_rng(seed)
     shape = (ROLLOUT + 1, columns, *step.obs_shape)
@@ -105,7 +105,7 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
         sys.path.insert(0, source)
     import torch
 
-    from daskrl.algo.trainer import APPOTrainer
+    from daskrl.algo.appo.trainer import APPOTrainer
     from daskrl.config import Config
     from daskrl.learning.learner_group import LearnerGroup, open_store
     from daskrl.models.actor_critic import build_model

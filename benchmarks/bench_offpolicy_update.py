@@ -37,8 +37,8 @@ def daskrl_trainer(algo: str, env: str, extra: list[str]):
     algorithm's defaults apply), and the run's config."""
     import tempfile
 
-    from daskrl.algo.dqn_trainer import DQNTrainer
-    from daskrl.algo.sac_trainer import SACTrainer
+    from daskrl.algo.dqn.trainer import DQNTrainer
+    from daskrl.algo.sac.trainer import SACTrainer
     from daskrl.cli import _config_from_args, build_parser
     from daskrl.driver.launch.preflight import preflight
     from daskrl.models.actor_critic import build_model

@@ -130,7 +130,7 @@ class SchedulerProbe:
 def window_numbers(start: dict[str, Any], end: dict[str, Any], slot_frames: int) -> dict[str, Any]:
     """What one design did between two readings (each: ``t``, ``env_steps``, ``scheduler`` and ``learner`` as
     :class:`Window` takes them): the numbers of the module docstring, per second of the window."""
-    from daskrl.algo.trainer import lag_percentile
+    from daskrl.algo.appo.trainer import lag_percentile
 
     dt = end["t"] - start["t"]
     s0, s1 = start["scheduler"], end["scheduler"]

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.advantages import gae, vtrace
-from daskrl.algo.appo_loss import LossOutput, appo_loss, policy_lag_mask
+from daskrl.algo.appo.advantages import gae, vtrace
+from daskrl.algo.appo.loss import LossOutput, appo_loss, policy_lag_mask
 
 T, B = 9, 3
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
+from daskrl.algo.dqn.loss import dqn_loss, dqn_targets, dueling
 
 from .helpers import DQN_CARTPOLE, run_config
 from .helpers import slow as slow_marker
@@ -170,7 +170,7 @@ def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask(one_torch
     normalization on, the greedy (mode) action is the cue's."""
     import numpy as np
 
-    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.algo.dqn.trainer import DQNTrainer
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs import probe_env
     from daskrl.envs.dict_obs import pack_into, unpack
@@ -209,7 +209,7 @@ def test_dqn_trainer_runs_the_nature_cnn_on_atari_sized_frames(one_torch_thread)
     import gymnasium as gym
     import numpy as np
 
-    from daskrl.algo.dqn_trainer import DQNTrainer, q_values
+    from daskrl.algo.dqn.trainer import DQNTrainer, q_values
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs.spaces import EnvSpaces
     from daskrl.models.actor_critic import build_model
@@ -234,7 +234,7 @@ def test_the_q_network_is_the_actor_critic_read_as_dueling_streams():
     enjoy take, for separate encoders (vector observations) as for a shared one."""
     import numpy as np
 
-    from daskrl.algo.dqn_trainer import q_values
+    from daskrl.algo.dqn.trainer import q_values
     from daskrl.config import ModelConfig
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import ActorCritic
@@ -289,7 +289,7 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each(one_torc
     (normalized observations, target copies within the K, a non-finite minibatch skipped and its TD errors zero)."""
     import numpy as np
 
-    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.algo.dqn.trainer import DQNTrainer
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import build_model
@@ -328,7 +328,7 @@ def test_dqn_by_default_tells_mountaincars_flag_from_the_hill_after_random_play(
     import gymnasium as gym
     import numpy as np
 
-    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.algo.dqn.trainer import DQNTrainer
     from daskrl.driver.launch.preflight import preflight
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import build_model
@@ -360,7 +360,7 @@ def test_weights_of_another_network_are_refused_as_appos_are():
     """A warm start (``--init-checkpoint``) or a restart from published weights loads the model's weights alone:
     weights of a network with its own value tower (DQN's default before one trunk) are refused in one line, not
     loaded in part with the tower dropped."""
-    from daskrl.algo.dqn_trainer import DQNTrainer
+    from daskrl.algo.dqn.trainer import DQNTrainer
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import build_model

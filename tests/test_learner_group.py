@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError
 from daskrl.driver.fleet.placement import place
 from daskrl.envs.spaces import EnvSpaces

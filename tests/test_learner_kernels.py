@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from daskrl.algo.optimizers import make_optimizer
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.common.optimizers import make_optimizer
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
 from daskrl.models import activations
@@ -171,7 +171,7 @@ def test_a_bfloat16_encoder_gives_the_float32_loss_and_gradients_within_bounds()
 
 
 def test_auto_learner_precision_is_bfloat16_for_image_encoders_on_native_bfloat16_cpus_only(monkeypatch):
-    import daskrl.algo.policy_trainer as policy_trainer
+    import daskrl.algo.common.policy_trainer as policy_trainer
 
     cnn, mlp = build_model(_atari_spaces(), Config().model, seed=0), build_model(_spaces(), Config().model, seed=0)
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
@@ -190,12 +190,12 @@ def test_auto_learner_precision_is_bfloat16_for_image_encoders_on_native_bfloat1
 @pytest.mark.parametrize("written_out", [False, True])
 def test_the_no_gradient_pass_in_pieces_gives_the_whole_batch_pass(written_out):
     """FlatBatch evaluates a batch larger than EVAL_ROWS (and not a multiple of it) piece by piece, through the model
-    or through its written-out forward pass (an MLP's, daskrl/algo/mlp_gradients.py): the target log-probs and values
+    or through its written-out forward pass (an MLP's, daskrl/algo/kernels/mlp_gradients.py): the target log-probs and values
     are those of one pass of the model over every row, in the batch's order, and the observations the written-out
     pass prepared are the model's own."""
-    from daskrl.algo.flat_batch import EVAL_ROWS, FlatBatch
-    from daskrl.algo.flat_parameters import FlatParameters
-    from daskrl.algo.mlp_gradients import MlpGradients
+    from daskrl.algo.appo.flat_batch import EVAL_ROWS, FlatBatch
+    from daskrl.algo.kernels.flat_parameters import FlatParameters
+    from daskrl.algo.kernels.mlp_gradients import MlpGradients
 
     model = build_model(_spaces(), Config().model, seed=2)
     T, N = 20, 131  # 2,620 steps: two whole pieces and a part
@@ -220,7 +220,7 @@ _NO_DYNAMO = """
 import sys
 import numpy as np
 import gymnasium as gym
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
 from daskrl.models.actor_critic import build_model
@@ -242,7 +242,7 @@ print("torch._dynamo" in sys.modules)
 
 def test_training_steps_and_checkpoints_leave_torch_dynamo_unimported():
     """torch.optim imports torch._dynamo (0.7 s) on an optimizer's first parameter group, state dict and step;
-    daskrl/algo/eager_optim.py keeps the learner's optimizers from it (a torch whose internals moved fails here)."""
+    daskrl/algo/kernels/eager_optim.py keeps the learner's optimizers from it (a torch whose internals moved fails here)."""
     import subprocess
     import sys
 
@@ -298,7 +298,7 @@ def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
     to the bit; with a step hook registered, on the optimizer or for every optimizer, the wrapped step runs it."""
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-    from daskrl.algo.eager_optim import step_unwrapped
+    from daskrl.algo.kernels.eager_optim import step_unwrapped
 
     cfg = Config().learner
     params, twins = _params_and_twins(1)
@@ -326,7 +326,7 @@ def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
 def test_clip_grad_norm_is_torchs_to_the_bit(max_norm):
-    from daskrl.algo.optimizers import clip_grad_norm
+    from daskrl.algo.common.optimizers import clip_grad_norm
 
     params, twins = _params_and_twins(1)
     for p, q in zip(params, twins, strict=True):
@@ -342,7 +342,7 @@ def test_clip_grad_norm_is_torchs_to_the_bit(max_norm):
 
 
 def test_the_backward_recursion_in_numpy_is_the_torch_loop_to_the_bit():
-    from daskrl.algo.advantages import discounted_sums
+    from daskrl.algo.appo.advantages import discounted_sums
 
     torch.manual_seed(2)
     for dtype in (torch.float32, torch.float64):
@@ -355,7 +355,7 @@ def test_the_backward_recursion_in_numpy_is_the_torch_loop_to_the_bit():
 
 
 def test_the_loss_without_a_mask_is_the_loss_with_an_all_true_mask():
-    from daskrl.algo.appo_loss import appo_loss
+    from daskrl.algo.appo.loss import appo_loss
 
     torch.manual_seed(3)
     inputs = {k: torch.randn(256) for k in ("new_log_probs", "advantages", "values", "old_values", "value_targets",

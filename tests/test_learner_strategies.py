@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.collectives import SoloGroup, update_over_group
-from daskrl.algo.normalizers import RunningMeanStd
-from daskrl.algo.recurrent import SequenceBatch
-from daskrl.algo.trainer import TrajectoryBatch
-from daskrl.algo.trajectory_minibatches import TrajectoryMinibatches, targets_from
+from daskrl.algo.appo.recurrent import SequenceBatch
+from daskrl.algo.appo.trainer import TrajectoryBatch
+from daskrl.algo.appo.trajectory_minibatches import TrajectoryMinibatches, targets_from
+from daskrl.algo.common.collectives import SoloGroup, update_over_group
+from daskrl.algo.common.normalizers import RunningMeanStd
 from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.batcher import Batcher, Delivery

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from daskrl import train
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch, lag_percentile
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch, lag_percentile
 from daskrl.config import ConfigError, LearnerConfig, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.checkpoints import CheckpointStore

@@ -1,5 +1,5 @@
-"""An MLP actor-critic's gradients written out (daskrl/algo/mlp_gradients.py, appo_loss_gradients) are autograd's,
-the flat parameter buffer (daskrl/algo/flat_parameters.py) changes nothing a model or a checkpoint sees, and Adam
+"""An MLP actor-critic's gradients written out (daskrl/algo/kernels/mlp_gradients.py, appo_loss_gradients) are autograd's,
+the flat parameter buffer (daskrl/algo/kernels/flat_parameters.py) changes nothing a model or a checkpoint sees, and Adam
 stepping it flat is torch's fused Adam (to float rounding)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.appo_loss import appo_loss, appo_loss_gradients
-from daskrl.algo.eager_optim import EagerAdam
-from daskrl.algo.flat_parameters import FlatParameters
-from daskrl.algo.mlp_gradients import MlpGradients
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.appo.loss import appo_loss, appo_loss_gradients
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.kernels.eager_optim import EagerAdam
+from daskrl.algo.kernels.flat_parameters import FlatParameters
+from daskrl.algo.kernels.mlp_gradients import MlpGradients
 from daskrl.config import Config, ModelConfig
 from daskrl.envs import EnvSpaces
 from daskrl.models import activations
@@ -166,7 +166,7 @@ def test_parameters_given_new_memory_are_flattened_again_before_the_next_step():
 def test_a_minibatch_whose_loss_is_not_finite_is_skipped_and_the_next_writes_its_gradients_again(monkeypatch):
     import dataclasses
 
-    from daskrl.algo import trainer as trainer_module
+    from daskrl.algo.appo import trainer as trainer_module
 
     cfg = Config().replace(batch_size=256)
     trainer = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)

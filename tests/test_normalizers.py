@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.normalizers import ReturnNormalizer, RunningMeanStd
+from daskrl.algo.common.normalizers import ReturnNormalizer, RunningMeanStd
 
 
 def _batches(seed: int = 0) -> list[np.ndarray]:

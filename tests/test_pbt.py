@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-import daskrl.algo.trainer as trainer_module
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+import daskrl.algo.appo.trainer as trainer_module
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import AlgoConfig, Config, LearnerConfig, ModelConfig
 from daskrl.config.hyperparams import MUTABLE
 from daskrl.envs import probe_env

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from daskrl import train
-from daskrl.algo.recurrent import SequenceBatch
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.appo.recurrent import SequenceBatch
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError, LearnerConfig, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.evaluation import run_episodes

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from daskrl.algo.sac_loss import actor_loss, alpha_loss, critic_loss, sac_targets, soft_update
+from daskrl.algo.sac.loss import actor_loss, alpha_loss, critic_loss, sac_targets, soft_update
 
 from .helpers import run_config, slow
 
@@ -74,7 +74,7 @@ def test_a_squashed_sample_has_the_log_probability_torch_distributions_give_it()
     import numpy as np
     from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
-    from daskrl.algo.sac_trainer import squashed_sample
+    from daskrl.algo.sac.trainer import squashed_sample
     from daskrl.config import ModelConfig
     from daskrl.envs.spaces import EnvSpaces
     from daskrl.models.actor_critic import build_model
@@ -140,7 +140,7 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each():
     (the same random actions drawn in the same order, target critics moved after each)."""
     import numpy as np
 
-    from daskrl.algo.sac_trainer import SACTrainer
+    from daskrl.algo.sac.trainer import SACTrainer
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import build_model
@@ -170,7 +170,7 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each():
 
 
 def _pendulum_trainer(**critic_layout):
-    from daskrl.algo.sac_trainer import SACTrainer
+    from daskrl.algo.sac.trainer import SACTrainer
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs import probe_env
     from daskrl.models.actor_critic import build_model

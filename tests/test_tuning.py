@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from daskrl import train
-from daskrl.algo.appo_loss import appo_loss
-from daskrl.algo.eager_optim import EagerAdam, EagerAdamW
-from daskrl.algo.lamb import Lamb
-from daskrl.algo.lr_schedule import kl_adapted_lr
-from daskrl.algo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.appo.loss import appo_loss
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.common.lamb import Lamb
+from daskrl.algo.common.lr_schedule import kl_adapted_lr
+from daskrl.algo.kernels.eager_optim import EagerAdam, EagerAdamW
 from daskrl.cli import build_parser
 from daskrl.config import Config, LearnerConfig, ModelConfig
 from daskrl.envs import EnvSpaces, probe_env

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo import trainer as trainer_module
-from daskrl.algo.trainer import APPOTrainer
+from daskrl.algo.appo import trainer as trainer_module
+from daskrl.algo.appo.trainer import APPOTrainer
 from daskrl.config import LearnerConfig, ModelConfig
 from daskrl.envs.dict_obs import unpack
 from daskrl.envs.multi_agent import MultiAgentGroup, multi_agent_spaces

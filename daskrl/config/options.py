@@ -15,7 +15,7 @@ from daskrl.config.fields import Section, opt
 
 #: values of ``--inference-precision``; samplers resolve 'auto' on their own host, since a cluster's CPUs may differ
 INFERENCE_PRECISIONS = ("auto", "float32", "bfloat16")
-#: where the APPO learner's value targets come from (daskrl/algo/trajectory_minibatches.py)
+#: where the APPO learner's value targets come from (daskrl/algo/appo/trajectory_minibatches.py)
 TARGETS_FROM = ("auto", "batch", "minibatch")
 #: why --targets-from minibatch and --rnn do not go together (refused when the config is checked, and by the trainer)
 RECURRENT_MINIBATCH_TARGETS = ("--targets-from minibatch needs a feed-forward policy: a recurrent core (--rnn) takes "

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from daskrl.algo.normalizers import ReturnNormalizer
+from daskrl.algo.common.normalizers import ReturnNormalizer
 from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env
 from daskrl.errors import ExportError, one_line

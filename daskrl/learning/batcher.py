@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.algo.trajectory_batch import TrajectoryBatch
+from daskrl.algo.appo.trajectory_batch import TrajectoryBatch
 from daskrl.learning.shares import split_slots
 from daskrl.learning.slot_reader import WHOLE_SLOTS, LocalSlots, SlotReader, SlotReadError, slot_source
 from daskrl.protocol import FreeSlots, free_queue

@@ -22,7 +22,7 @@ from daskrl.learning.training_state import pack_state, unpack_state
 from daskrl.runtime.params import ParameterPublisher
 
 if TYPE_CHECKING:
-    from daskrl.algo.collectives import Collectives
+    from daskrl.algo.common.collectives import Collectives
     from daskrl.learning.snapshots import NoSnapshots, SelfPlaySnapshots
     from daskrl.models.actor_critic import ActorCritic
     from daskrl.runtime.component import Component

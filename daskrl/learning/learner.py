@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from daskrl import devices
-from daskrl.algo.policy_lag import lag_percentile
+from daskrl.algo.appo.policy_lag import lag_percentile
 from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.slot_reader import reader_for
@@ -61,7 +61,7 @@ class Learner(Component):
         # class (its signals, slots and methods) and needs no torch
         import torch
 
-        from daskrl.algo.trainer import APPOTrainer
+        from daskrl.algo.appo.trainer import APPOTrainer
         from daskrl.learning.group_member import role_for
         from daskrl.learning.snapshots import snapshots_for
         from daskrl.models.actor_critic import build_model
@@ -133,7 +133,7 @@ class Learner(Component):
         self.env_steps_offset = int(leader["env_steps_offset"])
 
     def _leave_group(self) -> None:
-        from daskrl.algo.collectives import SoloGroup
+        from daskrl.algo.common.collectives import SoloGroup
 
         self.trainer.group.close()
         self.trainer.group = SoloGroup()

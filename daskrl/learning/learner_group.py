@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from daskrl.algo.collectives import sum_gradients_flat
+from daskrl.algo.common.collectives import sum_gradients_flat
 from daskrl.errors import GroupBroken
 
 #: seconds a member waits for the others at formation and in each collective before the group counts as broken

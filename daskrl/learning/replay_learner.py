@@ -6,8 +6,8 @@ per shard, each for up to ``--replay-batches-per-request`` minibatches; a shard 
 transitions and the update-to-data ratio allows at least one draw (with as many as it allows), so the learner
 waits for data (its ``waiting`` share) rather than over-training a small buffer. On each answer it copies the
 minibatches out of the shard's batch block, asks that shard for the next ones (the shard draws while these train),
-makes one update per minibatch in order (:class:`~daskrl.algo.dqn_trainer.DQNTrainer`,
-:class:`~daskrl.algo.sac_trainer.SACTrainer`), sends all their TD errors back in one message as the transitions'
+makes one update per minibatch in order (:class:`~daskrl.algo.dqn.trainer.DQNTrainer`,
+:class:`~daskrl.algo.sac.trainer.SACTrainer`), sends all their TD errors back in one message as the transitions'
 new priorities, and publishes the weights once per answer when it crossed a multiple of :data:`PUBLISH_EVERY`
 updates (the version then grows by one per :data:`PUBLISH_EVERY` updates, as when it published that often). One
 message round trip so pays for several updates; the price is priorities up to two answers stale (the next answer is
@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from daskrl import devices
-from daskrl.algo.dqn_trainer import DQNTrainer
-from daskrl.algo.sac_trainer import SACTrainer
+from daskrl.algo.dqn.trainer import DQNTrainer
+from daskrl.algo.sac.trainer import SACTrainer
 from daskrl.learning.group_member import role_for
 from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner
 from daskrl.learning.snapshots import snapshots_for

@@ -7,7 +7,7 @@ learner's batcher, from two choices that do not change during a run: which colum
 (:class:`WholeSlots`: every column and step, with one policy; :class:`PolicyColumns`: one policy's columns of tagged
 slots, with a mask of its own steps) and which per-column start state the slots carry (a recurrent policy's
 ``rnn_states``; none for a feed-forward one). Both give every slot the same form, ``valid`` included, so joining
-slots into a :class:`~daskrl.algo.trajectory_batch.TrajectoryBatch` (:func:`join_parts`) asks nothing about them.
+slots into a :class:`~daskrl.algo.appo.trajectory_batch.TrajectoryBatch` (:func:`join_parts`) asks nothing about them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.algo.trajectory_batch import TrajectoryBatch
+from daskrl.algo.appo.trajectory_batch import TrajectoryBatch
 from daskrl.errors import SharedMemoryError
 from daskrl.learning.turns import compact_turns
 from daskrl.protocol import FreeSlots, TrajectoryReady

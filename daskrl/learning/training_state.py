@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from daskrl.algo.trainer import APPOTrainer
+from daskrl.algo.appo.trainer import APPOTrainer
 from daskrl.config.hyperparams import checked
 
 

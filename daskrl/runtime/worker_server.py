@@ -15,13 +15,13 @@ import signal
 import threading
 
 #: what the workers need, imported once in the server and shared by the forked workers (not torch._dynamo, 0.7 s
-#: more than torch: the learner's optimizers do without it, daskrl/algo/eager_optim.py). The component modules import
+#: more than torch: the learner's optimizers do without it, daskrl/algo/kernels/eager_optim.py). The component modules import
 #: torch where they configure, so the torch-side ones are listed too. preload_start comes first (the garbage
 #: collector paused for the imports) and preload_done last (everything imported moved out of the collector's reach,
 #: and the collector running again): see their docstrings.
 WORKER_MODULES = ["daskrl.runtime.preload_start", "distributed", "torch", "daskrl.runtime", "daskrl.learning.learner",
                   "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
-                  "daskrl.algo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
+                  "daskrl.algo.appo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
                   "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policy",
                   "daskrl.runtime.preload_done"]
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from daskrl.algo.collectives import Collectives, SoloGroup
-from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.algo.common.collectives import Collectives, SoloGroup
+from daskrl.algo.common.normalizers import RunningMeanStd
 from daskrl.config import INFERENCE_PRECISIONS, hyperparams
 from daskrl.devices import cpu_has_native_bfloat16
 

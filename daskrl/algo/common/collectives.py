@@ -1,6 +1,6 @@
 """What a training step needs of the learners it trains with: sums over the group, and what the trainer builds on them.
 
-The trainer calls these at every point where a statistic spans the batch (see :mod:`daskrl.algo.trainer`). One
+The trainer calls these at every point where a statistic spans the batch (see :mod:`daskrl.algo.appo.trainer`). One
 learner is a group of one: :class:`SoloGroup`'s collectives are the identity, so the trainer's code is the same for
 1 and K learners. K learners are :class:`daskrl.learning.learner_group.LearnerGroup` (torch.distributed).
 """
@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from daskrl.algo.normalizers import RunningMeanStd
+from daskrl.algo.common.normalizers import RunningMeanStd
 
 
 class Collectives(Protocol):

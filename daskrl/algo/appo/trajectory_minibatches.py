@@ -1,12 +1,13 @@
 """Value targets per minibatch (``--targets-from minibatch``): minibatches of whole trajectories, each its own V-trace.
 
-The other layouts (:class:`~daskrl.algo.flat_batch.FlatBatch`, :class:`~daskrl.algo.recurrent.SequenceBatch`) run the
-whole batch through the model once without gradients before the first minibatch, for V-trace's target log-probs and
-values; then every minibatch runs its samples through the model again, with gradients. For an image policy that first
-pass is a third of the learner's forward work (a sixth to a quarter of its step). Here, as in Sample Factory, a
-minibatch is a set of whole trajectories (env columns, all ``T`` steps), so V-trace's backward recursion runs within
-it, on the log-probs and values of the very pass its loss makes: the targets are those of the weights the minibatch
-trains (not of the weights the step began with), and the batch is read once a pass, not twice.
+The other layouts (:class:`~daskrl.algo.appo.flat_batch.FlatBatch`,
+:class:`~daskrl.algo.appo.recurrent.SequenceBatch`) run the whole batch through the model once without gradients
+before the first minibatch, for V-trace's target log-probs and values; then every minibatch runs its samples through
+the model again, with gradients. For an image policy that first pass is a third of the learner's forward work (a
+sixth to a quarter of its step). Here, as in Sample Factory, a minibatch is a set of whole trajectories (env columns,
+all ``T`` steps), so V-trace's backward recursion runs within it, on the log-probs and values of the very pass its
+loss makes: the targets are those of the weights the minibatch trains (not of the weights the step began with), and
+the batch is read once a pass, not twice.
 
 What the minibatch's own pass leaves out is computed beside it without gradients: the value of the observation
 after each column's last step (the bootstrap) and of the real final observations of episodes a time limit cut.

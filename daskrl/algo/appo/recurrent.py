@@ -8,7 +8,7 @@ target log-probs and values, the state entering every chunk (so a chunk after th
 current weights' state, not a stale one), the bootstrap value of the step after the last (from the state after
 the last step) and the value of each time-limit final observation (from the state after its episode's last step).
 Each minibatch then runs its sequences from those states with gradients through ``R`` steps. V-trace and the loss
-are the feed-forward ones. It is the recurrent form of :class:`~daskrl.algo.flat_batch.BatchLayout`.
+are the feed-forward ones. It is the recurrent form of :class:`~daskrl.algo.appo.flat_batch.BatchLayout`.
 """
 
 from __future__ import annotations

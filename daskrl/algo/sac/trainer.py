@@ -5,7 +5,7 @@ depends on the state (``--algo sac`` sets ``--action-bounds squash --gaussian-st
 parameter store, checkpoints and ``enjoy`` use it as they use APPO's; its value head is not trained. The twin critics
 (:class:`~daskrl.models.q_critics.TwinQ`) and their targets live here only. Per minibatch: the critics regress on
 soft n-step targets, the actor follows the smaller critic's value minus ``alpha log pi``, ``log alpha`` keeps the
-entropy near ``-action_dim``, and the target critics move by ``--target-tau`` (:mod:`daskrl.algo.sac_loss`).
+entropy near ``-action_dim``, and the target critics move by ``--target-tau`` (:mod:`daskrl.algo.sac.loss`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from daskrl.algo.eager_optim import step_unwrapped
-from daskrl.algo.optimizers import adam
-from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
-from daskrl.algo.sac_loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
+from daskrl.algo.common.optimizers import adam
+from daskrl.algo.common.replay_steps import ReplayTrainer, grad_norm
+from daskrl.algo.kernels.eager_optim import step_unwrapped
+from daskrl.algo.sac.loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.models.q_critics import TwinQ
 
 if TYPE_CHECKING:

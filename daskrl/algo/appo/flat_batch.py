@@ -1,7 +1,7 @@
 """How a training step walks its batch: the layout interface, and its feed-forward form.
 
 A layout is chosen once per trainer (by the model: :class:`FlatBatch` for a feed-forward one,
-:class:`~daskrl.algo.recurrent.SequenceBatch` for a recurrent core) and made once per step, so the trainer has no
+:class:`~daskrl.algo.appo.recurrent.SequenceBatch` for a recurrent core) and made once per step, so the trainer has no
 branch on recurrence. At construction a layout runs the whole batch through the current weights without gradients
 (V-trace's target log-probs, the values, the bootstrap value after the last step); then it says how many samples a
 minibatch holds, in what order an epoch visits them, and evaluates a minibatch with gradients.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 if TYPE_CHECKING:
-    from daskrl.algo.mlp_gradients import MlpGradients
+    from daskrl.algo.kernels.mlp_gradients import MlpGradients
     from daskrl.models.actor_critic import ActorCritic
 
 
@@ -25,7 +25,7 @@ class BatchLayout(Protocol):
     values: torch.Tensor  # [T, N] the current weights' values
     last_value: torch.Tensor  # [N] the value of the observation after the last step (the bootstrap)
     #: False: the trainer computes the value targets and advantages once, from this pass over the whole batch, before
-    #: the first minibatch (:class:`~daskrl.algo.trajectory_minibatches.TrajectoryMinibatches` says True)
+    #: the first minibatch (:class:`~daskrl.algo.appo.trajectory_minibatches.TrajectoryMinibatches` says True)
     targets_per_minibatch: bool
 
     def final_values(self, final_obs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,7 @@ class FlatBatch:
 
     def __init__(self, model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, dones: torch.Tensor,
                  states: torch.Tensor, length: int, by_hand: MlpGradients | None = None) -> None:
-        """The arguments of :class:`~daskrl.algo.recurrent.SequenceBatch`, so the trainer makes either the same way:
+        """The arguments of :class:`~daskrl.algo.appo.recurrent.SequenceBatch`, so the trainer makes either the same way:
         ``obs`` [T + 1, N, ...], ``actions`` [T * N, ...], ``dones`` [T, N]; ``states`` (width 0) and ``length``
         (sequences) mean nothing without a core. With ``by_hand`` (the model's written-out gradients) the pass runs
         through its plain forward pass, and the observations it prepared stay for the minibatches (:attr:`prepared`)."""

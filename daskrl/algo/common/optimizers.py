@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from daskrl.algo.eager_optim import EagerAdam, EagerAdamW
-from daskrl.algo.lamb import Lamb
+from daskrl.algo.common.lamb import Lamb
+from daskrl.algo.kernels.eager_optim import EagerAdam, EagerAdamW
 
 if TYPE_CHECKING:
     from daskrl.config import LearnerConfig
@@ -29,7 +29,7 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: LearnerConfig, lr:
     of every parameter in one call, same arithmetic, same state dict) where every parameter is a float tensor on
     the CPU or a GPU; otherwise ``foreach``, one multi-tensor update instead of a Python loop over parameters (on
     CPU torch defaults to the loop). bench_learner's CartPole MLP step gains about 5% over foreach. Adam and AdamW
-are :mod:`.eager_optim`'s, which never import torch._dynamo."""
+are :mod:`daskrl.algo.kernels.eager_optim`'s, which never import torch._dynamo."""
     params = list(params)
     kernel = {"fused": True} if _fusable(params) else {"foreach": True}
     if cfg.optimizer == "adam":

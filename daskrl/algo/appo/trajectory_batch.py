@@ -26,7 +26,7 @@ class TrajectoryBatch:
     # the flattened [T * N] batch (its `dones` entry is set; its `obs` at t + 1 is the next episode's first)
     final_obs: np.ndarray | None = None  # never None once built: [0, *obs_shape] when none was given
     final_index: np.ndarray | None = None  # [M] int
-    # a recurrent policy's state entering step 0 of each column [N, S] (see daskrl/algo/recurrent.py); [N, 0] for a
+    # a recurrent policy's state entering step 0 of each column [N, S] (see daskrl/algo/appo/recurrent.py); [N, 0] for a
     # feed-forward policy
     rnn_states: np.ndarray | None = None
     # [T, N] bool: the steps this policy took (several policies share slots; an agent may sit steps out); all True

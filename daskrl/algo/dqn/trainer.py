@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from daskrl.algo.dqn_loss import dqn_loss, dqn_targets, dueling
-from daskrl.algo.eager_optim import step_unwrapped
-from daskrl.algo.optimizers import adam
-from daskrl.algo.replay_steps import ReplayTrainer, grad_norm
+from daskrl.algo.common.optimizers import adam
+from daskrl.algo.common.replay_steps import ReplayTrainer, grad_norm
+from daskrl.algo.dqn.loss import dqn_loss, dqn_targets, dueling
+from daskrl.algo.kernels.eager_optim import step_unwrapped
 
 if TYPE_CHECKING:
     from daskrl.config import AlgoConfig, LearnerConfig

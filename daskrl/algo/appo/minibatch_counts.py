@@ -3,10 +3,10 @@ its advantages are normalized with.
 
 Every member of a learner group (:mod:`daskrl.learning.learner_group`) trains on its share of each minibatch, and
 they must scale their gradients and normalize their advantages as one learner would on the whole minibatch. So the
-counts and moments are sums over the group (the identity for one learner, :class:`~daskrl.algo.collectives.SoloGroup`):
-for an epoch at once where the advantages are known before it (targets from the whole batch), or minibatch by
-minibatch where each minibatch computes its own (:mod:`daskrl.algo.trajectory_minibatches`).
-"""
+counts and moments are sums over the group (the identity for one learner,
+:class:`~daskrl.algo.common.collectives.SoloGroup`): for an epoch at once where the advantages are known before it
+(targets from the whole batch), or minibatch by minibatch where each minibatch computes its own
+(:mod:`daskrl.algo.appo.trajectory_minibatches`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from daskrl.algo.collectives import Collectives
+from daskrl.algo.common.collectives import Collectives
 
 
 class MinibatchCounts(NamedTuple):

@@ -168,7 +168,7 @@ def appo_loss_gradients(
     """:func:`appo_loss` without ``kl_coef`` (its ``total`` without a graph), and ``scale`` times the gradient of its
     total with respect to the new log-probs, the entropies and the values, written out: what autograd computes from
     the loss's graph, without the graph (a trainer that differentiates its network by hand,
-    :mod:`daskrl.algo.mlp_gradients`, starts its backward pass from these). CPU tensors only: computed in numpy on
+    :mod:`daskrl.algo.kernels.mlp_gradients`, starts its backward pass from these). CPU tensors only: computed in numpy on
     their memory, where an operation on a minibatch's vector costs about a microsecond against torch's three to four
     (some sixty of them: 57 against 175 us for 512 samples).
 

@@ -3,7 +3,7 @@
 Why: on a CPU torch's "foreach" operators are a loop over tensors, so clipping the gradient norm and Adam's fused
 step cost one kernel call per parameter tensor (12 for CartPole's MLP actor-critic: about 220 of the 1,100 us a
 minibatch took once its backward pass was written out). Over one buffer each is a single call: the norm of the
-flat gradient, one scale, one fused Adam update (:class:`~daskrl.algo.eager_optim.EagerAdam` steps flat when its
+flat gradient, one scale, one fused Adam update (:class:`~daskrl.algo.kernels.eager_optim.EagerAdam` steps flat when its
 parameters and gradients are these views). The model sees no difference: every parameter is the same
 ``nn.Parameter``, its data a view of :attr:`FlatParameters.values`; ``load_state_dict`` copies into the views.
 """

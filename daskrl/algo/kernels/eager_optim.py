@@ -24,7 +24,7 @@ import torch
 from torch.optim import optimizer as _optimizer
 
 if TYPE_CHECKING:
-    from daskrl.algo.flat_parameters import FlatParameters
+    from daskrl.algo.kernels.flat_parameters import FlatParameters
 
 #: the code of the wrapper torch puts around methods a compiled program must not trace
 _DISABLE_WRAPPER = torch._disable_dynamo(lambda: None).__code__

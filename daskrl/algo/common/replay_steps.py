@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from daskrl.algo.policy_trainer import PolicyTrainer
+from daskrl.algo.common.policy_trainer import PolicyTrainer
 
 
 def finite_rows(batches: dict[str, np.ndarray], fields: Iterable[str]) -> np.ndarray:

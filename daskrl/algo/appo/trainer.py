@@ -6,11 +6,11 @@ with the behaviour log-probs recorded at sampling time, mask samples older than 
 minibatch computes its own from the pass its loss makes instead). A step whose loss or gradients are not finite is
 skipped and counted, never applied.
 
-What varies is chosen once, not tested per step: the batch's layout (:mod:`daskrl.algo.flat_batch`: shuffled steps
-for a feed-forward model, whole sequences for a recurrent core, :mod:`daskrl.algo.recurrent`; whole trajectories
-whose targets each minibatch computes from its own pass, :mod:`daskrl.algo.trajectory_minibatches`), chosen with the
+What varies is chosen once, not tested per step: the batch's layout (:mod:`daskrl.algo.appo.flat_batch`: shuffled steps
+for a feed-forward model, whole sequences for a recurrent core, :mod:`daskrl.algo.appo.recurrent`; whole trajectories
+whose targets each minibatch computes from its own pass, :mod:`daskrl.algo.appo.trajectory_minibatches`), chosen with the
 model and ``--targets-from``; which steps are this policy's (the batch's ``valid`` mask, all True with one policy);
-and the learners it trains with (:mod:`daskrl.algo.collectives`). Every decision and statistic that spans the batch
+and the learners it trains with (:mod:`daskrl.algo.common.collectives`). Every decision and statistic that spans the batch
 (finite inputs, normalizer moments, each minibatch's valid count and advantage moments, the gradients) goes through
 the group's sums: the identity for one learner, and with a data-parallel learner group
 (:mod:`daskrl.learning.learner_group`), where each member trains on its share of the batch, the members apply the
@@ -28,22 +28,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from daskrl.algo.advantages import gae, vtrace
-from daskrl.algo.appo_loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
-from daskrl.algo.collectives import all_members, update_over_group
-from daskrl.algo.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
-from daskrl.algo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
-from daskrl.algo.flat_parameters import FlatParameters
-from daskrl.algo.lr_schedule import kl_adapted_lr, scheduled_lr
-from daskrl.algo.minibatch_counts import MinibatchCounts, epoch_counts, normalized, normalized_with
-from daskrl.algo.mlp_gradients import MlpGradients
-from daskrl.algo.normalizers import ReturnNormalizer
-from daskrl.algo.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
-from daskrl.algo.policy_lag import lag_percentile
-from daskrl.algo.policy_trainer import PolicyTrainer
-from daskrl.algo.recurrent import SequenceBatch
-from daskrl.algo.trajectory_batch import TrajectoryBatch
-from daskrl.algo.trajectory_minibatches import TrajectoryMinibatches, targets_from
+from daskrl.algo.appo.advantages import gae, vtrace
+from daskrl.algo.appo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
+from daskrl.algo.appo.loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
+from daskrl.algo.appo.minibatch_counts import MinibatchCounts, epoch_counts, normalized, normalized_with
+from daskrl.algo.appo.policy_lag import lag_percentile
+from daskrl.algo.appo.recurrent import SequenceBatch
+from daskrl.algo.appo.trajectory_batch import TrajectoryBatch
+from daskrl.algo.appo.trajectory_minibatches import TrajectoryMinibatches, targets_from
+from daskrl.algo.common.collectives import all_members, update_over_group
+from daskrl.algo.common.lr_schedule import kl_adapted_lr, scheduled_lr
+from daskrl.algo.common.normalizers import ReturnNormalizer
+from daskrl.algo.common.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
+from daskrl.algo.common.policy_trainer import PolicyTrainer
+from daskrl.algo.kernels.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
+from daskrl.algo.kernels.flat_parameters import FlatParameters
+from daskrl.algo.kernels.mlp_gradients import MlpGradients
 
 __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "lag_percentile"]
 
@@ -341,7 +341,7 @@ class APPOTrainer(PolicyTrainer):
                    adv: torch.Tensor | None, valid: torch.Tensor | None, scale: float) -> LossOutput:
         """The minibatch's APPO loss, and ``scale`` times its gradient in every parameter's ``.grad`` when the loss is
         finite (otherwise none, or the last minibatch's, which the caller then drops): written out for an MLP
-        actor-critic (:mod:`daskrl.algo.mlp_gradients`, overwriting its gradient buffer), through autograd for any
+        actor-critic (:mod:`daskrl.algo.kernels.mlp_gradients`, overwriting its gradient buffer), through autograd for any
         other model. ``adv`` None: the targets come from this minibatch's own pass (:meth:`_own_targets`)."""
         cfg, hp = self.cfg, self.step_hp
         options = {"clip_ratio": hp["clip_ratio"], "value_clip": cfg.value_clip or math.inf,

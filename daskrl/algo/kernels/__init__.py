@@ -1,0 +1,2 @@
+"""Hand-written fast paths of the learner (an MLP actor-critic's minibatch gradients written out, its parameters in one
+flat buffer, an Adam step without torch's wrapper), each tested against the plain torch reference."""
