@@ -31,3 +31,10 @@ def lazy_names(package: str, homes: dict[str, str], submodules: bool = False) ->
         raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
 
     return __getattr__
+
+
+def class_at(path: str) -> Any:
+    """The class a ``"module:class"`` path names, imported now: a record can name a torch-heavy class (an
+    algorithm's learner or trainer) that only the process using it imports."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)

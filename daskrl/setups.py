@@ -121,6 +121,7 @@ class LearnerSetup:
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
     cut: tuple[int, int] | None  # the policy's part of the slot rows, as PolicySetup.cut
     algo: AlgoConfig  # --algo and the off-policy options (replay, targets, exploration)
+    trainer: str  # the algorithm's trainer, "module:class" (daskrl/driver/fleet/algorithms.py, trainer_path)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 from daskrl.config import Config
 from daskrl.driver.changes.elastic import ElasticGrowth, elastic_enabled
 from daskrl.driver.changes.retirements import PlannedRetirements
+from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.driver.loop.observers import Observer, ReportCallback
 
 Row = dict[str, Any]
@@ -34,7 +35,7 @@ def feature_observers(config: Config) -> list[Observer]:
         from daskrl.pbt.driver import PBTDriver
 
         observers.append(PBTDriver())
-    if config.algo.checkpoint_replay and config.algo.algo != "appo" and not r.sampling_only:
+    if config.algo.checkpoint_replay and algorithm_of(config).uses_replay and not r.sampling_only:
         from daskrl.driver.loop.replay_checkpoints import ReplayCheckpoints
 
         observers.append(ReplayCheckpoints())

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from daskrl.config import Config, ConfigError
+from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.envs import make_env
 from daskrl.envs.dict_obs import pack_into
 from daskrl.evaluation.loading import experiment_spaces, load_state, policy_model, read_config
@@ -49,7 +50,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
         raise ConfigError([f"--opponent and --seat choose who plays a two-player game; {config.env.env!r} is a "
                            "single-agent env: leave them out"])
     policy = policy or 0
-    deterministic = deterministic or config.algo.algo == "dqn"  # a Q-network acts greedily: its head holds advantages
+    deterministic = deterministic or algorithm_of(config).acts_greedily
     state = load_state(experiment_dir, config, which, policy)
     model = policy_model(config, spaces, state["model"], policy)
     if video:

@@ -26,6 +26,7 @@ import numpy as np
 from daskrl import devices
 from daskrl.algo.appo.policy_lag import lag_percentile
 from daskrl.errors import GroupBroken
+from daskrl.lazy_names import class_at
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.slot_reader import reader_for
 from daskrl.models.registry import install_components
@@ -61,7 +62,6 @@ class Learner(Component):
         # class (its signals, slots and methods) and needs no torch
         import torch
 
-        from daskrl.algo.appo.trainer import APPOTrainer
         from daskrl.learning.group_member import role_for
         from daskrl.learning.snapshots import snapshots_for
         from daskrl.models.actor_critic import build_model
@@ -72,7 +72,7 @@ class Learner(Component):
                                       "--learner-device")
         install_components(setup.components)  # the user's encoders and cores, registered where the run started
         self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = APPOTrainer(self.model, setup.learner, setup.total_env_steps, self.device)
+        self.trainer = build_trainer(self.model, setup, self.device)
         self.role = role_for(setup.rank, setup.num_learners)
         self.publication = self.role.publication(self, self.model, setup.remote_params)
         self.snapshots = snapshots_for(self, self.model, setup.snapshots, setup.snapshot_every, setup.remote_params)
@@ -383,3 +383,12 @@ class Learner(Component):
     def on_stop(self) -> None:
         self.batcher.stop()
         self.role.finish(self.trainer.group)
+
+
+def build_trainer(model: Any, setup: LearnerSetup, device: Any) -> Any:
+    """The trainer ``setup``'s algorithm names (``setup.trainer``), built the one way every trainer is built, so a
+    learner never asks which algorithm it trains (torch is imported here, in the learner's worker)."""
+    from daskrl.algo.common.policy_trainer import TrainerOptions
+
+    options = TrainerOptions(setup.model, setup.learner, setup.algo, setup.total_env_steps)
+    return class_at(setup.trainer).from_options(model, options, device)

@@ -29,10 +29,8 @@ import numpy as np
 import torch
 
 from daskrl import devices
-from daskrl.algo.dqn.trainer import DQNTrainer
-from daskrl.algo.sac.trainer import SACTrainer
 from daskrl.learning.group_member import role_for
-from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner
+from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner, build_trainer
 from daskrl.learning.snapshots import snapshots_for
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import install_components
@@ -65,8 +63,7 @@ class ReplayLearner(Learner):
                                       "--learner-device")
         install_components(setup.components)
         self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = SACTrainer(self.model, setup.model, setup.learner, setup.algo, self.device) \
-            if setup.algo.algo == "sac" else DQNTrainer(self.model, setup.learner, setup.algo, self.device)
+        self.trainer = build_trainer(self.model, setup, self.device)
         self.role = role_for(0, 1)
         self.publication = self.role.publication(self, self.model, setup.remote_params)
         self.snapshots = snapshots_for(self, self.model, 0, 1, setup.remote_params)

@@ -48,6 +48,7 @@ from daskrl.algo.kernels.mlp_gradients import MlpGradients
 __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "lag_percentile"]
 
 if TYPE_CHECKING:
+    from daskrl.algo.common.policy_trainer import TrainerOptions
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
 
@@ -68,6 +69,10 @@ class StepInputs:
 class APPOTrainer(PolicyTrainer):
     """Owns the optimizer and the return normalizer of one policy (the rest: :class:`PolicyTrainer`);
     ``train(batch, version)`` -> metrics."""
+
+    @classmethod
+    def from_options(cls, model: ActorCritic, options: TrainerOptions, device: torch.device) -> APPOTrainer:
+        return cls(model, options.learner, options.total_env_steps, device)
 
     def __init__(self, model: ActorCritic, cfg: LearnerConfig, total_env_steps: int,
                  device: torch.device | None = None) -> None:

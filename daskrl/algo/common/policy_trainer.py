@@ -9,6 +9,7 @@ checkpoints, steering and statistics that behave as the others' do by writing on
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,8 +20,19 @@ from daskrl.config import INFERENCE_PRECISIONS, hyperparams
 from daskrl.devices import cpu_has_native_bfloat16
 
 if TYPE_CHECKING:
-    from daskrl.config import LearnerConfig
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.models.actor_critic import ActorCritic
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    """Everything an algorithm's trainer may read when it is built: a learner makes one from its setup and builds
+    whichever trainer its algorithm names (``Algorithm.trainer_path``) the same way, without asking which."""
+
+    model: ModelConfig
+    learner: LearnerConfig
+    algo: AlgoConfig
+    total_env_steps: int  # the run's budget (0: none)
 
 
 def learner_precision(setting: str, model: ActorCritic, device: torch.device) -> str:
@@ -58,6 +70,11 @@ class PolicyTrainer:
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0
+
+    @classmethod
+    def from_options(cls, model: ActorCritic, options: TrainerOptions, device: torch.device) -> PolicyTrainer:
+        """This algorithm's trainer of ``model``, from what its learner was set up with."""
+        raise NotImplementedError(f"{cls.__name__} must say how it is built from TrainerOptions")
 
     def hyperparams(self) -> dict[str, float]:
         """This policy's current mutable hyperparameters (a copy)."""

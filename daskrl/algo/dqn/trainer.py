@@ -24,6 +24,7 @@ from daskrl.algo.dqn.loss import dqn_loss, dqn_targets, dueling
 from daskrl.algo.kernels.eager_optim import step_unwrapped
 
 if TYPE_CHECKING:
+    from daskrl.algo.common.policy_trainer import TrainerOptions
     from daskrl.config import AlgoConfig, LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
 
@@ -39,6 +40,10 @@ def q_values(net: ActorCritic, obs: torch.Tensor, use_dueling: bool) -> tuple[to
 
 class DQNTrainer(ReplayTrainer):
     """Owns the online and target networks and the optimizer of one policy (the rest: :class:`ReplayTrainer`)."""
+
+    @classmethod
+    def from_options(cls, model: ActorCritic, options: TrainerOptions, device: torch.device) -> DQNTrainer:
+        return cls(model, options.learner, options.algo, device)
 
     def __init__(self, model: ActorCritic, cfg: LearnerConfig, algo: AlgoConfig, device: torch.device | None = None
                  ) -> None:

@@ -24,6 +24,7 @@ from daskrl.algo.sac.loss import SoftUpdate, actor_loss, alpha_loss, critic_loss
 from daskrl.models.q_critics import TwinQ
 
 if TYPE_CHECKING:
+    from daskrl.algo.common.policy_trainer import TrainerOptions
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.models.actor_critic import ActorCritic
 
@@ -46,6 +47,10 @@ class SACTrainer(ReplayTrainer):
     model; the rest: :class:`ReplayTrainer`)."""
 
     finite_fields = ("obs", "rewards", "next_obs", "actions")
+
+    @classmethod
+    def from_options(cls, model: ActorCritic, options: TrainerOptions, device: torch.device) -> SACTrainer:
+        return cls(model, options.model, options.learner, options.algo, device)
 
     def __init__(self, model: ActorCritic, model_cfg: ModelConfig, cfg: LearnerConfig, algo: AlgoConfig,
                  device: torch.device | None = None) -> None:

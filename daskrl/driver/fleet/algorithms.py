@@ -7,8 +7,9 @@ An algorithm is three choices, made once when the run is set up:
   :mod:`daskrl.sampling.exploration`);
 - its **data source**: the batcher's fresh slots (full slots announced to the learner, trained on once) or replay
   (slots announced to replay shards, :mod:`daskrl.replay.shard`, which keep transitions and serve draws);
-- its **trainer**, inside its learner component (:class:`~daskrl.learning.learner.Learner` with the APPO trainer,
-  :class:`~daskrl.learning.replay_learner.ReplayLearner` with the DQN or the SAC trainer).
+- its **trainer** (``trainer_path``: a ``PolicyTrainer`` that its learner builds with ``from_options``, never asking
+  which algorithm it trains), inside its learner component (:class:`~daskrl.learning.learner.Learner` for fresh
+  slots, :class:`~daskrl.learning.replay_learner.ReplayLearner` for replay).
 
 APPO's path is the one it always had: no exploration wrapper, no shards, the same learner. Adding an algorithm is
 one entry here, its trainer in ``daskrl/algo/``, a learner component if its data source needs one, and its rules
@@ -17,13 +18,13 @@ in ``daskrl/config/algo_rules.py`` (README "Adding an algorithm").
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
 from daskrl.envs.spaces import EnvSpaces
+from daskrl.lazy_names import class_at
 from daskrl.setups import EpsilonGreedy
 
 
@@ -48,7 +49,12 @@ class Algorithm:
     #: the learner component, which holds the trainer, as "module:class": the driver's checks name algorithms
     #: without importing torch (the learners are imported where the fleet creates them)
     learner_path: str
+    #: its trainer (a PolicyTrainer built with ``from_options``) as "module:class", handed to the learner in its setup
+    trainer_path: str
     action_kinds: tuple[str, ...]  # the action spaces it can act in (EnvSpaces.action_kind)
+    #: its policy is evaluated by its most likely action whatever ``enjoy`` is asked (a Q-network's head holds
+    #: advantages, not a distribution to sample)
+    acts_greedily: bool = False
 
     @property
     def uses_replay(self) -> bool:
@@ -56,15 +62,16 @@ class Algorithm:
 
     @property
     def learner(self) -> Any:
-        module, _, name = self.learner_path.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return class_at(self.learner_path)
 
 
 ALGORITHMS = {
     "appo": Algorithm("appo", _samples_its_policy, "fresh slots", "daskrl.learning.learner:Learner",
-                      ("discrete", "multi_discrete", "box", "composite")),
-    "dqn": Algorithm("dqn", _epsilon_greedy, "replay", "daskrl.learning.replay_learner:ReplayLearner", ("discrete",)),
-    "sac": Algorithm("sac", _samples_its_policy, "replay", "daskrl.learning.replay_learner:ReplayLearner", ("box",)),
+                      "daskrl.algo.appo.trainer:APPOTrainer", ("discrete", "multi_discrete", "box", "composite")),
+    "dqn": Algorithm("dqn", _epsilon_greedy, "replay", "daskrl.learning.replay_learner:ReplayLearner",
+                     "daskrl.algo.dqn.trainer:DQNTrainer", ("discrete",), acts_greedily=True),
+    "sac": Algorithm("sac", _samples_its_policy, "replay", "daskrl.learning.replay_learner:ReplayLearner",
+                     "daskrl.algo.sac.trainer:SACTrainer", ("box",)),
 }
 
 

@@ -77,7 +77,8 @@ def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, re
         total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params,
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
         tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
-        snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c))
+        snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c),
+        trainer=algorithm_of(c).trainer_path)
 
 
 def _algo(config: Config):
