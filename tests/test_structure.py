@@ -98,7 +98,7 @@ LAYERS = [
     ("daskrl.evaluation", "daskrl.pbt"),
     ("daskrl.api", "daskrl.testing", "daskrl.serving"),
     ("daskrl.sweep",),
-    ("daskrl.cli", "daskrl.runner", "daskrl.testing.faults", "daskrl"),
+    ("daskrl.cli", "daskrl.testing.faults", "daskrl"),
     ("daskrl.__main__",),  # the command's entry point: starts the worker server, then runs daskrl.cli
 ]
 
