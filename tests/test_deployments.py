@@ -20,6 +20,7 @@ import pytest
 from daskrl.config import Config
 from daskrl.driver.launch.deployment import kubernetes_specs
 from daskrl.errors import ConfigError
+from daskrl.runtime.segments import list_segments, owner_pid, pid_alive
 from daskrl.runtime.shm import host_of
 from daskrl.testing.hosts.netns import pids_in
 from daskrl.testing.hosts.slurm import SlurmTestCluster, slurm_unavailable
@@ -74,8 +75,9 @@ def left_on(hosts: list[str], daemons: list[int]) -> list[str]:
 
 
 def segments() -> set[str]:
-    """daskrl's shared-memory segments on this machine (the nodes share its /dev/shm)."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith("daskrl_")}
+    """daskrl's shared-memory segments on this machine (the nodes share its /dev/shm) whose owner has exited: a
+    live process's segments may be another test's, running beside this one."""
+    return {name for name in list_segments() if not pid_alive(owner_pid(name) or 0)}
 
 
 def jobqueue_settings(slurm: SlurmTestCluster) -> dict[str, str]:
@@ -191,9 +193,11 @@ def test_a_cancelled_learner_job_is_a_loss_the_run_recovers_from_its_newest_chec
         client = Client(cluster, direct_to_workers=True)
         client.wait_for_workers(4, timeout=60)
         config = run_config(tmp_path, "cancel", env="CartPole-v1", num_workers=2, elastic=True,
-                            train_for_seconds=60.0, train_for_env_steps=0, checkpoint_interval=5.0)
+                            train_for_seconds=40.0, train_for_env_steps=0, checkpoint_interval=3.0)
         handle = daskrl.start(config, client=client)
-        time.sleep(20)
+        wait_for(lambda: list((tmp_path / "cancel" / "checkpoints").glob("checkpoint_*.pt")), timeout=60,
+                 what="the run's first checkpoint")
+        time.sleep(3)  # a few training steps past it
         job = learner_job(client, cluster)
         subprocess.run(["scancel", job], check=True, timeout=30)
         summary = handle.wait(timeout=180)  # raises if the run failed

@@ -97,13 +97,13 @@ def test_a_short_simulation_measures_the_control_plane_and_leaves_nothing_behind
     assert not left, left  # segments of our dead workers (another live process's are not ours to judge)
 
 
-@slow("8 network-namespace hosts and 8 dask workers, a benchmark killed while it trains")
+@slow("4 network-namespace hosts and 4 dask workers, a benchmark killed while it trains")
 def test_a_killed_simulation_leaves_nothing_behind(tmp_path):
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("network namespaces need root and the `ip` command (iproute2)")
     log = tmp_path / "out.log"
     with open(log, "w") as out:
-        bench = subprocess.Popen([sys.executable, str(BENCHMARKS / "bench_scale.py"), "--simulate", "8", "--seconds",
+        bench = subprocess.Popen([sys.executable, str(BENCHMARKS / "bench_scale.py"), "--simulate", "4", "--seconds",
                                   "60", "--warmup", "60"], stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "env steps" in log.read_text(), timeout=300, interval=0.5, what="the simulation training")
