@@ -87,6 +87,27 @@ def jobqueue_settings(slurm: SlurmTestCluster) -> dict[str, str]:
             "DASK_JOBQUEUE__SLURM__LOG_DIRECTORY": str(slurm.root / "jobs")}
 
 
+@contextlib.contextmanager
+def slurm_jobs(slurm: SlurmTestCluster, tmp_path: Path, jobs: int):
+    """A ``SLURMCluster`` built in Python, as a user builds one, of ``jobs`` one-worker jobs on the test cluster, and
+    a client once every job's worker is up; both closed after."""
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    cluster = SLURMCluster(cores=1, processes=1, memory="1GB", log_directory=str(tmp_path / "jobs"),
+                           scheduler_options={"host": slurm.scheduler_host, "dashboard_address": ":0"})
+    try:
+        cluster.scale(jobs=jobs)
+        client = Client(cluster, direct_to_workers=True)
+        try:
+            client.wait_for_workers(jobs, timeout=60)
+            yield cluster, client
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
 @slow("SLURM jobs: three dask workers started by sbatch on the test cluster's nodes, a CartPole run")
 def test_deploy_slurm_solves_cartpole_on_jobs_over_several_nodes_and_cancels_them(slurm, tmp_path):
     daemons = [p.pid for p in slurm.daemons.procs.values()]
@@ -102,24 +123,13 @@ def test_deploy_slurm_solves_cartpole_on_jobs_over_several_nodes_and_cancels_the
 
 @slow("SLURM jobs: a SLURMCluster built in Python, a CartPole run through daskrl.start")
 def test_daskrl_start_trains_on_a_slurm_cluster_built_in_python(slurm, tmp_path, monkeypatch):
-    from dask_jobqueue import SLURMCluster
-    from distributed import Client
-
     import daskrl
 
-    cluster = SLURMCluster(cores=1, processes=1, memory="1GB", log_directory=str(tmp_path / "jobs"),
-                           scheduler_options={"host": slurm.scheduler_host, "dashboard_address": ":0"})
-    try:
-        cluster.scale(jobs=3)
-        client = Client(cluster, direct_to_workers=True)
-        client.wait_for_workers(3, timeout=60)
+    with slurm_jobs(slurm, tmp_path, 3) as (_, client):
         handle = daskrl.start(run_config(tmp_path, "py", env="CartPole-v1", stop_at_return=475.0,
                                          train_for_seconds=150.0), client=client)
         placed = {host_of(info["address"]) for info in components_of(client).values()}
         summary = handle.wait(timeout=240)
-        client.close()
-    finally:
-        cluster.close()
     assert len(placed) >= 2, placed
     assert summary["episode_return_mean"] >= 475, summary
     assert slurm.jobs_after_cleanup() == []
@@ -181,17 +191,9 @@ def test_the_kubernetes_recipe_builds_the_cluster_spec_a_run_needs():
 def test_a_cancelled_learner_job_is_a_loss_the_run_recovers_from_its_newest_checkpoint(slurm, tmp_path, capsys):
     """scancel: SIGTERM, then SIGKILL after KillWait; the learner's worker goes without notice (no lifetime), so its
     learner restarts from the newest checkpoint on a worker that stays, and the run ends as asked."""
-    from dask_jobqueue import SLURMCluster
-    from distributed import Client
-
     import daskrl
 
-    cluster = SLURMCluster(cores=1, processes=1, memory="1GB", log_directory=str(tmp_path / "jobs"),
-                           scheduler_options={"host": slurm.scheduler_host, "dashboard_address": ":0"})
-    try:
-        cluster.scale(jobs=4)
-        client = Client(cluster, direct_to_workers=True)
-        client.wait_for_workers(4, timeout=60)
+    with slurm_jobs(slurm, tmp_path, 4) as (cluster, client):
         config = run_config(tmp_path, "cancel", env="CartPole-v1", num_workers=2, elastic=True,
                             train_for_seconds=40.0, train_for_env_steps=0, checkpoint_interval=3.0)
         handle = daskrl.start(config, client=client)
@@ -201,9 +203,6 @@ def test_a_cancelled_learner_job_is_a_loss_the_run_recovers_from_its_newest_chec
         job = learner_job(client, cluster)
         subprocess.run(["scancel", job], check=True, timeout=30)
         summary = handle.wait(timeout=180)  # raises if the run failed
-        client.close()
-    finally:
-        cluster.close()
     learner = [r for r in summary["recoveries"] if r["component"] == "learner"]
     assert len(learner) == 1 and learner[0]["worker"], summary["recoveries"]
     assert "learner restarts from checkpoint_" in capsys.readouterr().out

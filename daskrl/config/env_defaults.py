@@ -154,11 +154,16 @@ def _section_of(name: str) -> str:
     return next(s for s, cls in SECTIONS.items() if name in {f.name for f in cls.__dataclass_fields__.values()})
 
 
+def family_in_force(config: Config) -> EnvFamily | None:
+    """The env's family when its settings apply: --env-defaults on, and APPO (the families were tuned with it)."""
+    return family_of(config.env.env) if config.run.env_defaults and config.algo.algo == "appo" else None
+
+
 def apply_env_defaults(config: Config, profile: TaskProfile | None = None) -> dict[str, Any]:
     """Set the family's options that the user did not set; returns them (name -> value). Idempotent. The families'
     settings are APPO's (tuned and measured with it): another ``--algo`` keeps the global defaults. ``profile``: the
     task's (:func:`daskrl.envs.task_probe.profile_task`), for a family whose rules read it."""
-    family = family_of(config.env.env) if config.run.env_defaults and config.algo.algo == "appo" else None
+    family = family_in_force(config)
     if family is None:
         return {}
     explicit = config.explicit()
@@ -174,7 +179,7 @@ def apply_env_defaults(config: Config, profile: TaskProfile | None = None) -> di
 
 def needs_profile(config: Config) -> bool:
     """Whether the env's family has rules that read the task's profile (the driver measures it then)."""
-    family = family_of(config.env.env) if config.run.env_defaults and config.algo.algo == "appo" else None
+    family = family_in_force(config)
     return family is not None and family.rules is not None
 
 
