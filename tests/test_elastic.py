@@ -1,8 +1,9 @@
 """Elastic runs on a real ``dask scheduler`` + ``dask worker`` cluster: workers that join get rollout workers, a
 worker that leaves in order (``client.retire_workers``, or SIGTERM to its ``dask worker`` process group) hands over
-every slot before it goes, and a worker SIGKILLed on a full cluster leaves the run with fewer rollout workers
-instead of retrying forever; a cluster too small for all its rollout workers starts it with fewer; ``--adapt``
-grows an embedded cluster on its own.
+every slot before it goes, a worker that joins under a departed worker's name (as dask-jobqueue names the job that
+replaces an ended one) gets a rollout worker too, and a worker SIGKILLed on a full cluster leaves the run with fewer
+rollout workers instead of retrying forever; a cluster too small for all its rollout workers starts it with fewer;
+``--adapt`` grows an embedded cluster on its own.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def small_cluster(tmp_path):
 
 
 class Drill(Observer):
-    """Three workers join; one is retired, one gets SIGTERM, one is SIGKILLed (with its nanny: it does not come back);
-    then the run is stopped.
+    """Three workers join; one is retired, one gets SIGTERM, a new worker joins under the retired one's name, one is
+    SIGKILLed (with its nanny: it does not come back); then the run is stopped.
 
     Each step waits for the run to have taken the one before (the newcomers grown on, the leavers retired, the loss
     recorded), read from the run's own records, so the drill is as short as the run lets it be and never outruns a
@@ -57,6 +58,7 @@ class Drill(Observer):
         self.error: BaseException | None = None
         self.left: dict[str, str] = {}
         self.killed_address = ""
+        self.rejoined_address = ""
         self.orphans: set[str] = set()
         self.thread = threading.Thread(target=self._drill, daemon=True)
 
@@ -87,6 +89,7 @@ class Drill(Observer):
         try:
             self._join()
             self._leave_in_order()
+            self._rejoin_under_a_departed_name()
             self._kill()
         except BaseException as exc:
             self.error = exc
@@ -117,6 +120,17 @@ class Drill(Observer):
         self._await(lambda: sum(e["event"] == "retired" for e in self.run.departures.history) >= 2,
                     "the run retired both leavers' rollout workers")
 
+    def _rejoin_under_a_departed_name(self) -> None:
+        """A batch cluster's replacement job: a new worker named as the retired one was."""
+        procs, client, address = self.cluster["procs"], self.cluster["client"], self.cluster["address"]
+        procs.start("w2-again", dask_command(), "worker", address, "--nworkers", "1", "--nthreads", "1",
+                    "--name", "w2")
+        self._await(lambda: "w2" in worker_names(client).values(), "a worker joined under the name w2 again")
+        self.marks["rejoined"] = time.time()
+        self.rejoined_address = self._address_of("w2")
+        self._await(lambda: any(e["event"] == "grew" and e["address"] == self.rejoined_address
+                                for e in self.growth.history), "a rollout worker on the worker named w2 again")
+
     def _kill(self) -> None:
         procs = self.cluster["procs"]
         self.killed_address = self._address_of("w3")
@@ -142,11 +156,13 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
     out = capsys.readouterr().out
     events = summary["elastic"]
 
-    # grow: every newcomer got a rollout worker within 10 s, and the run said so
+    # grow: every newcomer got a rollout worker within 10 s, and the run said so; so did the worker that took a
+    # departed worker's name
     grew = [e for e in events if e["event"] == "grew"]
-    assert len(grew) == 3, events
-    assert all(e["time"] - drill.marks["joined"] < 10 for e in grew), (grew, drill.marks)
-    assert out.count("joined: rollout_") == 3, out
+    assert len(grew) == 4, events
+    assert all(e["time"] - drill.marks["joined"] < 10 for e in grew[:3]), (grew, drill.marks)
+    assert grew[3]["address"] == drill.rejoined_address and grew[3]["time"] - drill.marks["rejoined"] < 10, grew
+    assert out.count("joined: rollout_") == 4, out
 
     # leaving in order, both ways: drained, and every slot they filled was taken by the learner
     retired = {e["address"]: e for e in events if e["event"] == "retired"}
@@ -162,7 +178,7 @@ def test_the_fleet_follows_workers_that_join_retire_and_die(small_cluster, tmp_p
     [lost] = [r for r in summary["recoveries"] if r.get("not_recreated")]
     assert lost["component"] == next(e["component"] for e in grew if e["address"] == drill.killed_address)
     assert lost["time"] - drill.marks["kill"] < 25, lost
-    assert "is not recreated: the cluster has no idle worker; running with 1 rollout workers" in out, out
+    assert "is not recreated: the cluster has no idle worker; running with 2 rollout workers" in out, out
     assert sum(1 for r in summary["recoveries"] if r["component"] == lost["component"]) == 1  # tried once
     assert summary["stop_reason"] == "the drill is done", summary["stop_reason"]
     rows_after = [line for line in out.splitlines() if line.startswith("[") and "env steps" in line]

@@ -1,6 +1,6 @@
 """A learner whose worker will retire (``dask worker --lifetime``, as dask-jobqueue ends a batch job's workers before
 the walltime) moves before it does, on a cluster of ``dask`` CLI processes: the move is one line, it takes seconds,
-it is no fault, and the run trains on to its end."""
+it is no fault, the slots both learners took are counted, and the run trains on to its end."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ def test_a_learner_moves_off_a_retiring_worker_before_it_leaves(tmp_path, capsys
     before = max(steps for t, steps in rows if t <= move["time"])
     after = [steps for t, steps in rows if t > move["time"] + 20]
     assert after and after[-1] > before + 20_000, (before, after)  # and it trained on, on the new worker
+    # the slots both learners took count: the moved learner's last statistics are not replaced by its successor's
+    path = summary["data_path"]
+    filled, taken = path["slots_filled"]["rollout_0"], path["slots_taken"].get("rollout_0", 0)
+    assert 0.95 * filled <= taken <= filled, (filled, taken)
 
 
 def test_workers_without_a_lifetime_have_no_retirement(tmp_path):

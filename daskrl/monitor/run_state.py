@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,9 +134,13 @@ def messages_dropped(stats: list[dict]) -> int:
     return sum(per_worker.values())
 
 
-def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any]:
+def data_path(last_stats: dict[str, dict], learner: str | None, ended: Sequence[dict] = ()) -> dict[str, Any]:
     """How the data moved: trajectory slots the batcher copied from shared memory (same host) or fetched over Dask
-    comms (other hosts), parameter versions readers took either way, per component and in total."""
+    comms (other hosts), parameter versions readers took either way, per component and in total.
+
+    ``ended``: the last statistics of components that stopped and were replaced under the same name (a learner
+    moved or restarted, a rollout worker recreated): their counters count in the totals, so that a run whose
+    learner moved still accounts for every slot its earlier learners took; ``components`` shows the live ones."""
     out: dict[str, Any] = {"slots_shm": 0, "slots_comms": 0, "params_shm_reads": 0, "params_comms_reads": 0,
                            # host relays (--param-relay auto): versions samplers read in place from a relay's block,
                            # versions the relays fetched, and copies the learners served them
@@ -146,35 +151,46 @@ def data_path(last_stats: dict[str, dict], learner: str | None) -> dict[str, Any
                            # remote slots: the RPCs that carried their reads (several slots each when read in bulk),
                            # and reads that failed (the rollout worker was lost mid-read: slot dropped)
                            "remote_read_rpcs": 0, "remote_reads": 0, "slots_lost_reads": 0}
-    hosts = set()
+    for s in ended:
+        _add_counters(out, s, _component_entry(s))
     for name, s in sorted(last_stats.items()):
-        counters, batcher = s.get("counters", {}), s.get("batcher", {})
-        entry = {"cls": s.get("cls"), "address": s.get("address"), "host": host_of(s.get("address")),
-                 "params_shm_reads": int(counters.get("params_shm_reads", 0)),
-                 "params_comms_reads": int(counters.get("params_comms_reads", 0)),
-                 **{key: int(counters[key]) for key in ("params_relay_reads", "params_relay_fetches") if key in counters},
-                 **({"params_served": int(s["params_served"])} if "params_served" in s else {})}
-        hosts.add(entry["host"])
-        if "slots_filled" in s:
-            out["slots_filled"][name] = int(s["slots_filled"])
-        out["slots_dropped"] += int(batcher.get("dropped_slots", 0))  # announced by a replaced worker: memory gone
-        out["slots_lost_reads"] += int(batcher.get("lost_reads", 0))
-        out["remote_read_rpcs"] += int(batcher.get("remote_reads", {}).get("rpcs", 0))
-        out["remote_reads"] += int(batcher.get("remote_reads", {}).get("reads", 0))
-        for worker, taken in batcher.get("slots_by_worker", {}).items():
-            out["slots_taken"][worker] = out["slots_taken"].get(worker, 0) + int(taken)
-        for way in ("shm", "comms"):
-            out[f"copy_s_{way}"] = out.get(f"copy_s_{way}", 0.0) + float(batcher.get(f"copy_s_{way}", 0.0))
-        if batcher:
-            entry.update(slots_shm=int(batcher.get("slots_shm", 0)), slots_comms=int(batcher.get("slots_comms", 0)))
-            out["slots_shm"] += entry["slots_shm"]
-            out["slots_comms"] += entry["slots_comms"]
+        entry = _component_entry(s)
+        _add_counters(out, s, entry)
         if name == learner:
             out["remote_params"] = bool(s.get("remote_params", False))
-        out["params_shm_reads"] += entry["params_shm_reads"]
-        out["params_comms_reads"] += entry["params_comms_reads"]
-        for key in ("params_relay_reads", "params_relay_fetches", "params_served"):
-            out[key] += entry.get(key, 0)
         out["components"][name] = entry
-    out["hosts"] = sorted(hosts)
+    out["hosts"] = sorted({entry["host"] for entry in out["components"].values()})
     return out
+
+
+def _component_entry(s: dict) -> dict[str, Any]:
+    """One component's side of :func:`data_path`: where it ran and what it read or served."""
+    counters, batcher = s.get("counters", {}), s.get("batcher", {})
+    entry = {"cls": s.get("cls"), "address": s.get("address"), "host": host_of(s.get("address")),
+             "params_shm_reads": int(counters.get("params_shm_reads", 0)),
+             "params_comms_reads": int(counters.get("params_comms_reads", 0)),
+             **{key: int(counters[key]) for key in ("params_relay_reads", "params_relay_fetches") if key in counters},
+             **({"params_served": int(s["params_served"])} if "params_served" in s else {})}
+    if batcher:
+        entry.update(slots_shm=int(batcher.get("slots_shm", 0)), slots_comms=int(batcher.get("slots_comms", 0)))
+    return entry
+
+
+def _add_counters(out: dict[str, Any], s: dict, entry: dict[str, Any]) -> None:
+    """Add one component's counters (its statistics ``s`` and its :func:`_component_entry`) to the totals."""
+    batcher = s.get("batcher", {})
+    if "slots_filled" in s:
+        name = s.get("name")
+        out["slots_filled"][name] = out["slots_filled"].get(name, 0) + int(s["slots_filled"])
+    out["slots_dropped"] += int(batcher.get("dropped_slots", 0))  # announced by a replaced worker: memory gone
+    out["slots_lost_reads"] += int(batcher.get("lost_reads", 0))
+    out["remote_read_rpcs"] += int(batcher.get("remote_reads", {}).get("rpcs", 0))
+    out["remote_reads"] += int(batcher.get("remote_reads", {}).get("reads", 0))
+    for worker, taken in batcher.get("slots_by_worker", {}).items():
+        out["slots_taken"][worker] = out["slots_taken"].get(worker, 0) + int(taken)
+    for way in ("shm", "comms"):
+        out[f"copy_s_{way}"] = out.get(f"copy_s_{way}", 0.0) + float(batcher.get(f"copy_s_{way}", 0.0))
+        out[f"slots_{way}"] += entry.get(f"slots_{way}", 0)
+    for key in ("params_shm_reads", "params_comms_reads", "params_relay_reads", "params_relay_fetches",
+                "params_served"):
+        out[key] += entry.get(key, 0)

@@ -1,8 +1,11 @@
 """Elastic runs: the fleet follows the cluster as workers join (an observer of the run's loop).
 
-- **Grow**: a worker that joins the cluster (one the run has not seen, under a name it has not seen: a worker a
-  nanny restarts under a known name is the recovery's) gets a rollout worker, or an inference worker when the
-  inference workers are the bottleneck (busy more than :data:`BUSY` of the time), up to ``--max-rollout-workers``.
+- **Grow**: a worker that joins the cluster (one the run has not seen) gets a rollout worker, or an inference worker
+  when the inference workers are the bottleneck (busy more than :data:`BUSY` of the time), up to
+  ``--max-rollout-workers``. A joiner under the name of a worker lost with one of the run's components on it, while
+  that loss awaits the recovery, is the recovery's (a nanny restarts a worker under its name); once the recovery
+  has dealt with it, or when its worker retired or left in order, the name is free: a batch cluster
+  (dask-jobqueue's ``SpecCluster``) gives the job that replaces an ended one the ended job's name.
 - **Shrink**: a worker that leaves in order takes its drained rollout workers along (:mod:`.departures`), and the run
   goes on without them; a rollout worker lost with no idle worker left is not recreated until one joins.
 - **Adaptive clusters**: the run tells the scheduler how many workers it could use now (its components, plus one
@@ -52,9 +55,7 @@ class ElasticGrowth(Observer):
     def on_start(self, run: Run) -> None:
         self.run, self.fleet = run, run.fleet
         self.cap = run.config.run.max_rollout_workers or MAX_ROLLOUT_WORKERS
-        workers = dask_internals.cluster_workers(self.fleet.client)
-        self.seen = set(workers)  # addresses present at the start, or already used
-        self.seen_names = {str(w.get("name")) for w in workers.values()} | set(self.fleet.placement.names.values())
+        self.seen = set(dask_internals.cluster_workers(self.fleet.client))  # present at the start, or already used
 
     def on_poll(self, run: Run) -> None:
         if time.monotonic() >= self.next_check:
@@ -72,8 +73,9 @@ class ElasticGrowth(Observer):
             self.run.incidents.note("elastic-workers-unreadable", exc)
             return
         busy = {h.address for h in self.fleet.components()}
+        recovering = self.names_awaiting_recovery(busy, workers)
         joined = sorted((a for a, w in workers.items() if a not in self.seen and a not in busy
-                         and str(w.get("name")) not in self.seen_names and w.get("status", "running") == "running"),
+                         and str(w.get("name")) not in recovering and w.get("status", "running") == "running"),
                         key=lambda a: str(workers[a].get("name", a)))
         for address in joined:
             if self._wanted_by(shares) and self.run.claim.claim([address]):
@@ -84,10 +86,15 @@ class ElasticGrowth(Observer):
                     self.run.say(f"daskrl: worker {address} joined; kept idle for a learner whose worker retires soon")
                 continue  # looked at again once no learner waits
             self.seen.add(address)
-            self.seen_names.add(str(workers[address].get("name")))
             self.fleet.placement.names[address] = str(workers[address].get("name", address))
             self._place(address, shares)
         self._publish_wanted(shares)
+
+    def names_awaiting_recovery(self, busy: set[str], workers: dict[str, dict]) -> set[str]:
+        """Names of workers that left with one of the run's components (``busy``: their addresses) still on them:
+        the recovery has not replaced it yet, and may wait for a worker a nanny restarts under that name."""
+        names = self.fleet.placement.names
+        return {names[a] for a in busy - set(workers) if a in names}
 
     def _wanted_by(self, shares: dict[str, dict[str, float]]) -> bool:
         """Whether a joining worker would get a component (see :meth:`_place`)."""

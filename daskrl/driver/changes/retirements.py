@@ -143,8 +143,9 @@ class PlannedRetirements(Observer):
         start = LearnerStart.from_checkpoint_bytes(state)
         said = f"a checkpoint taken at {run.state.env_steps:,} env steps"
         steps.mark("checkpoint_s")
-        # its name stays in the bus registry: the rollout workers' connections to "learner" are the successor's
-        learner.call("stop", timeout=30, keep_subscriptions=True)
+        # its name stays in the bus registry: the rollout workers' connections to "learner" are the successor's;
+        # its last statistics count what it took since the last poll (the successor's end them in the data path)
+        run.keep_stats([learner.call("stop", timeout=30, keep_subscriptions=True)])
         steps.mark("stop_s")
         try:
             new = run.fleet.recreate_learner(target, start, policy)

@@ -93,6 +93,9 @@ class Run:
         self.failed = False  # a component failed: no final checkpoint, the last good one stays the newest
         self.silent: set[str] = set()
         self.last_stats: dict[str, dict] = {}  # the newest stats of each component (counters, no episodes)
+        #: the last stats of components replaced under the same name (a learner moved or restarted, a rollout worker
+        #: recreated): what they moved still counts in the data path's totals
+        self.ended_stats: list[dict] = []
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
@@ -273,7 +276,7 @@ class Run:
         died with it: the steps it reported stay counted."""
         if self.fleet.role_of(handle.name) is Role.ROLLOUT:
             self.state.tally.lose(handle.name)
-        self.last_stats.pop(handle.name, None)
+        self._end_stats(handle.name)
         self.recovery.recover(handle, cause, self.state.env_steps)
 
     def account_retired(self, handle: ComponentHandle, final: dict) -> None:
@@ -385,13 +388,24 @@ class Run:
             self.wandb_log.close(failed=self.failed or self.phase not in ("stopping", "finished"))
 
     def keep_stats(self, stats: list[dict]) -> None:
+        """The newest stats of each component; those of one that now runs elsewhere under the same name (a learner
+        that moved) end (:attr:`ended_stats`)."""
         for s in stats:
             if s.get("name"):
+                kept = self.last_stats.get(s["name"])
+                if kept is not None and kept.get("address") != s.get("address"):
+                    self._end_stats(s["name"])
                 self.last_stats[s["name"]] = {k: v for k, v in s.items() if k not in ("episodes", "stack")}
+
+    def _end_stats(self, name: str) -> None:
+        """Component ``name``'s current incarnation ended: its last stats go to :attr:`ended_stats`."""
+        last = self.last_stats.pop(name, None)
+        if last is not None:
+            self.ended_stats.append(last)
 
     def data_path(self) -> dict[str, Any]:
         learners = self.fleet.policy_learners if self.fleet is not None else []
-        return data_path(self.last_stats, learners[0].name if learners else None)
+        return data_path(self.last_stats, learners[0].name if learners else None, self.ended_stats)
 
     def summary(self) -> dict[str, Any]:
         """What ``train()`` returns (see :func:`~daskrl.driver.loop.summary.run_summary`)."""
