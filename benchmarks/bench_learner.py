@@ -111,8 +111,8 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
     from daskrl.models.actor_critic import build_model
 
     torch.set_num_threads(threads)
-    try:  # what a learner process does at its start, in trees that have it (daskrl/runtime/heap.py)
-        from daskrl.runtime.heap import keep_freed_memory
+    try:  # what a learner process does at its start, in trees that have it (daskrl/runtime/memory/heap.py)
+        from daskrl.runtime.memory.heap import keep_freed_memory
 
         keep_freed_memory()
     except ImportError:

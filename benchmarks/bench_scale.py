@@ -381,7 +381,7 @@ def main() -> None:
                               "lines": links}))
         return
 
-    from daskrl.runtime import worker_server
+    from daskrl.runtime.workers import worker_server
 
     worker_server.start()  # as the daskrl command does: workers are forked from a preloaded forkserver
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

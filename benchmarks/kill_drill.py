@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from daskrl.runtime.segments import list_segments, owner_pid
+from daskrl.runtime.cleanup.segments import list_segments, owner_pid
 
 RESUMED = re.compile(r"resuming from (checkpoints/checkpoint_(\d+)\.pt)")
 

@@ -51,7 +51,7 @@ def clean(prefix: str, hosts: int) -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
     subprocess.run(["ip", "link", "del", f"{prefix}_r0"], capture_output=True, timeout=20)
     try:
-        from daskrl.runtime.segments import sweep
+        from daskrl.runtime.cleanup.segments import sweep
 
         sweep(dead_only=True)
     except ImportError:

@@ -323,7 +323,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 def _simulate_count(workers: int, runnable: list[str], seconds: float, warmup: float, nanny: bool,
                     scale_batch: bool = False) -> list[dict[str, Any]]:
     """:func:`simulate` at one worker count."""
-    from daskrl.runtime.segments import sweep
+    from daskrl.runtime.cleanup.segments import sweep
 
     memory = MemoryPeak()
     t0 = time.monotonic()

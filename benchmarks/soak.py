@@ -158,7 +158,7 @@ def slots_per_worker(config_json: str) -> int:
 def leftovers(before_pids: set[int], run_ids: set[str]) -> tuple[list[str], list[str]]:
     """Processes under this one that appeared during the run and the run's daskrl segments (by its run id: another
     run on the host has its own), still there (this interpreter's multiprocessing helpers are not the run's)."""
-    from daskrl.runtime.segments import list_segments
+    from daskrl.runtime.cleanup.segments import list_segments
 
     deadline = time.monotonic() + 30
     while True:
@@ -195,7 +195,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
 
-    from daskrl.runtime import worker_server
+    from daskrl.runtime.workers import worker_server
 
     worker_server.start()  # as the daskrl command does: workers are forked from a preloaded forkserver
     # the API's imports (distributed among them) done here, before the sampler thread imports from distributed:

@@ -4,7 +4,7 @@ server starts first.
 Why: the server's imports (torch: about 0.8 s) decide when the cluster's workers can start, and this process's own
 imports (daskrl and its dependencies: about 0.4 s) and the checks of the options would otherwise come before them.
 The guess from the arguments is cheap and may be wrong (a ``--config`` file naming a scheduler): the command stops
-a server it does not use (:func:`daskrl.runtime.worker_server.stop`), and does so on every way out.
+a server it does not use (:func:`daskrl.runtime.workers.worker_server.stop`), and does so on every way out.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def runs_embedded_cluster(argv: list[str]) -> bool:
 
 def main() -> int:
     argv = sys.argv[1:]
-    from daskrl.runtime import worker_server
+    from daskrl.runtime.workers import worker_server
 
     if runs_embedded_cluster(argv):
         worker_server.start()

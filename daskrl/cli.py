@@ -211,7 +211,7 @@ def _train(config: Config) -> int:
     from daskrl.driver.launch.preflight import preflight
 
     preflight(config)  # a bad option, env or size is refused before any process starts (the forkserver included)
-    from daskrl.runtime import worker_server
+    from daskrl.runtime.workers import worker_server
 
     if config.deploy.show:  # --deploy's dry run
         worker_server.stop()
@@ -306,7 +306,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     spec = None if args.resume else spec_from_args(args)  # a bad spec: one line per problem, before any trial
     if not args.scheduler:
-        from daskrl.runtime import worker_server
+        from daskrl.runtime.workers import worker_server
 
         worker_server.start()  # the embedded cluster's workers import torch while this process imports the rest
     result = run_sweep(spec, train_dir=args.train_dir, scheduler=args.scheduler, resume=args.resume)
@@ -315,8 +315,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _runs(address: str, timeout: float) -> int:
-    from daskrl.runtime.existing_cluster import open_client
-    from daskrl.runtime.runs import list_runs
+    from daskrl.runtime.access.existing_cluster import open_client
+    from daskrl.runtime.access.runs import list_runs
 
     client = open_client(address, None, timeout)
     try:

@@ -17,7 +17,7 @@ An off-policy algorithm (``--algo dqn``) puts replay shards where the learner st
 
 ``policy:``, ``actions:`` and ``free:`` are work queues (each message to exactly one taker); signals go to every
 connected slot. A new policy version is no message to samplers: they poll the version in the learner's parameter
-block (:mod:`daskrl.runtime.params`), or in their host's relay block, whose relay the learner tells::
+block (:mod:`daskrl.runtime.memory.params`), or in their host's relay block, whose relay the learner tells::
 
     Learner --ParamsPublished (signal)--> ParamRelay (one per host without the learner; --param-relay auto)
  :func:`wire_sampling_graph` makes all these connections for a set of components, and
@@ -31,11 +31,11 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
-from daskrl.runtime.component import ERROR_TOPIC
-from daskrl.runtime.handles import ComponentHandle
-from daskrl.runtime.registry import FAULT_TOPIC
-from daskrl.runtime.signals import SlotRef
-from daskrl.runtime.wiring import add_consumer, connect
+from daskrl.runtime.actors.component import ERROR_TOPIC
+from daskrl.runtime.actors.handles import ComponentHandle
+from daskrl.runtime.actors.signals import SlotRef
+from daskrl.runtime.messaging.registry import FAULT_TOPIC
+from daskrl.runtime.messaging.wiring import add_consumer, connect
 
 # ---- queue names ----
 

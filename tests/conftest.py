@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from daskrl.runtime import connect_cluster, dask_internals
-from daskrl.runtime.shm import list_segments
+from daskrl.runtime.memory.shm import list_segments
 
 
 def _embedded(n_workers: int):

@@ -19,8 +19,8 @@ import pytest
 from daskrl.cli import main
 from daskrl.config import SECTIONS
 from daskrl.errors import ClusterAccessError
-from daskrl.runtime.cluster import connect_cluster
-from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
+from daskrl.runtime.access.cluster import connect_cluster
+from daskrl.runtime.memory.shm import list_segments, owner_pid, pid_alive
 
 from .helpers import Processes, dask_command, free_port, run_watching_children, slow, wait_for_cluster
 

@@ -30,7 +30,7 @@ from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.core_state import rnn_state_size
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.models.registry import install_components, lookup, pack_components
-from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.actors.incidents import Incidents
 
 from .helpers import SMALL_CARTPOLE, run_config, slow
 

@@ -15,7 +15,7 @@ import pytest
 from distributed import Client, LocalCluster, get_worker
 
 from daskrl.runtime import connect_cluster, dask_internals
-from daskrl.runtime.cluster import QUIET_HOUSEKEEPING
+from daskrl.runtime.access.cluster import QUIET_HOUSEKEEPING
 
 RECEIVED: list = []  # what the probe stream handler got (workers run in this process)
 
@@ -118,11 +118,11 @@ def test_dask_keeps_the_forkserver_preload_daskrl_set():
     import distributed.utils
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["daskrl.runtime.preload_done"])
+    context.set_forkserver_preload(["daskrl.runtime.workers.preload_done"])
     dask_internals.keep_forkserver_preload()
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
         assert distributed.utils.get_mp_context() is context
-    assert forkserver._forkserver._preload_modules == ["daskrl.runtime.preload_done"]
+    assert forkserver._forkserver._preload_modules == ["daskrl.runtime.workers.preload_done"]
 
 
 def test_nannies_poll_for_their_workers_start_at_the_interval_daskrl_sets():

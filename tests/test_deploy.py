@@ -30,9 +30,9 @@ from daskrl import Observer, train
 from daskrl.config import ConfigError
 from daskrl.errors import ClusterAccessError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.cluster import connect_cluster
-from daskrl.runtime.existing_cluster import tls_security
-from daskrl.runtime.shm import list_segments, owner_pid
+from daskrl.runtime.access.cluster import connect_cluster
+from daskrl.runtime.access.existing_cluster import tls_security
+from daskrl.runtime.memory.shm import list_segments, owner_pid
 
 from .helpers import (
     Processes,

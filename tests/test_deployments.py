@@ -20,8 +20,8 @@ import pytest
 from daskrl.config import Config
 from daskrl.driver.launch.deployment import kubernetes_specs
 from daskrl.errors import ConfigError
-from daskrl.runtime.segments import list_segments, owner_pid, pid_alive
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.cleanup.segments import list_segments, owner_pid, pid_alive
+from daskrl.runtime.memory.shm import host_of
 from daskrl.testing.hosts.netns import pids_in
 from daskrl.testing.hosts.slurm import SlurmTestCluster, slurm_unavailable
 from daskrl.testing.hosts.ssh import SSHTestHosts, ssh_unavailable

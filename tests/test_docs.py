@@ -3,7 +3,7 @@
 - The message table of docs/architecture.md names exactly the payloads (``TypedDict``s), work queues, signals and
   scheduler event topics of daskrl/protocol.py: a message added to one and not the other fails here, by name.
 - Every file of this repository the docs and the README name (``daskrl/driver/loop/live_run.py``, ``benchmarks/soak.py``,
-  ``runtime/params.py`` inside the package map) exists, and every dotted daskrl name they give
+  ``runtime/memory/params.py`` inside the package map) exists, and every dotted daskrl name they give
   (``daskrl.testing.mappings:by_role``) imports.
 """
 
@@ -173,7 +173,7 @@ def test_a_message_added_to_protocol_py_alone_is_caught():
 
 # ---- paths and names the docs give ----
 
-#: top-level folders of the repository, and daskrl's own packages (a path such as ``runtime/params.py`` in the map)
+#: top-level folders of the repository, and daskrl's own packages (a path such as ``runtime/memory/params.py`` in the map)
 TOP_FOLDERS = ("daskrl", "benchmarks", "examples", "tests", "docs")
 PACKAGES = tuple(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
 
@@ -225,13 +225,13 @@ def test_every_dotted_daskrl_name_in_the_docs_imports():
 
 
 def test_the_path_checks_find_a_wrong_path():
-    text = ("see `daskrl/driver/nowhere.py`, `runtime/params.py`, `daskrl.driver.nowhere.thing` and "
+    text = ("see `daskrl/driver/nowhere.py`, `runtime/memory/params.py`, `daskrl.driver.nowhere.thing` and "
             "`daskrl.testing.mappings:x_y`")
-    assert named_files(text) == {"daskrl/driver/nowhere.py", "daskrl/runtime/params.py"}
+    assert named_files(text) == {"daskrl/driver/nowhere.py", "daskrl/runtime/memory/params.py"}
     assert dotted_names(text) == {"daskrl.driver.nowhere.thing", "daskrl.testing.mappings:x_y"}
-    assert not (ROOT / "daskrl/driver/nowhere.py").exists() and (ROOT / "daskrl/runtime/params.py").exists()
+    assert not (ROOT / "daskrl/driver/nowhere.py").exists() and (ROOT / "daskrl/runtime/memory/params.py").exists()
     assert not resolves("daskrl.driver.nowhere.thing") and not resolves("daskrl.testing.mappings:x_y")
-    assert resolves("daskrl.testing.mappings:by_role") and resolves("daskrl.runtime.shm")
+    assert resolves("daskrl.testing.mappings:by_role") and resolves("daskrl.runtime.memory.shm")
 
 
 def test_every_env_family_is_named_in_the_help_and_the_training_table():

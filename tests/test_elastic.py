@@ -21,7 +21,7 @@ import pytest
 from daskrl import Observer, train
 from daskrl.driver.changes.elastic import ElasticGrowth
 from daskrl.runtime import dask_internals
-from daskrl.runtime.semaphores import mapped_semaphores, process_tree, remove_orphans
+from daskrl.runtime.cleanup.semaphores import mapped_semaphores, process_tree, remove_orphans
 
 from .helpers import dask_command, run_config, slow, start_cli_cluster, wait_for, worker_names
 

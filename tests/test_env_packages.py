@@ -25,7 +25,7 @@ from daskrl.envs.packages import package_names
 from daskrl.errors import EnvError
 from daskrl.models import registry
 from daskrl.runtime import connect_cluster
-from daskrl.runtime.shm import list_segments
+from daskrl.runtime.memory.shm import list_segments
 
 PKG_DIR = Path(__file__).parent / "envpkg"
 PKG = "daskrl_test_envpkg"  # importing it registers ENV_ID, as `import minigrid` registers MiniGrid-*

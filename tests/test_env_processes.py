@@ -1,5 +1,5 @@
 """Envs that own processes (a VizDoom engine per game, with ``/dev/shm`` entries): nothing of them outlives the
-process that built them, however it ends (daskrl/envs/owned_processes.py, daskrl/runtime/process_watcher.py).
+process that built them, however it ends (daskrl/envs/owned_processes.py, daskrl/runtime/cleanup/process_watcher.py).
 
 The env is :mod:`daskrl.testing.process_envs`: a real child process per env that creates and maps a ``/dev/shm``
 entry and ignores SIGTERM, as an engine does. Builders are real processes killed from outside; runs are real
@@ -22,7 +22,7 @@ import pytest
 
 from daskrl import Observer, train
 from daskrl.envs import EnvError, EnvGroup, make_env, owned_processes
-from daskrl.runtime import process_watcher
+from daskrl.runtime.cleanup import process_watcher
 from daskrl.testing.env_leftovers import CASES, CHECK_SECONDS, EnvTraces, run_case
 from daskrl.testing.process_envs import entry_prefix
 
@@ -60,7 +60,7 @@ def test_an_env_that_fails_half_built_leaves_nothing(tag):
 
 
 def test_an_env_that_creates_nothing_starts_no_watcher():
-    code = ("import os; from daskrl.envs import make_env; from daskrl.runtime import procfs; "
+    code = ("import os; from daskrl.envs import make_env; from daskrl.runtime.cleanup import procfs; "
             "envs = [make_env('CartPole-v1', seed=i) for i in range(4)]; "
             "print(sorted(procfs.descendants(os.getpid())))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

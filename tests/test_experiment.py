@@ -17,8 +17,8 @@ import pytest
 from daskrl import train
 from daskrl.config import Config, ConfigError
 from daskrl.driver.launch.experiment import ExperimentInUseError, ExperimentLock, open_experiment
-from daskrl.runtime.semaphores import mapped_semaphores, on_disk
-from daskrl.runtime.shm import list_segments, owner_pid, pid_alive
+from daskrl.runtime.cleanup.semaphores import mapped_semaphores, on_disk
+from daskrl.runtime.memory.shm import list_segments, owner_pid, pid_alive
 
 from .helpers import run_config, slow
 

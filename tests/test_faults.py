@@ -37,8 +37,8 @@ from daskrl.errors import TrainingError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.learning.learner import Learner
 from daskrl.runtime import ComponentError
-from daskrl.runtime.handles import ComponentHandle
-from daskrl.runtime.shm import list_segments, owner_pid, sweep
+from daskrl.runtime.actors.handles import ComponentHandle
+from daskrl.runtime.memory.shm import list_segments, owner_pid, sweep
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 
@@ -616,7 +616,7 @@ def test_only_a_start_failure_that_looks_like_a_lost_worker_waits_for_the_schedu
     from distributed.scheduler import KilledWorker
 
     from daskrl.errors import ComponentError, EnvError
-    from daskrl.runtime.handles import looks_like_a_lost_worker
+    from daskrl.runtime.actors.handles import looks_like_a_lost_worker
 
     def failed(cause: BaseException) -> ComponentError:
         try:

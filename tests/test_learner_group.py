@@ -29,7 +29,7 @@ from daskrl.learning.shares import split_slots
 from daskrl.learning.slot_reader import LocalSlots, SlotReadError
 from daskrl.models.actor_critic import build_model
 from daskrl.runtime import dask_internals
-from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.actors.incidents import Incidents
 
 from .helpers import REPORT_OFTEN, run_config, slow
 

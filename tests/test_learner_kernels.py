@@ -419,7 +419,7 @@ libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
 if sys.argv[1] == "keep":
-    from daskrl.runtime.heap import keep_freed_memory
+    from daskrl.runtime.memory.heap import keep_freed_memory
     assert keep_freed_memory()
 def faults_of_a_step():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

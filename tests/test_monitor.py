@@ -39,7 +39,7 @@ from daskrl.monitor.history import MetricsStore
 from daskrl.monitor.plots import EVAL_COLOR, FPS_COLOR, RETURN_COLOR
 from daskrl.monitor.tensorboard_log import TAGS
 from daskrl.runtime import connect_cluster
-from daskrl.runtime.shm import list_segments, owner_pid
+from daskrl.runtime.memory.shm import list_segments, owner_pid
 
 from .browser import CHROMIUM, Browser, chromium_cli, colour_pixels, distinct_colours, needs_chromium
 from .helpers import free_port, get_json, run_config, slow, worker_pids

@@ -356,7 +356,7 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
     column says policy 0 exactly while it acts and nobody (-1) after it left; every agent's episode is reported
     with its exact return, its own length and the policy that played it; env steps count envs, not agents."""
     from daskrl.config import Config
-    from daskrl.runtime.handles import spawn
+    from daskrl.runtime.actors.handles import spawn
     from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
     spec = "daskrl.testing.envs:staggered"

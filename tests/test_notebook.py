@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from daskrl.runtime.segments import owner_pid
-from daskrl.runtime.shm import list_segments
+from daskrl.runtime.cleanup.segments import owner_pid
+from daskrl.runtime.memory.shm import list_segments
 
 from .helpers import slow, wait_for
 

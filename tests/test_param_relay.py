@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from daskrl import Observer, train
-from daskrl.runtime import params
-from daskrl.runtime.params import RelayBlock, RelayView, fetch, read_block, serve_fetch
-from daskrl.runtime.shm import SharedArray, list_segments, owner_pid
+from daskrl.runtime.memory import params
+from daskrl.runtime.memory.params import RelayBlock, RelayView, fetch, read_block, serve_fetch
+from daskrl.runtime.memory.shm import SharedArray, list_segments, owner_pid
 
 from .helpers import run_config, slow, start_two_hosts, worker_pid
 

@@ -27,8 +27,9 @@ from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import pack_components
 from daskrl.pbt.controller import PBTController, exploits_of, pbt_setup
 from daskrl.pbt.population import Exploit, PBTLog, PBTRanges, PBTRound, mutate, perturb, spread
-from daskrl.runtime import dask_internals, shm
-from daskrl.runtime.handles import spawn
+from daskrl.runtime import dask_internals
+from daskrl.runtime.actors.handles import spawn
+from daskrl.runtime.memory import shm
 from daskrl.setups import LearnerSetup
 
 T, N = 16, 8

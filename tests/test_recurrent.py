@@ -25,7 +25,7 @@ from daskrl.models.actor_critic import build_model
 from daskrl.models.core_state import rnn_state_size
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.runtime import connect_cluster, spawn
-from daskrl.runtime.shm import list_segments
+from daskrl.runtime.memory.shm import list_segments
 from daskrl.sampling.policy import SamplingPolicy
 from daskrl.setups import PolicySetup
 from daskrl.testing.sampling import (

@@ -1,4 +1,4 @@
-"""Slots of another host read ahead and in bulk (daskrl/runtime/remote_reads.py, the batcher's RemoteSlots) on a
+"""Slots of another host read ahead and in bulk (daskrl/runtime/memory/remote_reads.py, the batcher's RemoteSlots) on a
 real cluster of worker processes with DASKRL_FORCE_COMMS=1 (each worker treats the other as another host): the bulk
 path returns exactly what one round trip per slot returns and what the owner holds, for every field of a recurrent,
 tagged slot; the learner's reader takes the same of them either way; a read of an owner that stopped fails with one
@@ -14,7 +14,7 @@ import pytest
 
 from daskrl import train
 from daskrl.runtime import connect_cluster, spawn
-from daskrl.runtime.shm import list_segments
+from daskrl.runtime.memory.shm import list_segments
 from daskrl.testing.slot_pools import ALL_FIELDS, SlotCopier, SlotPool
 
 from .helpers import REPORT_OFTEN, Killer, recovery_of, run_config, set_worker_env, slow

@@ -305,7 +305,7 @@ def test_a_dqn_run_over_comms_copies_slots_and_minibatches_by_rpc(tmp_path):
     round trip and the learner reads each minibatch out of the shard's batch block by RPC; the run trains."""
     from daskrl import train
     from daskrl.runtime import connect_cluster
-    from daskrl.runtime.shm import list_segments
+    from daskrl.runtime.memory.shm import list_segments
 
     from .helpers import DQN_CARTPOLE, run_config
 

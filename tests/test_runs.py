@@ -17,8 +17,8 @@ from distributed import Client, LocalCluster
 import daskrl
 from daskrl.errors import ClusterAccessError, ConfigError
 from daskrl.learning.checkpoints import CheckpointStore
-from daskrl.runtime.runs import LEASE_S, RunRegistry, list_runs
-from daskrl.runtime.shm import list_segments
+from daskrl.runtime.access.runs import LEASE_S, RunRegistry, list_runs
+from daskrl.runtime.memory.shm import list_segments
 
 from .helpers import SMALL_CARTPOLE, run_config, slow, wait_for
 
@@ -80,7 +80,7 @@ def test_a_beat_hands_over_what_attached_handles_asked():
 
 def test_the_dashboard_lists_the_live_runs():
     from daskrl.monitor.dashboard.runs import live_runs, runs_table_html
-    from daskrl.runtime.runs import PLUGIN_NAME
+    from daskrl.runtime.access.runs import PLUGIN_NAME
 
     reg = registry_with(["w1", "w2"])
     call(reg.open("cartpole", "train_dir/cartpole", client="c1"))

@@ -28,10 +28,10 @@ from daskrl.runtime import (
     spawn,
     spawn_all,
 )
-from daskrl.runtime.bus import check_payload
-from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.shm import list_segments
-from daskrl.runtime.timing import Timing
+from daskrl.runtime.actors.incidents import Incidents
+from daskrl.runtime.actors.timing import Timing
+from daskrl.runtime.memory.shm import list_segments
+from daskrl.runtime.messaging.bus import check_payload
 from daskrl.testing.components import (
     Bencher,
     Emitter,

@@ -22,7 +22,7 @@ from daskrl.driver.fleet.role_setups import role_setups
 from daskrl.envs import EnvError, probe_env
 from daskrl.protocol import policy_queue, wire_rollout, wire_sampling_graph
 from daskrl.runtime import connect_cluster, dask_internals, spawn, spawn_all
-from daskrl.runtime.shm import SHM_DIR, list_segments, owner_pid
+from daskrl.runtime.memory.shm import SHM_DIR, list_segments, owner_pid
 from daskrl.sampling.episode import episodes_from_event
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster, Variable
 
-from daskrl.runtime.segments import list_segments, owner_pid, pid_alive
+from daskrl.runtime.cleanup.segments import list_segments, owner_pid, pid_alive
 from daskrl.testing.scheduler_load import install_op_counts, read_op_counts
 
 from .helpers import slow, wait_for

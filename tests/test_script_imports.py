@@ -36,7 +36,7 @@ def test_every_daskrl_name_a_script_imports_exists(script: Path):
     for module_name, name, line in daskrl_imports(script):
         module = importlib.import_module(module_name)
         if name != "*" and not hasattr(module, name):
-            try:  # a submodule imported by name: `from daskrl.runtime import worker_server`
+            try:  # a submodule imported by name: `from daskrl.runtime.workers import worker_server`
                 importlib.import_module(f"{module_name}.{name}")
             except ModuleNotFoundError:
                 missing.append(f"line {line}: from {module_name} import {name}")

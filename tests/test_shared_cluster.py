@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daskrl.runtime.runs import list_runs
+from daskrl.runtime.access.runs import list_runs
 
 from .helpers import slow, start_cli_cluster, wait_for
 

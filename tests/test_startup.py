@@ -79,7 +79,7 @@ def _inherited_state() -> tuple[bool, int, int]:  # the collector, its frozen ob
 
 
 def test_workers_forked_from_the_server_collect_garbage_and_inherit_its_imports_frozen_and_caches_filled(session):
-    """The server pauses the garbage collector for its imports (daskrl/runtime/preload_start.py: 0.15-0.2 s of
+    """The server pauses the garbage collector for its imports (daskrl/runtime/workers/preload_start.py: 0.15-0.2 s of
     start-up) and resumes it after freezing them (preload_done.py): a worker that inherited it paused would never
     free a reference cycle. Dask's package versions, which each worker reports as it registers, were cached in the
     server: the registration found them there (without: 9 misses, no hit)."""
@@ -171,7 +171,7 @@ def test_the_command_starts_the_worker_server_before_its_imports_and_stops_it_wh
     """``daskrl train`` (daskrl/__main__.py) starts the embedded cluster's worker server before it imports the command
     line's modules; a run refused by its checks ends at once and leaves no server behind (one still importing torch
     would outlive the command by a second otherwise)."""
-    code = ("import sys; from daskrl.runtime import worker_server; real = worker_server.start; seen = []\n"
+    code = ("import sys; from daskrl.runtime.workers import worker_server; real = worker_server.start; seen = []\n"
             "def start():\n    seen.append('daskrl.cli' in sys.modules); real()\n"
             "worker_server.start = start\nfrom daskrl.__main__ import main\n"
             f"sys.argv = ['daskrl', 'train', '--env', 'Nope-v0', '--train-dir', {str(tmp_path)!r}]\n"
@@ -189,7 +189,7 @@ def test_the_private_forkserver_parts_the_worker_server_stops_exist_in_this_pyth
     here, by name, not as a server that outlives every refused command."""
     from multiprocessing import forkserver
 
-    from daskrl.runtime import worker_server
+    from daskrl.runtime.workers import worker_server
 
     pid = worker_server.forkserver_pid()
     assert pid is None or isinstance(pid, int)

@@ -203,7 +203,7 @@ def test_resume_after_ctrl_c_runs_only_the_trials_that_did_not_finish(tmp_path):
 def test_a_worker_killed_mid_sweep_costs_no_trial(tmp_path):
     from distributed import Client, LocalCluster
 
-    from daskrl.runtime.runs import list_runs
+    from daskrl.runtime.access.runs import list_runs
 
     with LocalCluster(n_workers=4, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
         killed: list[int] = []

@@ -1,7 +1,7 @@
 """A run started elsewhere on the same cluster (another process, another machine), seen through its scheduler:
 ``daskrl.attach(name, client)``.
 
-The run registry (:mod:`daskrl.runtime.runs`) gives its state, workers and newest numbers; the dashboard's store
+The run registry (:mod:`daskrl.runtime.access.runs`) gives its state, workers and newest numbers; the dashboard's store
 gives its report rows. Read-only unless attached with ``control=True``: then ``stop``, ``set`` and ``scale`` are
 requests its driver takes at its next beat (a few seconds), as its own handle's are.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from daskrl.api.handle import rows_table
 from daskrl.config.hyperparams import checked
 from daskrl.errors import ClusterAccessError
-from daskrl.runtime.runs import list_runs, send_command
+from daskrl.runtime.access.runs import list_runs, send_command
 
 #: seconds between two looks at the registry while waiting for an attached run to end
 WAIT_POLL_S = 1.0

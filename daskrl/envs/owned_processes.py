@@ -5,7 +5,7 @@ talks to it through ``/dev/shm/ViZDoom*`` entries. Closing the env ends them; a 
 its envs (SIGKILL, out of memory, a segfault, a kill of the whole process group) leaves engines running and entries
 in ``/dev/shm``. :func:`daskrl.envs.make_env` therefore notes what each env created while it was built and first
 reset: the new descendants of this process, and the new ``/dev/shm`` entries that this process or those descendants
-map or hold open. If there is any, a watcher process (``daskrl/runtime/process_watcher.py``, one per owner
+map or hold open. If there is any, a watcher process (``daskrl/runtime/cleanup/process_watcher.py``, one per owner
 process, in a session of its own) is told of them, and ends and removes them once the owner is gone, however it went; and
 the env's ``close`` ends and removes whatever its own close left, so a clean end, Ctrl-C and a retired worker
 leave nothing either. An env that creates nothing (CartPole, Atari) costs two directory reads and no watcher.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daskrl.runtime import process_watcher, procfs
+from daskrl.runtime.cleanup import process_watcher, procfs
 
 MULTIPROCESSING_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 OWN_EXIT_SECONDS = 0.5  # how long a closed env's processes get to end by themselves before they are ended

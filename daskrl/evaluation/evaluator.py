@@ -36,7 +36,7 @@ from daskrl.evaluation.multi_agent_eval import RunPolicies, acting_weights, agen
 from daskrl.evaluation.multi_agent_play import game_group, play_games
 from daskrl.models.actor_critic import build_model
 from daskrl.monitor.run_state import RunState
-from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.actors.incidents import Incidents
 
 logger = logging.getLogger(__name__)
 

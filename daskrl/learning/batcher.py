@@ -33,7 +33,7 @@ from daskrl.algo.appo.trajectory_batch import TrajectoryBatch
 from daskrl.learning.shares import split_slots
 from daskrl.learning.slot_reader import WHOLE_SLOTS, LocalSlots, SlotReader, SlotReadError, slot_source
 from daskrl.protocol import FreeSlots, free_queue
-from daskrl.runtime.remote_reads import RemoteReads
+from daskrl.runtime.memory.remote_reads import RemoteReads
 from daskrl.sampling.trajectories import attach_live_pools
 
 #: a slot as the batcher tracks it: (rollout worker, slot index, the worker's incarnation)

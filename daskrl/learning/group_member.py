@@ -19,13 +19,13 @@ import torch
 
 from daskrl.learning.learner_group import LearnerGroup, open_store
 from daskrl.learning.training_state import pack_state, unpack_state
-from daskrl.runtime.params import ParameterPublisher
+from daskrl.runtime.memory.params import ParameterPublisher
 
 if TYPE_CHECKING:
     from daskrl.algo.common.collectives import Collectives
     from daskrl.learning.snapshots import NoSnapshots, SelfPlaySnapshots
     from daskrl.models.actor_critic import ActorCritic
-    from daskrl.runtime.component import Component
+    from daskrl.runtime.actors.component import Component
 
 
 class Published:
@@ -55,7 +55,7 @@ class Published:
 
     @property
     def served(self) -> int:
-        """Copies of the block host relays fetched (see :attr:`~daskrl.runtime.params.ParameterPublisher.served`)."""
+        """Copies of the block host relays fetched (see :attr:`~daskrl.runtime.memory.params.ParameterPublisher.served`)."""
         return self.block.served
 
     def publish(self, model: ActorCritic) -> int:

@@ -31,10 +31,10 @@ from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.slot_reader import reader_for
 from daskrl.models.registry import install_components
 from daskrl.protocol import ParamsPublished, SharesAssigned, TrajectoryReady
-from daskrl.runtime import heap
-from daskrl.runtime.component import Component
-from daskrl.runtime.shm import host_of
-from daskrl.runtime.signals import signal, slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import signal, slot
+from daskrl.runtime.memory import heap
+from daskrl.runtime.memory.shm import host_of
 from daskrl.setups import LearnerSetup
 
 __all__ = ["Learner"]
@@ -67,7 +67,7 @@ class Learner(Component):
         from daskrl.models.actor_critic import build_model
 
         torch.set_num_threads(setup.learner.learner_threads)
-        heap.keep_freed_memory()  # a step's large tensors stay mapped for the next step (daskrl/runtime/heap.py)
+        heap.keep_freed_memory()  # a step's large tensors stay mapped for the next step (daskrl/runtime/memory/heap.py)
         self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
                                       "--learner-device")
         install_components(setup.components)  # the user's encoders and cores, registered where the run started

@@ -44,7 +44,7 @@ from daskrl.protocol import (
     replay_queue,
     unpack,
 )
-from daskrl.runtime.signals import slot
+from daskrl.runtime.actors.signals import slot
 from daskrl.setups import LearnerSetup
 
 #: seconds after which an unanswered request to a shard is sent again (a shard holds requests while it fills, so

@@ -21,8 +21,8 @@ from daskrl.algo.appo.trajectory_batch import TrajectoryBatch
 from daskrl.errors import SharedMemoryError
 from daskrl.learning.turns import compact_turns
 from daskrl.protocol import FreeSlots, TrajectoryReady
-from daskrl.runtime.remote_reads import RemoteReads
-from daskrl.runtime.shm import decode_parts, read_together
+from daskrl.runtime.memory.remote_reads import RemoteReads
+from daskrl.runtime.memory.shm import decode_parts, read_together
 
 #: seconds a remote slot read may take before the slot counts as lost (a host that vanished without closing its
 #: connections; a killed worker's reads fail at once)
@@ -70,7 +70,7 @@ class LocalSlots:
 
 class RemoteSlots(LocalSlots):
     """A rollout worker on another host: its arrays are RemoteArrays. With ``reads`` (the learner's
-    :class:`~daskrl.runtime.remote_reads.RemoteReads`) a slot announced to the batcher is read ahead, on the worker's
+    :class:`~daskrl.runtime.memory.remote_reads.RemoteReads`) a slot announced to the batcher is read ahead, on the worker's
     event loop and in one RPC with the other slots of that host asked for meanwhile, so :meth:`read` mostly finds it
     there; without, every field of a slot in one blocking round trip."""
 

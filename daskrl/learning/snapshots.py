@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daskrl.runtime.params import ParameterPublisher
+from daskrl.runtime.memory.params import ParameterPublisher
 
 if TYPE_CHECKING:
     from daskrl.models.actor_critic import ActorCritic
-    from daskrl.runtime.component import Component
+    from daskrl.runtime.actors.component import Component
 
 
 class SelfPlaySnapshots:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.memory.shm import host_of
 
 #: the per-shard numbers, as ``ReplayShard.extra_stats()["replay"]`` names them
 SHARD_FIELDS = ("size", "capacity", "added", "served", "waiting_requests", "held_slots")

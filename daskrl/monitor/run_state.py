@@ -13,7 +13,7 @@ from typing import Any
 
 from daskrl.monitor.replay_stats import replay_totals
 from daskrl.monitor.stats import EpisodeWindow, FrameRate
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.memory.shm import host_of
 
 #: the row's evaluation columns (daskrl/evaluation/evaluator.py): set in the first row after an evaluation ends, NaN
 #: in others

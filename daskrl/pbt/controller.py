@@ -16,7 +16,7 @@ from typing import Any
 
 from daskrl.config import Config
 from daskrl.pbt.population import Exploit, PBTRanges, PBTRound, spread
-from daskrl.runtime.component import Component
+from daskrl.runtime.actors.component import Component
 
 #: decisions kept for :meth:`PBTController.stats` (the CSV keeps them all)
 _HISTORY = 100

@@ -18,7 +18,7 @@ from daskrl.monitor.stats import EpisodeWindow
 from daskrl.pbt.controller import PBTController, pbt_setup
 from daskrl.pbt.population import PBTLog
 from daskrl.protocol import PBT_TOPIC
-from daskrl.runtime.handles import ComponentHandle, spawn
+from daskrl.runtime.actors.handles import ComponentHandle, spawn
 
 #: seconds a learner may take to export or import a training state (it waits for the training step in progress)
 STATE_TIMEOUT_S = 120

@@ -49,9 +49,9 @@ from daskrl.replay.persistence import load_shard, save_shard
 from daskrl.replay.ratio import ReplayRatio
 from daskrl.replay.sampler import PrioritizedSampler, UniformSampler
 from daskrl.replay.store import TransitionStore, store_shapes
-from daskrl.runtime.component import Component
-from daskrl.runtime.shm import read_together
-from daskrl.runtime.signals import slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import slot
+from daskrl.runtime.memory.shm import read_together
 from daskrl.sampling.trajectories import attach_live_pools
 from daskrl.setups import ReplaySetup
 

@@ -107,9 +107,9 @@ def call_stack(frame: types.FrameType) -> list[str]:
 
 
 def keep_forkserver_preload() -> None:
-    """Keep the forkserver preload daskrl set (:mod:`daskrl.runtime.worker_server`): the first time a nanny asks for the
-    forkserver context, Dask imports its required and optional packages in this process (pandas and lz4 where
-    installed) and sets a preload of its own for a server started afterwards."""
+    """Keep the forkserver preload daskrl set (:mod:`daskrl.runtime.workers.worker_server`): the first time a nanny
+    asks for the forkserver context, Dask imports its required and optional packages in this process (pandas and lz4
+    where installed) and sets a preload of its own for a server started afterwards."""
     import distributed.utils
 
     distributed.utils._forkserver_preload_set = True

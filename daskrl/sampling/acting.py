@@ -29,7 +29,7 @@ import numpy as np
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
-from daskrl.runtime.timing import Timing
+from daskrl.runtime.actors.timing import Timing
 from daskrl.sampling.row_cut import rows_for
 from daskrl.sampling.slot_owners import SlotOwners
 from daskrl.sampling.split_policies import EVERY_COLUMN, Columns, SplitPolicies

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
-from daskrl.runtime.component import Component
-from daskrl.runtime.signals import slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import slot
 from daskrl.sampling.row_cut import rows_for
 from daskrl.sampling.trajectories import attach_live_pools, read_slot, read_step, write_columns
 from daskrl.setups import InferenceSetup

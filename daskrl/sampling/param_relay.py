@@ -4,12 +4,12 @@ Without it (``--param-relay off``), every sampler off the learner's host asks th
 20 times a second and pulls each version itself through the learner's link. The relay (``--param-relay auto``, one
 per such host, beside a sampler) learns of each version from a :class:`~daskrl.protocol.ParamsPublished` bus message
 the learner pushes, fetches the newest once from the learner's worker (one RPC, a consistent copy under the
-learner's seqlock: :func:`~daskrl.runtime.params.fetch`) and writes it into a
-:class:`~daskrl.runtime.params.RelayBlock` on its host. Messages that arrive while a fetch runs are taken together
+learner's seqlock: :func:`~daskrl.runtime.memory.params.fetch`) and writes it into a
+:class:`~daskrl.runtime.memory.params.RelayBlock` on its host. Messages that arrive while a fetch runs are taken together
 after it, so a relay slower than the learner fetches only the newest version.
 
 It writes a heartbeat into its blocks a few times a second; a reader whose relay missed
-:data:`~daskrl.runtime.params.RELAY_STALE_S` of them (the relay died with its worker) takes the direct path until a
+:data:`~daskrl.runtime.memory.params.RELAY_STALE_S` of them (the relay died with its worker) takes the direct path until a
 new relay is handed to it. Once a second it also checks the learner's version without a message (one small RPC to
 the learner's worker, never the scheduler): a message sent before it subscribed is not waited for.
 """
@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from daskrl.protocol import ParamsPublished
-from daskrl.runtime.component import Component
-from daskrl.runtime.params import RelayBlock, fetch
-from daskrl.runtime.signals import slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import slot
+from daskrl.runtime.memory.params import RelayBlock, fetch
 from daskrl.setups import RelaySetup
 
 

@@ -16,7 +16,7 @@ from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.devices import cpu_has_native_bfloat16
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.numpy_policy import NumpyPolicy
-from daskrl.runtime.params import ParameterReader
+from daskrl.runtime.memory.params import ParameterReader
 from daskrl.sampling.exploration import Acted, exploring
 from daskrl.setups import PolicySetup
 

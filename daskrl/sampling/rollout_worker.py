@@ -28,8 +28,8 @@ from daskrl.envs.packages import import_env_packages
 from daskrl.envs.registry import register_env
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ENV_ERRORS_TOPIC, ActionsReady, FreeSlots, TrajectoryReady
-from daskrl.runtime.component import Component
-from daskrl.runtime.signals import signal, slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
 from daskrl.sampling.episode import Episode, wire_form
 from daskrl.sampling.slot_owners import OneConsumer, PolicyConsumers, SlotOwners

@@ -7,8 +7,8 @@ sampler's real ceiling on a machine.
 from __future__ import annotations
 
 from daskrl.protocol import FreeSlots, TrajectoryReady, free_queue
-from daskrl.runtime.component import Component
-from daskrl.runtime.signals import slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import slot
 
 
 class SamplingSink(Component):

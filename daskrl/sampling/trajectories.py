@@ -97,7 +97,7 @@ def create_slots(component, layout: SlotLayout) -> dict[str, np.ndarray | object
 def attach_slots(component, descs: dict[str, dict]) -> dict[str, object]:
     """Attach another worker's pool (in place on the same host, over comms otherwise); keys starting with "_"
     are metadata (the pool's incarnation), not arrays. Same-host fields are plain numpy views; other-host ones
-    are :class:`~daskrl.runtime.shm.RemoteArray` (use :func:`read_step` / :func:`write_step` for both)."""
+    are :class:`~daskrl.runtime.memory.shm.RemoteArray` (use :func:`read_step` / :func:`write_step` for both)."""
     out = {}
     for name, desc in descs.items():
         if not name.startswith("_"):

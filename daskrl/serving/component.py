@@ -20,8 +20,8 @@ from daskrl.config import ModelConfig
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import Shipped, install_components
-from daskrl.runtime.component import Component
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.memory.shm import host_of
 from daskrl.serving.http_app import HttpFrontend
 from daskrl.serving.live import FixedWeights, LiveWeights
 from daskrl.serving.policy import ServedPolicy

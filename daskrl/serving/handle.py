@@ -18,10 +18,10 @@ from daskrl.errors import ClusterAccessError, ComponentError, ConfigError, Reque
 from daskrl.evaluation.episodes import load_policy
 from daskrl.evaluation.loading import experiment_config, untrained_model
 from daskrl.models.registry import pack_components
-from daskrl.runtime.cluster import ClusterSession, connect_cluster
-from daskrl.runtime.handles import ComponentHandle, spawn
-from daskrl.runtime.runs import list_runs, run_params
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.access.cluster import ClusterSession, connect_cluster
+from daskrl.runtime.access.runs import list_runs, run_params
+from daskrl.runtime.actors.handles import ComponentHandle, spawn
+from daskrl.runtime.memory.shm import host_of
 from daskrl.serving.component import PolicyServer, ServeSetup
 from daskrl.serving.http_app import HttpFrontend
 from daskrl.serving.policy import ServedPolicy

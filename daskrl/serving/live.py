@@ -1,6 +1,6 @@
 """Where a served policy's weights come from: a checkpoint (fixed), or a live run's newest published version.
 
-A run's learner publishes each version in its parameter block (:mod:`daskrl.runtime.params`), and the run's driver
+A run's learner publishes each version in its parameter block (:mod:`daskrl.runtime.memory.params`), and the run's driver
 tells the cluster's run registry where that block is at every beat. :class:`LiveWeights` reads the block before
 each forward pass (one integer read when nothing changed), so a new version is taken between two passes and never
 splits one. Every few seconds it asks the registry again: a learner recreated after a fault publishes in a new
@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from daskrl.errors import ClusterAccessError, ComponentError
-from daskrl.runtime.component import Component
-from daskrl.runtime.params import ParameterReader
-from daskrl.runtime.runs import run_params
+from daskrl.runtime.access.runs import run_params
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.memory.params import ParameterReader
 from daskrl.serving.policy import ServedPolicy
 
 

@@ -12,8 +12,8 @@ from daskrl.config import Config
 from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.protocol import SWEEPS_TOPIC
 from daskrl.runtime import dask_internals
-from daskrl.runtime.cluster import connect_cluster, default_n_workers
-from daskrl.runtime.runs import list_runs
+from daskrl.runtime.access.cluster import connect_cluster, default_n_workers
+from daskrl.runtime.access.runs import list_runs
 from daskrl.sweep.trials import Trial
 
 

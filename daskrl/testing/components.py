@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.runtime.component import Component
-from daskrl.runtime.params import ParameterPublisher, ParameterReader
-from daskrl.runtime.signals import signal, signal_topic, slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import signal, signal_topic, slot
+from daskrl.runtime.memory.params import ParameterPublisher, ParameterReader
 
 
 class Emitter(Component):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from daskrl.runtime.procfs import SHM_DIR, start_time
+from daskrl.runtime.cleanup.procfs import SHM_DIR, start_time
 
 CASES = ("worker-kill", "driver-kill", "group-kill", "ctrl-c", "normal-end")
 CHECK_SECONDS = 15.0  # nothing may be left this long after the run ends

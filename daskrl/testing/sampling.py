@@ -18,9 +18,9 @@ from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.protocol import FreeSlots, TrajectoryReady, free_queue
 from daskrl.runtime import dask_internals
-from daskrl.runtime.component import Component
-from daskrl.runtime.params import ParameterPublisher
-from daskrl.runtime.signals import slot
+from daskrl.runtime.actors.component import Component
+from daskrl.runtime.actors.signals import slot
+from daskrl.runtime.memory.params import ParameterPublisher
 from daskrl.sampling.trajectories import attach_slots
 
 
@@ -177,7 +177,7 @@ class PolicySourceSetup:
 
 
 class PolicySource(Component):
-    """Owns a :class:`~daskrl.runtime.params.ParameterPublisher` for a sampling policy, like the learner.
+    """Owns a :class:`~daskrl.runtime.memory.params.ParameterPublisher` for a sampling policy, like the learner.
 
     Version ``v`` is :func:`source_weights` of ``v``: its action head's first output moved by ``v *
     VERSION_SHIFT``, so the log-prob a sampler writes at a step names the parameters that acted there
@@ -224,7 +224,7 @@ def sample_slots(cluster: Any, config: Any, spaces: EnvSpaces, params: list, slo
     every sampling test needs, written once."""
     from daskrl.driver.fleet.role_setups import role_setups
     from daskrl.protocol import policy_queue, wire_inference, wire_rollout
-    from daskrl.runtime.handles import spawn, spawn_all
+    from daskrl.runtime.actors.handles import spawn, spawn_all
     from daskrl.sampling.inference_worker import InferenceWorker
     from daskrl.sampling.rollout_worker import RolloutWorker
 

@@ -2,7 +2,7 @@
 
 :class:`SlotPool` owns a pool of slots, as a rollout worker does, filled with distinct random data in every field
 (recurrent start states and policy tags included); :class:`SlotCopier` reads them as the learner's batcher does: one
-blocking round trip per slot, or started ahead and sent in bulk (:class:`~daskrl.runtime.remote_reads.RemoteReads`).
+blocking round trip per slot, or started ahead and sent in bulk (:class:`~daskrl.runtime.memory.remote_reads.RemoteReads`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.learning.slot_reader import SLOT_FIELDS, STATE_FIELDS, TAG_FIELDS, reader_for, slot_source
-from daskrl.runtime.component import Component
+from daskrl.runtime.actors.component import Component
 from daskrl.sampling.trajectories import SlotLayout, attach_slots, create_slots
 
 #: every field a learner may read of a slot: a recurrent, tagged pool has them all

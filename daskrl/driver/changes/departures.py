@@ -2,7 +2,7 @@
 
 A worker that closes in order (``dask worker`` got SIGTERM, ``client.retire_workers``, an adaptive cluster scaling
 down) drains its rollout workers first (the worker plugin's teardown) and reports them on
-:data:`~daskrl.runtime.registry.LEAVING_TOPIC` with their final statistics, so not a slot is lost. The run stops
+:data:`~daskrl.runtime.messaging.registry.LEAVING_TOPIC` with their final statistics, so not a slot is lost. The run stops
 polling a leaving worker's rollout workers and takes their last report as their retirement: an elastic run goes on
 without them, a fixed fleet recreates them elsewhere (see :class:`~daskrl.driver.loop.live_run.Run`). An abrupt loss is the
 recovery's (:mod:`daskrl.driver.changes.recovery`).
@@ -16,9 +16,9 @@ from typing import Any
 
 from daskrl.driver.fleet.fleet import Fleet
 from daskrl.runtime import dask_internals
-from daskrl.runtime.handles import ComponentHandle
-from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.registry import LEAVING_TOPIC
+from daskrl.runtime.actors.handles import ComponentHandle
+from daskrl.runtime.actors.incidents import Incidents
+from daskrl.runtime.messaging.registry import LEAVING_TOPIC
 from daskrl.sampling.episode import episodes_from_event
 
 #: seconds a leaving worker's components get to report that they retired before they count as lost

@@ -22,7 +22,7 @@ from daskrl.config import MAX_ROLLOUT_WORKERS, Config
 from daskrl.driver.fleet.placement import workers_needed
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.runtime import dask_internals
-from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.actors.handles import ComponentHandle
 
 #: a component busier than this share of its time is a bottleneck
 BUSY = 0.9

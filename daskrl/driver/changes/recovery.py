@@ -23,9 +23,9 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.monitor.console import say
 from daskrl.protocol import FAULT_TOPIC, RECOVERIES_TOPIC
 from daskrl.runtime import dask_internals
-from daskrl.runtime.handles import ComponentHandle, looks_like_a_lost_worker
-from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.runs import RunClaim
+from daskrl.runtime.access.runs import RunClaim
+from daskrl.runtime.actors.handles import ComponentHandle, looks_like_a_lost_worker
+from daskrl.runtime.actors.incidents import Incidents
 
 #: workers a component is tried on when each one leaves before the component is up
 RECREATE_ATTEMPTS = 3

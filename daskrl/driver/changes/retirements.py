@@ -32,7 +32,7 @@ from daskrl.driver.fleet.learner_start import LearnerStart
 from daskrl.driver.fleet.placement import Role
 from daskrl.driver.loop.observers import Observer
 from daskrl.runtime import dask_internals
-from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.actors.handles import ComponentHandle
 from daskrl.sampling.episode import episodes_from_event
 
 if TYPE_CHECKING:

@@ -25,9 +25,9 @@ from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
 from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_replay, wire_rollout
 from daskrl.replay.shard import ReplayShard
-from daskrl.runtime.cluster import ClusterSession
-from daskrl.runtime.handles import ComponentHandle, spawn, spawn_all
-from daskrl.runtime.shm import force_comms, host_of
+from daskrl.runtime.access.cluster import ClusterSession
+from daskrl.runtime.actors.handles import ComponentHandle, spawn, spawn_all
+from daskrl.runtime.memory.shm import force_comms, host_of
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.sampling.sink import SamplingSink

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.actors.handles import ComponentHandle
 
 #: seconds a learner may take to load a checkpoint or weights
 LOAD_TIMEOUT_S = 120

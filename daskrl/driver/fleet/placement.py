@@ -21,7 +21,7 @@ from daskrl.driver.launch.sizing import check_fits_cluster
 from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.runs import RunClaim
+from daskrl.runtime.access.runs import RunClaim
 
 
 class Role(enum.Enum):

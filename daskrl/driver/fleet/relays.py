@@ -2,9 +2,9 @@
 
 One :class:`~daskrl.sampling.param_relay.ParamRelay` per host that has parameter readers (rollout workers acting
 inline, or remote inference workers) but no learner, on the Dask worker of the first reader placed there (as
-:mod:`~daskrl.driver.fleet.replay_hosts` places a shard per host; a host is :func:`~daskrl.runtime.shm.host_of` a
+:mod:`~daskrl.driver.fleet.replay_hosts` places a shard per host; a host is :func:`~daskrl.runtime.memory.shm.host_of` a
 worker's address). Samplers get each acting policy's block description with ``relays`` ({host: relay block}) added,
-and read their own host's in place (:class:`~daskrl.runtime.params.ParameterReader`). One host (the learner's
+and read their own host's in place (:class:`~daskrl.runtime.memory.params.ParameterReader`). One host (the learner's
 alone) has none: nothing changes there, and nothing costs more.
 
 A relay lost with its worker is recreated on its host (the recovery's worker, if it is there; else a worker of
@@ -20,8 +20,8 @@ from daskrl.config import Config
 from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.errors import ComponentError
 from daskrl.protocol import wire_relay
-from daskrl.runtime.handles import ComponentHandle
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.actors.handles import ComponentHandle
+from daskrl.runtime.memory.shm import host_of
 from daskrl.sampling.param_relay import ParamRelay
 from daskrl.setups import RelaySetup
 

@@ -3,7 +3,7 @@
 ``--replay-shards auto`` (the default) keeps one shard per host that runs rollout workers, on the Dask worker of
 the first rollout worker placed there, and routes each rollout worker to its own host's shard: every slot is then
 copied through shared memory, never over comms. A host is the host part of a Dask worker's address
-(:func:`~daskrl.runtime.shm.host_of`), the same test that decides whether a segment can be mapped in place. An
+(:func:`~daskrl.runtime.memory.shm.host_of`), the same test that decides whether a segment can be mapped in place. An
 elastic run adds a shard when a rollout worker lands on a host that has none (:class:`~daskrl.driver.fleet.fleet.Fleet`).
 
 A number of shards keeps the fixed layout: shard ``j`` beside rollout worker ``j``, rollout worker ``i`` routed to
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from daskrl.runtime.shm import host_of
+from daskrl.runtime.memory.shm import host_of
 
 AUTO = "auto"
 

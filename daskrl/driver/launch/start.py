@@ -39,12 +39,12 @@ from daskrl.monitor.dashboard import DashboardPlugin
 from daskrl.monitor.run_state import RunState
 from daskrl.monitor.stats import EpisodeWindow
 from daskrl.runtime import dask_internals
-from daskrl.runtime.cluster import ClusterSession, connect_cluster
+from daskrl.runtime.access.cluster import ClusterSession, connect_cluster
+from daskrl.runtime.access.existing_cluster import tls_security
+from daskrl.runtime.access.runs import RunClaim
+from daskrl.runtime.actors.handles import looks_like_a_lost_worker
 from daskrl.runtime.deploy import connect_deployment, prepare_deployment
-from daskrl.runtime.existing_cluster import tls_security
-from daskrl.runtime.handles import looks_like_a_lost_worker
 from daskrl.runtime.logs import route_logs
-from daskrl.runtime.runs import RunClaim
 
 if TYPE_CHECKING:  # imported while the cluster starts (see _prepare)
     from daskrl.driver.fleet.fleet import LearnerStart

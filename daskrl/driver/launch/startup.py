@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from daskrl.runtime import procfs
+from daskrl.runtime.cleanup import procfs
 
 PHASES = ("imports", "checks", "cluster", "placement", "components")
 _IMPORTED_AT = time.time()  # the fallback where /proc cannot say when this process started

@@ -42,10 +42,10 @@ from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messa
 from daskrl.monitor.stats import time_shares
 from daskrl.monitor.tensorboard_log import TensorBoardLog
 from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
-from daskrl.runtime.cluster import ClusterSession
-from daskrl.runtime.handles import ComponentHandle
-from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.runs import RunClaim
+from daskrl.runtime.access.cluster import ClusterSession
+from daskrl.runtime.access.runs import RunClaim
+from daskrl.runtime.actors.handles import ComponentHandle
+from daskrl.runtime.actors.incidents import Incidents
 from daskrl.sampling.episode import episodes_from_event
 
 if TYPE_CHECKING:  # W&B is imported only by the runs that log to it

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
 from daskrl.monitor.run_state import RunState
-from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.actors.incidents import Incidents
 
 if TYPE_CHECKING:  # the fleet and the books: imported where the run starts
     from daskrl.driver.fleet.fleet import Fleet

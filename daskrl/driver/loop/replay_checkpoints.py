@@ -15,7 +15,7 @@ import os
 
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.errors import ComponentError
-from daskrl.runtime.handles import ComponentHandle
+from daskrl.runtime.actors.handles import ComponentHandle
 
 #: seconds a shard may take to write or read its file (a full Atari shard is gigabytes)
 SAVE_TIMEOUT_S = 600

@@ -27,7 +27,7 @@ from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.run_state import RunState
 from daskrl.protocol import EVENTS_TOPIC
 from daskrl.runtime import dask_internals
-from daskrl.runtime.runs import RunClaim
+from daskrl.runtime.access.runs import RunClaim
 
 if TYPE_CHECKING:  # torch-heavy: the components' classes
     from daskrl.driver.fleet.fleet import Fleet

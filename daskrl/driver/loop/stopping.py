@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.monitor.console import say
-from daskrl.runtime.handles import release_all, stop_all
+from daskrl.runtime.actors.handles import release_all, stop_all
 
 if TYPE_CHECKING:
     from daskrl.driver.fleet.fleet import Fleet
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from daskrl.driver.loop.steering import Steering
     from daskrl.monitor.console import ConsoleView
     from daskrl.monitor.run_state import RunState
-    from daskrl.runtime.handles import ComponentHandle
+    from daskrl.runtime.actors.handles import ComponentHandle
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def consumer_stages(fleet: Fleet) -> list[list[ComponentHandle]]:
 
 
 def stop_stages(stages: Sequence[Sequence[ComponentHandle]], release: bool = True) -> list[dict]:
-    """Stop each stage's components all at once (:func:`~daskrl.runtime.handles.stop_all`), one stage after the
+    """Stop each stage's components all at once (:func:`~daskrl.runtime.actors.handles.stop_all`), one stage after the
     other; their final stats."""
     return [final for stage in stages for final in stop_all(stage, release=release)]
 

@@ -1,5 +1,5 @@
 """The runs training on the cluster now, for the page's table and ``<prefix>daskrl/api/runs``: the scheduler's run
-registry (:mod:`daskrl.runtime.runs`: name, state, workers, age, newest numbers), read on the scheduler itself."""
+registry (:mod:`daskrl.runtime.access.runs`: name, state, workers, age, newest numbers), read on the scheduler itself."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import time
 from typing import Any
 
-from daskrl.runtime.runs import PLUGIN_NAME as RUNS_PLUGIN
+from daskrl.runtime.access.runs import PLUGIN_NAME as RUNS_PLUGIN
 
 
 def live_runs(scheduler: Any) -> list[dict[str, Any]]:

@@ -100,11 +100,11 @@ def _wait_for_workers(cluster: Any, spec: DeploySpec, pending: Callable[[Any], s
 
 
 def connect_deployment(spec: DeploySpec, say: Callable[[str], None] = print, **connect: Any) -> Any:
-    """A :class:`~daskrl.runtime.cluster.ClusterSession` on a deployment started for the run: its client and the
-    cluster are closed with the session. ``connect``: :func:`~daskrl.runtime.cluster.connect_cluster`'s options."""
+    """A :class:`~daskrl.runtime.access.cluster.ClusterSession` on a deployment started for the run: its client and the
+    cluster are closed with the session. ``connect``: :func:`~daskrl.runtime.access.cluster.connect_cluster`'s options."""
     from distributed import Client
 
-    from daskrl.runtime.cluster import connect_cluster
+    from daskrl.runtime.access.cluster import connect_cluster
 
     cluster = open_deployment(spec, say)
     try:

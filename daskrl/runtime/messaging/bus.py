@@ -1,7 +1,7 @@
 """The topic bus: signals to slots between components, peer to peer over Dask's own comms.
 
-Each worker's :class:`~daskrl.runtime.worker_plugin.WorkerPlugin` keeps one :class:`Bus`: the components living
-on that worker, the routing table pushed by the scheduler's :class:`~daskrl.runtime.registry.BusRegistry`, and
+Each worker's :class:`~daskrl.runtime.workers.worker_plugin.WorkerPlugin` keeps one :class:`Bus`: the components living
+on that worker, the routing table pushed by the scheduler's :class:`~daskrl.runtime.messaging.registry.BusRegistry`, and
 one batched stream per peer worker (a comm opened with ``{"op": "connection_stream"}``, read by the peer's
 ``stream_handlers``). Several workers in one process (``--serial``) each have their own.
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.errors import PayloadError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.incidents import Incidents
+from daskrl.runtime.actors.incidents import Incidents
 
 if TYPE_CHECKING:
     from distributed.batched import BatchedSend
@@ -61,7 +61,7 @@ def check_payload(payload: Any, where: str, _depth: int = 0) -> None:
 
 class Resident(Protocol):
     """What the bus and the worker's housekeeping need of a component living on the worker (a
-    :class:`~daskrl.runtime.component.Component`)."""
+    :class:`~daskrl.runtime.actors.component.Component`)."""
 
     name: str
 

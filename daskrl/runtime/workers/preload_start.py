@@ -1,5 +1,5 @@
 """Imported first in the worker forkserver's preload list: pauses the cyclic garbage collector for the imports that
-follow (:mod:`daskrl.runtime.preload_done` resumes it).
+follow (:mod:`daskrl.runtime.workers.preload_done` resumes it).
 
 Why: importing distributed, torch and daskrl's worker modules allocates about 200,000 tracked objects, and the
 collector's passes over them while they pile up took 0.15-0.2 s of those imports' 1.3 s on two cores (1.19-1.21 s

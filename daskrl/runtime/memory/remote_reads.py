@@ -8,7 +8,7 @@ once (the caller goes on, and waits only when it needs the data), and the worker
 queued for one owner in one ``daskrl_shm_read_many`` RPC, one RPC in flight per owner: whatever was asked for
 while it was in flight goes together in the next (so a burst of k slots costs about one round trip, not k).
 
-The reply's bytes are turned into arrays on the thread that waits (:func:`~daskrl.runtime.shm.decode_parts`), not
+The reply's bytes are turned into arrays on the thread that waits (:func:`~daskrl.runtime.memory.shm.decode_parts`), not
 on the event loop.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.errors import SharedMemoryError
-from daskrl.runtime.shm import RemoteArray, encode_index
+from daskrl.runtime.memory.shm import RemoteArray, encode_index
 
 #: at most this many bytes (estimated: one leading row of each array per read) go in one RPC; a read larger than
 #: that goes alone
@@ -51,7 +51,7 @@ class RemoteReads:
 
     def read(self, arrays: list[RemoteArray], index: Any) -> concurrent.futures.Future:
         """``[array.read(index) for array in arrays]`` (arrays of one owner), started now: the future's result is
-        the reply's raw parts, for :func:`~daskrl.runtime.shm.decode_parts` with the same ``arrays``; it fails as
+        the reply's raw parts, for :func:`~daskrl.runtime.memory.shm.decode_parts` with the same ``arrays``; it fails as
         the RPC did."""
         owners = {array.address for array in arrays}
         if len(owners) != 1:

@@ -4,7 +4,7 @@ the workers are forked from.
 Why a module of its own, importing only the standard library: the server's imports (about 1.3 s, torch most of it)
 are on the path to a run's first training step, so the ``daskrl`` command starts the server before it imports
 anything else (:mod:`daskrl.__main__`), and they run on the other core while this process imports the rest.
-:func:`daskrl.runtime.cluster.connect_cluster` starts it too where nobody did (the Python API).
+:func:`daskrl.runtime.access.cluster.connect_cluster` starts it too where nobody did (the Python API).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import threading
 #: torch where they configure, so the torch-side ones are listed too. preload_start comes first (the garbage
 #: collector paused for the imports) and preload_done last (everything imported moved out of the collector's reach,
 #: and the collector running again): see their docstrings.
-WORKER_MODULES = ["daskrl.runtime.preload_start", "distributed", "torch", "daskrl.runtime", "daskrl.learning.learner",
-                  "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
+WORKER_MODULES = ["daskrl.runtime.workers.preload_start", "distributed", "torch", "daskrl.runtime",
+                  "daskrl.learning.learner", "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
                   "daskrl.algo.appo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
                   "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policy",
-                  "daskrl.runtime.preload_done"]
+                  "daskrl.runtime.workers.preload_done"]
 
 _starting: threading.Thread | None = None
 _used = False  # a cluster forks its workers from the server: it stays as long as this process does

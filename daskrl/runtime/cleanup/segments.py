@@ -14,7 +14,7 @@ import _posixshmem
 import os
 
 if __package__:
-    from daskrl.runtime.procfs import SHM_DIR
+    from daskrl.runtime.cleanup.procfs import SHM_DIR
 else:  # imported by the reaper, started by path
     from procfs import SHM_DIR  # type: ignore[no-redef]
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.errors import SharedMemoryError
-from daskrl.runtime.segments import (  # noqa: F401  (re-exported: the shm API)
+from daskrl.runtime.cleanup.segments import (  # noqa: F401  (re-exported: the shm API)
     SHM_DIR,
     list_segments,
     owner_pid,

@@ -2,7 +2,7 @@
 
 :func:`spawn_all` creates components as Dask actors (``pure=False``, pinned to a worker) and configures them at
 the same time; :class:`ComponentHandle` calls their control methods, always with a timeout (an actor call to a
-dead worker can otherwise hang), and names their signals and slots for :mod:`daskrl.runtime.wiring`.
+dead worker can otherwise hang), and names their signals and slots for :mod:`daskrl.runtime.messaging.wiring`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from daskrl.errors import ComponentError, UnknownMemberError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.signals import Signal, SignalRef, SlotRef, is_slot, scoped_name, signals_of, slots_of
+from daskrl.runtime.actors.signals import Signal, SignalRef, SlotRef, is_slot, scoped_name, signals_of, slots_of
 
 
 class ComponentHandle:

@@ -21,7 +21,7 @@ from tornado.ioloop import PeriodicCallback
 
 from daskrl.errors import ClusterAccessError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.wiring import registry_call
+from daskrl.runtime.messaging.wiring import registry_call
 
 PLUGIN_NAME = "daskrl-run-registry"
 #: seconds a run's claim outlives its driver's last sign of life

@@ -1,6 +1,6 @@
 """Components: Dask actors with their own thread, signals, slots, timers and timing statistics.
 
-A component is created on a chosen worker by :func:`~daskrl.runtime.handles.spawn` and driven through ``async``
+A component is created on a chosen worker by :func:`~daskrl.runtime.actors.handles.spawn` and driven through ``async``
 control methods (``configure``, ``start``, ``stop``, ``stats``, ``collect``) that run on the worker's event loop,
 so they never wait behind another actor (a worker has one actor thread for all its actors). Its real work runs
 in a thread it owns, the component's own event loop:
@@ -31,13 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 from daskrl.errors import ComponentError
-from daskrl.runtime import dask_internals, shm
-from daskrl.runtime.incidents import Incidents
-from daskrl.runtime.remote_reads import RemoteReads
-from daskrl.runtime.signals import scoped_name, signals_of, slots_of
-from daskrl.runtime.timing import Timing
-from daskrl.runtime.wiring import queue_topic, registry_request
-from daskrl.runtime.worker_plugin import bus_of
+from daskrl.runtime import dask_internals
+from daskrl.runtime.actors.incidents import Incidents
+from daskrl.runtime.actors.signals import scoped_name, signals_of, slots_of
+from daskrl.runtime.actors.timing import Timing
+from daskrl.runtime.memory import shm
+from daskrl.runtime.memory.remote_reads import RemoteReads
+from daskrl.runtime.messaging.wiring import queue_topic, registry_request
+from daskrl.runtime.workers.worker_plugin import bus_of
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``@signal`` declares a signal; calling it on an instance publishes the payload on the topic bus
 (``self.trajectory_ready({...})``). ``@slot`` marks a method that signals and work queues may deliver to; it runs
 on the component's own thread with the payload as its only argument. On the driver, ``handle.some_signal`` and
-``handle.some_slot`` give :class:`SignalRef` / :class:`SlotRef`, which :mod:`daskrl.runtime.wiring` connects.
+``handle.some_slot`` give :class:`SignalRef` / :class:`SlotRef`, which :mod:`daskrl.runtime.messaging.wiring` connects.
 """
 
 from __future__ import annotations

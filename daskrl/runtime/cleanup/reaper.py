@@ -9,7 +9,7 @@ While the driver lives it also notes the multiprocessing semaphores its process 
 afterwards if nothing maps them any more (see ``semaphores``: a kill of the whole process group leaks them).
 After a normal close the driver has already swept and stops this process itself.
 
-    python daskrl/runtime/reaper.py DRIVER_PID RUN_ID
+    python daskrl/runtime/cleanup/reaper.py DRIVER_PID RUN_ID
 
 It is started by path, not with ``-m``: then this folder is the first entry of ``sys.path``, ``segments`` (standard
 library only) is imported on its own, and the package's imports (dask, numpy, gymnasium) are skipped; a reaper
@@ -22,7 +22,7 @@ import sys
 import time
 
 if __package__:
-    from daskrl.runtime import segments, semaphores
+    from daskrl.runtime.cleanup import segments, semaphores
 else:  # started by path (see above)
     import segments  # type: ignore[no-redef]
     import semaphores  # type: ignore[no-redef]

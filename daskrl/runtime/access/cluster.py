@@ -12,7 +12,7 @@ brought.
 Security: a cluster that uses TLS (``tls://`` addresses) needs a ``distributed.security.Security`` with the CA
 and a certificate/key pair it trusts (``existing_cluster.tls_security`` builds one from PEM files, as ``dask
 scheduler --tls-ca-file/--tls-cert/--tls-key`` does). An embedded cluster given one uses TLS on every connection.
-Reaching an existing cluster, and what goes wrong there in one line each, is :mod:`daskrl.runtime.existing_cluster`.
+Reaching an existing cluster, and what goes wrong there in one line each, is :mod:`daskrl.runtime.access.existing_cluster`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster
 
-from daskrl.runtime import dask_internals, shm, worker_server
-from daskrl.runtime.existing_cluster import open_client
-from daskrl.runtime.registry import BusRegistry
-from daskrl.runtime.runs import RunRegistry
-from daskrl.runtime.worker_plugin import WorkerPlugin
+from daskrl.runtime import dask_internals
+from daskrl.runtime.access.existing_cluster import open_client
+from daskrl.runtime.access.runs import RunRegistry
+from daskrl.runtime.memory import shm
+from daskrl.runtime.messaging.registry import BusRegistry
+from daskrl.runtime.workers import worker_server
+from daskrl.runtime.workers.worker_plugin import WorkerPlugin
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """What daskrl installs on every Dask worker: the topic bus, shared-memory RPC handlers, and housekeeping.
 
-:class:`WorkerPlugin` owns the worker's :class:`~daskrl.runtime.bus.Bus` (components reach it with
+:class:`WorkerPlugin` owns the worker's :class:`~daskrl.runtime.messaging.bus.Bus` (components reach it with
 :func:`bus_of`, as Dask's own pub/sub extension was reached through its worker), and runs the housekeeping that
 keeps a worker clean whatever happens to a run:
 
@@ -25,10 +25,11 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin as DaskWorkerPlugin
 from tornado.ioloop import PeriodicCallback
 
-from daskrl.runtime import dask_internals, params, shm
-from daskrl.runtime.bus import STREAM_OP, Bus
+from daskrl.runtime import dask_internals
 from daskrl.runtime.logs import route_logs_for_good
-from daskrl.runtime.registry import LEAVING_TOPIC
+from daskrl.runtime.memory import params, shm
+from daskrl.runtime.messaging.bus import STREAM_OP, Bus
+from daskrl.runtime.messaging.registry import LEAVING_TOPIC
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 if __package__:
-    from daskrl.runtime import procfs
+    from daskrl.runtime.cleanup import procfs
 else:  # imported by the reaper, started by path
     import procfs  # type: ignore[no-redef]
 

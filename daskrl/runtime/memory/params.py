@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.runtime import shm
-from daskrl.runtime.signals import signal_topic
+from daskrl.runtime.actors.signals import signal_topic
+from daskrl.runtime.memory import shm
 
 #: a relay block whose heartbeat is older than this is presumed dead: its host's readers take the direct path
 RELAY_STALE_S = 1.0

@@ -15,7 +15,7 @@ from typing import Any
 
 from daskrl.errors import ConnectError
 from daskrl.runtime import dask_internals
-from daskrl.runtime.signals import SignalRef, SlotRef, scoped_name
+from daskrl.runtime.actors.signals import SignalRef, SlotRef, scoped_name
 
 
 def queue_topic(queue: str, scope: str = "") -> str:

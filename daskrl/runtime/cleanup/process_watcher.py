@@ -19,7 +19,7 @@ or from its parent pid changing (a process the owner forked without exec may sti
 Then it ends what it was told of: SIGTERM, then SIGKILL after ``GRACE_SECONDS`` (a VizDoom engine ignores SIGTERM
 when its controller is gone), removes the entries and exits.
 
-    python daskrl/runtime/process_watcher.py OWNER_PID
+    python daskrl/runtime/cleanup/process_watcher.py OWNER_PID
 
 Started by path, standard library only, like the reaper beside it (and sharing ``procfs`` with it): it costs about
 10 MB and a few milliseconds of CPU, not the package's imports. This folder is then first on ``sys.path``, so no
@@ -36,7 +36,7 @@ import sys
 import time
 
 if __package__:
-    from daskrl.runtime import procfs
+    from daskrl.runtime.cleanup import procfs
 else:  # started by path
     import procfs  # type: ignore[no-redef]
 

@@ -1,0 +1,1 @@
+"""Reaching a cluster: an embedded one or someone else's, and the runs that share it."""
