@@ -72,7 +72,7 @@ def _spaces(step: Step):
     import gymnasium as gym
     import numpy as np
 
-    from daskrl.envs.spaces import EnvSpaces
+    from daskrl.envs.layouts.spaces import EnvSpaces
 
     high = 255 if step.dtype == "uint8" else np.inf
     obs = gym.spaces.Box(0 if step.dtype == "uint8" else -np.inf, high, step.obs_shape, dtype=np.dtype(step.dtype))

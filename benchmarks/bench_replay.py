@@ -28,7 +28,7 @@ import numpy as np
 
 import daskrl
 from daskrl.config import Config
-from daskrl.envs.demo import CatchEnv
+from daskrl.envs.suites.demo import CatchEnv
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import stop_if_signalled  # noqa: E402

@@ -69,7 +69,7 @@ def _envpool_limit_worker(env_id: str, num_envs: int, seconds: float, out) -> No
     import envpool
     import numpy as np
 
-    from daskrl.envs.envpool_atari import envpool_options
+    from daskrl.envs.suites.envpool_atari import envpool_options
 
     task, options = envpool_options(env_id, {})
     pool = envpool.make(task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, num_threads=1, seed=0,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from daskrl.config import AlgoConfig, EnvConfig, LearnerConfig, ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.registry import Shipped
 
 

@@ -41,7 +41,7 @@ def against_random(experiment_dir: str, games: int = 300) -> dict[str, tuple[int
     from pettingzoo.classic.tictactoe import tictactoe
 
     from daskrl.envs import probe_env
-    from daskrl.envs.dict_obs import pack_into
+    from daskrl.envs.layouts.dict_obs import pack_into
     from daskrl.learning.checkpoints import CheckpointStore
     from daskrl.models.actor_critic import build_model
 

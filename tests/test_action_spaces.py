@@ -18,9 +18,9 @@ from torch import distributions as D
 from daskrl import train
 from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
-from daskrl.envs.dict_obs import pack_into
+from daskrl.envs.layouts.dict_obs import pack_into
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.multi_agent import MultiAgentGroup
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.envs.vector import EnvGroup
 from daskrl.errors import EnvError
 from daskrl.evaluation import enjoy

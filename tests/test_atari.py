@@ -63,7 +63,7 @@ def test_ale_frames_play_as_gymnasiums_atari_preprocessing_with_sticky_actions_a
     pytest.importorskip("ale_py", reason="ale-py is not installed (pip install 'daskrl[atari]')")
     import gymnasium as gym
 
-    from daskrl.envs.atari import AleFrames, make_atari
+    from daskrl.envs.suites.atari import AleFrames, make_atari
 
     ours, theirs = make_atari(game), make_atari(game)  # built alike; theirs steps with the parent's step
     assert isinstance(ours.env, AleFrames)
@@ -105,7 +105,7 @@ def test_envpool_observations_match_the_gymnasium_path_step_for_step_through_epi
     """Breakout under random actions loses its 5 lives in about 250 steps, so the 400 steps cover game overs and
     the reset in the same step (envpool's own reset comes a call later)."""
     _needs_envpool()
-    from daskrl.envs.envpool_atari import EnvpoolGroup
+    from daskrl.envs.suites.envpool_atari import EnvpoolGroup
 
     spaces = probe_env("atari/Breakout", DETERMINISTIC)
     gym_group = EnvGroup.from_spec("atari/Breakout", 2, seed=3, env_kwargs=DETERMINISTIC, spaces=spaces)
@@ -131,7 +131,7 @@ def test_envpool_observations_match_the_gymnasium_path_step_for_step_through_epi
 
 def test_envpool_keeps_the_final_observation_of_an_episode_cut_by_the_time_limit(monkeypatch):
     _needs_envpool()
-    from daskrl.envs import envpool_atari
+    from daskrl.envs.suites import envpool_atari
 
     monkeypatch.setitem(envpool_atari._AS_GYMNASIUM, "max_episode_steps", 20)
     group = envpool_atari.EnvpoolGroup.from_spec("atari/Pong", 2, seed=1, env_kwargs=DETERMINISTIC)
@@ -155,7 +155,7 @@ def test_envpool_keeps_the_final_observation_of_an_episode_cut_by_the_time_limit
 
 
 def test_envpool_is_refused_in_one_line_where_it_cannot_play_as_the_gymnasium_path():
-    from daskrl.envs.envpool_atari import check_backend, envpool_options
+    from daskrl.envs.suites.envpool_atari import check_backend, envpool_options
 
     check_backend("gymnasium", "CartPole-v1", {})  # the default backend plays anything
     task, options = envpool_options("atari/Pong", {"screen_size": 64, "sticky_actions": 0.0})

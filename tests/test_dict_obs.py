@@ -16,8 +16,8 @@ import torch
 from daskrl import train
 from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
-from daskrl.envs.dict_obs import PackedDictObservations, pack_into, read_dict_space, record_size, unpack
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.dict_obs import PackedDictObservations, pack_into, read_dict_space, record_size, unpack
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import EnvError
 from daskrl.evaluation import enjoy
 from daskrl.learning.checkpoints import CheckpointStore

@@ -173,7 +173,7 @@ def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask(one_torch
     from daskrl.algo.dqn.trainer import DQNTrainer
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
     from daskrl.envs import probe_env
-    from daskrl.envs.dict_obs import pack_into, unpack
+    from daskrl.envs.layouts.dict_obs import pack_into, unpack
     from daskrl.models.actor_critic import build_model
     from daskrl.testing.single_agent_envs import CueEnv
 
@@ -211,7 +211,7 @@ def test_dqn_trainer_runs_the_nature_cnn_on_atari_sized_frames(one_torch_thread)
 
     from daskrl.algo.dqn.trainer import DQNTrainer, q_values
     from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
-    from daskrl.envs.spaces import EnvSpaces
+    from daskrl.envs.layouts.spaces import EnvSpaces
     from daskrl.models.actor_critic import build_model
 
     spaces = EnvSpaces.from_spaces(gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), gym.spaces.Discrete(6))

@@ -94,7 +94,7 @@ def test_unknown_id_without_match_says_how_to_fix():
 
 
 def test_module_factory_spec_with_kwargs():
-    env = make_env("daskrl.envs.demo:CountingEnv", env_kwargs={"episode_length": 2})
+    env = make_env("daskrl.envs.suites.demo:CountingEnv", env_kwargs={"episode_length": 2})
     obs, _ = env.reset()
     env.step(0)
     _, _, terminated, _, _ = env.step(0)
@@ -113,8 +113,8 @@ def test_gymnasium_id_and_render_mode():
     ("spec", "expected"),
     [
         ("no_such_pkg_xyz.mod:make", "cannot import module 'no_such_pkg_xyz.mod'"),
-        ("daskrl.envs.demo:NoSuchFactory", "has no attribute 'NoSuchFactory'"),
-        ("daskrl.envs.demo:CatchEnv.SIZE", "'CatchEnv.SIZE' is a int, not a callable"),
+        ("daskrl.envs.suites.demo:NoSuchFactory", "has no attribute 'NoSuchFactory'"),
+        ("daskrl.envs.suites.demo:CatchEnv.SIZE", "'CatchEnv.SIZE' is a int, not a callable"),
         (":factory", "must look like 'package.module:factory'"),
     ],
 )
@@ -389,7 +389,7 @@ class _CountingFrames(gym.Env):
 
 @pytest.mark.parametrize("num_frames", [4, 3])  # 4: one uint32 per pixel; 3: the strided copy
 def test_frame_stack_holds_the_last_frames_newest_last(num_frames):
-    from daskrl.envs.atari import StackFramesHwc
+    from daskrl.envs.suites.atari import StackFramesHwc
 
     inner = _CountingFrames()
     env = StackFramesHwc(inner, num_frames)
@@ -679,7 +679,7 @@ def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
     pytest.importorskip("vizdoom", reason="vizdoom is not installed (pip install 'daskrl[doom]')")
     from daskrl import train
     from daskrl.config import Config
-    from daskrl.envs.dict_obs import unpack
+    from daskrl.envs.layouts.dict_obs import unpack
 
     assert probe_env("doom/health_gathering").is_image  # off by default
     kwargs = {"game_variables": True}

@@ -23,7 +23,7 @@ from daskrl import train
 from daskrl.cli import main
 from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env
-from daskrl.envs.dict_obs import pack_into
+from daskrl.envs.layouts.dict_obs import pack_into
 from daskrl.errors import ExportError
 from daskrl.evaluation import load_policy
 from daskrl.evaluation.export import check, export_policy, value_scale

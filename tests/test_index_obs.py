@@ -11,7 +11,7 @@ import torch
 
 from daskrl import train
 from daskrl.envs import make_env, probe_env
-from daskrl.envs.index_obs import OBS_KEY, IndexObservations
+from daskrl.envs.layouts.index_obs import OBS_KEY, IndexObservations
 from daskrl.errors import RequestError
 from daskrl.evaluation import enjoy, load_policy
 from daskrl.evaluation.export import export_policy

@@ -21,7 +21,7 @@ import torch
 from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import Config, ConfigError
 from daskrl.driver.fleet.placement import place
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_group import LearnerGroup, open_store

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from daskrl.envs import EnvSpaces, make_env, probe_env, register_env
-from daskrl.envs.dict_obs import unpack
+from daskrl.envs.layouts.dict_obs import unpack
 from daskrl.envs.multi_agent import MultiAgentGroup, is_multi_agent, is_turn_based, multi_agent_spaces
 from daskrl.errors import EnvError, EnvStepError
 from daskrl.testing.envs import StaggeredAgentsEnv, TakeTurnsEnv, staggered, take_turns

@@ -76,7 +76,7 @@ def test_a_squashed_sample_has_the_log_probability_torch_distributions_give_it()
 
     from daskrl.algo.sac.trainer import squashed_sample
     from daskrl.config import ModelConfig
-    from daskrl.envs.spaces import EnvSpaces
+    from daskrl.envs.layouts.spaces import EnvSpaces
     from daskrl.models.actor_critic import build_model
 
     spaces = EnvSpaces.from_spaces(gym.spaces.Box(-1, 1, (3,), np.float32),

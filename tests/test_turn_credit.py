@@ -14,7 +14,7 @@ import torch
 from daskrl.algo.appo import trainer as trainer_module
 from daskrl.algo.appo.trainer import APPOTrainer
 from daskrl.config import LearnerConfig, ModelConfig
-from daskrl.envs.dict_obs import unpack
+from daskrl.envs.layouts.dict_obs import unpack
 from daskrl.envs.multi_agent import MultiAgentGroup, multi_agent_spaces
 from daskrl.learning.slot_reader import SLOT_FIELDS, STATE_FIELDS, PolicyColumns, join_parts
 from daskrl.learning.turns import interleaved

@@ -64,13 +64,13 @@ def _falls_at_once(profile: TaskProfile) -> dict[str, Any]:
     return dict(_FALLS_AT_ONCE) if profile.falls_at_once else {}
 
 
-#: VizDoom (daskrl/envs/doom.py): image observations make the learner the bottleneck on a CPU, so each sample
+#: VizDoom (daskrl/envs/suites/doom.py): image observations make the learner the bottleneck on a CPU, so each sample
 #: counts: smaller training steps (1,024 samples in 4 minibatches of 256) come more often, the learning rate is
 #: Adam's usual one for a CNN, and a small entropy bonus keeps the policy exploring (Sample Factory uses an
 #: exploration loss of 0.001 over many more samples)
 _DOOM = {"num_envs_per_worker": 8, "batch_size": 256, "learning_rate": 3e-4, "entropy_coef": 0.01}
 
-#: Atari (daskrl/envs/atari.py: 84x84x4 frames, the Nature CNN). Steps of 1,024 samples (4 minibatches of 256, one
+#: Atari (daskrl/envs/suites/atari.py: 84x84x4 frames, the Nature CNN). Steps of 1,024 samples (4 minibatches of 256, one
 #: pass; a second pass costs 2.3x per sample) come every half second or so, from the global 2 rollout workers x 32
 #: envs. Until the learner grew faster (bench_learner.py: ~960 samples/s on one thread then, ~4,000-4,600 now) one
 #: rollout worker fed one learner thread, a core each; then a single worker left the learner's core two-thirds idle
@@ -92,7 +92,7 @@ FAMILIES: tuple[EnvFamily, ...] = (
     # policy reached 0.96, became deterministic (entropy 0.01) and collapsed to 0 at 200 s for good; with an entropy
     # bonus of 0.01 (rl-starter-files' value for MiniGrid) it reached 0.96 at 100 s and stayed there to the end
     EnvFamily("MiniGrid", r"(BabyAI|MiniGrid)-[\w-]+-v\d+", {"entropy_coef": 0.01}),
-    # measured on Taxi-v4 (one-hot states, daskrl/envs/index_obs.py; 1M env steps): with the global defaults the
+    # measured on Taxi-v4 (one-hot states, daskrl/envs/layouts/index_obs.py; 1M env steps): with the global defaults the
     # policy learned within 200k steps never to pick up or drop off (a wrong try costs 10) and stayed at -200 (no
     # delivery in 200 steps), as it did with an entropy bonus of 0.01 or 0.05, a learning rate of 3e-4 alone, or 4
     # passes alone (seed 0). 128-step slots, 4 passes and 3e-4 reached 7.6 with seed 0 but stayed at -200 with seed 1;

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from daskrl.config import EnvConfig
-from daskrl.envs.envpool_atari import EnvpoolGroup
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.multi_agent import MultiAgentGroup
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.suites.envpool_atari import EnvpoolGroup
 from daskrl.envs.vector import EnvGroup
 
 EnvGroupKind = type[EnvGroup] | type[MultiAgentGroup] | type[EnvpoolGroup]

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.envs.agent_spaces import is_multi_agent, is_turn_based, multi_agent_spaces, seed_multi_agent
-from daskrl.envs.dict_obs import pack_into, record_size
+from daskrl.envs.layouts.agent_spaces import is_multi_agent, is_turn_based, multi_agent_spaces, seed_multi_agent
+from daskrl.envs.layouts.dict_obs import pack_into, record_size
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.owned_processes import close_all
 from daskrl.envs.registry import make_env
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.envs.vector import EnvFailure, EpisodeRecords, build_seeded, count_failure
 from daskrl.errors import EnvError
 

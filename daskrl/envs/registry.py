@@ -21,9 +21,9 @@ import numpy as np
 
 from daskrl.config import MAX_ENVS_PER_WORKER, MAX_ROLLOUT_WORKERS
 from daskrl.envs import owned_processes
-from daskrl.envs.agent_spaces import is_multi_agent, multi_agent_spaces, seed_multi_agent
-from daskrl.envs.index_obs import with_index_observations
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.agent_spaces import is_multi_agent, multi_agent_spaces, seed_multi_agent
+from daskrl.envs.layouts.index_obs import with_index_observations
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import EnvError
 
 _REGISTRY: dict[str, Callable[..., gym.Env]] = {}

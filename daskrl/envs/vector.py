@@ -20,10 +20,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from daskrl.envs.dict_obs import PackedDictObservations
+from daskrl.envs.layouts.dict_obs import PackedDictObservations
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.owned_processes import close_all
 from daskrl.envs.registry import env_seed, make_env
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
 
 #: the class attribute (True) of an env whose ``step`` waits on another process with the GIL released
@@ -275,7 +275,7 @@ class EnvGroup(EpisodeRecords):
                 exc = again
 
     def _packed(self, env: gym.Env) -> gym.Env:
-        """``env`` with Dict observations packed into records (daskrl/envs/dict_obs.py), if it has them."""
+        """``env`` with Dict observations packed into records (daskrl/envs/layouts/dict_obs.py), if it has them."""
         if self.spaces.is_dict and not isinstance(env, PackedDictObservations):
             return PackedDictObservations(env, self.spaces.obs_keys)
         return env

@@ -16,7 +16,7 @@ import torch
 from daskrl.config import Config, ConfigError
 from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.envs import make_env
-from daskrl.envs.dict_obs import pack_into
+from daskrl.envs.layouts.dict_obs import pack_into
 from daskrl.evaluation.loading import experiment_spaces, load_state, policy_model, read_config
 from daskrl.models.actor_critic import build_model
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from daskrl.config import Config
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.multi_agent import MultiAgentGroup
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.evaluation.loading import load_state, policy_model
 from daskrl.evaluation.multi_agent_play import Seats, game_group, game_stats, play_games

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from daskrl.config import Config
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.evaluation.multi_agent_play import Game, Seats, game_stats
 from daskrl.evaluation.players import PolicyPlayer
 from daskrl.models.actor_critic import build_model

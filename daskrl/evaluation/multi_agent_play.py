@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.multi_agent import MultiAgentGroup
 from daskrl.envs.registry import make_env
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.evaluation.players import Player
 
 #: a game's players, seat by seat, and the seat of the player being measured (None: every seat counts)

@@ -14,8 +14,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from daskrl.envs.dict_obs import unpack
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.dict_obs import unpack
+from daskrl.envs.layouts.spaces import EnvSpaces
 
 
 class Player(Protocol):

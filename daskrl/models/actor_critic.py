@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from daskrl.config import Config, ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.models.encoders import layer_init
 from daskrl.models.frames import FrameConv

@@ -1,6 +1,6 @@
 """The action head of Tuple and Dict action spaces: one head per part, over the flat action row.
 
-A composite action is one float32 row per step (daskrl/envs/composite_actions.py); each part's head (categorical,
+A composite action is one float32 row per step (daskrl/envs/layouts/composite_actions.py); each part's head (categorical,
 multi-categorical, Gaussian with the run's ``--action-bounds``) owns its columns of that row. The parts are
 independent given the features, so the log-probability of a row is the sum of the parts' log-probabilities and the
 entropy the sum of their entropies: the loss, V-trace's ratios and the entropy bonus need nothing else.
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from daskrl.envs.composite_actions import ActionLayout
+from daskrl.envs.layouts.composite_actions import ActionLayout
 
 
 class CompositeDistribution:
@@ -49,7 +49,7 @@ class CompositeDistribution:
 
 class CompositeHead(nn.Module):
     """The parts' heads side by side (``parts``, in the layout's order, built by ``make_action_head`` from each
-    :class:`~daskrl.envs.composite_actions.ActionPart`). An action mask covers the discrete parts' logits in part
+    :class:`~daskrl.envs.layouts.composite_actions.ActionPart`). An action mask covers the discrete parts' logits in part
     order, and each discrete head gets its own share of it."""
 
     def __init__(self, layout: ActionLayout, heads: Sequence[nn.Module]) -> None:

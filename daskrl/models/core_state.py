@@ -7,7 +7,7 @@ before any process starts) imports torch only for a recurrent model, whose cell 
 from __future__ import annotations
 
 from daskrl.config import ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.registry import lookup
 
 

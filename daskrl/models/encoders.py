@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.activations import ACTIVATIONS
 from daskrl.models.frames import FrameConv
 from daskrl.models.impala import ImpalaEncoder

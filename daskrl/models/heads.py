@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from daskrl.envs.composite_actions import ActionPart
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.composite_actions import ActionPart
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.composite_head import CompositeDistribution, CompositeHead
 from daskrl.models.encoders import layer_init
 

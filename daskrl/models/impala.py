@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.frames import FrameConv
 
 

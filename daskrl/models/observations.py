@@ -1,6 +1,6 @@
 """The observation adapter: how a raw observation batch becomes the encoder's input, chosen once from the spaces.
 
-Why an object: flat (Box) observations and Dict observations (packed records, daskrl/envs/dict_obs.py) differ at
+Why an object: flat (Box) observations and Dict observations (packed records, daskrl/envs/layouts/dict_obs.py) differ at
 every step between the batch and the encoder (unpacking, which part is normalized, the action mask, which encoder
 reads them), as Stable-Baselines3's CombinedExtractor separates them. One object per kind keeps the model's paths
 free of "is it a Dict" and "is it normalized" questions; :func:`observation_adapter` answers them once.
@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from daskrl.config import ModelConfig
-from daskrl.envs.dict_obs import unpack
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.dict_obs import unpack
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.dict_encoder import DictEncoder, unpack_tensors
 from daskrl.models.encoders import make_encoder, resolve_encoder_name
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from daskrl.config import ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.encoders import ACTIVATIONS, MlpEncoder, layer_init
 from daskrl.models.observations import EncoderInput, observation_adapter
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from daskrl.config import ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.core_state import core_size, state_parts
 from daskrl.models.heads import Distribution
 from daskrl.models.registry import lookup, register_builtin

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.actors.timing import Timing

@@ -14,7 +14,7 @@ import numpy as np
 
 from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.devices import cpu_has_native_bfloat16
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.runtime.memory.params import ParameterReader
 from daskrl.sampling.exploration import Acted, exploring

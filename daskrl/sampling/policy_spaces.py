@@ -1,6 +1,6 @@
 """Each policy's own observation and action spaces, when a multi-agent env's agents differ.
 
-A policy's network must fit every agent it plays, so where agents' spaces differ (daskrl/envs/agent_spaces.py) the
+A policy's network must fit every agent it plays, so where agents' spaces differ (daskrl/envs/layouts/agent_spaces.py) the
 mapping is asked, before any process starts, which agents each policy can get over many episodes; each policy's
 spaces are then those of its agents, and the learners and samplers build its network from them. The trajectory
 slots keep the union layout: a policy reads the first ``obs_len`` of an observation row and writes the first
@@ -9,7 +9,7 @@ slots keep the union layout: a policy reads the first ``obs_len`` of an observat
 
 from __future__ import annotations
 
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.sampling.policy_map import _checked, resolve_mapping
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import SharedMemoryError
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from daskrl.config import ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.models.registry import Shipped, install_components
 from daskrl.runtime.actors.component import Component

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from daskrl.envs.dict_obs import pack_into
+from daskrl.envs.layouts.dict_obs import pack_into
 from daskrl.errors import RequestError, one_line
 from daskrl.models.actor_critic import ActorCritic
 

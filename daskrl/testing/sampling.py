@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from daskrl.config import ModelConfig
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.protocol import FreeSlots, TrajectoryReady, free_queue
 from daskrl.runtime import dask_internals

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.lazy_names import class_at
 from daskrl.setups import EpsilonGreedy
 

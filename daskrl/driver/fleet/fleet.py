@@ -20,7 +20,7 @@ from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.driver.fleet.relays import Relays
 from daskrl.driver.fleet.replay_hosts import route, shard_workers
 from daskrl.driver.fleet.role_setups import replay_setup, role_setups, rollout_setup
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
 from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_replay, wire_rollout

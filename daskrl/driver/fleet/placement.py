@@ -18,7 +18,7 @@ from typing import Any
 from daskrl.config import Config
 from daskrl.devices import check_cluster as check_devices
 from daskrl.driver.launch.sizing import check_fits_cluster
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.runtime import dask_internals
 from daskrl.runtime.access.runs import RunClaim

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from daskrl.config import Config
 from daskrl.driver.fleet.algorithms import algorithm_of
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.registry import registered_factory
-from daskrl.envs.spaces import EnvSpaces
 from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue

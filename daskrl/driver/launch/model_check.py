@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.registry import Shipped, pack_components
 from daskrl.runtime import dask_internals
 

@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 
 from daskrl.config import Config
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.models.core_state import rnn_state_size
 from daskrl.sampling.policy_map import slots_tagged

@@ -14,11 +14,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from daskrl.envs.composite_actions import ActionLayout, read_composite
-from daskrl.envs.dict_obs import ObsKey, read_dict_space, record_size
+from daskrl.envs.layouts.composite_actions import ActionLayout, read_composite
+from daskrl.envs.layouts.dict_obs import ObsKey, read_dict_space, record_size
 from daskrl.errors import EnvError
 
-#: "composite": a Tuple or Dict of the other kinds, stored as one flat float32 row (daskrl/envs/composite_actions.py)
+#: "composite": a Tuple or Dict of the other kinds, stored as one flat float32 row (daskrl/envs/layouts/composite_actions.py)
 ACTION_KINDS = ("discrete", "multi_discrete", "box", "composite")
 
 
@@ -36,7 +36,7 @@ class EnvSpaces:
     low: list[float] | None = None
     high: list[float] | None = None
     # Dict observations: the kept keys, packed into one uint8 record per step (obs_shape is the record's size; see
-    # daskrl/envs/dict_obs.py), the keys that were dropped, and the key that masks invalid discrete actions
+    # daskrl/envs/layouts/dict_obs.py), the keys that were dropped, and the key that masks invalid discrete actions
     obs_keys: tuple[ObsKey, ...] = ()
     dropped_obs_keys: tuple[str, ...] = ()
     action_mask_key: str | None = None
@@ -44,7 +44,7 @@ class EnvSpaces:
     # column per (env, agent), so its slots are num_agents times as wide as its env count
     num_agents: int = 1
     agent_ids: tuple[str, ...] = ()
-    # agents whose spaces differ (daskrl/envs/agent_spaces.py): the spaces above are the slot layout (the union) and
+    # agents whose spaces differ (daskrl/envs/layouts/agent_spaces.py): the spaces above are the slot layout (the union) and
     # these each agent's own, in agent_ids order; empty when every agent has the spaces above
     agent_spaces: tuple[EnvSpaces, ...] = ()
     # composite (Tuple or Dict) actions: their parts and where each sits in the flat row (action_shape is (width,))
@@ -167,7 +167,7 @@ def _unsupported(role: str, space: gym.Space, hint: str) -> EnvError:
 
 def _read_obs_space(space: gym.Space) -> tuple[tuple[int, ...], str]:
     # Box and MultiBinary are fixed-shape arrays; make_env turns a single-agent env's Discrete, MultiDiscrete and
-    # Tuple observations into Dicts (daskrl/envs/index_obs.py); Text, Graph and Sequence have no fixed shape
+    # Tuple observations into Dicts (daskrl/envs/layouts/index_obs.py); Text, Graph and Sequence have no fixed shape
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return tuple(int(x) for x in space.shape), np.dtype(space.dtype).name
     raise _unsupported(

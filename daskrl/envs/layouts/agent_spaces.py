@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import EnvError
 
 

@@ -1,5 +1,5 @@
 """``--env-backend envpool``: a rollout worker's Atari envs stepped by envpool's C++ emulators, with the observations
-of the gymnasium path (daskrl/envs/atari.py).
+of the gymnasium path (daskrl/envs/suites/atari.py).
 
 The gymnasium path goes through Python for every emulator frame (4 per step) and several wrappers; envpool runs the
 frame skip, max-pooling, grayscale, resize and frame stack in C++ for the whole group in one call. Both use the
@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from daskrl.envs.atari import PREFIX
+from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.registry import env_seed
-from daskrl.envs.spaces import EnvSpaces
+from daskrl.envs.suites.atari import PREFIX
 from daskrl.envs.vector import EpisodeRecords
 from daskrl.errors import EnvError
 
 #: daskrl's atari/<Game> options (--env-kwargs) -> envpool's names for them
 _OPTIONS = {"num_frames": "stack_num", "sticky_actions": "repeat_action_probability", "noop_max": "noop_max",
             "full_action_space": "full_action_space"}
-#: what envpool must be told to play as daskrl/envs/atari.py does (its own defaults differ for these)
+#: what envpool must be told to play as daskrl/envs/suites/atari.py does (its own defaults differ for these)
 _AS_GYMNASIUM = {"use_fire_reset": False, "episodic_life": False, "reward_clip": False, "gray_scale": True,
                  "use_inter_area_resize": True, "frame_skip": 4, "max_episode_steps": 27_000, "stack_num": 4,
                  "repeat_action_probability": 0.25, "noop_max": 30, "zero_discount_on_life_loss": False}

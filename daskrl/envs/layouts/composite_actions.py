@@ -130,7 +130,7 @@ class ActionLayout:
 def read_composite(space: gym.spaces.Tuple | gym.spaces.Dict,
                    read_part: Callable[[gym.Space], dict[str, Any]]) -> ActionLayout:
     """The layout of a Tuple or Dict action space; ``read_part`` reads one part as a plain action space (the reader
-    of daskrl/envs/spaces.py, passed in so that module stays the one that knows plain spaces). A nested Tuple or
+    of daskrl/envs/layouts/spaces.py, passed in so that module stays the one that knows plain spaces). A nested Tuple or
     Dict, a space of another kind or a discrete part too large for float32 is one :class:`EnvError` naming the
     part."""
     kind = type(space).__name__
