@@ -25,8 +25,8 @@ from daskrl.envs.vector import EnvGroup
 from daskrl.errors import EnvError
 from daskrl.evaluation import enjoy
 from daskrl.models.actor_critic import build_model
+from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.models.heads import make_action_head
-from daskrl.models.numpy_policy import NumpyPolicy
 from daskrl.sampling.policy import SamplingPolicy
 from daskrl.setups import PolicySetup
 

@@ -28,7 +28,7 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models import MlpEncoder, register_core, register_encoder, registry
 from daskrl.models.actor_critic import build_model, check_model
 from daskrl.models.core_state import rnn_state_size
-from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.models.registry import install_components, lookup, pack_components
 from daskrl.runtime.actors.incidents import Incidents
 

@@ -22,8 +22,8 @@ from daskrl.errors import EnvError
 from daskrl.evaluation import enjoy
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model, check_model
-from daskrl.models.encoders import resolve_encoder_name
-from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.models.fast_path.numpy_policy import NumpyPolicy
+from daskrl.models.inputs.encoders import resolve_encoder_name
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.runtime import connect_cluster, dask_internals, spawn
 from daskrl.testing.envs import CueEnv

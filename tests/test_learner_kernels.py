@@ -1,4 +1,4 @@
-"""The learner's faster kernels compute what the standard ones do: the sigmoid tanh (daskrl/models/activations.py)
+"""The learner's faster kernels compute what the standard ones do: the sigmoid tanh (daskrl/models/inputs/activations.py)
 against torch.tanh, values and gradients; an APPO training step's loss and gradients on a fixed batch with it
 against the same step with nn.Tanh; the fused Adam step against the foreach one; and exported graphs keep the
 standard tanh op."""
@@ -19,9 +19,9 @@ from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.algo.common.optimizers import make_optimizer
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
-from daskrl.models import activations
-from daskrl.models.activations import Tanh, sigmoid_tanh
 from daskrl.models.actor_critic import build_model
+from daskrl.models.inputs import activations
+from daskrl.models.inputs.activations import Tanh, sigmoid_tanh
 
 
 @pytest.fixture
@@ -375,9 +375,9 @@ def test_the_loss_without_a_mask_is_the_loss_with_an_all_true_mask():
 
 @pytest.mark.parametrize("autocast", [False, True])
 def test_frames_enter_the_first_convolution_unscaled_in_its_dtype_channels_last(autocast):
-    """daskrl/models/frames.py: one conversion straight to the dtype the convolution computes in, in the frames' own
+    """daskrl/models/inputs/frames.py: one conversion straight to the dtype the convolution computes in, in the frames' own
     memory order, every pixel value exact (0-255 are integers bfloat16 holds)."""
-    from daskrl.models.frames import frames_as_input
+    from daskrl.models.inputs.frames import frames_as_input
 
     frames = torch.randint(0, 256, (8, 84, 84, 4), dtype=torch.uint8)
     weight = torch.zeros(32, 4, 8, 8)
@@ -396,7 +396,7 @@ def test_the_first_convolution_folds_the_pixel_scale_into_its_weights(precision)
     bfloat16 (a learner's autocast) the two round differently, within bfloat16's precision."""
     from torch import nn
 
-    from daskrl.models.frames import FrameConv
+    from daskrl.models.inputs.frames import FrameConv
 
     torch.manual_seed(0)
     folded, plain = FrameConv(4, 32, 8, stride=4), nn.Conv2d(4, 32, 8, stride=4)

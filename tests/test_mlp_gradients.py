@@ -19,8 +19,8 @@ from daskrl.algo.kernels.flat_parameters import FlatParameters
 from daskrl.algo.kernels.mlp_gradients import MlpGradients
 from daskrl.config import Config, ModelConfig
 from daskrl.envs import EnvSpaces
-from daskrl.models import activations
 from daskrl.models.actor_critic import ActorCritic, build_model
+from daskrl.models.inputs import activations
 
 LOSS_INPUTS = ("new_log_probs", "advantages", "values", "old_values", "value_targets", "entropy")
 

@@ -13,8 +13,8 @@ import torch
 from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
 from daskrl.models.actor_critic import ActorCritic
-from daskrl.models.numpy_plan import numpy_plan
-from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.models.fast_path.numpy_plan import numpy_plan
+from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 
 
 def model_for(env: str, normalize_obs: bool, shared_encoder: bool | None = None, **model_options) -> ActorCritic:
@@ -132,7 +132,7 @@ def test_the_plan_is_plain_data_and_acting_from_it_needs_no_torch(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     obs = np.random.default_rng(4).normal(size=(6, 3)).astype(np.float32)
     np.save(tmp_path / "obs.npy", obs)
-    code = ("import json, sys, numpy as np; from daskrl.models.numpy_policy import NumpyPolicy; "
+    code = ("import json, sys, numpy as np; from daskrl.models.fast_path.numpy_policy import NumpyPolicy; "
             f"d = {str(tmp_path)!r}; w = dict(np.load(d + '/weights.npz')); "
             "p = NumpyPolicy(json.load(open(d + '/plan.json')), w); state = np.zeros((6, 8), np.float32); "
             "a, lp, v = p.act(np.load(d + '/obs.npy'), deterministic=True, state=state); "

@@ -23,7 +23,7 @@ from daskrl.evaluation import run_episodes
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models.actor_critic import build_model
 from daskrl.models.core_state import rnn_state_size
-from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.runtime import connect_cluster, spawn
 from daskrl.runtime.memory.shm import list_segments
 from daskrl.sampling.policy import SamplingPolicy

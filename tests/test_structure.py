@@ -149,7 +149,7 @@ def test_few_modules_at_the_top():
 #: modules a folder of daskrl/ may hold (its __init__.py counted): past a dozen a newcomer meets an alphabetical list
 #: instead of the architecture. The halls not given wings yet keep their counts as ceilings that only go down
 MAX_MODULES_PER_FOLDER = 12
-CROWDED_CEILINGS = {"sampling": 16, "models": 16, "monitor": 14, "testing": 13}
+CROWDED_CEILINGS = {"sampling": 16, "monitor": 14, "testing": 13}
 
 
 def test_no_folder_is_a_long_alphabetical_list():
@@ -185,7 +185,7 @@ FEATURE_HEAVY = ["algo/appo/trainer.py", "sampling/rollout_worker.py", "learning
                  "algo/appo/flat_batch.py", "algo/appo/trajectory_batch.py", "learning/slot_reader.py",
                  "learning/group_member.py", "learning/snapshots.py", "learning/training_state.py",
                  "sampling/state_carry.py", "sampling/slot_owners.py", "sampling/split_policies.py",
-                 "sampling/row_cut.py", "sampling/episode.py", "envs/groups.py", "models/observations.py"]
+                 "sampling/row_cut.py", "sampling/episode.py", "envs/groups.py", "models/inputs/observations.py"]
 #: a third of what the first seven of them held at 636a34a (120): features are strategies chosen once
 MAX_FEATURE_CONDITIONS = 40
 

@@ -28,7 +28,7 @@ from daskrl.errors import ConfigError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.models import ActorCritic, make_encoder
 from daskrl.models.actor_critic import build_model, check_model
-from daskrl.models.impala import ImpalaEncoder
+from daskrl.models.inputs.impala import ImpalaEncoder
 
 from .helpers import run_config, slow
 

@@ -34,7 +34,7 @@ class Published:
 
     def __init__(self, component: Component, model: ActorCritic, remote: bool) -> None:
         """Publishes ``model``'s weights as version 1."""
-        from daskrl.models.numpy_plan import numpy_plan
+        from daskrl.models.fast_path.numpy_plan import numpy_plan
 
         self.block = ParameterPublisher(component, model.state_dict_numpy(), remote=remote)
         self.block.publish(model.state_dict_numpy())

@@ -23,7 +23,7 @@ class SelfPlaySnapshots:
     """``count`` blocks of past weights, refreshed in turn (see the module docstring)."""
 
     def __init__(self, component: Component, model: ActorCritic, count: int, every: int, remote: bool) -> None:
-        from daskrl.models.numpy_plan import numpy_plan
+        from daskrl.models.fast_path.numpy_plan import numpy_plan
 
         self.every = every
         self.plan = numpy_plan(model)  # as the live block's (daskrl/learning/group_member.py)

@@ -16,10 +16,10 @@ from torch import nn
 from daskrl.config import Config, ModelConfig
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
-from daskrl.models.encoders import layer_init
-from daskrl.models.frames import FrameConv
 from daskrl.models.heads import Distribution, make_action_head
-from daskrl.models.observations import EncoderInput, observation_adapter, observation_kind
+from daskrl.models.inputs.encoders import layer_init
+from daskrl.models.inputs.frames import FrameConv
+from daskrl.models.inputs.observations import EncoderInput, observation_adapter, observation_kind
 from daskrl.models.recurrent import make_core
 
 
@@ -27,7 +27,7 @@ class ActorCritic(nn.Module):
     """Encoder(s) + core + action head + value head for one env's `EnvSpaces`.
 
     Two objects chosen once shape every path: the observation adapter (``self.observations``: flat or Dict
-    observations, normalized or not; daskrl/models/observations.py) and the core (``self.core``: the feed-forward
+    observations, normalized or not; daskrl/models/inputs/observations.py) and the core (``self.core``: the feed-forward
     identity or a recurrent core; daskrl/models/recurrent.py). With `shared_encoder=None` ``--value-encoder``
     decides, and its 'auto' follows CleanRL: separate policy/value MLPs for vector observations, one shared CNN trunk
     for images (the conv stack dominates the cost, so sharing halves it).

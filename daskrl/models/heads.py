@@ -17,7 +17,7 @@ from torch import nn
 from daskrl.envs.layouts.composite_actions import ActionPart
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.composite_head import CompositeDistribution, CompositeHead
-from daskrl.models.encoders import layer_init
+from daskrl.models.inputs.encoders import layer_init
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 

@@ -3,7 +3,7 @@
 Vector observations under the MLP encoder: each critic is one MLP of ``[observation, action]``, of the actor's hidden
 sizes and activation (the paper's critics, and SB3's and CleanRL's). Other observations (images, Dict observations,
 a registered encoder): each critic encodes the observation with an encoder of its own, built as the actor's (the
-Nature CNN, per-key Dict encoders: :mod:`daskrl.models.observations`), and reads ``[features, action]`` through one
+Nature CNN, per-key Dict encoders: :mod:`daskrl.models.inputs.observations`), and reads ``[features, action]`` through one
 more hidden layer of the MLP's width. The observations come in prepared by the actor (:meth:`ActorCritic.prepare`:
 normalized with its statistics), so actor and critics see the same inputs.
 
@@ -19,8 +19,8 @@ from torch import nn
 
 from daskrl.config import ModelConfig
 from daskrl.envs.layouts.spaces import EnvSpaces
-from daskrl.models.encoders import ACTIVATIONS, MlpEncoder, layer_init
-from daskrl.models.observations import EncoderInput, observation_adapter
+from daskrl.models.inputs.encoders import ACTIVATIONS, MlpEncoder, layer_init
+from daskrl.models.inputs.observations import EncoderInput, observation_adapter
 
 
 class TwinQ(nn.Module):

@@ -33,7 +33,7 @@ _TABLES = {"encoder": _ENCODERS, "core": _CORES}
 _LABELS = {"encoder": "encoder", "core": "recurrent core"}
 _RESERVED = {"encoder": ("auto",), "core": ("none",)}  # values of --encoder and --rnn that are no component
 #: daskrl's own components: kind -> (the module that defines and registers them, their names)
-BUILTIN = {"encoder": ("daskrl.models.encoders", ("mlp", "cnn", "small_cnn", "impala")),
+BUILTIN = {"encoder": ("daskrl.models.inputs.encoders", ("mlp", "cnn", "small_cnn", "impala")),
            "core": ("daskrl.models.recurrent", ("lstm", "gru"))}
 _USER: set[tuple[str, str]] = set()  # (kind, name) registered by the user: what travels to the workers
 _BROKEN: dict[tuple[str, str], str] = {}  # (kind, name) shipped here but unusable: why

@@ -1,7 +1,7 @@
 """The policy as samplers use it: an actor-critic kept at the newest published parameters.
 
 Shared by the rollout worker's inline strategy and the inference worker, so both act the same way. Two ways to
-act: the numpy fast path from the published weights and the learner's plan (:mod:`daskrl.models.numpy_plan`), which
+act: the numpy fast path from the published weights and the learner's plan (:mod:`daskrl.models.fast_path.numpy_plan`), which
 never imports torch, so a rollout worker on it carries none; or the torch model, for everything else (CNNs, bfloat16,
 GPUs, custom parts) and for samplers without a learner (a sampling-only run acts with its own initial weights).
 """
@@ -15,7 +15,7 @@ import numpy as np
 from daskrl.config import INFERENCE_PRECISIONS
 from daskrl.devices import cpu_has_native_bfloat16
 from daskrl.envs.layouts.spaces import EnvSpaces
-from daskrl.models.numpy_policy import NumpyPolicy
+from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.runtime.memory.params import ParameterReader
 from daskrl.sampling.exploration import Acted, exploring
 from daskrl.setups import PolicySetup

@@ -25,10 +25,10 @@ from torch import nn
 
 from daskrl.algo.appo.loss import LossGradients
 from daskrl.algo.kernels.flat_parameters import FlatParameters
-from daskrl.models import activations
-from daskrl.models.activations import Tanh, sigmoid_tanh_
-from daskrl.models.encoders import MlpEncoder
 from daskrl.models.heads import CategoricalHead
+from daskrl.models.inputs import activations
+from daskrl.models.inputs.activations import Tanh, sigmoid_tanh_
+from daskrl.models.inputs.encoders import MlpEncoder
 
 if TYPE_CHECKING:
     from daskrl.models.actor_critic import ActorCritic

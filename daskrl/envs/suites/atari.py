@@ -2,7 +2,7 @@
 
 ``atari/Breakout``, ``atari/Pong``, ... (the Atari-57 set): 84x84 grayscale frames (``screen_size`` in
 ``--env-kwargs`` changes the side), the last 4 stacked as channels (HWC uint8, what
-:class:`~daskrl.models.encoders.CnnEncoder` takes), 4 emulator frames per step with the max of the last two,
+:class:`~daskrl.models.inputs.encoders.CnnEncoder` takes), 4 emulator frames per step with the max of the last two,
 up to 30 no-op actions after reset, sticky actions (ALE v5's default, probability 0.25), episodes cut at 108,000
 frames. Rewards and episode returns are the game score, unclipped.
 

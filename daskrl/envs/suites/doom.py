@@ -13,7 +13,7 @@ Game variables (health, ammunition, ...) are in every step's ``info`` under thei
 ``AMMO2``, ...), so ``--info-keys HEALTH`` logs them per episode. With ``--env-kwargs '{"game_variables": true}'``
 they are observed too, as Sample Factory's "measurements": the observation becomes a Dict of ``screen`` (the frame)
 and ``game_variables`` (float32, the scenario's variables in its .cfg order), which the model encodes with the CNN
-and an MLP (daskrl/models/dict_encoder.py). Off by default: the documented doom results are the frame's alone, and a
+and an MLP (daskrl/models/inputs/dict_encoder.py). Off by default: the documented doom results are the frame's alone, and a
 scenario without variables (my_way_home) keeps its plain frames either way.
 
 Scenario files come with vizdoom (``vizdoom.scenarios_path``), except battle, which Sample Factory ships and

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from daskrl.envs.layouts.spaces import EnvSpaces
-from daskrl.models.activations import ACTIVATIONS
-from daskrl.models.frames import FrameConv
-from daskrl.models.impala import ImpalaEncoder
+from daskrl.models.inputs.activations import ACTIVATIONS
+from daskrl.models.inputs.frames import FrameConv
+from daskrl.models.inputs.impala import ImpalaEncoder
 from daskrl.models.registry import _ENCODERS, lookup, register_builtin, register_encoder  # noqa: F401  (old home)
 
 
@@ -123,7 +123,7 @@ register_builtin("encoder", mlp=MlpEncoder, cnn=CnnEncoder, small_cnn=SmallCnnEn
 
 def resolve_encoder_name(name: str, spaces: EnvSpaces) -> str:
     """'auto' means the Nature CNN for images of at least 36x36 pixels, the small CNN for smaller ones, an MLP for
-    everything else (a Dict observation's keys each get their own; see daskrl/models/dict_encoder.py)."""
+    everything else (a Dict observation's keys each get their own; see daskrl/models/inputs/dict_encoder.py)."""
     if name == "auto":
         if spaces.is_image:
             return "cnn" if min(spaces.obs_shape[:2]) >= CnnEncoder.MIN_SIZE else "small_cnn"

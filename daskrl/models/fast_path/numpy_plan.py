@@ -1,7 +1,7 @@
 """The numpy fast path's plan: which keys of a model's state dict make each layer, and the constants it acts with.
 
 Why a plan: a sampler on the numpy path should not need torch at all (importing it costs a process about 0.7 s and
-100 MB). The learner has the torch model, so it writes down, once, what :class:`~daskrl.models.numpy_policy.
+100 MB). The learner has the torch model, so it writes down, once, what :class:`~daskrl.models.fast_path.numpy_policy.
 NumpyPolicy` needs besides the weights (layer keys in order, activations, the recurrent cell, the action head's
 kind and bounds) and ships it with its parameter block's description; the sampler then acts from the published
 weights alone. A model the numpy path cannot compute has no plan (None) and its samplers build the torch model.
@@ -14,8 +14,8 @@ from typing import Any
 from torch import nn
 
 from daskrl.models.actor_critic import ActorCritic
-from daskrl.models.encoders import MlpEncoder
 from daskrl.models.heads import ClippedGaussian
+from daskrl.models.inputs.encoders import MlpEncoder
 from daskrl.models.recurrent import RecurrentCore
 
 #: the activations the numpy path computes, by their torch module's class name

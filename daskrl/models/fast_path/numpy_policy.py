@@ -8,7 +8,7 @@ Recurrent models with daskrl's LSTM or GRU core run their cell here too (one ste
 as the samplers keep them). Models it cannot express (CNN encoders, multi-discrete heads, the heads of Tuple and Dict
 actions, custom encoders or cores, Dict observations) keep the torch path.
 
-This module does not import torch: a sampler builds it from the learner's plan (:mod:`daskrl.models.numpy_plan`,
+This module does not import torch: a sampler builds it from the learner's plan (:mod:`daskrl.models.fast_path.numpy_plan`,
 which names the weights of each layer) and the weights it reads from the parameter block, so a rollout worker on
 this path never loads torch.
 """
@@ -53,8 +53,8 @@ class NumpyPolicy:
 
     def __init__(self, plan: dict[str, Any], weights: Weights, rng: np.random.Generator | None = None,
                  critic: bool = True) -> None:
-        """``plan``: :func:`~daskrl.models.numpy_plan.numpy_plan` of the model; ``weights``: its state dict as numpy
-        arrays (what the learner publishes); ``critic``: whether ``act`` computes the values too."""
+        """``plan``: :func:`~daskrl.models.fast_path.numpy_plan.numpy_plan` of the model; ``weights``: its state dict
+        as numpy arrays (what the learner publishes); ``critic``: whether ``act`` computes the values too."""
         self.plan = plan
         self.rng = rng or np.random.default_rng()
         self.kind = plan["kind"]
@@ -67,7 +67,7 @@ class NumpyPolicy:
     def from_model(cls, model: ActorCritic, rng: np.random.Generator | None = None, critic: bool = True
                    ) -> NumpyPolicy:
         """From a torch model (tests, and samplers that built one): its plan and its current weights."""
-        from daskrl.models.numpy_plan import numpy_plan
+        from daskrl.models.fast_path.numpy_plan import numpy_plan
 
         plan = numpy_plan(model)
         if plan is None:
@@ -76,7 +76,7 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: ActorCritic) -> bool:
-        from daskrl.models.numpy_plan import supports
+        from daskrl.models.fast_path.numpy_plan import supports
 
         return supports(model)
 

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from daskrl.envs.layouts.dict_obs import ObsKey
 from daskrl.envs.layouts.spaces import EnvSpaces
-from daskrl.models.encoders import MlpEncoder, make_encoder, resolve_encoder_name
+from daskrl.models.inputs.encoders import MlpEncoder, make_encoder, resolve_encoder_name
 
 _TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional
 
 from daskrl.envs.layouts.spaces import EnvSpaces
-from daskrl.models.frames import FrameConv
+from daskrl.models.inputs.frames import FrameConv
 
 
 class ResidualBlock(nn.Module):

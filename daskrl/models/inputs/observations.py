@@ -22,8 +22,8 @@ from torch import nn
 from daskrl.config import ModelConfig
 from daskrl.envs.layouts.dict_obs import unpack
 from daskrl.envs.layouts.spaces import EnvSpaces
-from daskrl.models.dict_encoder import DictEncoder, unpack_tensors
-from daskrl.models.encoders import make_encoder, resolve_encoder_name
+from daskrl.models.inputs.dict_encoder import DictEncoder, unpack_tensors
+from daskrl.models.inputs.encoders import make_encoder, resolve_encoder_name
 
 #: what an adapter gives the encoder: one tensor (flat observations) or one per key (Dict observations)
 EncoderInput = torch.Tensor | dict[str, torch.Tensor]
