@@ -36,14 +36,14 @@ def inference_rate(step: Step, device: str, batch: int, iters: int, threads: int
 
     from daskrl.config import ModelConfig
     from daskrl.models.actor_critic import build_model
-    from daskrl.sampling.policy import resolve_precision
+    from daskrl.sampling.policies.policy import resolve_precision
 
     torch.set_num_threads(threads)
     spaces = _spaces(step)
     model = build_model(spaces, ModelConfig(encoder=step.model), seed=0).to(device)
     model.eval()
     if device != "cpu" and precision == "auto":
-        precision = "float32"  # a GPU inference worker keeps float32 unless told (daskrl/sampling/policy.py)
+        precision = "float32"  # a GPU inference worker keeps float32 unless told (daskrl/sampling/policies/policy.py)
     precision = resolve_precision(precision, spaces)
     if precision == "bfloat16":
         model.use_bfloat16_encoders()

@@ -79,11 +79,11 @@ class RolloutSetup:
     rnn_state_size: int  # floats of recurrent state per env, kept in the slots (0: feed-forward)
     policy_queue: str
     policy: PolicySetup | None
-    # several policies or a multi-agent env: the slots say who acted (daskrl/sampling/trajectories.py)
+    # several policies or a multi-agent env: the slots say who acted (daskrl/sampling/slots/trajectories.py)
     tagged: bool
     num_policies: int
     snapshots: int  # self-play opponents: frozen past versions of policy 0, acting as policies N.. (no learner)
-    policy_mapping: str  # --policy-mapping (daskrl/sampling/policy_map.py)
+    policy_mapping: str  # --policy-mapping (daskrl/sampling/policies/policy_map.py)
     run_envs: int  # the run's env count, which numbers episodes run-wide for the mapping
     # inline: each policy's parameter block (policy 0's is policy.params), then each self-play snapshot's
     policy_params: tuple[dict | None, ...]

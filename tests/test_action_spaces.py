@@ -27,7 +27,7 @@ from daskrl.evaluation import enjoy
 from daskrl.models.actor_critic import build_model
 from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.models.heads import make_action_head
-from daskrl.sampling.policy import SamplingPolicy
+from daskrl.sampling.policies.policy import SamplingPolicy
 from daskrl.setups import PolicySetup
 
 from .helpers import run_config, slow

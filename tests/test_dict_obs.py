@@ -273,7 +273,7 @@ def test_minigrid_trains_from_its_gymnasium_module_id(tmp_path):
 def test_auto_precision_takes_bfloat16_for_large_image_keys_only():
     """--inference-precision auto: a Dict whose image key the Nature CNN encodes samples in bfloat16 where the CPU
     has it (as a plain image env does); small views (MiniGrid's, CueEnv's 3x3) stay float32."""
-    from daskrl.sampling.policy import cpu_has_native_bfloat16, resolve_precision
+    from daskrl.sampling.policies.policy import cpu_has_native_bfloat16, resolve_precision
 
     big = EnvSpaces.from_spaces(gym.spaces.Dict({"screen": gym.spaces.Box(0, 255, (72, 128, 3), np.uint8),
                                                  "health": gym.spaces.Box(0, 100, (1,), np.float32)}),

@@ -87,7 +87,7 @@ def test_each_rollout_worker_explores_with_its_own_epsilon():
 def test_epsilon_greedy_acting_takes_the_greedy_action_or_a_uniform_one():
     import numpy as np
 
-    from daskrl.sampling.exploration import EpsilonGreedyActing, exploring
+    from daskrl.sampling.policies.exploration import EpsilonGreedyActing, exploring
     from daskrl.setups import EpsilonGreedy
 
     def greedy(obs, state=None, deterministic=False):  # as SamplingPolicy's act

@@ -536,7 +536,7 @@ def test_doom_basic_slots_hold_its_frames_and_a_sampling_run_fills_them(tmp_path
     from daskrl import train
     from daskrl.config import Config
     from daskrl.config.env_defaults import family_of
-    from daskrl.sampling.trajectories import SlotLayout
+    from daskrl.sampling.slots.trajectories import SlotLayout
 
     spaces = probe_env("doom/basic")
     assert spaces.obs_shape == (72, 128, 3) and spaces.obs_dtype == "uint8" and spaces.is_image

@@ -30,7 +30,7 @@ from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.learning.slot_reader import PolicyColumns
 from daskrl.runtime.actors.handles import spawn
 from daskrl.sampling.episode import Episode, episodes_from_event
-from daskrl.sampling.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
+from daskrl.sampling.policies.policy_map import NOBODY, PolicyMap, check_mapping, columns_by_policy
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, expected_log_probs, sample_slots
 
 from .helpers import Killer, recovery_of, run_config, slow

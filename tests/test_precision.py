@@ -13,8 +13,8 @@ from daskrl.config import Config, ConfigError, ModelConfig
 from daskrl.envs import probe_env
 from daskrl.models import ActorCritic
 from daskrl.models.inputs.frames import FrameConv
-from daskrl.sampling import policy as sampling_policy
-from daskrl.sampling.policy import SamplingPolicy, cpu_has_native_bfloat16, resolve_precision
+from daskrl.sampling.policies import policy as sampling_policy
+from daskrl.sampling.policies.policy import SamplingPolicy, cpu_has_native_bfloat16, resolve_precision
 from daskrl.setups import PolicySetup
 
 

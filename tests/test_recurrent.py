@@ -26,7 +26,7 @@ from daskrl.models.core_state import rnn_state_size
 from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.runtime import connect_cluster, spawn
 from daskrl.runtime.memory.shm import list_segments
-from daskrl.sampling.policy import SamplingPolicy
+from daskrl.sampling.policies.policy import SamplingPolicy
 from daskrl.setups import PolicySetup
 from daskrl.testing.sampling import (
     PolicySource,

@@ -20,7 +20,7 @@ from daskrl.learning.slot_reader import SLOT_FIELDS, STATE_FIELDS, PolicyColumns
 from daskrl.learning.turns import interleaved
 from daskrl.models.actor_critic import build_model
 from daskrl.runtime import dask_internals
-from daskrl.sampling.trajectories import SlotLayout
+from daskrl.sampling.slots.trajectories import SlotLayout
 from daskrl.testing.envs import staggered, take_turns
 
 T, B = 8, 4

@@ -26,7 +26,7 @@ from daskrl.errors import ConfigError
 from daskrl.evaluation.loading import load_state, policy_model
 from daskrl.evaluation.multi_agent_play import Seats, game_group, game_stats, play_games
 from daskrl.evaluation.players import Player, PolicyPlayer, RandomPlayer
-from daskrl.sampling.policy_map import PolicyMap, resolve_mapping
+from daskrl.sampling.policies.policy_map import PolicyMap, resolve_mapping
 
 #: each game's seats (the players, seat by seat, and the measured player's seat), by game number
 SeatsFn = Callable[[int], Seats]

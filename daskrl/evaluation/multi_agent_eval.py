@@ -19,7 +19,7 @@ from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.evaluation.multi_agent_play import Game, Seats, game_stats
 from daskrl.evaluation.players import PolicyPlayer
 from daskrl.models.actor_critic import build_model
-from daskrl.sampling.policy_map import PolicyMap
+from daskrl.sampling.policies.policy_map import PolicyMap
 
 
 def agent_columns(agent_ids: Sequence[str]) -> tuple[str, ...]:

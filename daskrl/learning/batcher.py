@@ -34,7 +34,7 @@ from daskrl.learning.shares import split_slots
 from daskrl.learning.slot_reader import WHOLE_SLOTS, LocalSlots, SlotReader, SlotReadError, slot_source
 from daskrl.protocol import FreeSlots, free_queue
 from daskrl.runtime.memory.remote_reads import RemoteReads
-from daskrl.sampling.trajectories import attach_live_pools
+from daskrl.sampling.slots.trajectories import attach_live_pools
 
 #: a slot as the batcher tracks it: (rollout worker, slot index, the worker's incarnation)
 SlotId = tuple[str, int, str]
@@ -111,7 +111,7 @@ class Batcher:
 
     def attach(self, buffers: dict[str, dict]) -> None:
         """Read these rollout workers' slots ({name: buffers()}); one lost meanwhile is left out until its
-        successor's arrays come (:func:`~daskrl.sampling.trajectories.attach_live_pools`)."""
+        successor's arrays come (:func:`~daskrl.sampling.slots.trajectories.attach_live_pools`)."""
         for name, (arrays, incarnation) in attach_live_pools(self.learner, buffers).items():
             self.attach_arrays(name, arrays, incarnation, self.learner.remote_reads)
 

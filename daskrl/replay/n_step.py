@@ -1,6 +1,6 @@
 """n-step transitions from one full trajectory slot.
 
-A slot holds ``T`` steps of ``B`` envs, time-major (daskrl/sampling/trajectories.py), with ``obs[T]`` (the first
+A slot holds ``T`` steps of ``B`` envs, time-major (daskrl/sampling/slots/trajectories.py), with ``obs[T]`` (the first
 observation of the next slot) for bootstrapping. Each step ``t`` of env ``b`` becomes one transition
 
     (obs[t], action[t], R, next_obs, discount)     R = sum_{k < m} gamma^k r[t + k]

@@ -52,7 +52,7 @@ from daskrl.replay.store import TransitionStore, store_shapes
 from daskrl.runtime.actors.component import Component
 from daskrl.runtime.actors.signals import slot
 from daskrl.runtime.memory.shm import read_together
-from daskrl.sampling.trajectories import attach_live_pools
+from daskrl.sampling.slots.trajectories import attach_live_pools
 from daskrl.setups import ReplaySetup
 
 #: the fields of a trajectory slot that its transitions are made of

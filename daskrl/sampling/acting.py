@@ -11,10 +11,10 @@ strategy when to begin, turns its hot loop through it, and says when a split has
   waits. A request whose inference worker died is sent again after :data:`REQUEST_TIMEOUT_S`.
 
 Neither asks at a step how many policies there are: a split's
-:class:`~daskrl.sampling.split_policies.SplitPolicies` gives each acting policy with its columns (one policy: one
+:class:`~daskrl.sampling.policies.split_policies.SplitPolicies` gives each acting policy with its columns (one policy: one
 group of every column, acted on the step's rows as they are), a policy's
-:class:`~daskrl.sampling.row_cut.Rows` its part of them, and the worker's
-:class:`~daskrl.sampling.state_carry.StateCarry` the recurrent states, if any.
+:class:`~daskrl.sampling.slots.row_cut.Rows` its part of them, and the worker's
+:class:`~daskrl.sampling.slots.state_carry.StateCarry` the recurrent states, if any.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import EnvStepError
 from daskrl.protocol import ActionsReady, InferenceRequest, policy_queue
 from daskrl.runtime.actors.timing import Timing
-from daskrl.sampling.row_cut import rows_for
-from daskrl.sampling.slot_owners import SlotOwners
-from daskrl.sampling.split_policies import EVERY_COLUMN, Columns, SplitPolicies
-from daskrl.sampling.state_carry import StateCarry
+from daskrl.sampling.policies.split_policies import EVERY_COLUMN, Columns, SplitPolicies
+from daskrl.sampling.slots.row_cut import rows_for
+from daskrl.sampling.slots.slot_owners import SlotOwners
+from daskrl.sampling.slots.state_carry import StateCarry
 from daskrl.setups import PolicySetup
 
 #: seconds after which an unanswered inference request is sent again (its inference worker may have died)
@@ -84,7 +84,9 @@ class InlineActing:
         slot = slot_spaces or setup.spaces
         setups = [setup] + [dataclasses.replace(setup, params=params, spaces=spaces[k], cut=slot.cut_for(spaces[k]))
                             for k, params in enumerate(policy_params) if k > 0]
-        from daskrl.sampling.policy import SamplingPolicy  # torch: imported where the policy acts, not by the driver
+        from daskrl.sampling.policies.policy import (
+            SamplingPolicy,  # torch: imported where the policy acts, not by the driver
+        )
 
         self.policies = [SamplingPolicy(worker, policy_setup) for policy_setup in setups]
         self.policy = self.policies[0]

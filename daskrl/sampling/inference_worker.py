@@ -17,8 +17,8 @@ import numpy as np
 from daskrl.protocol import ActionsReady, InferenceRequest, actions_queue
 from daskrl.runtime.actors.component import Component
 from daskrl.runtime.actors.signals import slot
-from daskrl.sampling.row_cut import rows_for
-from daskrl.sampling.trajectories import attach_live_pools, read_slot, read_step, write_columns
+from daskrl.sampling.slots.row_cut import rows_for
+from daskrl.sampling.slots.trajectories import attach_live_pools, read_slot, read_step, write_columns
 from daskrl.setups import InferenceSetup
 
 
@@ -26,7 +26,7 @@ class InferenceWorker(Component):
     """See module docstring."""
 
     def on_configure(self, setup: InferenceSetup) -> None:
-        from daskrl.sampling.policy import SamplingPolicy  # torch: imported here, not by the driver
+        from daskrl.sampling.policies.policy import SamplingPolicy  # torch: imported here, not by the driver
 
         self.policy = SamplingPolicy(self, setup.policy)
         self.policy_index = setup.policy_index  # with several policies: the one whose requests it takes

@@ -8,9 +8,9 @@ acting strategy (:mod:`daskrl.sampling.acting`); the slots and the env stepping 
 
 What differs between runs is chosen once, when the worker is configured, as objects the per-step code calls
 without asking which kind they are: the env groups (:mod:`daskrl.envs.groups`), who plays each split's columns
-and is credited with its episodes (:mod:`daskrl.sampling.split_policies`; one policy is a map of one), how a
-recurrent policy's states are carried (:mod:`daskrl.sampling.state_carry`) and who must hand a full slot back
-(:mod:`daskrl.sampling.slot_owners`).
+and is credited with its episodes (:mod:`daskrl.sampling.policies.split_policies`; one policy is a map of one), how a
+recurrent policy's states are carried (:mod:`daskrl.sampling.slots.state_carry`) and who must hand a full slot back
+(:mod:`daskrl.sampling.slots.slot_owners`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from daskrl.runtime.actors.component import Component
 from daskrl.runtime.actors.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
 from daskrl.sampling.episode import Episode, wire_form
-from daskrl.sampling.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
-from daskrl.sampling.split_policies import OnePolicy, SplitPolicies, mapped_policies
-from daskrl.sampling.state_carry import state_carry_for
-from daskrl.sampling.trajectories import SlotLayout, create_slots
+from daskrl.sampling.policies.split_policies import OnePolicy, SplitPolicies, mapped_policies
+from daskrl.sampling.slots.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
+from daskrl.sampling.slots.state_carry import state_carry_for
+from daskrl.sampling.slots.trajectories import SlotLayout, create_slots
 from daskrl.setups import RolloutSetup
 
 
@@ -210,7 +210,7 @@ class RolloutWorker(Component):
         return True
 
     def _announce(self, slot_index: int, frames: int) -> None:
-        """Tell the consumers a slot is full (see :mod:`daskrl.sampling.slot_owners` for who takes it); a slot
+        """Tell the consumers a slot is full (see :mod:`daskrl.sampling.slots.slot_owners` for who takes it); a slot
         nobody takes is free at once."""
         ready: TrajectoryReady = {"worker": self.name, "slot": slot_index, "frames": frames, "inc": self.incarnation}
         if self.owners.announce(slot_index, ready):

@@ -21,7 +21,7 @@ from daskrl.runtime import dask_internals
 from daskrl.runtime.actors.component import Component
 from daskrl.runtime.actors.signals import slot
 from daskrl.runtime.memory.params import ParameterPublisher
-from daskrl.sampling.trajectories import attach_slots
+from daskrl.sampling.slots.trajectories import attach_slots
 
 
 def poison_value(dtype: np.dtype) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 
 from daskrl.learning.slot_reader import SLOT_FIELDS, STATE_FIELDS, TAG_FIELDS, reader_for, slot_source
 from daskrl.runtime.actors.component import Component
-from daskrl.sampling.trajectories import SlotLayout, attach_slots, create_slots
+from daskrl.sampling.slots.trajectories import SlotLayout, attach_slots, create_slots
 
 #: every field a learner may read of a slot: a recurrent, tagged pool has them all
 ALL_FIELDS = SLOT_FIELDS + STATE_FIELDS + TAG_FIELDS

@@ -4,7 +4,7 @@ An algorithm is three choices, made once when the run is set up:
 
 - its **sampler-side policy**: how rollout workers act around the policy they hold (APPO and SAC sample their
   stochastic policy, SAC's a squashed Gaussian; DQN acts epsilon-greedily with an epsilon per rollout worker,
-  :mod:`daskrl.sampling.exploration`);
+  :mod:`daskrl.sampling.policies.exploration`);
 - its **data source**: the batcher's fresh slots (full slots announced to the learner, trained on once) or replay
   (slots announced to replay shards, :mod:`daskrl.replay.shard`, which keep transitions and serve draws);
 - its **trainer** (``trainer_path``: a ``PolicyTrainer`` that its learner builds with ``from_options``, never asking

@@ -1,6 +1,6 @@
 """Where a run's parameter relays live, and which relay block each sampler reads (``--param-relay auto``).
 
-One :class:`~daskrl.sampling.param_relay.ParamRelay` per host that has parameter readers (rollout workers acting
+One :class:`~daskrl.sampling.policies.param_relay.ParamRelay` per host that has parameter readers (rollout workers acting
 inline, or remote inference workers) but no learner, on the Dask worker of the first reader placed there (as
 :mod:`~daskrl.driver.fleet.replay_hosts` places a shard per host; a host is :func:`~daskrl.runtime.memory.shm.host_of` a
 worker's address). Samplers get each acting policy's block description with ``relays`` ({host: relay block}) added,
@@ -22,7 +22,7 @@ from daskrl.errors import ComponentError
 from daskrl.protocol import wire_relay
 from daskrl.runtime.actors.handles import ComponentHandle
 from daskrl.runtime.memory.shm import host_of
-from daskrl.sampling.param_relay import ParamRelay
+from daskrl.sampling.policies.param_relay import ParamRelay
 from daskrl.setups import RelaySetup
 
 AUTO = "auto"

@@ -17,8 +17,8 @@ from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
 from daskrl.replay.ratio import batches_per_request
-from daskrl.sampling.policy_map import slots_tagged
-from daskrl.sampling.policy_spaces import policy_spaces
+from daskrl.sampling.policies.policy_map import slots_tagged
+from daskrl.sampling.policies.policy_spaces import policy_spaces
 from daskrl.setups import EpsilonGreedy, InferenceSetup, LearnerSetup, PolicySetup, ReplaySetup, RoleSetups, RolloutSetup
 
 
@@ -97,7 +97,7 @@ def _model(config: Config):
 
 def acting_spaces(config: Config, spaces: EnvSpaces) -> tuple[EnvSpaces, ...]:
     """Each acting policy's spaces (the trained ones', then the self-play snapshots', which are policy 0's): the
-    slots' own unless the agents' spaces differ (daskrl/sampling/policy_spaces.py)."""
+    slots' own unless the agents' spaces differ (daskrl/sampling/policies/policy_spaces.py)."""
     p = config.policies
     own = policy_spaces(p.policy_mapping, p.num_policies, spaces, p.self_play_snapshots)
     return own + (own[0],) * p.self_play_snapshots

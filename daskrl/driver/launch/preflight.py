@@ -24,8 +24,8 @@ from daskrl.envs.packages import env_package_problems
 from daskrl.envs.suites.envpool_atari import check_backend
 from daskrl.errors import ConfigError
 from daskrl.models.registry import model_name_problems
-from daskrl.sampling.policy_map import check_mapping
-from daskrl.sampling.policy_spaces import policy_spaces
+from daskrl.sampling.policies.policy_map import check_mapping
+from daskrl.sampling.policies.policy_spaces import policy_spaces
 
 
 def default_experiment_name(env: str) -> str:

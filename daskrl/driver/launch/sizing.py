@@ -18,8 +18,8 @@ from daskrl.config import Config
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
 from daskrl.models.core_state import rnn_state_size
-from daskrl.sampling.policy_map import slots_tagged
-from daskrl.sampling.trajectories import SlotLayout
+from daskrl.sampling.policies.policy_map import slots_tagged
+from daskrl.sampling.slots.trajectories import SlotLayout
 
 SHM_DIR = "/dev/shm"
 #: the learner holds about this many copies of a batch at once (the slot copies, the joined batch, its torch views

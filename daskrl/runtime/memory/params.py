@@ -6,7 +6,7 @@ reader's check for a new version is one integer read and costs no message at all
 Other hosts: each version is also scattered from the learner's worker (``hash=False``, the data stays there)
 and its future is published in a Dask ``Variable``; readers pull it peer to peer. The two previous futures
 are kept alive so a slow reader never finds its version gone.
-A host relay (``--param-relay auto``, :mod:`daskrl.sampling.param_relay`) spares the scheduler those polls: told of
+A host relay (``--param-relay auto``, :mod:`daskrl.sampling.policies.param_relay`) spares the scheduler those polls: told of
 each version by a bus message, it fetches the version once from the learner's worker (:func:`fetch`, one
 consistent copy under the seqlock) into a :class:`RelayBlock` on its own host, laid out as the learner's block plus
 a heartbeat; readers there read it in place, and fall back to the Variable while its heartbeat is stale.

@@ -22,7 +22,7 @@ import threading
 WORKER_MODULES = ["daskrl.runtime.workers.preload_start", "distributed", "torch", "daskrl.runtime",
                   "daskrl.learning.learner", "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
                   "daskrl.algo.appo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
-                  "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policy",
+                  "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policies.policy",
                   "daskrl.runtime.workers.preload_done"]
 
 _starting: threading.Thread | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ConfigError
-from daskrl.sampling.policy_map import _checked, resolve_mapping
+from daskrl.sampling.policies.policy_map import _checked, resolve_mapping
 
 #: episode indices the mapping is asked about (per agent) to learn which agents each policy can get
 CHECKED_EPISODES = 256

@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from daskrl.protocol import TrajectoryReady
-from daskrl.sampling.split_policies import SplitPolicies
+from daskrl.sampling.policies.split_policies import SplitPolicies
 
 
 class SlotOwners(Protocol):

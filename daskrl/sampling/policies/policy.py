@@ -17,7 +17,7 @@ from daskrl.devices import cpu_has_native_bfloat16
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.runtime.memory.params import ParameterReader
-from daskrl.sampling.exploration import Acted, exploring
+from daskrl.sampling.policies.exploration import Acted, exploring
 from daskrl.setups import PolicySetup
 
 

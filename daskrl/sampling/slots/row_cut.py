@@ -1,7 +1,7 @@
 """A policy's part of the trajectory slots' rows, chosen once per policy.
 
 Where a multi-agent env's agents have different spaces the slots hold the union layout
-(:mod:`daskrl.sampling.policy_spaces`): a policy of narrower spaces reads the first ``obs_len`` of each
+(:mod:`daskrl.sampling.policies.policy_spaces`): a policy of narrower spaces reads the first ``obs_len`` of each
 observation row and writes the first ``act_dim`` of each Box action row, zeros after (``PolicySetup.cut``, from
 :meth:`EnvSpaces.cut_for`). Every other policy takes the rows whole. The inline acting loop and the inference
 worker use the same object, so neither asks at every step whether a policy is cut.

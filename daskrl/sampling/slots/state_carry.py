@@ -1,7 +1,7 @@
 """How a rollout worker carries a recurrent policy's states from step to step and from slot to slot.
 
 With a recurrent policy the envs' states live in the slot being filled (``rnn_live``, see
-:mod:`daskrl.sampling.trajectories`): whoever acts reads and writes them there, and the rollout worker, which steps
+:mod:`daskrl.sampling.slots.trajectories`): whoever acts reads and writes them there, and the rollout worker, which steps
 the envs, zeroes the state of an env whose episode ended, copies the states into the next slot it fills and records
 them there as that slot's start (``rnn_states``). A feed-forward policy has no states: its carry does nothing. The
 carry is chosen once, when the worker is configured, so the per-step code has one path for both.
@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from daskrl.sampling.split_policies import Columns
+from daskrl.sampling.policies.split_policies import Columns
 
 
 class StateCarry(Protocol):

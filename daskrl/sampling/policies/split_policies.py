@@ -3,7 +3,7 @@
 A run of one policy in a single-agent env is a map of one: :class:`OnePolicy` says policy 0 plays every column,
 always, so acting and crediting take the same path as with several policies without asking at every step whether
 there are several. With several policies, or agents that may sit steps out (a multi-agent env), a
-:class:`~daskrl.sampling.policy_map.PolicyMap` chooses each column's policy per episode: :class:`EnvPolicies` for
+:class:`~daskrl.sampling.policies.policy_map.PolicyMap` chooses each column's policy per episode: :class:`EnvPolicies` for
 single-agent envs, :class:`AgentPolicies` for multi-agent ones, whose episodes also name their opponent.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from daskrl.sampling.episode import Episode
-from daskrl.sampling.policy_map import PolicyMap
+from daskrl.sampling.policies.policy_map import PolicyMap
 
 #: the columns of a split one policy acts for: all of them (:data:`EVERY_COLUMN`), a run of them, or a few (numpy
 #: indexes a slot field's rows with any of them)
