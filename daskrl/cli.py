@@ -289,7 +289,7 @@ def _log_traceback(config: Config | None, exc: BaseException) -> str:
 
 
 def _report(directory: str, output: str | None, sweep: bool = False) -> int:
-    from daskrl.monitor.report import write_report
+    from daskrl.monitor.figures.report import write_report
     from daskrl.sweep.report import write_sweep_report
 
     try:

@@ -132,7 +132,7 @@ def test_tensorboard_places_evaluations_at_their_weights_env_steps(trained):
 
 @slow("a 1.2M-step run that evaluates and records (trained)")
 def test_videos_while_training_and_the_report_embeds_the_newest(trained, tmp_path):
-    from daskrl.monitor.report import latest_video, write_report
+    from daskrl.monitor.figures.report import latest_video, write_report
 
     videos = sorted(trained["dir"].glob("videos/*.mp4"))
     steps = sorted(int(re.fullmatch(r"video_(\d+)\.mp4", v.name).group(1)) for v in videos)

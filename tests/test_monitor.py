@@ -35,9 +35,9 @@ from daskrl import Observer
 from daskrl.config import Config
 from daskrl.monitor.console import ConsoleView, progress_line
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
+from daskrl.monitor.figures.plots import EVAL_COLOR, FPS_COLOR, RETURN_COLOR
 from daskrl.monitor.history import MetricsStore
-from daskrl.monitor.plots import EVAL_COLOR, FPS_COLOR, RETURN_COLOR
-from daskrl.monitor.tensorboard_log import TAGS
+from daskrl.monitor.outputs.tensorboard_log import TAGS
 from daskrl.runtime import connect_cluster
 from daskrl.runtime.memory.shm import list_segments, owner_pid
 
@@ -305,7 +305,7 @@ def test_metrics_doc_covers_every_column_tag_and_activity(live_run):
 @slow("headless Chromium on live_run's report")
 def test_html_report_shows_the_curves(live_run, tmp_path):
     from daskrl.cli import main
-    from daskrl.monitor.report import write_report
+    from daskrl.monitor.figures.report import write_report
 
     live_run["training"].wait()
     exp_dir = live_run["exp_dir"]

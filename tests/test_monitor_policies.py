@@ -17,8 +17,8 @@ import pytest
 from daskrl.config import Config
 from daskrl.driver.fleet.policies import PolicyBook
 from daskrl.monitor.dashboard import DashboardPlugin, RunPage, dashboard_page, summary_html
+from daskrl.monitor.figures.policy_plots import POLICY_COLORS
 from daskrl.monitor.history import MetricsStore, history_payload, json_safe, latest_payload
-from daskrl.monitor.policy_plots import POLICY_COLORS
 from daskrl.pbt.population import Exploit, PBTLog
 from daskrl.protocol import METRICS_TOPIC, PBT_TOPIC
 from daskrl.sampling.episode import Episode
@@ -277,7 +277,7 @@ def bokeh_models(page: str) -> list[dict]:
 
 def test_report_draws_each_policy_and_marks_the_pbt_events(tmp_path):
     from daskrl.cli import main
-    from daskrl.monitor.report import read_pbt, read_policies
+    from daskrl.monitor.figures.report import read_pbt, read_policies
 
     exp_dir = tmp_path / "train" / RUN
     write_experiment(exp_dir, tmp_path)

@@ -1,4 +1,4 @@
-"""daskrl's own TensorBoard event files (daskrl/monitor/tb_events.py): the bytes of every record are those
+"""daskrl's own TensorBoard event files (daskrl/monitor/outputs/tb_events.py): the bytes of every record are those
 tensorboard's protobuf messages give, and tensorboard's reader reads the files back."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from daskrl.monitor.tb_events import FILE_VERSION, EventWriter, crc32c, event, record, scalar_value, text_value
+from daskrl.monitor.outputs.tb_events import FILE_VERSION, EventWriter, crc32c, event, record, scalar_value, text_value
 
 pb = pytest.importorskip("tensorboard.compat.proto.event_pb2", reason="tensorboard reads the files back")
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata  # noqa: E402

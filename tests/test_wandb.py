@@ -17,7 +17,7 @@ import pytest
 from daskrl.cli import main
 from daskrl.driver.launch.experiment import open_experiment
 from daskrl.driver.loop.observers import Observer
-from daskrl.monitor.wandb_log import RUN_ID_FILE
+from daskrl.monitor.outputs.wandb_log import RUN_ID_FILE
 
 from .helpers import SMALL_CARTPOLE, run_config, slow
 

@@ -54,7 +54,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
     state = load_state(experiment_dir, config, which, policy)
     model = policy_model(config, spaces, state["model"], policy)
     if video:
-        from daskrl.monitor.video import make_render_env
+        from daskrl.monitor.outputs.video import make_render_env
 
         env = make_render_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs)
     else:
@@ -64,7 +64,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
     try:
         returns, lengths = run_episodes(env, model, episodes, deterministic, max_steps, frames)
         if video:
-            from daskrl.monitor.video import video_fps, write_video
+            from daskrl.monitor.outputs.video import video_fps, write_video
 
             write_video(video, frames, video_fps(env))
     finally:

@@ -173,7 +173,7 @@ class Evaluator:
                 task.env = game_group(e.env, self.spaces, seed + (task.kind == "video"), e.env_kwargs,
                                       "rgb_array" if task.kind == "video" else None)
             elif task.kind == "video":
-                from daskrl.monitor.video import make_render_env
+                from daskrl.monitor.outputs.video import make_render_env
 
                 task.env = make_render_env(e.env, seed=seed + 1, env_kwargs=e.env_kwargs)
             else:
@@ -181,7 +181,7 @@ class Evaluator:
         return task.env
 
     def _record(self, task: _Task, model, env_steps: int, deterministic: bool) -> None:
-        from daskrl.monitor.video import video_fps, write_video
+        from daskrl.monitor.outputs.video import video_fps, write_video
 
         env, frames = self._env(task), []
         if self.multi_agent:  # one game, every agent by the policy the run's mapping gives it

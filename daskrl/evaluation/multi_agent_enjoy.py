@@ -178,7 +178,7 @@ def enjoy_games(experiment_dir: str, config: Config, spaces: EnvSpaces, episodes
             seats, who = mapped_seats(loader), f"each agent by the run's policy mapping ({kind})"
         games = play_games(group, seats, episodes, frames, max_steps=max_steps)
         if video:
-            from daskrl.monitor.video import video_fps, write_video
+            from daskrl.monitor.outputs.video import video_fps, write_video
 
             write_video(video, frames, video_fps(group.envs[0]))
     finally:

@@ -47,7 +47,7 @@ def game_group(spec: str, layout: EnvSpaces, seed: int, env_kwargs: dict[str, An
     """One env of ``spec`` in a group laid out as the run's slots (``layout``: the probed spaces); ``rgb_array``
     builds it as a video's env (the same check and message as single-agent videos)."""
     if render_mode == "rgb_array":
-        from daskrl.monitor.video import make_render_env
+        from daskrl.monitor.outputs.video import make_render_env
 
         env = make_render_env(spec, seed=seed, env_kwargs=env_kwargs)
     else:

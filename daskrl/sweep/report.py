@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from daskrl.errors import ConfigError
-from daskrl.monitor.plots import new_figure
-from daskrl.monitor.report import read_metrics
+from daskrl.monitor.figures.plots import new_figure
+from daskrl.monitor.figures.report import read_metrics
 from daskrl.sweep.results import Ranked, curve_band, rank
 from daskrl.sweep.spec import SweepSpec, load_spec
 from daskrl.sweep.trials import read_table

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from daskrl.config import Config
 from daskrl.errors import TrainingError
 from daskrl.learning.checkpoints import CheckpointStore, checkpoint_dirs
-from daskrl.monitor.csv_log import CsvLog
+from daskrl.monitor.outputs.csv_log import CsvLog
 from daskrl.monitor.stats import EpisodeWindow
 from daskrl.sampling.episode import NO_OPPONENT, Episode
 
 if TYPE_CHECKING:
+    from daskrl.monitor.outputs.tensorboard_log import TensorBoardLog
     from daskrl.monitor.run_state import RunState
-    from daskrl.monitor.tensorboard_log import TensorBoardLog
 
 #: the per-policy columns of ``policies.csv`` (and TensorBoard tags under ``policy_<k>/``) taken from the learner
 LEARNER_COLUMNS = {"loss": "loss", "entropy": "entropy", "approx_kl": "approx_kl", "learning_rate": "lr",

@@ -88,11 +88,11 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     if problems := algo_space_problems(algorithm.name, algorithm.action_kinds, spaces.action_kind):
         raise ConfigError(problems)
     if config.run.save_video_every_env_steps and not config.run.sampling_only:
-        from daskrl.monitor.video import check_can_record
+        from daskrl.monitor.outputs.video import check_can_record
 
         check_can_record(config.env.env, config.env.env_kwargs)  # the env renders frames, imageio is there
     if config.run.wandb_project:
-        from daskrl.monitor.wandb_log import check_wandb_installed
+        from daskrl.monitor.outputs.wandb_log import check_wandb_installed
 
         check_wandb_installed()  # without importing it: the run imports it once the cluster starts
     if client is None and not config.run.scheduler and config.deploy.deploy == "local":  # the embedded cluster's

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # imported while the cluster starts (see _prepare)
     from daskrl.driver.fleet.fleet import LearnerStart
     from daskrl.driver.fleet.policies import PolicyBook
     from daskrl.driver.loop.live_run import Run
-    from daskrl.monitor.wandb_log import WandbLog
+    from daskrl.monitor.outputs.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def _open_wandb(config: Config, resuming: bool, stack: ExitStack) -> WandbLog | 
     comes to be, as failed)."""
     if not config.run.wandb_project:
         return None
-    from daskrl.monitor.wandb_log import WandbLog
+    from daskrl.monitor.outputs.wandb_log import WandbLog
 
     wandb_log = WandbLog.open(config, resuming, warn, quiet=config.run.log_level in ("warning", "error"))
     stack.callback(wandb_log.close, failed=True)  # a no-op once the run closed it

@@ -35,12 +35,12 @@ from daskrl.driver.loop.summary import run_summary
 from daskrl.envs import EnvSpaces
 from daskrl.errors import ComponentError, TrainingError
 from daskrl.monitor.console import ConsoleView, say, shows, warn
-from daskrl.monitor.csv_log import CsvLog
 from daskrl.monitor.dashboard import dashboard_page
+from daskrl.monitor.outputs.csv_log import CsvLog
+from daskrl.monitor.outputs.tensorboard_log import TensorBoardLog
 from daskrl.monitor.replay_stats import replay_shards
 from daskrl.monitor.run_state import RunState, data_path, merge_incidents, messages_dropped
 from daskrl.monitor.stats import time_shares
-from daskrl.monitor.tensorboard_log import TensorBoardLog
 from daskrl.protocol import HEARTBEATS_TOPIC, METRICS_TOPIC
 from daskrl.runtime.access.cluster import ClusterSession
 from daskrl.runtime.access.runs import RunClaim
@@ -49,7 +49,7 @@ from daskrl.runtime.actors.incidents import Incidents
 from daskrl.sampling.episode import episodes_from_event
 
 if TYPE_CHECKING:  # W&B is imported only by the runs that log to it
-    from daskrl.monitor.wandb_log import WandbLog
+    from daskrl.monitor.outputs.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.config import Config
 from daskrl.config.hyperparams import checked
-from daskrl.monitor.csv_log import CsvLog
+from daskrl.monitor.outputs.csv_log import CsvLog
 from daskrl.monitor.run_state import RunState
 from daskrl.protocol import EVENTS_TOPIC
 from daskrl.runtime import dask_internals
@@ -31,7 +31,7 @@ from daskrl.runtime.access.runs import RunClaim
 
 if TYPE_CHECKING:  # torch-heavy: the components' classes
     from daskrl.driver.fleet.fleet import Fleet
-    from daskrl.monitor.tensorboard_log import TensorBoardLog
+    from daskrl.monitor.outputs.tensorboard_log import TensorBoardLog
 
 
 class Run(Protocol):

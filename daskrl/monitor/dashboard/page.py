@@ -10,9 +10,9 @@ from typing import Any
 from daskrl.monitor.dashboard.replay_table import replay_table_html
 from daskrl.monitor.dashboard.runs import runs_table_html, sweeps_table_html
 from daskrl.monitor.dashboard.summary import summary_html
+from daskrl.monitor.figures.plots import series, share_bars, shares_figure, time_figures
+from daskrl.monitor.figures.policy_plots import pbt_series, pbt_table_html, policy_figures, policy_series, split_policies
 from daskrl.monitor.history import MetricsStore, RunHistory
-from daskrl.monitor.plots import series, share_bars, shares_figure, time_figures
-from daskrl.monitor.policy_plots import pbt_series, pbt_table_html, policy_figures, policy_series, split_policies
 from daskrl.runtime import dask_internals
 
 REFRESH_MS = 1000

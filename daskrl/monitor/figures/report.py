@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from daskrl.config import ConfigError
-from daskrl.monitor.plots import RETURN_COLOR, eval_points, series, share_bars, shares_figure, time_figures
-from daskrl.monitor.policy_plots import (
+from daskrl.monitor.figures.plots import RETURN_COLOR, eval_points, series, share_bars, shares_figure, time_figures
+from daskrl.monitor.figures.policy_plots import (
     pbt_marks,
     pbt_series,
     pbt_table_html,
@@ -31,7 +31,7 @@ from daskrl.monitor.policy_plots import (
     return_lines,
     split_policies,
 )
-from daskrl.monitor.video import saved_videos
+from daskrl.monitor.outputs.video import saved_videos
 
 #: a newer video than this is linked (by its path next to the report) rather than embedded
 MAX_EMBEDDED_VIDEO_BYTES = 32 * 2**20

@@ -1,6 +1,6 @@
 """The figures of a run that trains several policies: one line per policy (``policy 0``, ``policy 1``, ...) for
 every per-policy quantity, and its PBT replacements (markers on the return plot and a table). Shared by the live
-page and the HTML report; a one-policy run keeps the run's own figures (:func:`daskrl.monitor.plots.time_figures`).
+page and the HTML report; a one-policy run keeps the run's own figures (:func:`daskrl.monitor.figures.plots.time_figures`).
 
 The run's row stays the run's totals (frames/s, policy lag), drawn from the run's source as with one policy; each
 policy's rows (``policies`` of a metrics event, ``policies.csv``) go to a source of their own, so a live page
@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from daskrl.monitor.plots import add_hover, eval_points, new_figure, run_figures
+from daskrl.monitor.figures.plots import add_hover, eval_points, new_figure, run_figures
 from daskrl.monitor.stats import as_number
 
 # Colours of the policies (distinct from the run's fps, lag and evaluation colours, so a screenshot can tell them

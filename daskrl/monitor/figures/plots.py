@@ -83,7 +83,7 @@ def run_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode:
 
 def time_figures(source, x: str = "time_s", x_label: str = "seconds", width_mode: str = "stretch_width"):
     """The time-series figures of a one-policy run, shared by the live page and the HTML report (several
-    policies: :func:`daskrl.monitor.policy_plots.policy_figures`)."""
+    policies: :func:`daskrl.monitor.figures.policy_plots.policy_figures`)."""
     figs = run_figures(source, x, x_label, width_mode)
 
     def fig(title: str, y_label: str):

@@ -1,6 +1,6 @@
 """Weights & Biases for a run (``--wandb-project``): the series TensorBoard gets, the run's config, its videos.
 
-Why a mirror of TensorBoard's writer (:class:`~daskrl.monitor.tensorboard_log.TensorBoardLog`) rather than a
+Why a mirror of TensorBoard's writer (:class:`~daskrl.monitor.outputs.tensorboard_log.TensorBoardLog`) rather than a
 second set of calls: every scalar the run writes (its rows, each policy's, the events of a steered run) goes through
 that writer, so W&B and TensorBoard show the same series under the same names, and a new series reaches both.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from daskrl.config import Config
 from daskrl.errors import ConfigError, one_line
-from daskrl.monitor.video import saved_videos
+from daskrl.monitor.outputs.video import saved_videos
 
 #: the file in the experiment directory that holds the W&B run's id, for a resumed run
 RUN_ID_FILE = "wandb_run_id"

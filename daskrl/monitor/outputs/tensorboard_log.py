@@ -1,11 +1,12 @@
-"""TensorBoard event files for a run, through :mod:`daskrl.monitor.tb_events` (the ``tensorboard`` package; no torch).
+"""TensorBoard event files for a run, through :mod:`daskrl.monitor.outputs.tb_events` (the ``tensorboard`` package;
+no torch).
 
 Scalars are grouped by prefix so TensorBoard shows them as sections (``perf/``, ``episode/``, ``learner/``,
 ``health/``, ``time/``, ``eval/``, and a multi-agent run's ``eval/return/<agent>``); docs/metrics.md says what each one
 means and when to worry. Evaluation scalars are placed at the env steps of the weights they evaluated
 (``eval_env_steps``), not at the report's.
 
-A *mirror* (Weights & Biases: :mod:`daskrl.monitor.wandb_log`) gets every scalar and text written here, whoever
+A *mirror* (Weights & Biases: :mod:`daskrl.monitor.outputs.wandb_log`) gets every scalar and text written here, whoever
 writes it (this class, each policy's rows, the events of a steered run): the two can never log different series.
 """
 
@@ -76,7 +77,7 @@ class _Tee:
 
 class TensorBoardLog:
     def __init__(self, log_dir: str, mirror: Mirror | None = None) -> None:
-        from daskrl.monitor.tb_events import EventWriter
+        from daskrl.monitor.outputs.tb_events import EventWriter
 
         writer = EventWriter(log_dir)
         self.writer = writer if mirror is None else _Tee(writer, mirror)
