@@ -5,8 +5,9 @@ SIGKILLed, Ctrl-C, a normal end), counted 15 s after the run ended.
 Run:  python benchmarks/env_leftovers.py [--env doom/basic] [--num-workers 2] [--num-envs 8] [--json]
 
 ``doom/basic`` (needs ``pip install 'daskrl[doom]'``) counts ``vizdoom`` engine processes and ``/dev/shm/ViZDoom*``
-entries; ``--env process`` uses the test env of :mod:`daskrl.testing.process_envs` (a child process and an entry per
-env). Only processes and entries that appear after the drill starts count. Exit code 1 if any case left something.
+entries; ``--env process`` uses the test env of :mod:`daskrl.testing.environments.process_envs` (a child process
+and an entry per env). Only processes and entries that appear after the drill starts count. Exit code 1 if any case
+left something.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import uuid
 from pathlib import Path
 
 from daskrl.testing.env_leftovers import CASES, EnvTraces, run_case
-from daskrl.testing.process_envs import entry_prefix
+from daskrl.testing.environments.process_envs import entry_prefix
 
 
 def _target(env: str) -> tuple[str, str, EnvTraces]:
     if env == "process":
         tag = uuid.uuid4().hex[:8]
-        spec = "daskrl.testing.process_envs:with_process"
+        spec = "daskrl.testing.environments.process_envs:with_process"
         return spec, json.dumps({"tag": tag, "leaky_close": True}), EnvTraces(entry_prefix(tag), entry_prefix(tag))
     if env.startswith("doom/"):
         return env, "{}", EnvTraces("vizdoom/vizdoom", "ViZDoom")

@@ -3,10 +3,10 @@
 For each worker count N: 8 network-namespace "hosts" (bench_scale.py's, with its prefix and subnet), a
 ``dask scheduler`` on host 1 and N ``dask worker`` processes (``--nworkers 1 --nthreads 1``) spread evenly over the
 hosts; the learner on host 1's first worker (``--resources learner=1``), a rollout worker (inline inference) on every
-other one, stepping ``daskrl.testing.envs:light``, whose step costs microseconds, so that two cores carry 64 workers
-and what is measured is the control plane, not env work. Each design (``param_relay`` ``off``: every reader off the
-learner's host polls the scheduler; ``auto``: a relay per host) trains on the same cluster for ``warmup`` seconds
-from the first env step, then ``seconds`` are measured between two readings:
+other one, stepping ``daskrl.testing.environments.envs:light``, whose step costs microseconds, so that two cores
+carry 64 workers and what is measured is the control plane, not env work. Each design (``param_relay`` ``off``:
+every reader off the learner's host polls the scheduler; ``auto``: a relay per host) trains on the same cluster for
+``warmup`` seconds from the first env step, then ``seconds`` are measured between two readings:
 
 - the scheduler's CPU share: utime + stime of its process (/proc/PID/stat) over the window / the window's seconds;
 - messages a second the scheduler dispatched, by op (``daskrl.testing.scheduler_load`` counts every request and
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import stop_if_signalled  # noqa: E402
 
 HOSTS = 8
-LIGHT_ENV = "daskrl.testing.envs:light"
+LIGHT_ENV = "daskrl.testing.environments.envs:light"
 #: each worker process as light as a rollout worker can be: few envs, short slots, a small MLP run in numpy
 LIGHT_OPTIONS: dict[str, Any] = {
     "env": LIGHT_ENV, "num_envs_per_worker": 4, "worker_num_splits": 1, "rollout": 16, "slots_per_split": 2,
@@ -348,8 +348,9 @@ def _number(value: Any, fmt: str) -> str:
 
 def print_table(result: dict[str, Any]) -> None:
     """The measured numbers, one row per worker count and design (errors and unavailable designs below)."""
-    print(f"\nSimulated cluster: {result['hosts']} netns hosts on this machine's cores, daskrl.testing.envs:light, "
-          f"{result['seconds']:g} s measured after {result['warmup']:g} s from the first env step\n")
+    print(f"\nSimulated cluster: {result['hosts']} netns hosts on this machine's cores, "
+          f"daskrl.testing.environments.envs:light, {result['seconds']:g} s measured after {result['warmup']:g} s "
+          "from the first env step\n")
     print("| dask workers | param_relay | minibatch | frames/s | scheduler CPU | scheduler msgs/s | parameter polls/s | "
           "policy lag p50 / p95 | slot copy µs/frame (shm / comms) | cluster start s | peak memory MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -32,7 +32,7 @@ from daskrl.setups import PolicySetup
 
 from .helpers import run_config, slow
 
-HYBRID = "daskrl.testing.envs:hybrid_targets"
+HYBRID = "daskrl.testing.environments.envs:hybrid_targets"
 LENGTH = 4  # HybridTargetsEnv's episode length: its best return (reward 1 a step at best)
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
 
@@ -211,7 +211,7 @@ def test_env_groups_step_real_envs_with_flat_rows(structure):
     positions = np.linspace(-0.6, 0.6, 3).astype(np.float32)
     model = build_model(spaces, ModelConfig(), 0)
     group = EnvGroup.from_spec(HYBRID, 4, seed=0, env_kwargs={"structure": structure}, spaces=spaces)
-    pair = MultiAgentGroup.from_spec("daskrl.testing.envs:twin_hybrid_targets", 2, seed=0,
+    pair = MultiAgentGroup.from_spec("daskrl.testing.environments.envs:twin_hybrid_targets", 2, seed=0,
                                      env_kwargs={"structure": structure})
     assert pair.spaces.action_layout == spaces.action_layout
     for g in (group, pair):

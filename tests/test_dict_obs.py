@@ -26,12 +26,12 @@ from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 from daskrl.models.inputs.encoders import resolve_encoder_name
 from daskrl.monitor.dashboard import DashboardPlugin, dashboard_page
 from daskrl.runtime import connect_cluster, dask_internals, spawn
-from daskrl.testing.envs import CueEnv
+from daskrl.testing.environments.envs import CueEnv
 from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
 from .helpers import Killer, get_json, recovery_of, run_config, slow
 
-CUE = "daskrl.testing.envs:cue"
+CUE = "daskrl.testing.environments.envs:cue"
 LENGTH = 8  # CueEnv's episode length (its best return)
 _ids = itertools.count()
 

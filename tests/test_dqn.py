@@ -175,9 +175,9 @@ def test_dqn_trainer_learns_from_dict_observations_with_an_action_mask(one_torch
     from daskrl.envs import probe_env
     from daskrl.envs.layouts.dict_obs import pack_into, unpack
     from daskrl.models.actor_critic import build_model
-    from daskrl.testing.single_agent_envs import CueEnv
+    from daskrl.testing.environments.single_agent_envs import CueEnv
 
-    spaces = probe_env("daskrl.testing.envs:cue", {"masked": True}, obs_keys=["cue", "clock", "action_mask"])
+    spaces = probe_env("daskrl.testing.environments.envs:cue", {"masked": True}, obs_keys=["cue", "clock", "action_mask"])
     env, rng = CueEnv(masked=True), np.random.default_rng(0)
     rows, actions, rewards, next_rows = [], [], [], []
     obs, _ = env.reset(seed=0)

@@ -1,7 +1,7 @@
 """Envs that own processes (a VizDoom engine per game, with ``/dev/shm`` entries): nothing of them outlives the
 process that built them, however it ends (daskrl/envs/owned_processes.py, daskrl/runtime/cleanup/process_watcher.py).
 
-The env is :mod:`daskrl.testing.process_envs`: a real child process per env that creates and maps a ``/dev/shm``
+The env is :mod:`daskrl.testing.environments.process_envs`: a real child process per env that creates and maps a ``/dev/shm``
 entry and ignores SIGTERM, as an engine does. Builders are real processes killed from outside; runs are real
 ``daskrl train`` runs on the embedded cluster, ended in the five ways of ``daskrl.testing.env_leftovers``.
 ``doom/basic`` gets the three kills when vizdoom is installed.
@@ -24,11 +24,11 @@ from daskrl import Observer, train
 from daskrl.envs import EnvError, EnvGroup, make_env, owned_processes
 from daskrl.runtime.cleanup import process_watcher
 from daskrl.testing.env_leftovers import CASES, CHECK_SECONDS, EnvTraces, run_case
-from daskrl.testing.process_envs import entry_prefix
+from daskrl.testing.environments.process_envs import entry_prefix
 
 from .helpers import REPORT_OFTEN, run_config, slow, wait_for
 
-SPEC = "daskrl.testing.process_envs:with_process"
+SPEC = "daskrl.testing.environments.process_envs:with_process"
 
 
 @pytest.fixture
@@ -248,7 +248,7 @@ def test_what_an_unseeded_env_creates_in_its_first_reset_is_watched_too(tag):
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time, gymnasium as gym
         from daskrl.envs import make_env, register_env
-        from daskrl.testing.process_envs import with_process
+        from daskrl.testing.environments.process_envs import with_process
 
         class StartsAtReset(gym.Wrapper):
             def __init__(self):

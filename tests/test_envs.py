@@ -705,9 +705,10 @@ def test_doom_game_variables_are_an_observation_key_when_asked(tmp_path):
 
 
 def test_the_light_env_has_fixed_episodes_and_a_known_best_return():
-    """daskrl.testing.envs:light (benchmarks/scale_simulation.py): a valid gymnasium env through daskrl's registry,
-    every episode exactly ``length`` steps, reward 1 exactly when the action matches the first entry's sign."""
-    env = make_env("daskrl.testing.envs:light", env_kwargs={"length": 5, "size": 3})
+    """daskrl.testing.environments.envs:light (benchmarks/scale_simulation.py): a valid gymnasium env through
+    daskrl's registry, every episode exactly ``length`` steps, reward 1 exactly when the action matches the first
+    entry's sign."""
+    env = make_env("daskrl.testing.environments.envs:light", env_kwargs={"length": 5, "size": 3})
     check_env(env.unwrapped, skip_render_check=True)
     assert env.observation_space.shape == (3,) and env.action_space.n == 2
     obs, _ = env.reset(seed=3)
@@ -721,4 +722,4 @@ def test_the_light_env_has_fixed_episodes_and_a_known_best_return():
         assert total == (5.0 if episode else 0.0)
         obs, _ = env.reset()
     with pytest.raises(ValueError, match="length >= 1"):
-        make_env("daskrl.testing.envs:light", env_kwargs={"length": 0})
+        make_env("daskrl.testing.environments.envs:light", env_kwargs={"length": 0})

@@ -181,8 +181,9 @@ def test_a_failing_video_is_one_warning_and_training_and_evaluation_go_on(tmp_pa
     pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is not installed (pip install 'daskrl[video]')")
     from daskrl import train
 
-    config = Config().replace(env="daskrl.testing.envs:broken_camera", train_dir=str(tmp_path), experiment="cam",
-                              dashboard_address="", num_workers=1, num_envs_per_worker=8, train_for_env_steps=200_000,
+    config = Config().replace(env="daskrl.testing.environments.envs:broken_camera", train_dir=str(tmp_path),
+                              experiment="cam", dashboard_address="", num_workers=1, num_envs_per_worker=8,
+                              train_for_env_steps=200_000,
                               report_interval=0.5, eval_interval_env_steps=10_000, eval_episodes=4,
                               save_video_every_env_steps=10_000)
     # 200k steps (a few seconds): 60k took 1.1 s, and under a loaded suite the video thread's second try came after

@@ -32,7 +32,7 @@ from daskrl.evaluation.export_graph import PolicyGraph, graph_inputs
 from .helpers import SMALL_CARTPOLE, run_config, slow
 
 ROOT = Path(__file__).resolve().parents[1]
-CUE = "daskrl.testing.envs:cue"
+CUE = "daskrl.testing.environments.envs:cue"
 STEPS = 1000  # recorded observations per policy
 #: the runs: options over SMALL_CARTPOLE, each a few thousand env steps (enough for non-trivial statistics)
 RUNS = {"mlp": {},

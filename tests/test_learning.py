@@ -308,7 +308,7 @@ def test_a_value_learned_under_a_time_limit_is_the_infinite_horizon_one(tmp_path
     """Reward 1 forever, cut every 20 steps: the right value is 1 / (1 - gamma) = 10 everywhere. Treating the cut as
     a death (what `dones = terminated | truncated` alone did) learns a value that falls to 1 at the last step."""
     limit, gamma = 20, 0.9
-    summary = train(run_config(tmp_path, f"limit_{bootstrap}", env="daskrl.testing.envs:constant_reward",
+    summary = train(run_config(tmp_path, f"limit_{bootstrap}", env="daskrl.testing.environments.envs:constant_reward",
                                env_kwargs={"limit": limit}, gamma=gamma, num_workers=1, num_envs_per_worker=16,
                                rollout=16, batch_size=256, num_batches_per_epoch=4, learning_rate=3e-3,
                                train_for_env_steps=120_000, bootstrap_time_limits=bootstrap))
@@ -331,7 +331,7 @@ def test_rewards_are_scaled_then_clipped_for_training_only(spaces):
 
 def test_an_envs_info_metrics_reach_the_csv(tmp_path):
     """info['episode_extra_stats'] at an episode's end, and --info-keys, averaged per report into info/<key>."""
-    summary = train(run_config(tmp_path, "info", env="daskrl.testing.envs:info_reporting",
+    summary = train(run_config(tmp_path, "info", env="daskrl.testing.environments.envs:info_reporting",
                                env_kwargs={"limit": 10}, info_keys=["distance", "absent"], num_workers=1,
                                num_envs_per_worker=4, rollout=10, batch_size=40, num_batches_per_epoch=1,
                                train_for_env_steps=20_000, report_interval=0.5))

@@ -13,7 +13,7 @@ from daskrl.envs import EnvSpaces, make_env, probe_env, register_env
 from daskrl.envs.layouts.dict_obs import unpack
 from daskrl.envs.multi_agent import MultiAgentGroup, is_multi_agent, is_turn_based, multi_agent_spaces
 from daskrl.errors import EnvError, EnvStepError
-from daskrl.testing.envs import StaggeredAgentsEnv, TakeTurnsEnv, staggered, take_turns
+from daskrl.testing.environments.envs import StaggeredAgentsEnv, TakeTurnsEnv, staggered, take_turns
 
 from .helpers import slow
 
@@ -359,7 +359,7 @@ def test_a_rollout_worker_marks_the_steps_of_finished_agents_and_credits_each_ag
     from daskrl.runtime.actors.handles import spawn
     from daskrl.testing.sampling import PolicySource, PolicySourceSetup, sample_slots
 
-    spec = "daskrl.testing.envs:staggered"
+    spec = "daskrl.testing.environments.envs:staggered"
     config = Config.from_flat({"env": spec, "num_workers": 1, "num_envs_per_worker": 2, "rollout": 5,
                                "slots_per_split": 2}).validate()
     spaces = probe_env(spec)
@@ -394,7 +394,7 @@ def test_two_cartpoles_in_one_multi_agent_env_learn_like_cartpole(tmp_path, infe
     from daskrl.config import Config
 
     config = Config().replace(train_dir=str(tmp_path), experiment="twins", dashboard_address="", report_interval=0.5,
-                              env="daskrl.testing.envs:twin_cartpoles", inference=inference, stop_at_return=475,
+                              env="daskrl.testing.environments.envs:twin_cartpoles", inference=inference, stop_at_return=475,
                               train_for_seconds=90)
     summary = train(config)
     assert summary["reached_return_at_s"] is not None, summary
@@ -458,6 +458,7 @@ def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="--self-play-snapshots 2 needs an env with two or more agents"):
         preflight(base.replace(env="CartPole-v1", self_play_snapshots=2))
     with pytest.raises(ConfigError, match="--self-play-snapshots act inline"):
-        preflight(base.replace(env="daskrl.testing.envs:race_to_ten", self_play_snapshots=2, inference="remote"))
+        preflight(base.replace(env="daskrl.testing.environments.envs:race_to_ten", self_play_snapshots=2,
+                               inference="remote"))
     with pytest.raises(ConfigError, match="--pbt needs a population"):
         preflight(base.replace(env="CartPole-v1", pbt=True))

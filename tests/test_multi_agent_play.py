@@ -26,7 +26,7 @@ from daskrl.models.actor_critic import build_model
 from .helpers import slow
 
 REPO = str(Path(__file__).resolve().parents[1])
-GAME = "daskrl.testing.envs:race_to_ten"  # zero-sum, two players, renders rgb_array without pygame
+GAME = "daskrl.testing.environments.envs:race_to_ten"  # zero-sum, two players, renders rgb_array without pygame
 EPISODES = 12
 
 
@@ -73,8 +73,8 @@ def trained(tmp_path_factory):
 def test_a_parallel_games_agents_that_leave_early_get_their_exact_returns():
     """staggered: agent k acts lengths[k] steps and leaves (the env raises for an action of an agent not there);
     its return is known exactly."""
-    layout = probe_env("daskrl.testing.envs:staggered")
-    group = game_group("daskrl.testing.envs:staggered", layout, seed=1)
+    layout = probe_env("daskrl.testing.environments.envs:staggered")
+    group = game_group("daskrl.testing.environments.envs:staggered", layout, seed=1)
     player = RandomPlayer(group.envs[0], layout, seed=1)
     games = play_games(group, lambda game: ([player] * 3, None), 3)
     assert [(g.returns, g.length, g.agent_steps) for g in games] == [((203.0, 606.0, 1210.0), 4, (2, 3, 4))] * 3
@@ -122,8 +122,8 @@ def test_enjoy_plays_a_pettingzoo_game_against_a_random_opponent(tmp_path):
 
 
 def test_a_general_sum_game_counts_no_wins():
-    layout = probe_env("daskrl.testing.envs:take_turns")
-    group = game_group("daskrl.testing.envs:take_turns", layout, seed=0)
+    layout = probe_env("daskrl.testing.environments.envs:take_turns")
+    group = game_group("daskrl.testing.environments.envs:take_turns", layout, seed=0)
     player = RandomPlayer(group.envs[0], layout, seed=0)
     stats = game_stats(play_games(group, lambda game: ([player, player], None), 4), layout.agent_ids)
     assert stats["episodes"] == 4 and not stats["zero_sum"] and stats["seats"] == {}
@@ -185,7 +185,7 @@ def test_what_cannot_be_played_is_refused_in_one_line(trained, tmp_path, capsys)
     assert "seats are first, second" in refused(trained["train_dir"], "race", "--opponent", "random", "--seat", "x")
     assert "give --opponent too" in refused(trained["train_dir"], "race", "--seat", "first")
     # only the options matter here: experiments of a three-agent and a single-agent env, before any training
-    for name, env in (("three", "daskrl.testing.envs:staggered"), ("single", "CartPole-v1")):
+    for name, env in (("three", "daskrl.testing.environments.envs:staggered"), ("single", "CartPole-v1")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(Config().replace(env=env, experiment=name).to_json())
     assert "has 3 agents: leave --opponent" in refused(tmp_path, "three", "--opponent", "random")

@@ -36,7 +36,7 @@ from daskrl.testing.sampling import PolicySource, PolicySourceSetup, expected_lo
 from .helpers import Killer, recovery_of, run_config, slow
 
 _ids = itertools.count()
-STAGGERED = "daskrl.testing.envs:staggered"
+STAGGERED = "daskrl.testing.environments.envs:staggered"
 
 
 # ---- the mapping ----
@@ -349,7 +349,7 @@ def test_self_play_beats_its_frozen_snapshots_more_and_more_and_never_trains_on_
     a policy as untrained as they: the snapshots are held long enough to be beaten, whatever the machine's speed.)"""
     budget = 120_000
     config = Config().replace(train_dir=str(tmp_path), experiment="selfplay", dashboard_address="",
-                              report_interval=0.25, env="daskrl.testing.envs:race_to_ten", num_workers=1,
+                              report_interval=0.25, env="daskrl.testing.environments.envs:race_to_ten", num_workers=1,
                               num_envs_per_worker=16, self_play_snapshots=2, self_play_snapshot_every=15,
                               entropy_coef=0.01, train_for_env_steps=budget, train_for_seconds=150)
     summary = train(config)

@@ -302,7 +302,7 @@ def test_good_tuning_options_validate():
 @slow("trains IMPALA on an image task until it is solved (about 5 s of training)")
 def test_impala_learns_an_image_task(tmp_path, session):
     """Which quadrant of an 8x8 frame is lit: a policy blind to the pixels averages 2 of 8, IMPALA's must reach 6."""
-    config = run_config(tmp_path, "impala", env="daskrl.testing.envs:bright_quadrant", env_kwargs={"size": 8},
+    config = run_config(tmp_path, "impala", env="daskrl.testing.environments.envs:bright_quadrant", env_kwargs={"size": 8},
                         encoder="impala", num_workers=1, num_envs_per_worker=8, rollout=16, batch_size=128,
                         num_batches_per_epoch=2, learning_rate=2e-3, stop_at_return=6.0, stop_window=50,
                         train_for_seconds=90)

@@ -21,7 +21,7 @@ from daskrl.learning.turns import interleaved
 from daskrl.models.actor_critic import build_model
 from daskrl.runtime import dask_internals
 from daskrl.sampling.slots.trajectories import SlotLayout
-from daskrl.testing.envs import staggered, take_turns
+from daskrl.testing.environments.envs import staggered, take_turns
 
 T, B = 8, 4
 GAMMA = 0.9

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from daskrl.testing.single_agent_envs import HybridTargetsEnv
+from daskrl.testing.environments.single_agent_envs import HybridTargetsEnv
 
 
 class StaggeredAgentsEnv:
@@ -139,8 +139,8 @@ def twin_cartpoles(render_mode: str | None = None) -> TwinCartPoles:
 
 
 class TwinHybridTargets(TwinCartPoles):
-    """Two agents, each playing its own :class:`~daskrl.testing.single_agent_envs.HybridTargetsEnv`: a multi-agent
-    env with Tuple (or Dict) actions, which each agent's env checks it contains."""
+    """Two agents, each playing its own :class:`~daskrl.testing.environments.single_agent_envs.HybridTargetsEnv`: a
+    multi-agent env with Tuple (or Dict) actions, which each agent's env checks it contains."""
 
     metadata: dict[str, Any] = {"name": "twin_hybrid_targets"}
 

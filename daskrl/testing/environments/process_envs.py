@@ -1,5 +1,6 @@
 """A real gymnasium env that, like a VizDoom game, runs a process of its own and shares memory with it through
-``/dev/shm``: for the tests of :mod:`daskrl.envs.owned_processes` (spec ``daskrl.testing.process_envs:with_process``).
+``/dev/shm``: for the tests of :mod:`daskrl.envs.owned_processes` (spec
+``daskrl.testing.environments.process_envs:with_process``).
 
 Each env starts one child Python process that creates ``/dev/shm/envproc-<tag>-<random>``, maps it and sleeps until
 it is killed, ignoring SIGTERM as a VizDoom engine does once its controller is gone; the child inherits the
