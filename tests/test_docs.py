@@ -5,6 +5,7 @@
 - Every file of this repository the docs and the README name (``daskrl/driver/loop/live_run.py``, ``benchmarks/soak.py``,
   ``runtime/memory/params.py`` inside the package map) exists, and every dotted daskrl name they give
   (``daskrl.testing.mappings:by_role``) imports.
+- docs/architecture.md names every module of the package (its "Every module" list), so a newcomer finds each one's job.
 """
 
 from __future__ import annotations
@@ -245,3 +246,11 @@ def test_every_env_family_is_named_in_the_help_and_the_training_table():
         short = family.name.split(" (")[0]
         assert short in help_text, f"--env-defaults' help does not name the {family.name} family"
         assert any(family.name in row or short in row for row in rows), f"docs/training.md has no row for {family.name}"
+
+
+def test_the_architecture_names_every_module():
+    doc = ARCHITECTURE.read_text()
+    missing = [path for path in sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+                                       if p.name != "__init__.py") if f"`{path}`" not in doc]
+    assert not missing, ("docs/architecture.md's \"Every module\" list misses these modules (add a line each: the path "
+                         f"and the first sentence of its docstring): {missing}")
