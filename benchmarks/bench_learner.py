@@ -15,7 +15,7 @@ Each line is one configuration, measured alone, one after the other, on a synthe
 learner's cost does not depend on what the samples say):
 
 - ``1 learner, t threads``: one process trains with ``torch.set_num_threads(t)`` (t = 1 and every core);
-- ``K learners``: K processes (one thread each) form a gloo group on loopback (``daskrl.learning.learner_group``)
+- ``K learners``: K processes (one thread each) form a gloo group on loopback (``daskrl.learning.group.learner_group``)
   and each trains on 1/K of every batch, gradients summed every minibatch, as ``--num-learners K`` does;
 - every device present: the CPU, and each CUDA device (``--learner-device cuda:N``).
 
@@ -107,7 +107,7 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
 
     from daskrl.algo.appo.trainer import APPOTrainer
     from daskrl.config import Config
-    from daskrl.learning.learner_group import LearnerGroup, open_store
+    from daskrl.learning.group.learner_group import LearnerGroup, open_store
     from daskrl.models.actor_critic import build_model
 
     torch.set_num_threads(threads)

@@ -24,8 +24,8 @@ from daskrl.driver.fleet.placement import place
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
-from daskrl.learning.learner_group import LearnerGroup, open_store
-from daskrl.learning.shares import split_slots
+from daskrl.learning.group.learner_group import LearnerGroup, open_store
+from daskrl.learning.group.shares import split_slots
 from daskrl.learning.slot_reader import LocalSlots, SlotReadError
 from daskrl.models.actor_critic import build_model
 from daskrl.runtime import dask_internals

@@ -16,7 +16,7 @@ from daskrl.algo.common.normalizers import RunningMeanStd
 from daskrl.config import ModelConfig
 from daskrl.envs import probe_env
 from daskrl.learning.batcher import Batcher, Delivery
-from daskrl.learning.group_member import Alone, Leader, Member, Unpublished, role_for
+from daskrl.learning.group.group_member import Alone, Leader, Member, Unpublished, role_for
 from daskrl.learning.slot_reader import STATE_FIELDS, WHOLE_SLOTS, LocalSlots, PolicyColumns, SlotReader, reader_for
 from daskrl.models.actor_critic import build_model
 

@@ -131,8 +131,8 @@ def test_no_import_runs_from_a_lower_layer_up():
 
 
 def test_the_layer_check_finds_an_upward_import():
-    assert upward_imports({"daskrl.algo.appo.trainer": {"daskrl.learning.learner_group"}}) == [
-        "daskrl.algo.appo.trainer -> daskrl.learning.learner_group"]
+    assert upward_imports({"daskrl.algo.appo.trainer": {"daskrl.learning.group.learner_group"}}) == [
+        "daskrl.algo.appo.trainer -> daskrl.learning.group.learner_group"]
     assert upward_imports({"daskrl.envs.vector": {"daskrl.protocol"}}) == ["daskrl.envs.vector -> daskrl.protocol"]
     assert upward_imports({"daskrl.learning.learner": {"daskrl.sampling.slots.trajectories",
                                                        "daskrl.learning.batcher"}}) == []
@@ -184,7 +184,7 @@ FEATURE_WORDS = re.compile(
 FEATURE_HEAVY = ["algo/appo/trainer.py", "sampling/rollout_worker.py", "learning/learner.py", "learning/batcher.py",
                  "models/actor_critic.py", "driver/fleet/fleet.py", "driver/fleet/policies.py",
                  "algo/appo/flat_batch.py", "algo/appo/trajectory_batch.py", "learning/slot_reader.py",
-                 "learning/group_member.py", "learning/snapshots.py", "learning/training_state.py",
+                 "learning/group/group_member.py", "learning/snapshots.py", "learning/training_state.py",
                  "sampling/slots/state_carry.py", "sampling/slots/slot_owners.py", "sampling/policies/split_policies.py",
                  "sampling/slots/row_cut.py", "sampling/episode.py", "envs/groups.py", "models/inputs/observations.py"]
 #: a third of what the first seven of them held at 636a34a (120): features are strategies chosen once
@@ -329,16 +329,27 @@ def test_setups_are_frozen_and_have_no_defaults_of_their_own(setup):
 
 def test_components_are_configured_with_one_setup_and_nothing_else():
     from daskrl.learning.learner import Learner
+    from daskrl.learning.replay_learner import ReplayLearner
     from daskrl.sampling.inference_worker import InferenceWorker
     from daskrl.sampling.policies.param_relay import ParamRelay
     from daskrl.sampling.rollout_worker import RolloutWorker
     from daskrl.sampling.sink import SamplingSink
 
-    for cls in (Learner, RolloutWorker, InferenceWorker, SamplingSink, ParamRelay, PolicyServer):
+    for cls in (Learner, ReplayLearner, RolloutWorker, InferenceWorker, SamplingSink, ParamRelay, PolicyServer):
         assert issubclass(cls, Component)
         params = list(inspect.signature(cls.on_configure).parameters.values())
         assert [p.name for p in params] == ["self", "setup"], f"{cls.__name__}.on_configure{params}"
         assert all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+
+
+def test_learners_are_siblings_over_one_base():
+    """No learner derives from another algorithm's learner: each from LearnerBase, which holds what they share."""
+    from daskrl.driver.fleet.algorithms import ALGORITHMS
+    from daskrl.learning.learner_base import LearnerBase
+
+    for algorithm in ALGORITHMS.values():
+        cls = algorithm.learner
+        assert cls.__bases__ == (LearnerBase,), f"{algorithm.name}'s {cls.__name__} derives from {cls.__bases__}"
 
 
 def test_no_test_module_imports_another():

@@ -7,7 +7,7 @@ joins slots into one :class:`TrajectoryBatch` of at least ``samples_per_batch`` 
 full, and rollout workers wait for free ones. That chain is the back-pressure.
 
 In a data-parallel learner group (``--num-learners K``) the leader's batcher collects a batch's slots without
-copying them, splits them into K equal shares (:func:`~daskrl.learning.shares.split_slots`), copies its own
+copying them, splits them into K equal shares (:func:`~daskrl.learning.group.shares.split_slots`), copies its own
 share and sends each member the indices of its share (``assign``); a member's batcher copies the slots it was given
 (:meth:`Batcher.add_share`). Only the leader hands slots back: its own share when copied, the members' shares once
 the step that trained on them is over (every member copied its share before that step's first collective).
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.algo.appo.trajectory_batch import TrajectoryBatch
-from daskrl.learning.shares import split_slots
+from daskrl.learning.group.shares import split_slots
 from daskrl.learning.slot_reader import WHOLE_SLOTS, LocalSlots, SlotReader, SlotReadError, slot_source
 from daskrl.protocol import FreeSlots, free_queue
 from daskrl.runtime.memory.remote_reads import RemoteReads

@@ -15,25 +15,18 @@ drawn before this one's TD errors arrive), as Ape-X's learner accepts.
 
 A shard that does not answer within :data:`REQUEST_TIMEOUT_S` is asked again (it may have been lost and recreated
 under its name); the runner hands this learner a recreated shard's batch block with :meth:`attach_replay`. Until
-then training goes on with the other shards. Everything else (parameters, checkpoints, restarts, statistics) is the
-:class:`~daskrl.learning.learner.Learner`'s.
+then training goes on with the other shards. Everything else (parameters, checkpoints, restarts, statistics) is every
+learner's (:class:`~daskrl.learning.learner_base.LearnerBase`).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
 import numpy as np
-import torch
 
-from daskrl import devices
-from daskrl.learning.group_member import role_for
-from daskrl.learning.learner import STEP_HYPERPARAMS_KEPT, Learner, build_trainer
-from daskrl.learning.snapshots import snapshots_for
-from daskrl.models.actor_critic import build_model
-from daskrl.models.registry import install_components
+from daskrl.learning.learner_base import LearnerBase
 from daskrl.protocol import (
     BatchReady,
     PriorityUpdate,
@@ -54,26 +47,11 @@ REQUEST_TIMEOUT_S = 5.0
 PUBLISH_EVERY = 8
 
 
-class ReplayLearner(Learner):
+class ReplayLearner(LearnerBase):
     """See the module docstring."""
 
     def on_configure(self, setup: LearnerSetup) -> None:
-        torch.set_num_threads(setup.learner.learner_threads)
-        self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
-                                      "--learner-device")
-        install_components(setup.components)
-        self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = build_trainer(self.model, setup, self.device)
-        self.role = role_for(0, 1)
-        self.publication = self.role.publication(self, self.model, setup.remote_params)
-        self.snapshots = snapshots_for(self, self.model, 0, 1, setup.remote_params)
-        self.policy_index = setup.policy_index
-        self.metrics: dict[str, float] = {}
-        self.step_hyperparams: deque = deque(maxlen=STEP_HYPERPARAMS_KEPT)
-        self.env_steps_offset = 0
-        self.bad_steps = 0
-        self.nan_tolerance = setup.learner.nan_tolerance
-        self.max_lag_seen = 0.0
+        self.configure_learner(setup, rank=0, world=1, snapshots=0, snapshot_every=1)  # alone, no self-play
         self.shards: dict[str, dict[str, Any]] = {}  # shard -> {"inc", "arrays", "asked": (id, time) or None}
         self.next_id = 0
         self.replay_seen: dict[str, dict[str, int]] = {}  # shard -> size and transitions added, as last answered
@@ -151,17 +129,9 @@ class ReplayLearner(Learner):
                 self.publication.publish_after(self.version + crossed - 1, self.model)
 
     def extra_stats(self) -> dict:
-        return {
-            "max_policy_lag_seen": 0.0, "policy_version": self.version, "train_steps": self.trainer.train_steps,
-            "policy": self.policy_index, "snapshot_versions": [], "remote_params": self.publication.remote,
-            "params_served": self.publication.served, "device": str(self.device),
-            "group": {"rank": 0, "size": 1, "generation": 0, "training_with": 1, "digests": []},
-            "samples_trained": self.trainer.samples_trained, "metrics": dict(self.metrics),
-            "batcher": {}, "replay_seen": {k: dict(v) for k, v in self.replay_seen.items()},
-            "hyperparams": self.trainer.hyperparams(), "step_hyperparams": list(self.step_hyperparams),
-            "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
-            "time": time.time(),
-        }
+        return {**self.learner_stats(), "group": {"rank": 0, "size": 1, "generation": 0, "training_with": 1,
+                                                  "digests": []},
+                "batcher": {}, "replay_seen": {k: dict(v) for k, v in self.replay_seen.items()}}
 
     def on_stop(self) -> None:
         """No batcher thread to stop."""

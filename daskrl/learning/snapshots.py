@@ -26,7 +26,7 @@ class SelfPlaySnapshots:
         from daskrl.models.fast_path.numpy_plan import numpy_plan
 
         self.every = every
-        self.plan = numpy_plan(model)  # as the live block's (daskrl/learning/group_member.py)
+        self.plan = numpy_plan(model)  # as the live block's (daskrl/learning/group/group_member.py)
         self.blocks = [ParameterPublisher(component, model.state_dict_numpy(), remote=remote) for _ in range(count)]
         self.weights = [model.state_dict_numpy() for _ in self.blocks]  # what each block holds
         self.taken = 0

@@ -1,7 +1,7 @@
 """What a minibatch's loss needs to know of the whole learner group's minibatch: its valid samples and the moments
 its advantages are normalized with.
 
-Every member of a learner group (:mod:`daskrl.learning.learner_group`) trains on its share of each minibatch, and
+Every member of a learner group (:mod:`daskrl.learning.group.learner_group`) trains on its share of each minibatch, and
 they must scale their gradients and normalize their advantages as one learner would on the whole minibatch. So the
 counts and moments are sums over the group (the identity for one learner,
 :class:`~daskrl.algo.common.collectives.SoloGroup`): for an epoch at once where the advantages are known before it

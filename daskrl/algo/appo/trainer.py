@@ -13,7 +13,7 @@ model and ``--targets-from``; which steps are this policy's (the batch's ``valid
 and the learners it trains with (:mod:`daskrl.algo.common.collectives`). Every decision and statistic that spans the batch
 (finite inputs, normalizer moments, each minibatch's valid count and advantage moments, the gradients) goes through
 the group's sums: the identity for one learner, and with a data-parallel learner group
-(:mod:`daskrl.learning.learner_group`), where each member trains on its share of the batch, the members apply the
+(:mod:`daskrl.learning.group.learner_group`), where each member trains on its share of the batch, the members apply the
 update one learner would apply on the whole batch. Tensors live on ``device``; a batch reaches it in one pinned copy
 per array.
 """

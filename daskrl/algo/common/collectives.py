@@ -2,7 +2,7 @@
 
 The trainer calls these at every point where a statistic spans the batch (see :mod:`daskrl.algo.appo.trainer`). One
 learner is a group of one: :class:`SoloGroup`'s collectives are the identity, so the trainer's code is the same for
-1 and K learners. K learners are :class:`daskrl.learning.learner_group.LearnerGroup` (torch.distributed).
+1 and K learners. K learners are :class:`daskrl.learning.group.learner_group.LearnerGroup` (torch.distributed).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import threading
 #: and the collector running again): see their docstrings.
 WORKER_MODULES = ["daskrl.runtime.workers.preload_start", "distributed", "torch", "daskrl.runtime",
                   "daskrl.learning.learner", "daskrl.sampling.rollout_worker", "daskrl.sampling.inference_worker",
-                  "daskrl.algo.appo.trainer", "daskrl.learning.group_member", "daskrl.learning.snapshots",
+                  "daskrl.algo.appo.trainer", "daskrl.learning.group.group_member", "daskrl.learning.snapshots",
                   "daskrl.learning.training_state", "daskrl.models.actor_critic", "daskrl.sampling.policies.policy",
                   "daskrl.runtime.workers.preload_done"]
 

@@ -2,7 +2,7 @@
 
 The leader (rank 0) receives the slots, splits each batch over the group and publishes every version; it opens a
 store for each group generation and puts its whole training state there, and every member starts from it
-(:mod:`daskrl.learning.learner_group`). A member publishes nothing: its :class:`Unpublished` only counts the
+(:mod:`daskrl.learning.group.learner_group`). A member publishes nothing: its :class:`Unpublished` only counts the
 versions the leader publishes for the same weights. It trains on the shares the leader assigns it, and while its
 group is broken it waits (a leader goes on alone). One learner (``K = 1``) is :class:`Alone`: a leader that never
 forms a group and keeps no weights digests, having nobody to agree with.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from daskrl.learning.learner_group import LearnerGroup, open_store
+from daskrl.learning.group.learner_group import LearnerGroup, open_store
 from daskrl.learning.training_state import pack_state, unpack_state
 from daskrl.runtime.memory.params import ParameterPublisher
 
@@ -153,7 +153,7 @@ class Leader:
 
     def finish(self, group: Collectives) -> None:
         """This learner stops: the members may have been given shares of a batch it will not train now, so it ends
-        the group (:meth:`~daskrl.learning.learner_group.LearnerGroup.end`), and their step fails at once rather
+        the group (:meth:`~daskrl.learning.group.learner_group.LearnerGroup.end`), and their step fails at once rather
         than hold their threads past the runner's wait."""
         group.end()
 
