@@ -1,4 +1,4 @@
-"""daskrl: high-throughput asynchronous distributed reinforcement learning (APPO) on Dask.
+"""daskrl: high-throughput asynchronous distributed reinforcement learning (APPO, DQN, SAC) on Dask.
 
 The names below are imported on first use (PEP 562), so ``import daskrl`` costs nothing: the ``daskrl`` command
 starts the embedded cluster's worker server before it imports anything heavy (daskrl/__main__.py).
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _HOMES = {"Config": "config", "ConfigError": "config", "Observer": "driver.loop.observers", "EnvError": "envs",
-          "make_env": "envs", "register_env": "envs"}
+          "make_env": "envs", "register_env": "envs", "Algorithm": "driver.fleet.algorithms",
+          "register_algorithm": "driver.fleet.algorithms"}
 
 
 __getattr__ = lazy_names(__name__, _HOMES, submodules=True)

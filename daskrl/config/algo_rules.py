@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from daskrl.config.checks import as_option
+from daskrl.config.options import ALGO_SOURCES
 
 
 def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
-    """Options that do not fit the chosen ``--algo`` (none for appo)."""
+    """Options that do not fit the chosen ``--algo``: those an algorithm that trains on replay cannot use yet (none
+    for one that trains on fresh slots, as APPO does)."""
     a = config.algo
-    if found or a.algo == "appo":
+    if found or ALGO_SOURCES[a.algo] != "replay":
         return []
     name, out = f"--algo {a.algo}", []
     unsupported = [

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import field
 from typing import Any
 
 
 def opt(default: Any, help: str, *, low: float | None = None, high: float | None = None, low_open: bool = False,
-        choices: list | tuple | None = None, pattern: str = "", pattern_help: str = "", file: bool = False) -> Any:
+        choices: Collection | None = None, pattern: str = "", pattern_help: str = "", file: bool = False) -> Any:
     """A config field: its default, help text, and what values it allows: ``low``/``high`` bounds (inclusive;
     ``low_open`` excludes ``low``; for a list they bound every item; for text ``low=1`` means not empty),
     ``choices``, or for text a regular expression ``pattern`` (described to the user by ``pattern_help``) or,

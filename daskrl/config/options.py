@@ -323,8 +323,10 @@ class RunConfig(Section):
                                   low=0)
 
 
-#: the algorithms of ``--algo`` (daskrl/driver/fleet/algorithms.py names what each one is made of)
-ALGOS = ("appo", "dqn", "sac")
+#: the algorithms of ``--algo`` and where each one's learner takes its data ("fresh slots" or "replay"), which decides
+#: the rules it is checked by (daskrl/driver/fleet/algorithms.py names what each one is made of; its
+#: ``register_algorithm`` adds one here, so this dict is also the option's choices)
+ALGO_SOURCES: dict[str, str] = {"appo": "fresh slots", "dqn": "replay", "sac": "replay"}
 
 
 @dataclass
@@ -332,7 +334,7 @@ class AlgoConfig(Section):
     algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner), "
                             "'dqn' (off-policy, Discrete actions) or 'sac' (off-policy, Box actions): for these two "
                             "slots go to replay shards and the learner draws minibatches from them",
-                    choices=list(ALGOS))
+                    choices=ALGO_SOURCES)
     replay_shards: int | str = opt("auto", "off-policy: replay shards, each holding in shared memory the transitions "
                                            "of the rollout workers wired to it. 'auto': one per host that runs "
                                            "rollout workers, beside the first of them; each rollout worker hands its "

@@ -11,9 +11,10 @@ An algorithm is three choices, made once when the run is set up:
   which algorithm it trains), inside its learner component (:class:`~daskrl.learning.learner.Learner` for fresh
   slots, :class:`~daskrl.learning.replay_learner.ReplayLearner` for replay).
 
-APPO's path is the one it always had: no exploration wrapper, no shards, the same learner. Adding an algorithm is
-one entry here, its trainer in ``daskrl/algo/``, a learner component if its data source needs one, and its rules
-in ``daskrl/config/algo_rules.py`` (README "Adding an algorithm").
+APPO's path is the one it always had: no exploration wrapper, no shards, the same learner. An algorithm of daskrl's
+own is one entry here, its trainer in ``daskrl/algo/``, a learner component if its data source needs one, and its
+rules in ``daskrl/config/algo_rules.py``; one of a user's package is its folder and one :func:`register_algorithm`
+call there (docs/offpolicy.md, "Adding an algorithm").
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
+from daskrl.config.options import ALGO_SOURCES
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.lazy_names import class_at
 from daskrl.setups import EpsilonGreedy
 
 
-def _samples_its_policy(config: Config, spaces: EnvSpaces, index: int) -> None:
+def samples_its_policy(config: Config, spaces: EnvSpaces, index: int) -> None:
     """The policy's own stochastic actions: no exploration of the sampler's."""
     return None
 
 
-def _epsilon_greedy(config: Config, spaces: EnvSpaces, index: int) -> EpsilonGreedy:
+def epsilon_greedy(config: Config, spaces: EnvSpaces, index: int) -> EpsilonGreedy:
     """Rollout worker ``index``'s epsilon (Ape-X's per-actor scheme, with a decay: see --exploration-eps)."""
     a = config.algo
     return EpsilonGreedy.for_worker(index, config.sampler.num_workers, a.exploration_eps, a.exploration_alpha,
@@ -65,15 +67,31 @@ class Algorithm:
         return class_at(self.learner_path)
 
 
+#: where a learner can take its data, and the learner component that takes it there
+LEARNERS = {"fresh slots": "daskrl.learning.learner:Learner", "replay": "daskrl.learning.replay_learner:ReplayLearner"}
+
 ALGORITHMS = {
-    "appo": Algorithm("appo", _samples_its_policy, "fresh slots", "daskrl.learning.learner:Learner",
+    "appo": Algorithm("appo", samples_its_policy, "fresh slots", LEARNERS["fresh slots"],
                       "daskrl.algo.appo.trainer:APPOTrainer", ("discrete", "multi_discrete", "box", "composite")),
-    "dqn": Algorithm("dqn", _epsilon_greedy, "replay", "daskrl.learning.replay_learner:ReplayLearner",
-                     "daskrl.algo.dqn.trainer:DQNTrainer", ("discrete",), acts_greedily=True),
-    "sac": Algorithm("sac", _samples_its_policy, "replay", "daskrl.learning.replay_learner:ReplayLearner",
-                     "daskrl.algo.sac.trainer:SACTrainer", ("box",)),
+    "dqn": Algorithm("dqn", epsilon_greedy, "replay", LEARNERS["replay"], "daskrl.algo.dqn.trainer:DQNTrainer",
+                     ("discrete",), acts_greedily=True),
+    "sac": Algorithm("sac", samples_its_policy, "replay", LEARNERS["replay"], "daskrl.algo.sac.trainer:SACTrainer",
+                     ("box",)),
 }
 
 
 def algorithm_of(config: Config) -> Algorithm:
     return ALGORITHMS[config.algo.algo]
+
+
+def register_algorithm(algorithm: Algorithm) -> None:
+    """Make ``algorithm`` one of ``--algo``'s choices in this process (the run's driver: the learner imports the
+    trainer by its path, so only that module must be importable on the workers). Its data source decides the rules
+    it is checked by; registering a name again with another record is refused."""
+    if algorithm.data_source not in LEARNERS:
+        raise ValueError(f"algorithm {algorithm.name!r}: data_source must be one of {', '.join(LEARNERS)}, got "
+                         f"{algorithm.data_source!r}")
+    if ALGORITHMS.get(algorithm.name, algorithm) != algorithm:
+        raise ValueError(f"an algorithm named {algorithm.name!r} is registered already: give yours another name")
+    ALGORITHMS[algorithm.name] = algorithm
+    ALGO_SOURCES[algorithm.name] = algorithm.data_source
