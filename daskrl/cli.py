@@ -231,9 +231,10 @@ def _train(config: Config) -> int:
 
 def _show_deployment(config: Config) -> int:
     from daskrl.driver.launch.deployment import deploy_spec
+    from daskrl.driver.launch.start import sizing_for
     from daskrl.runtime.deploy import describe_deployment
 
-    print(describe_deployment(deploy_spec(config)))
+    print(describe_deployment(deploy_spec(config, sizing_for(config))))
     return 0
 
 

@@ -11,8 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.driver.changes.elastic import ElasticGrowth, elastic_enabled
-from daskrl.driver.changes.retirements import PlannedRetirements
 from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.driver.loop.observers import Observer, ReportCallback
 
@@ -20,12 +18,9 @@ Row = dict[str, Any]
 
 
 def feature_observers(config: Config) -> list[Observer]:
-    """The observers the config asks for: elastic growth and learners moved off retiring workers, evaluation and
-    videos while training, PBT, replay saved with the checkpoints."""
+    """The observers the config asks for: evaluation and videos while training, PBT, replay saved with the
+    checkpoints (an elastic run's growth and retirements are its sizing's: daskrl/driver/changes/fleet_sizing.py)."""
     observers: list[Observer] = []
-    if elastic_enabled(config):  # workers join and leave: components follow, learners move off retiring ones
-        growth = ElasticGrowth()
-        observers += [growth, PlannedRetirements(growth)]
     r = config.run
     if not r.sampling_only and (r.eval_interval_env_steps or r.save_video_every_env_steps):
         from daskrl.evaluation.evaluator import Evaluation  # torch: imported only by runs that evaluate

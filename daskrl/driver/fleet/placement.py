@@ -119,21 +119,26 @@ def too_few_workers(total: int, held: dict[str, str], counts: dict[str, int]) ->
             "--num-learners / --num-policies")
 
 
+#: the config to place on the cluster's workers (the others' held ones: worker -> run), with what to say
+FitToWorkers = Callable[[dict[str, dict], Config, dict[str, str], Callable[[str], None]], Config]
+
+
 def place_claimed(client: Any, config: Config, spaces: EnvSpaces, claim: RunClaim, check_memory: bool,
-                  say: Callable[[str], None], elastic: bool) -> tuple[Placement, Config]:
+                  say: Callable[[str], None], fit: FitToWorkers) -> tuple[Placement, Config]:
     """:func:`place` on the workers no other run holds (any, with ``--share-workers``), claimed for this run, and
-    checked against what they have before anything is created (:func:`check_placement`). While too few are free,
-    an ``elastic`` run starts with the rollout workers that fit (at least one: it grows as workers join); any other
-    waits up to ``--wait-for-workers`` seconds (saying so once), then is refused in one line that names the runs
-    holding the workers. Returns the placement and the config it was made for (fewer rollout workers, when
-    an elastic run started small)."""
+    checked against what they have before anything is created (:func:`check_placement`). ``fit``: the config to
+    place on the workers there are (the run's sizing says: an elastic run starts with the rollout workers that fit,
+    at least one, and grows as workers join; a fixed one as asked). While too few are free, a run waits up to
+    ``--wait-for-workers`` seconds (saying so once), then is refused in one line that names the runs holding the
+    workers. Returns the placement and the config it was made for (fewer rollout workers, when an elastic run
+    started small)."""
     deadline = time.monotonic() + config.run.wait_for_workers
     waiting = False
     while True:
         workers = dask_internals.cluster_workers(client)
         held = {} if config.run.share_workers else claim.others()
         try:
-            started = fitted_to(workers, config, held, say) if elastic else config
+            started = fit(workers, config, held, say)
             placement = place(workers, started, held)
         except ConfigError as exc:
             if time.monotonic() >= deadline:

@@ -4,7 +4,7 @@ deployments themselves are daskrl/runtime/deploy/."""
 from __future__ import annotations
 
 from daskrl.config import Config
-from daskrl.driver.changes.elastic import elastic_enabled, fixed_workers
+from daskrl.driver.changes.fleet_sizing import FleetSizing
 from daskrl.driver.fleet.placement import workers_needed
 from daskrl.runtime.deploy import DeploySpec
 
@@ -12,13 +12,11 @@ from daskrl.runtime.deploy import DeploySpec
 DEFAULT_WAIT_S = 600.0
 
 
-def deploy_spec(config: Config) -> DeploySpec:
+def deploy_spec(config: Config, sizing: FleetSizing) -> DeploySpec:
     """``--deploy``'s cluster for this run: as many worker processes as it uses, and the ones it cannot start
-    without (all of them, unless the run is elastic and grows into the rest as jobs start)."""
+    without (all of them, unless the run is elastic and grows into the rest as jobs start: ``sizing``)."""
     d = config.deploy
-    workers = workers_needed(config)
-    return DeploySpec(kind=d.deploy, workers=workers,
-                      start_with=fixed_workers(config) + 1 if elastic_enabled(config) else workers,
+    return DeploySpec(kind=d.deploy, workers=workers_needed(config), start_with=sizing.start_with(config),
                       jobs=d.jobs, job_cores=d.job_cores, job_memory=d.job_memory, walltime=d.walltime,
                       hosts=tuple(d.hosts), dashboard_address=config.run.dashboard_address or ":0",
                       wait_s=config.run.wait_for_workers or DEFAULT_WAIT_S)

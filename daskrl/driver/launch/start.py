@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from daskrl.config import Config
 from daskrl.config.algo_rules import describe_algo_defaults
 from daskrl.config.env_defaults import describe as describe_env_defaults
-from daskrl.driver.changes.elastic import adapt_range, adaptive_start, elastic_enabled
+from daskrl.driver.changes.elastic import ElasticGrowth, adapt_range, adaptive_start, elastic_enabled
+from daskrl.driver.changes.fleet_sizing import ElasticSizing, FleetSizing
+from daskrl.driver.changes.retirements import PlannedRetirements
 from daskrl.driver.fleet.placement import Placement, place_claimed, workers_needed
 from daskrl.driver.launch.deployment import deploy_spec
 from daskrl.driver.launch.experiment import open_experiment, run_log_path
@@ -85,7 +87,9 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
         for line in (note, family, describe_algo_defaults(config), dropped):
             if line:
                 say(f"daskrl: {line}")
-        return LiveRun(_start(config, client, spaces, observers, stack, progress, clock), stack)
+        sizing = sizing_for(config)  # fixed or elastic, chosen once: its observers watch the cluster first
+        run = _start(config, client, spaces, [*sizing.observers(), *observers], stack, progress, clock, sizing)
+        return LiveRun(run, stack)
     except BaseException as exc:
         logger.error("the run stopped before it trained: %s", exc, exc_info=exc)
         stack.close()
@@ -101,13 +105,22 @@ class _Prepared:
     starts: list[LearnerStart]  # where each policy's learner starts (its checkpoint, --init-checkpoint, or afresh)
 
 
+def sizing_for(config: Config) -> FleetSizing:
+    """The run's sizing, chosen once (see :mod:`daskrl.driver.changes.fleet_sizing`): elastic where
+    :func:`~daskrl.driver.changes.elastic.elastic_enabled` says so, with the observers that follow the cluster."""
+    if not elastic_enabled(config):
+        return FleetSizing()
+    growth = ElasticGrowth()
+    return ElasticSizing([growth, PlannedRetirements(growth)])
+
+
 def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[Observer], stack: ExitStack,
-           progress: bool, clock: StartupClock) -> Run:
+           progress: bool, clock: StartupClock, sizing: FleetSizing) -> Run:
     """Open the cluster, claim and place, and start the run's components (what the run opened goes on ``stack``),
-    each phase's end on ``clock``."""
+    each phase's end on ``clock``; ``sizing``: fixed or elastic."""
     from daskrl.driver.loop.live_run import Run  # imported while the cluster started (see _open_cluster)
 
-    session, prepared = _open_cluster(config, client, spaces)
+    session, prepared = _open_cluster(config, client, spaces, sizing)
     clock.mark("cluster")
     stack.callback(session.close)
     claim = RunClaim(session.client, config.run.experiment)
@@ -116,7 +129,7 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
     # before anything is written: a refusal here leaves the experiment as if the run never started
     # (``started``: ``config`` with fewer rollout workers where an elastic run starts on a small cluster)
     placement, started = place_claimed(session.client, config, spaces, claim, check_memory=not session.embedded,
-                                       say=say, elastic=elastic_enabled(config))
+                                       say=say, fit=sizing.fit)
     # a bad --encoder is refused here, before any component, on the learner's worker (which imports torch anyway;
     # samplers on the numpy path never do)
     check_model_on_cluster(session.client, config, spaces, placement.learners[:1])
@@ -130,13 +143,13 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
         with open(os.path.join(config.experiment_dir, "config.json"), "w") as f:
             f.write(config.to_json())  # as asked: a resume on a larger cluster starts with all its rollout workers
     run = Run(started, session, spaces, prepared.book, _resumed_state(prepared), observers,
-              elastic=elastic_enabled(config), claim=claim, progress=progress, wandb_log=wandb_log)
+              sizing=sizing, claim=claim, progress=progress, wandb_log=wandb_log)
     stack.callback(run.close)
 
     def place_again() -> Placement:  # the same fleet as the run's config says (``started``), on the workers now
         _wait_for_workers(session.client, len(placement.names), RESTART_WAIT_S)
         return place_claimed(session.client, started, spaces, claim, check_memory=not session.embedded, say=say,
-                             elastic=False)[0]
+                             fit=FleetSizing().fit)[0]
 
     try:
         _start_fleet(run, placement, prepared.starts, place_again)
@@ -226,7 +239,8 @@ def _end_claim(claim: RunClaim) -> None:
         logger.info("the run's claim could not be ended on the scheduler: %s", exc)
 
 
-def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[ClusterSession, _Prepared]:
+def _open_cluster(config: Config, client: Any, spaces: EnvSpaces, sizing: FleetSizing
+                  ) -> tuple[ClusterSession, _Prepared]:
     """Start (or connect to) the cluster in the background while this process imports the components and
     readies each policy's books: on 2 cores the two overlap instead of adding up."""
     scheduler = client if client is not None else (config.run.scheduler or None)
@@ -239,7 +253,7 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces) -> tuple[Clust
                "silence_logs": False if config.run.log_level == "debug" else logging.WARNING}
     with ThreadPoolExecutor(1) as pool:
         if client is None and config.deploy.deploy != "local":  # a cluster of its own: SLURM jobs, SSH hosts
-            spec = deploy_spec(config)
+            spec = deploy_spec(config, sizing)
             prepare_deployment(spec.kind)
             say(f"daskrl: --deploy {spec.kind}: starting {spec.workers} worker processes (the run starts with "
                 f"{spec.start_with})")

@@ -49,6 +49,7 @@ from daskrl.runtime.actors.incidents import Incidents
 from daskrl.sampling.episode import episodes_from_event
 
 if TYPE_CHECKING:  # W&B is imported only by the runs that log to it
+    from daskrl.driver.changes.fleet_sizing import FleetSizing
     from daskrl.monitor.outputs.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
@@ -61,15 +62,15 @@ class Run:
     """See the module docstring. ``start``, then ``loop`` until it returns, then ``shutdown`` and ``summary``."""
 
     def __init__(self, config: Config, session: ClusterSession, spaces: EnvSpaces, book: PolicyBook,
-                 state: RunState, observers: Sequence[Observer], elastic: bool, claim: RunClaim,
+                 state: RunState, observers: Sequence[Observer], sizing: FleetSizing, claim: RunClaim,
                  progress: bool = True, wandb_log: WandbLog | None = None) -> None:
-        """``elastic``: the fleet follows the cluster (a lost rollout worker with no idle worker left is not
-        recreated, a drained one not replaced); ``claim``: the run's record on the cluster (its workers);
-        ``progress``: show each report on the console (a run started from Python, whose handle shows its state,
-        keeps them out of a notebook's cells); ``wandb_log``: the run's W&B run (--wandb-project), which gets
-        what TensorBoard gets and is ended with the run."""
+        """``sizing``: fixed, or elastic (the fleet follows the cluster: a lost rollout worker with no idle worker
+        left is not recreated, a drained one not replaced; :mod:`daskrl.driver.changes.fleet_sizing`); ``claim``:
+        the run's record on the cluster (its workers); ``progress``: show each report on the console (a run started
+        from Python, whose handle shows its state, keeps them out of a notebook's cells); ``wandb_log``: the run's
+        W&B run (--wandb-project), which gets what TensorBoard gets and is ended with the run."""
         self.config, self.session, self.spaces, self.book, self.state = config, session, spaces, book, state
-        self.observers, self.elastic, self.claim = list(observers), elastic, claim
+        self.observers, self.sizing, self.claim = list(observers), sizing, claim
         self.steering = Steering()  # what a run handle asks of the loop (new hyperparameters, scaling)
         self.pace = PollPace(config.run)  # how long the loop waits before each poll
         self.phase = "starting"  # starting, running, stopping, finished, failed
@@ -124,7 +125,8 @@ class Run:
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn)
         self.recovery = Recovery(self.fleet, self.book.stores, c.run.max_learner_restarts, self.incidents,
-                                 shrink_when_full=self.elastic, rollout_wait_s=10.0 if self.elastic else 15.0,
+                                 shrink_when_full=self.sizing.shrink_when_full,
+                                 rollout_wait_s=self.sizing.rollout_wait_s,
                                  claim=self.claim, share=c.run.share_workers)
         self.departures = Departures(self.fleet, say, self.incidents)
         self.fleet.create(starts)
@@ -290,13 +292,10 @@ class Run:
         self.state.tally.lose(handle.name)
 
     def _retire(self, handle: ComponentHandle, final: dict) -> None:
-        """A rollout worker left with its worker, in order: count its last steps and episodes, then go on without
-        it (an elastic run) or recreate it elsewhere (a fixed fleet)."""
+        """A rollout worker left with its worker, in order: count its last steps and episodes, then go on as the
+        run's sizing says (without it, elastic; recreated elsewhere, fixed)."""
         self.account_retired(handle, final)
-        if self.elastic:
-            self.fleet.forget(handle)
-        else:
-            self.recovery.recover(handle, "its worker left the cluster (drained)", self.state.env_steps)
+        self.sizing.after_departure(handle, self.recovery, self.fleet, self.state.env_steps)
 
     def check_heartbeat(self, stats: dict) -> None:
         """Name a component whose loop has not turned for --heartbeat-timeout seconds, with what it is doing."""
