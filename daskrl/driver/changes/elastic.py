@@ -107,7 +107,7 @@ class ElasticGrowth(Observer):
         """A rollout worker on ``address`` (claimed for this run), or an inference worker where inference is the
         bottleneck; nothing past --max-rollout-workers."""
         fleet = self.fleet
-        shards = len(fleet.replay)
+        shards = len(fleet.replay.shards)
         if fleet.inference and _busy(fleet.inference, shares) > BUSY:
             new, why = fleet.add_inference(address), "the inference workers were the bottleneck"
         elif self.room_for_rollout():
@@ -115,7 +115,7 @@ class ElasticGrowth(Observer):
         else:
             self.run.say(f"daskrl: worker {address} joined; it stays idle (--max-rollout-workers {self.cap} reached)")
             return
-        added = [h.name for h in fleet.replay[shards:]]  # a replay shard for a host that had none
+        added = [h.name for h in fleet.replay.shards[shards:]]  # a replay shard for a host that had none
         self.history.append({"event": "grew", "component": new.name, "address": address, "time": time.time(),
                              **({"shards": added} if added else {})})
         with_shard = f" with {', '.join(added)}, its host's new replay shard" if added else ""

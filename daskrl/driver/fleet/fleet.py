@@ -18,13 +18,12 @@ from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.driver.fleet.learner_start import LearnerStart
 from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.driver.fleet.relays import Relays
-from daskrl.driver.fleet.replay_hosts import route, shard_workers
-from daskrl.driver.fleet.role_setups import replay_setup, role_setups, rollout_setup
+from daskrl.driver.fleet.replay_tier import ReplayTier
+from daskrl.driver.fleet.role_setups import role_setups, rollout_setup
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.errors import ComponentError
 from daskrl.learning.learner import Learner
-from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_replay, wire_rollout
-from daskrl.replay.shard import ReplayShard
+from daskrl.protocol import policy_queue, wire_inference, wire_learner_group, wire_rollout
 from daskrl.runtime.access.cluster import ClusterSession
 from daskrl.runtime.actors.handles import ComponentHandle, spawn, spawn_all
 from daskrl.runtime.memory.shm import force_comms, host_of
@@ -50,11 +49,8 @@ class Fleet:
         self._rollout_indices = config.sampler.num_workers  # rollout_0.. at the start; an elastic run adds more
         self.sink: ComponentHandle | None = None  # sampling only: where full slots go instead of learners
         self.algorithm = algorithm_of(config)
-        self.replay: list[ComponentHandle] = []  # off-policy: the replay shards, where full slots go instead
-        self.shard_of: dict[str, int] = {}  # rollout worker name -> the replay shard its slots go to
-        self.initial_shards = 0  # shards the run started with: each keeps --replay-capacity / this many
-        #: called with each shard added while the run goes on (a host joined), before any slot reaches it
-        self.on_shard_added: list[Callable[[ComponentHandle], None]] = []
+        #: off-policy: the replay shards, where full slots go instead of the learner (no shard for APPO)
+        self.replay = ReplayTier(config, spaces, self.client, self._spawn)
         self.rollout: list[ComponentHandle] = []
         self.inference: list[ComponentHandle] = []
         self.roles: dict[str, Role] = {}  # component name -> its role
@@ -85,7 +81,7 @@ class Fleet:
     def consumers(self) -> list[ComponentHandle]:
         """Where full trajectory slots go and what trains on them: every policy's learner, the replay shards
         (off-policy), or the sampling-only sink."""
-        return [*self.policy_learners, *self.replay, *([self.sink] if self.sink is not None else [])]
+        return [*self.policy_learners, *self.replay.shards, *([self.sink] if self.sink is not None else [])]
 
     def learners(self) -> list[ComponentHandle]:
         """Every learner: each policy's, and the members of policy 0's group."""
@@ -110,11 +106,12 @@ class Fleet:
             self.sink = self._spawn(SamplingSink, "sink", self.placement.rollout[0], None, Role.SINK)
         else:
             self._create_learners(setups, starts)
-            self._create_replay()
+            self.replay.create(self.placement.rollout, self._spawn_shards)
             self.relays.create(self.placement, self.policy_learners, self._sources())
         setups = self.setups()  # with the learners' parameter blocks
         self._create_samplers(setups)
-        self._connect_replay(self.replay)
+        if self.replay.shards:
+            self.replay.connect(self.replay.shards, self.policy_learners[0], self.buffers)
         wire_learner_group(self.client, self.policy_learners[:1], self.learner_members)
         self.form_learner_group()
         for handle in [*self.consumers(), *self.learner_members, *self.inference, *self.rollout]:
@@ -140,43 +137,15 @@ class Fleet:
         self.policy_params = [h.call("params_desc") for h in self.policy_learners]
         self.snapshot_params = self.policy_learners[0].call("snapshot_descs")
 
-    def _create_replay(self) -> None:
-        """Off-policy: the replay shards, each on a rollout worker's Dask worker (one per host, or shard j beside
-        rollout worker j: :func:`~daskrl.driver.fleet.replay_hosts.shard_workers`)."""
-        if replay_setup(self.config, self.spaces, 0, 1) is None:
-            return
-        where = shard_workers(self.config.algo.replay_shards, self.placement.rollout)
-        self.initial_shards = len(where)
-        spawn_all(self.client, [(ReplayShard, f"replay_{j}", worker,
-                                 replay_setup(self.config, self.spaces, j, self.initial_shards))
-                                for j, worker in enumerate(where)], run_id=self.run_id, created=self.replay)
-        for handle in self.replay:
-            self._file(handle, Role.REPLAY)
-
-    def _add_shard(self, worker: str) -> int:
-        """A new shard on ``worker`` (a rollout worker joined a host with none), with the share of capacity the
-        first ones got, wired to the learner and started; returns its index. No rollout worker is routed to it
-        yet: the caller attaches the one it is for."""
-        j = len(self.replay)
-        shard = self._spawn(ReplayShard, f"replay_{j}", worker,
-                            replay_setup(self.config, self.spaces, j, self.initial_shards), Role.REPLAY)
-        self.replay.append(shard)
-        for hook in self.on_shard_added:
-            hook(shard)
-        self._connect_replay([shard])
-        shard.call("start")
-        return j
-
-    def _connect_replay(self, shards: Sequence[ComponentHandle]) -> None:
-        """The shards read every rollout worker's slots and serve the learner, which reads their batch blocks."""
-        if not shards:
-            return
-        learner = self.policy_learners[0]
-        for shard in shards:
-            j = self.replay.index(shard)
-            shard.call("attach_workers", {w: b for w, b in self.buffers.items() if self.shard_of.get(w) == j})
-            wire_replay(self.client, shard, learner)
-        learner.call("attach_replay", {shard.name: shard.call("batch_descs") for shard in shards})
+    def _spawn_shards(self, entries: list) -> list[ComponentHandle]:
+        """Create replay shards at once ((class, name, worker, setup) each), filed as such."""
+        created: list[ComponentHandle] = []
+        try:
+            spawn_all(self.client, entries, run_id=self.run_id, created=created)
+        finally:  # what was created is stopped with the rest, even when a later one failed
+            for handle in created:
+                self._file(handle, Role.REPLAY)
+        return created
 
     def _create_samplers(self, setups: RoleSetups) -> None:
         """Rollout workers, then each policy's inference workers, every one wired to its queues and consumers."""
@@ -226,7 +195,7 @@ class Fleet:
         self.rollout.append(new)
         buffers = self.buffers[new.name] = new.call("buffers")
         consumers = self._consumer_slots(new.name, index, worker)  # first: it names (or adds) the worker's shard
-        self._each(self.learners() + self.inference + self._replay_of(new.name), "attach_workers", {new.name: buffers})
+        self._each(self.learners() + self.inference + self.replay.of(new.name), "attach_workers", {new.name: buffers})
         wire_rollout(self.client, new, consumers)
         new.call("start")
         return new
@@ -271,7 +240,7 @@ class Fleet:
         start from."""
         recreators = {Role.ROLLOUT: self._recreate_rollout, Role.INFERENCE: self._recreate_inference,
                       Role.SINK: self._recreate_sink, Role.LEARNER_MEMBER: self._recreate_member,
-                      Role.REPLAY: self._recreate_replay}
+                      Role.REPLAY: self._recreate_shard}
         role = self.role_of(handle.name)
         if role is Role.RELAY:  # on its own host, started; its samplers then read it (None: the host has none left)
             return self.relays.recreate(handle, worker, self.policy_learners, self._sources(), self.samplers())
@@ -282,8 +251,8 @@ class Fleet:
         if role is Role.SINK:
             self._each(self.rollout, "reclaim_slots")  # the slots the dead sink held are never coming back
         if role is Role.REPLAY:  # what the dead shard held of its own rollout workers' slots, likewise
-            j = self.replay.index(new)
-            self._each([h for h in self.rollout if self.shard_of.get(h.name) == j], "reclaim_slots")
+            names = set(self.replay.rollout_of(new))
+            self._each([h for h in self.rollout if h.name in names], "reclaim_slots")
         return new
 
     def _recreate_rollout(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
@@ -292,7 +261,7 @@ class Fleet:
         setup = rollout_setup(self.config, self.spaces, self._acting_params(), index)
         new = self._spawn(handle.cls, handle.name, worker, setup, Role.ROLLOUT)
         buffers = self.buffers[handle.name] = new.call("buffers")
-        self._each(self.learners() + self.inference + self._replay_of(handle.name), "attach_workers",
+        self._each(self.learners() + self.inference + self.replay.of(handle.name), "attach_workers",
                    {handle.name: buffers})
         self.rollout[self.rollout.index(handle)] = new
         return new
@@ -309,14 +278,8 @@ class Fleet:
         self.sink = self._spawn(handle.cls, handle.name, worker, None, Role.SINK)
         return self.sink
 
-    def _recreate_replay(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
-        """A lost shard comes back empty under its name (its rollout workers' announcements find it again)."""
-        index = self.replay.index(handle)
-        setup = replay_setup(self.config, self.spaces, index, self.initial_shards)
-        new = self._spawn(handle.cls, handle.name, worker, setup, Role.REPLAY)
-        self.replay[index] = new
-        self._connect_replay([new])
-        return new
+    def _recreate_shard(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
+        return self.replay.recreate(handle, worker, self.policy_learners[0], self.buffers)
 
     def _recreate_member(self, handle: ComponentHandle, worker: str) -> ComponentHandle:
         index = self.learner_members.index(handle)
@@ -335,8 +298,8 @@ class Fleet:
         self.policy_params[policy] = new.call("params_desc")
         new.call("attach_workers", self.buffers)
         self.policy_learners[policy] = new
-        if self.replay:  # before its start: it asks every shard for a minibatch as it starts
-            new.call("attach_replay", {shard.name: shard.call("batch_descs") for shard in self.replay})
+        if self.replay.shards:  # before its start: it asks every shard for a minibatch as it starts
+            new.call("attach_replay", self.replay.batch_descs())
         self.form_learner_group()  # the members go on from the new leader's weights
         new.call("start")
         self.relays.follow(policy, self.policy_params[policy])
@@ -396,16 +359,9 @@ class Fleet:
         """Where rollout worker ``name`` (index ``index``, on ``address``) announces its full slots: its replay shard
         (off-policy: its host's, added when its host has none, or shard ``index % shards``:
         :func:`~daskrl.driver.fleet.replay_hosts.route`), or every policy's learner (each takes its own), or the sink."""
-        if self.replay:
-            shards = self.config.algo.replay_shards
-            j = route(shards, index, address, [h.address for h in self.replay])
-            self.shard_of[name] = self._add_shard(address) if j is None else j
-            return [self.replay[self.shard_of[name]].on_trajectory]
+        if self.replay.shards:
+            return self.replay.consumer(name, index, address, self.policy_learners[0], self.buffers)
         return [h.on_trajectory for h in self.consumers()]
-
-    def _replay_of(self, name: str) -> list[ComponentHandle]:
-        """The replay shard rollout worker ``name`` hands its slots to (none under an on-policy algorithm)."""
-        return [self.replay[self.shard_of[name]]] if name in self.shard_of else []
 
     def _each(self, handles: Sequence[ComponentHandle], method: str, *args: Any) -> None:
         """Call ``method`` on each component; one that fails (lost at the same time: it is recreated with what it

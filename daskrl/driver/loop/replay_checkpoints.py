@@ -31,9 +31,9 @@ class ReplayCheckpoints(Observer):
     def on_start(self, run: Run) -> None:
         if not run.config.run.resume:
             return
-        run.fleet.on_shard_added.append(lambda shard: self._load(run, [shard]))
-        self._load(run, run.fleet.replay)
-        present = {f"{shard.name}.npz" for shard in run.fleet.replay}
+        run.fleet.replay.on_added.append(lambda shard: self._load(run, [shard]))
+        self._load(run, run.fleet.replay.shards)
+        present = {f"{shard.name}.npz" for shard in run.fleet.replay.shards}
         waiting = sorted(f for f in os.listdir(self._dir(run)) if f.endswith(".npz") and f not in present) \
             if os.path.isdir(self._dir(run)) else []
         if waiting:
@@ -48,7 +48,7 @@ class ReplayCheckpoints(Observer):
                     + ", ".join(f"{name} {n:,} transitions" for name, n in loaded.items()))
 
     def on_checkpoint(self, run: Run, env_steps: int) -> None:
-        for shard in run.fleet.replay:
+        for shard in run.fleet.replay.shards:
             try:
                 shard.call("save", self._path(run, shard.name), timeout=SAVE_TIMEOUT_S)
             except ComponentError as exc:  # a shard lost meanwhile: it comes back empty, its last file stays
