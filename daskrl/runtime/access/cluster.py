@@ -81,11 +81,15 @@ def _quiet_housekeeping() -> None:
             dask.config.set({key: ours})
 
 
+#: the reaper's file (daskrl/runtime/cleanup/reaper.py), started by path
+REAPER = Path(__file__).resolve().parents[1] / "cleanup" / "reaper.py"
+
+
 def _start_reaper(run_id: str) -> subprocess.Popen | None:
     """A process that removes this run's shared memory if the driver is killed (see reaper.py: started by path
     so that it imports only the standard library)."""
     try:
-        return subprocess.Popen([sys.executable, str(Path(__file__).with_name("reaper.py")), str(os.getpid()), run_id],
+        return subprocess.Popen([sys.executable, str(REAPER), str(os.getpid()), run_id],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
     except OSError:
