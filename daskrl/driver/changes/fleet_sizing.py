@@ -25,7 +25,6 @@ class FleetSizing:
     """A fixed fleet (and what an elastic one changes of it): the fleet the config asks for, placed whole (or
     refused), and a component that leaves is recreated."""
 
-    elastic = False
     #: a lost rollout worker with no idle worker left shares a busy process rather than go missing
     shrink_when_full = False
     #: seconds the recovery waits for a lost rollout worker's process to come back under its name
@@ -54,7 +53,6 @@ class ElasticSizing(FleetSizing):
     that join, moves learners off workers that retire, and goes on without what leaves while no idle worker is
     left (daskrl/driver/changes/elastic.py, retirements.py)."""
 
-    elastic = True
     shrink_when_full = True
     rollout_wait_s = 10.0
 
