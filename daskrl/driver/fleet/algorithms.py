@@ -47,10 +47,7 @@ class Algorithm:
     name: str
     #: rollout worker ``index``'s exploration setup (None: act as the policy samples)
     sampler_policy: Callable[[Config, EnvSpaces, int], EpsilonGreedy | None]
-    data_source: str  # "fresh slots" or "replay"
-    #: the learner component, which holds the trainer, as "module:class": the driver's checks name algorithms
-    #: without importing torch (the learners are imported where the fleet creates them)
-    learner_path: str
+    data_source: str  # "fresh slots" or "replay": which learner component holds its trainer (LEARNERS)
     #: its trainer (a PolicyTrainer built with ``from_options``) as "module:class", handed to the learner in its setup
     trainer_path: str
     action_kinds: tuple[str, ...]  # the action spaces it can act in (EnvSpaces.action_kind)
@@ -64,18 +61,20 @@ class Algorithm:
 
     @property
     def learner(self) -> Any:
-        return class_at(self.learner_path)
+        """The learner component of its data source, imported now (the driver's checks name algorithms without
+        importing torch: the learners are imported where the fleet creates them)."""
+        return class_at(LEARNERS[self.data_source])
 
 
 #: where a learner can take its data, and the learner component that takes it there
 LEARNERS = {"fresh slots": "daskrl.learning.learner:Learner", "replay": "daskrl.learning.replay_learner:ReplayLearner"}
 
 ALGORITHMS = {
-    "appo": Algorithm("appo", samples_its_policy, "fresh slots", LEARNERS["fresh slots"],
+    "appo": Algorithm("appo", samples_its_policy, "fresh slots",
                       "daskrl.algo.appo.trainer:APPOTrainer", ("discrete", "multi_discrete", "box", "composite")),
-    "dqn": Algorithm("dqn", epsilon_greedy, "replay", LEARNERS["replay"], "daskrl.algo.dqn.trainer:DQNTrainer",
+    "dqn": Algorithm("dqn", epsilon_greedy, "replay", "daskrl.algo.dqn.trainer:DQNTrainer",
                      ("discrete",), acts_greedily=True),
-    "sac": Algorithm("sac", samples_its_policy, "replay", LEARNERS["replay"], "daskrl.algo.sac.trainer:SACTrainer",
+    "sac": Algorithm("sac", samples_its_policy, "replay", "daskrl.algo.sac.trainer:SACTrainer",
                      ("box",)),
 }
 

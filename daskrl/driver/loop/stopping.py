@@ -134,7 +134,8 @@ def drain_replay(fleet: Fleet, stopped: Sequence[dict]) -> None:
     may still be on their way), so the final checkpoint's replay holds every step the run counts."""
     filled = {s["name"]: int(s["slots_filled"]) for s in stopped if "slots_filled" in s}
     for shard in fleet.replay.shards:
-        mine = {worker: n for worker, n in filled.items() if worker in fleet.replay.rollout_of(shard)}
+        feeding = set(fleet.replay.rollout_of(shard))
+        mine = {worker: n for worker, n in filled.items() if worker in feeding}
         try:
             if mine and not shard.call("take_slots", mine, timeout=30):
                 logger.info("replay shard %s did not take every last slot within 5 s", shard.name)

@@ -3,8 +3,8 @@ with daskrl by importing this package. Nothing in daskrl names it: its trainer i
 fresh slots with daskrl's on-policy learner, and rollout workers sample its policy as they sample APPO's."""
 
 from daskrl import Algorithm, register_algorithm
-from daskrl.driver.fleet.algorithms import LEARNERS, samples_its_policy
+from daskrl.driver.fleet.algorithms import samples_its_policy
 
-A2C = Algorithm("a2c", samples_its_policy, "fresh slots", LEARNERS["fresh slots"],
+A2C = Algorithm("a2c", samples_its_policy, "fresh slots",
                 "daskrl_test_a2c.trainer:A2CTrainer", ("discrete", "box"))
 register_algorithm(A2C)
