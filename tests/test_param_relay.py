@@ -269,7 +269,8 @@ def test_relays_follow_a_restarted_learner(far_samplers, tmp_path):
     assert parts["learner"]["params_served"] > 0, path
     assert relay_reads(path) >= relay_reads(watch.seen["back"]["path"]) + 3, path
     assert all(parts[c]["params_shm_reads"] == 0 for c in ("rollout_0", "rollout_1") if parts[c]["host"] == h2), path
-    # host 2's samplers skip the dead learner's last version (no worker holds it) instead of waiting it out: the
-    # learner's recovery took 31 s while one of them blocked on it for 30 s, and takes about 5 s now
+    # host 2's samplers skip the dead learner's last version (no worker holds it) instead of waiting it out: while one
+    # of them blocked on it the recovery (which hands the samplers the new block) took the whole read timeout and
+    # more (31 s); it takes about 5 s alone and 15 s beside other tests, so the timeout is the line between the two
     [recovery] = [r for r in summary["recoveries"] if r["component"] == "learner"]
-    assert recovery["recovery_s"] < 15, recovery
+    assert recovery["recovery_s"] < params.REMOTE_READ_TIMEOUT_S, recovery

@@ -39,8 +39,10 @@ def test_a_learner_moves_off_a_retiring_worker_before_it_leaves(tmp_path, capsys
     moves = summary["learner_moves"]
     assert len(moves) == 1, (moves, out)
     move = moves[0]
-    assert move["move_s"] < 10, move
-    assert move["retires_in_s"] > 0, move  # before its worker left, not after
+    # it fits the warning and ends before its worker leaves (how long a move takes is measured alone, not beside
+    # other tests: benchmarks/job_turnover.py, 2-3 s; 2.7 s here alone, 10.8 s once in CI beside another test file)
+    assert move["move_s"] < MOVE_AHEAD_S, move
+    assert move["retires_in_s"] > 0, move
     assert f"learner moved from {move['from']}" in out
     assert summary["recoveries"] == [], summary["recoveries"]  # no fault: nothing was lost
     before = max(steps for t, steps in rows if t <= move["time"])

@@ -27,6 +27,8 @@ from daskrl.runtime.memory import shm
 
 #: a relay block whose heartbeat is older than this is presumed dead: its host's readers take the direct path
 RELAY_STALE_S = 1.0
+#: seconds a sampler waits for a version over comms; one no worker holds is skipped, never waited out
+REMOTE_READ_TIMEOUT_S = 30.0
 #: copies of each parameter block (by its data segment's name) that this process served to relays
 _served: dict[str, int] = {}
 
@@ -192,7 +194,7 @@ class ParameterReader:
         if not self._held(future):  # its publisher's worker died (a learner restarting): a later poll sees the
             return None  # new learner's version, where waiting for this one would stall sampling for the timeout
         try:
-            payload = future.result(timeout=30)
+            payload = future.result(timeout=REMOTE_READ_TIMEOUT_S)
         except Exception as exc:  # the publisher's worker is gone (a restarting learner): tried again later
             self.component.incidents.note("params-read-failed", exc)
             return None
