@@ -72,7 +72,7 @@ class ReplayProbe(daskrl.Observer):
         self.shares: dict = {}
 
     def on_poll(self, run) -> None:
-        shards = [s["replay"] for name, s in run.last_stats.items() if "replay" in s]
+        shards = [s["replay"] for name, s in run.ledger.last_stats.items() if "replay" in s]
         draws = sum(s["served"] for s in shards)
         self.points.append((time.monotonic(), sum(s["added"] for s in shards), draws))
         self.shares = dict(run.state.shares)

@@ -127,8 +127,8 @@ def test_a_resume_loads_every_policys_checkpoint_of_the_newest_moment_they_all_h
     """A run killed between writing policy 0's checkpoint and policy 1's: the resume takes the moment before, for
     both, removes the partial write the kill left, and says what it loaded."""
     from daskrl.config import Config
-    from daskrl.driver.fleet.policies import PolicyBook
     from daskrl.driver.launch.start import resumed_line
+    from daskrl.driver.loop.policy_book import PolicyBook
     from daskrl.learning.checkpoints import checkpoint_dirs
 
     config = Config.from_flat({"train_dir": str(tmp_path), "experiment": "two", "num_policies": 2, "resume": True})

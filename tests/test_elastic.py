@@ -117,7 +117,7 @@ class Drill(Observer):
         os.killpg(procs.procs["w4"].pid, signal.SIGTERM)  # as kill, scancel or a pod's stop do
         self._await(lambda: not set(self.left.values()) & set(dask_internals.cluster_workers(client)),
                     "the retired and the SIGTERMed worker left")
-        self._await(lambda: sum(e["event"] == "retired" for e in self.run.departures.history) >= 2,
+        self._await(lambda: sum(e["event"] == "retired" for e in self.run.care.departures.history) >= 2,
                     "the run retired both leavers' rollout workers")
 
     def _rejoin_under_a_departed_name(self) -> None:
@@ -139,7 +139,7 @@ class Drill(Observer):
         self.orphans = mapped_semaphores(process_tree(procs.procs["w3"].pid))
         self.marks["kill"] = time.time()
         os.killpg(procs.procs["w3"].pid, signal.SIGKILL)  # its nanny too: it does not come back
-        self._await(lambda: any(r.get("not_recreated") for r in self.run.recovery.recoveries), "the loss recorded")
+        self._await(lambda: any(r.get("not_recreated") for r in self.run.care.recovery.recoveries), "the loss recorded")
         time.sleep(self.ROWS_AFTER_KILL_S)
 
 

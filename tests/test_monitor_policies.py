@@ -1,6 +1,6 @@
 """Monitoring a run with several policies and PBT: the scheduler's store, the page's sources, the JSON endpoints,
 the page in headless Chromium and the HTML report, fed with messages and files shaped as the runner writes them
-(policy rows from :class:`daskrl.driver.fleet.policies.PolicyBook`, replacements from
+(policy rows from :class:`daskrl.driver.loop.policy_book.PolicyBook`, replacements from
 :class:`daskrl.pbt.population.Exploit`)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from daskrl.config import Config
-from daskrl.driver.fleet.policies import PolicyBook
+from daskrl.driver.loop.policy_book import PolicyBook
 from daskrl.monitor.dashboard import DashboardPlugin, RunPage, dashboard_page, summary_html
 from daskrl.monitor.figures.policy_plots import POLICY_COLORS
 from daskrl.monitor.history import MetricsStore, history_payload, json_safe, latest_payload

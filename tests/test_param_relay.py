@@ -163,7 +163,7 @@ class KillTheRelay(Observer):
             self.seen["kill"] = {"path": path, "version": run.state.learner.get("policy_version", 0)}
             self.thread = threading.Thread(target=self._kill, daemon=True)
             self.thread.start()
-        back = [r for r in run.recovery.recoveries if r["component"] == "relay_0"]
+        back = [r for r in run.care.recovery.recoveries if r["component"] == "relay_0"]
         if back and "back" not in self.seen:
             self.seen["back"] = {"path": path, "version": run.state.learner.get("policy_version", 0)}
         if "back" in self.seen and relay_reads(path) >= relay_reads(self.seen["back"]["path"]) + 3:
@@ -241,7 +241,7 @@ class KillTheLearner(Observer):
                 and run.book.stores[0].latest() is not None:
             self.seen["kill"] = {"path": path}
             threading.Thread(target=self._kill, daemon=True).start()
-        if "back" not in self.seen and any(r["component"] == "learner" for r in run.recovery.recoveries):
+        if "back" not in self.seen and any(r["component"] == "learner" for r in run.care.recovery.recoveries):
             self.seen["back"] = {"path": path, "version": run.state.learner.get("policy_version", 0)}
         if "back" in self.seen and relay_reads(path) >= relay_reads(self.seen["back"]["path"]) + 3:
             run.request_stop("the restarted learner's versions are relayed")

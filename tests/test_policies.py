@@ -22,8 +22,8 @@ import torch
 
 from daskrl import train
 from daskrl.config import Config
-from daskrl.driver.fleet.policies import PolicyBook
 from daskrl.driver.fleet.role_setups import role_setups
+from daskrl.driver.loop.policy_book import PolicyBook
 from daskrl.envs import probe_env
 from daskrl.errors import ConfigError
 from daskrl.learning.checkpoints import CheckpointStore

@@ -214,8 +214,8 @@ def test_several_minibatches_per_request_keep_the_ratio_and_send_back_every_prio
             self.polls = []
 
         def on_poll(self, run):
-            if "replay_0" in run.last_stats:
-                self.polls.append(run.last_stats["replay_0"])
+            if "replay_0" in run.ledger.last_stats:
+                self.polls.append(run.ledger.last_stats["replay_0"])
 
     watch, starts, r = Watch(), 300, 0.25
     config = run_config(tmp_path, "k4", base={**DQN_CARTPOLE, **REPORT_OFTEN}, learning_starts=starts,
@@ -290,8 +290,8 @@ def test_replay_saved_with_the_checkpoints_refills_a_resumed_run(tmp_path):
             self.replay = None
 
         def on_poll(self, run):
-            if self.replay is None and "replay_0" in run.last_stats:
-                self.replay = run.last_stats["replay_0"]["replay"]
+            if self.replay is None and "replay_0" in run.ledger.last_stats:
+                self.replay = run.ledger.last_stats["replay_0"]["replay"]
 
     sight = FirstSight()
     train(run_config(tmp_path, "replay_ckpt", base=base, resume=True, train_for_env_steps=1_800), observers=[sight])

@@ -171,7 +171,7 @@ class StopWhenShardTrains(Observer):
         shards = {s["shard"]: s for s in run.state.replay}
         if self.first_sight is None and self.shard in shards:
             self.first_sight = dict(shards[self.shard])
-        self.learner_saw = set(run.last_stats.get("learner", {}).get("replay_seen", {}))
+        self.learner_saw = set(run.ledger.last_stats.get("learner", {}).get("replay_seen", {}))
         mine = shards.get(self.shard)
         if mine and mine["trained_on"] and mine["served"] >= self.served:
             run.request_stop(f"the learner trained on {self.shard}")

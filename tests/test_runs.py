@@ -161,7 +161,7 @@ def test_a_handle_watches_scales_sets_and_stops_a_run(shared, tmp_path):
         now = run.set(learning_rate=0.00123, clip_ratio=0.15)
         assert now["learning_rate"] == 0.00123 and now["clip_ratio"] == 0.15
         after = now["after_train_step"]
-        learner = run._run.fleet.policy_learners[0]
+        learner = run._run.fleet.teams.leaders[0]
         steps = wait_for(lambda: [s for s in learner.call("stats")["step_hyperparams"] if s[0] > after + 2],
                          timeout=60, what="training steps after the change")
         history = learner.call("stats")["step_hyperparams"]

@@ -182,7 +182,7 @@ FEATURE_WORDS = re.compile(
     r"|init_weights|elastic|evaluator|value_encoder|shared_encoder|encoder_dtype|is_image|generation)$")
 #: the modules where features were threaded through the hot code (issue 29), and those carved out of them since
 FEATURE_HEAVY = ["algo/appo/trainer.py", "sampling/rollout_worker.py", "learning/learner.py", "learning/batcher.py",
-                 "models/actor_critic.py", "driver/fleet/fleet.py", "driver/fleet/policies.py",
+                 "models/actor_critic.py", "driver/fleet/fleet.py", "driver/loop/policy_book.py",
                  "algo/appo/flat_batch.py", "algo/appo/trajectory_batch.py", "learning/slot_reader.py",
                  "learning/group/group_member.py", "learning/snapshots.py", "learning/training_state.py",
                  "sampling/slots/state_carry.py", "sampling/slots/slot_owners.py", "sampling/policies/split_policies.py",
@@ -350,6 +350,41 @@ def test_learners_are_siblings_over_one_base():
     for algorithm in ALGORITHMS.values():
         cls = algorithm.learner
         assert cls.__bases__ == (LearnerBase,), f"{algorithm.name}'s {cls.__name__} derives from {cls.__bases__}"
+
+
+#: the classes a newcomer reads first, held small: their parts are teams with a job each (the fleet's roster, learner
+#: teams, samplers, replay tier and relays; the run's control, ledger, outputs and fleet care)
+SMALL_CLASSES = {"driver/fleet/fleet.py": "Fleet", "driver/loop/live_run.py": "Run"}
+MAX_CLASS_LINES, MAX_CLASS_ATTRIBUTES = 200, 12
+
+
+def instance_attributes(cls: ast.ClassDef) -> set[str]:
+    """Every ``self.name`` a method of ``cls`` assigns (plainly, annotated, or in a tuple)."""
+    names = set()
+    for node in ast.walk(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    names.add(t.attr)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(SMALL_CLASSES))
+def test_the_fleet_and_the_run_stay_small(module):
+    [cls] = [n for n in ast.parse((PACKAGE / module).read_text()).body
+             if isinstance(n, ast.ClassDef) and n.name == SMALL_CLASSES[module]]
+    lines, attributes = cls.end_lineno - cls.lineno + 1, instance_attributes(cls)
+    assert lines <= MAX_CLASS_LINES, f"{cls.name} has {lines} lines: give a job of it a team of its own"
+    assert len(attributes) <= MAX_CLASS_ATTRIBUTES, f"{cls.name} keeps {len(attributes)}: {sorted(attributes)}"
+
+
+def test_the_attribute_count_sees_every_kind_of_assignment():
+    source = "class A:\n    def f(self):\n        self.a = 1\n        self.b: int = 2\n        self.c, self.d = 3, 4\n" \
+             "        self.e += 1\n        other.f = 5\n"
+    [cls] = ast.parse(source).body
+    assert instance_attributes(cls) == {"a", "b", "c", "d", "e"}
 
 
 def test_no_test_module_imports_another():

@@ -55,7 +55,7 @@ class RunHandle:
     def metrics(self, frame: bool = True) -> Any:
         """The report rows so far (the rows of ``metrics.csv``): a pandas DataFrame where pandas is installed (and
         ``frame``), else a list of dicts."""
-        rows = list(self._run.rows)
+        rows = list(self._run.outputs.rows)
         return rows_table(rows) if frame else rows
 
     def status(self) -> dict[str, Any]:
@@ -68,10 +68,10 @@ class RunHandle:
         return {"name": self.name, "phase": phase, "env_steps": state.env_steps, "fps": state.fps.rate,
                 "episode_return_mean": state.episodes.mean_return, "episodes": state.episodes.total,
                 "elapsed_s": state.elapsed, "policy_version": state.learner.get("policy_version", 0),
-                "rollout_workers": len(fleet.rollout) if fleet else 0,
-                "inference_workers": len(fleet.inference) if fleet else 0,
+                "rollout_workers": len(fleet.samplers.rollout) if fleet else 0,
+                "inference_workers": len(fleet.samplers.inference) if fleet else 0,
                 "workers": sorted({h.address for h in fleet.components()}) if fleet else [],
-                "stop_reason": run.stop_reason, "error": str(self._live.error) if self._live.error else None}
+                "stop_reason": run.control.reason, "error": str(self._live.error) if self._live.error else None}
 
     @property
     def done(self) -> bool:
@@ -116,7 +116,7 @@ class RunHandle:
     def training_state(self) -> dict[str, Any]:
         """Policy 0's whole training state (weights, optimizer, normalizers, hyperparameters), taken between two
         training steps: for another run's :meth:`adopt` (PBT across runs)."""
-        return self._steer(lambda run: run.fleet.policy_learners[0].call("export_training_state", timeout=120))
+        return self._steer(lambda run: run.fleet.teams.leaders[0].call("export_training_state", timeout=120))
 
     def adopt(self, state: dict[str, Any], source: str = "", **hyperparameters: float) -> int:
         """Train on from another run's :meth:`training_state` with these hyperparameters (its own where left
@@ -128,7 +128,7 @@ class RunHandle:
         return version
 
     def _steer(self, fn: Any) -> Any:
-        return self._run.steering.submit(fn).result(timeout=STEER_TIMEOUT_S)
+        return self._run.control.steering.submit(fn).result(timeout=STEER_TIMEOUT_S)
 
     # ---- a context manager, and how it shows itself ----
 
@@ -158,7 +158,7 @@ class RunHandle:
 
 def _newest_weights(run: Any) -> tuple[dict, int]:
     """Policy 0's newest weights, taken between two training steps, and the run's env steps then."""
-    state = run.fleet.policy_learners[0].call("checkpoint_state", timeout=120)
+    state = run.fleet.teams.leaders[0].call("checkpoint_state", timeout=120)
     return state["model"], run.state.env_steps
 
 

@@ -211,7 +211,7 @@ class Evaluation(Observer):
         self.evaluator = Evaluator(run.config, run.spaces, run.state.env_steps_offset, run.incidents, run.warn)
 
     def on_poll(self, run: Run) -> None:
-        self.evaluator.poll(run.state, run.fleet.policy_learners)
+        self.evaluator.poll(run.state, run.fleet.teams.leaders)
 
     def on_stop(self, run: Run) -> None:
         if self.evaluator is not None:

@@ -39,9 +39,9 @@ class PBTDriver(Observer):
         self.log = PBTLog(self.config.experiment_dir)
         self.controller = self._spawn_controller()
         if not self.config.run.resume:  # a new population starts spread around the configured values (checkpoints
-            base = self.fleet.policy_learners[0].call("hyperparams")  # hold them later)
+            base = self.fleet.teams.leaders[0].call("hyperparams")  # hold them later)
             initial = self.controller.call("initial_hyperparams", base)
-            for policy, learner in enumerate(self.fleet.policy_learners):
+            for policy, learner in enumerate(self.fleet.teams.leaders):
                 learner.call("set_hyperparams", initial[policy], timeout=STATE_TIMEOUT_S)
 
     def on_poll(self, run: Run) -> None:
@@ -56,8 +56,8 @@ class PBTDriver(Observer):
     def _spawn_controller(self) -> ComponentHandle:
         """On policy 0's learner's worker: the controller is idle between rounds, so it needs no worker of its own."""
         setup = pbt_setup(self.config, first_round=self.log.last_round() + 1)
-        handle = spawn(self.fleet.client, PBTController, "pbt", run_id=self.fleet.run_id,
-                       worker=self.fleet.policy_learners[0].address, setup=setup)
+        handle = spawn(self.fleet.client, PBTController, "pbt", run_id=self.fleet.roster.run_id,
+                       worker=self.fleet.teams.leaders[0].address, setup=setup)
         handle.call("start")
         return handle
 
@@ -67,7 +67,7 @@ class PBTDriver(Observer):
             return
         self.next_round_at = (env_steps // self.period + 1) * self.period
         returns = {k: (None if math.isnan(r) else r) for k, r in self.book.mean_returns().items()}
-        learners = self.fleet.policy_learners
+        learners = self.fleet.teams.leaders
         hyperparams = {k: h.call("hyperparams", timeout=STATE_TIMEOUT_S) for k, h in enumerate(learners)}
         try:
             decisions = self.controller.call("round", env_steps, returns, hyperparams)
@@ -79,7 +79,7 @@ class PBTDriver(Observer):
             self._exploit(decision, elapsed_s)
 
     def _exploit(self, decision: dict[str, Any], elapsed_s: float) -> None:
-        learners = self.fleet.policy_learners
+        learners = self.fleet.teams.leaders
         state = learners[decision["source"]].call("export_training_state", timeout=STATE_TIMEOUT_S)
         version = learners[decision["target"]].call("import_training_state", state, decision["after"],
                                                     timeout=STATE_TIMEOUT_S)

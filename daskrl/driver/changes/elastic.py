@@ -78,7 +78,7 @@ class ElasticGrowth(Observer):
                          and str(w.get("name")) not in recovering and w.get("status", "running") == "running"),
                         key=lambda a: str(workers[a].get("name", a)))
         for address in joined:
-            if self._wanted_by(shares) and self.run.claim.claim([address]):
+            if self._wanted_by(shares) and self.run.control.claim.claim([address]):
                 continue  # another run holds it: it is that run's to use (and may free it later)
             if self.extra:  # a learner whose worker retires soon goes there (daskrl/driver/changes/retirements.py)
                 if address not in self.kept:
@@ -98,17 +98,18 @@ class ElasticGrowth(Observer):
 
     def _wanted_by(self, shares: dict[str, dict[str, float]]) -> bool:
         """Whether a joining worker would get a component (see :meth:`_place`)."""
-        return bool(self.fleet.inference and _busy(self.fleet.inference, shares) > BUSY) or self.room_for_rollout()
+        inference = self.fleet.samplers.inference
+        return bool(inference and _busy(inference, shares) > BUSY) or self.room_for_rollout()
 
     def room_for_rollout(self) -> bool:
-        return len(self.fleet.rollout) < self.cap
+        return len(self.fleet.samplers.rollout) < self.cap
 
     def _place(self, address: str, shares: dict[str, dict[str, float]]) -> None:
         """A rollout worker on ``address`` (claimed for this run), or an inference worker where inference is the
         bottleneck; nothing past --max-rollout-workers."""
         fleet = self.fleet
         shards = len(fleet.replay.shards)
-        if fleet.inference and _busy(fleet.inference, shares) > BUSY:
+        if fleet.samplers.inference and _busy(fleet.samplers.inference, shares) > BUSY:
             new, why = fleet.add_inference(address), "the inference workers were the bottleneck"
         elif self.room_for_rollout():
             new, why = fleet.add_rollout(address), "more sampling"
@@ -120,7 +121,7 @@ class ElasticGrowth(Observer):
                              **({"shards": added} if added else {})})
         with_shard = f" with {', '.join(added)}, its host's new replay shard" if added else ""
         self.run.say(f"daskrl: worker {address} joined: {new.name} placed there{with_shard} ({why}); now "
-                     f"{len(fleet.rollout)} rollout and {len(fleet.inference)} inference workers")
+                     f"{len(fleet.samplers.rollout)} rollout and {len(fleet.samplers.inference)} inference workers")
 
     def _publish_wanted(self, shares: dict[str, dict[str, float]]) -> None:
         """Tell the scheduler how many workers this run could use now (an adaptive cluster's lower bound): at least

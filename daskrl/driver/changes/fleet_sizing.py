@@ -73,4 +73,4 @@ class ElasticSizing(FleetSizing):
 
     def after_departure(self, handle: ComponentHandle, recovery: Recovery, fleet: Fleet, env_steps: int) -> None:
         """Gone with its worker: the run goes on without it (a worker that joins gets a rollout worker again)."""
-        fleet.forget(handle)
+        fleet.samplers.forget(handle)

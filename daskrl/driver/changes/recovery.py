@@ -85,7 +85,7 @@ class Recovery:
         Raises TrainingError when it cannot.
         ``env_steps`` is the run's count so far (a learner restarted without a checkpoint goes on from it)."""
         t0 = time.monotonic()
-        role = self.fleet.role_of(handle.name)
+        role = self.fleet.roster.role_of(handle.name)
         say(f"daskrl: lost {handle.name} ({role.value if role else 'unknown role'} on {handle.address}): {cause}; "
             "recovering")
         if role is None:
@@ -100,11 +100,11 @@ class Recovery:
             self.learner_restarts += 1
         worker, new = self._recreate_somewhere(handle, role, env_steps)
         if worker is None:
-            self.fleet.forget(handle)
+            self.fleet.samplers.forget(handle)
             self._keep({"component": handle.name, "role": role.value, "cause": cause, "worker": None,
                         "recovery_s": round(time.monotonic() - t0, 3), "time": time.time(), "not_recreated": True})
             say(f"daskrl: {handle.name} is not recreated: the cluster has no idle worker; running with "
-                f"{len(self.fleet.rollout)} rollout workers until a worker joins")
+                f"{len(self.fleet.samplers.rollout)} rollout workers until a worker joins")
             return None
         seconds = time.monotonic() - t0
         worker = new.address if new is not None else worker  # (a relay goes back to its own host, wherever that is)
@@ -122,7 +122,7 @@ class Recovery:
             worker = self._replacement_worker(handle, wait_s=self.rollout_wait_s if role is Role.ROLLOUT else
                                               LEARNER_WAIT_S if role is Role.LEARNER else 15.0,
                                               only_idle=self.shrink_when_full and role is Role.ROLLOUT
-                                              and len(self.fleet.rollout) > 1)
+                                              and len(self.fleet.samplers.rollout) > 1)
             if worker is None and role is Role.LEARNER:
                 raise TrainingError(f"no worker to restart {handle.name} on within {LEARNER_WAIT_S:g} s: the cluster "
                                     "has none left for this run. The newest checkpoint is intact: continue with "
@@ -131,7 +131,7 @@ class Recovery:
                 return None, None
             try:
                 if role is Role.LEARNER:
-                    return worker, self._restart_learner(worker, env_steps, self.fleet.policy_of(handle.name))
+                    return worker, self._restart_learner(worker, env_steps, self.fleet.roster.policy_of(handle.name))
                 return worker, self.fleet.recreate(handle, worker)
             except ComponentError as exc:
                 if attempt + 1 == RECREATE_ATTEMPTS or not left_meanwhile(exc):
@@ -158,13 +158,26 @@ class Recovery:
             return LearnerStart.from_checkpoint(state), (
                 f"{latest.name} ({int(state.get('env_steps', 0)):,} env steps, policy version "
                 f"{state.get('policy_version', 0)})")
-        weights = self.fleet.newest_policy_weights(policy)
+        weights = self._newest_policy_weights(policy)
         if weights is not None and weights["version"] > 0:
             return LearnerStart.from_weights(weights, env_steps), (
                 f"the newest published parameters (policy version {weights['version']}, as the samplers hold them): "
                 "no checkpoint was written yet, so its optimizer state starts afresh")
         return LearnerStart(), ("its initial weights (no checkpoint was written, and no sampler holds a published "
                                 "version)")
+
+    def _newest_policy_weights(self, policy: int) -> dict[str, Any] | None:
+        """The newest ``{"version", "weights"}`` of ``policy`` any sampler acts with (None when none answers): what
+        a learner lost before its first checkpoint published last, as far as it reached the samplers."""
+        newest = None
+        for component in self.fleet.samplers.all():
+            try:
+                got = component.call("policy_weights", policy, timeout=30)
+            except ComponentError:  # a sampler lost at the same time: the others may have it
+                continue
+            if got is not None and (newest is None or got["version"] > newest["version"]):
+                newest = got
+        return newest
 
     def _keep(self, record: dict[str, Any]) -> None:
         self.recoveries.append(record)

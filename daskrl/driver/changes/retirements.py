@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from daskrl.driver.changes.elastic import ElasticGrowth
 from daskrl.driver.fleet.learner_start import LearnerStart
 from daskrl.driver.fleet.placement import Role
+from daskrl.driver.loop.component_ledger import account_retired
 from daskrl.driver.loop.observers import Observer
 from daskrl.runtime import dask_internals
 from daskrl.runtime.actors.handles import ComponentHandle
@@ -79,8 +80,8 @@ class PlannedRetirements(Observer):
         self.saved: set[str] = set()
 
     def on_start(self, run: Run) -> None:
-        run.recovery.prefer = self.stays_until
-        run.recovery.gone_for_good = self.retired
+        run.care.recovery.prefer = self.stays_until
+        run.care.recovery.gone_for_good = self.retired
 
     def on_poll(self, run: Run) -> None:
         if time.monotonic() < self.next_check:
@@ -92,7 +93,7 @@ class PlannedRetirements(Observer):
             run.incidents.note("retirements-unreadable", exc)
             return
         waiting = 0
-        for policy, learner in enumerate(list(run.fleet.policy_learners)):
+        for policy, learner in enumerate(list(run.fleet.teams.leaders)):
             at = self.retires_at.get(learner.address)
             if at is None or at - time.time() > LOOK_AHEAD_S:
                 continue
@@ -145,12 +146,12 @@ class PlannedRetirements(Observer):
         steps.mark("checkpoint_s")
         # its name stays in the bus registry: the rollout workers' connections to "learner" are the successor's;
         # its last statistics count what it took since the last poll (the successor's end them in the data path)
-        run.keep_stats([learner.call("stop", timeout=30, keep_subscriptions=True)])
+        run.ledger.keep([learner.call("stop", timeout=30, keep_subscriptions=True)])
         steps.mark("stop_s")
         try:
             new = run.fleet.recreate_learner(target, start, policy)
         except Exception as exc:  # the target left meanwhile: a restart wherever the recovery finds room
-            run.replace(learner, f"its move to {target} failed ({exc})")
+            run.care.replace(run, learner, f"its move to {target} failed ({exc})")
             return
         steps.mark("start_s")
         seconds = steps.total()
@@ -165,10 +166,10 @@ class PlannedRetirements(Observer):
         longest first; failing that, any that outlives ``leaving`` (the learner may move again); None when none
         does. A worker with a rollout worker counts (it drains to make room) unless that is the run's last one; a
         worker with anything else does not."""
-        held = run.claim.others() if run.claim is not None else {}
+        held = run.control.claim.others() if run.control.claim is not None else {}
         busy = {h.address for h in run.fleet.components()}
         # a rollout worker drains to make room, unless it is the last one (the run would stop sampling)
-        movable = {h.address for h in run.fleet.rollout} if len(run.fleet.rollout) > 1 else set()
+        movable = {h.address for h in run.fleet.samplers.rollout} if len(run.fleet.samplers.rollout) > 1 else set()
         later = [a for a in self.retires_at if a != leaving and a not in held and (a not in busy or a in movable)
                  and self.stays_until(a) > retires_at + CHECK_EVERY_S]
         return max(later, key=lambda a: (self._stays(a, retires_at), a not in busy, self.stays_until(a)), default=None)
@@ -181,11 +182,11 @@ class PlannedRetirements(Observer):
     def _make_room(run: Run, worker: str) -> str:
         """Drain the rollout worker on ``worker``, if there is one (its slots all reach the learner first); its
         name, or ''."""
-        rollout = next((h for h in run.fleet.rollout if h.address == worker), None)
-        if rollout is None or run.fleet.role_of(rollout.name) is not Role.ROLLOUT:
+        rollout = next((h for h in run.fleet.samplers.rollout if h.address == worker), None)
+        if rollout is None or run.fleet.roster.role_of(rollout.name) is not Role.ROLLOUT:
             return ""
         final = rollout.call("drain", 10.0, timeout=30)
         final["episodes"] = episodes_from_event(final.get("episodes", []))  # records again, not sequences
-        run.account_retired(rollout, final)
-        run.fleet.forget(rollout)
+        account_retired(run, rollout, final)
+        run.fleet.samplers.forget(rollout)
         return rollout.name

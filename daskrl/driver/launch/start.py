@@ -50,8 +50,8 @@ from daskrl.runtime.logs import route_logs
 
 if TYPE_CHECKING:  # imported while the cluster starts (see _prepare)
     from daskrl.driver.fleet.fleet import LearnerStart
-    from daskrl.driver.fleet.policies import PolicyBook
     from daskrl.driver.loop.live_run import Run
+    from daskrl.driver.loop.policy_book import PolicyBook
     from daskrl.monitor.outputs.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
@@ -157,10 +157,25 @@ def _start(config: Config, client: Any, spaces: EnvSpaces, observers: Sequence[O
         run.shutdown()
         raise
     clock.mark("components")
-    run.startup = clock
+    run.observers.append(FirstStepWatch(clock))
     clock.saw_version(run.state.learner.get("policy_version", 0))
     say(f"daskrl: {clock.line()}")
     return run
+
+
+class FirstStepWatch(Observer):
+    """Tells the start-up clock when the run's first training step ended (its policy version moved), and adds where
+    start-up went to the run's summary."""
+
+    def __init__(self, clock: StartupClock) -> None:
+        self.clock = clock
+
+    def on_poll(self, run: Any) -> None:
+        learner = run.state.learner
+        self.clock.saw_version(learner.get("policy_version", 0), learner.get("first_step_at"))
+
+    def summary(self) -> dict[str, Any]:
+        return {"startup": self.clock.summary()}
 
 
 def _open_wandb(config: Config, resuming: bool, stack: ExitStack) -> WandbLog | None:
@@ -271,7 +286,7 @@ def _open_cluster(config: Config, client: Any, spaces: EnvSpaces, sizing: FleetS
 
 def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
     from daskrl.driver.fleet.fleet import LearnerStart  # the components' classes, imported now: used in start
-    from daskrl.driver.fleet.policies import PolicyBook
+    from daskrl.driver.loop.policy_book import PolicyBook
     from daskrl.learning.checkpoints import initial_weights
     book = PolicyBook(config, resuming=config.run.resume)
     resume_state = book.resume_states()  # open_experiment checked they are there

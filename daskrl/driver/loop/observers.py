@@ -35,7 +35,7 @@ from daskrl.runtime.actors.incidents import Incidents
 
 if TYPE_CHECKING:  # the fleet and the books: imported where the run starts
     from daskrl.driver.fleet.fleet import Fleet
-    from daskrl.driver.fleet.policies import PolicyBook
+    from daskrl.driver.loop.policy_book import PolicyBook
 
 
 class Run(Protocol):

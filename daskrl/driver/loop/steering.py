@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from daskrl.config import Config
 from daskrl.config.hyperparams import checked
-from daskrl.monitor.outputs.csv_log import CsvLog
+from daskrl.driver.loop.component_ledger import account_retired
 from daskrl.monitor.run_state import RunState
 from daskrl.protocol import EVENTS_TOPIC
 from daskrl.runtime import dask_internals
@@ -31,7 +31,20 @@ from daskrl.runtime.access.runs import RunClaim
 
 if TYPE_CHECKING:  # torch-heavy: the components' classes
     from daskrl.driver.fleet.fleet import Fleet
-    from daskrl.monitor.outputs.tensorboard_log import TensorBoardLog
+
+
+class Control(Protocol):
+    """What steering uses of a run's control (:class:`daskrl.driver.loop.run_control.RunControl`, which imports
+    this module)."""
+
+    claim: RunClaim
+    steering: Steering
+
+
+class Outputs(Protocol):
+    """What steering uses of a run's outputs (:class:`daskrl.driver.loop.run_outputs.RunOutputs`)."""
+
+    def event(self, time_s: float, env_steps: int, event: str, detail: dict[str, Any]) -> None: ...
 
 
 class Run(Protocol):
@@ -40,19 +53,15 @@ class Run(Protocol):
     config: Config
     client: Any
     fleet: Fleet
-    claim: RunClaim
+    control: Control
     state: RunState
-    tb_log: TensorBoardLog
-    events_csv: CsvLog | None
-    steering: Steering
+    outputs: Outputs
 
     def warn(self, message: str) -> None: ...
 
     def log_event(self, topic: str, msg: dict) -> None: ...
 
     def request_stop(self, reason: str) -> None: ...
-
-    def account_retired(self, handle: Any, final: dict) -> None: ...
 
     def checkpoint(self) -> None: ...
 
@@ -105,8 +114,8 @@ def set_hyperparams(run: Run, values: dict[str, float]) -> dict[str, float]:
     """Every policy's learner trains with ``values`` from its next step on; returns policy 0's hyperparameters
     now. The change is logged as an event."""
     values = checked(values)
-    now = [learner.call("set_hyperparams", values, timeout=SET_TIMEOUT_S) for learner in run.fleet.policy_learners]
-    run.fleet.form_learner_group()  # a group's members take the leader's whole state, its new values included
+    now = [learner.call("set_hyperparams", values, timeout=SET_TIMEOUT_S) for learner in run.fleet.teams.leaders]
+    run.fleet.teams.form_group()  # a group's members take the leader's whole state, its new values included
     record_event(run, "set", {**values, "after_train_step": now[0].get("after_train_step", 0) if now else 0})
     return now[0] if now else {}
 
@@ -118,8 +127,8 @@ def adopt_training_state(run: Run, state: dict, values: dict[str, float], source
     Returns policy 0's new version."""
     values = checked(values)
     versions = [learner.call("import_training_state", state, values, timeout=SET_TIMEOUT_S)
-                for learner in run.fleet.policy_learners]
-    run.fleet.form_learner_group()
+                for learner in run.fleet.teams.leaders]
+    run.fleet.teams.form_group()
     run.config = run.config.replace(**values)
     with open(os.path.join(run.config.experiment_dir, "config.json"), "w") as f:
         f.write(run.config.to_json())
@@ -135,17 +144,17 @@ def scale_rollout(run: Run, target: int) -> dict[str, Any]:
         raise ValueError(f"a run needs at least one rollout worker (asked for {target})")
     fleet = run.fleet
     added = removed = 0
-    while len(fleet.rollout) < target and (worker := _free_worker(run)) is not None:
+    while len(fleet.samplers.rollout) < target and (worker := _free_worker(run)) is not None:
         fleet.add_rollout(worker)
         added += 1
-    while len(fleet.rollout) > target:
-        retire_rollout(run, fleet.rollout[-1])
+    while len(fleet.samplers.rollout) > target:
+        retire_rollout(run, fleet.samplers.rollout[-1])
         removed += 1
-    result = {"rollout_workers": len(fleet.rollout), "asked": target, "added": added, "removed": removed}
+    result = {"rollout_workers": len(fleet.samplers.rollout), "asked": target, "added": added, "removed": removed}
     record_event(run, "scale", result)
-    if len(fleet.rollout) < target:
-        run.warn(f"scaled to {len(fleet.rollout)} rollout workers of the {target} asked: the cluster has no more "
-                 "free workers")
+    if len(fleet.samplers.rollout) < target:
+        run.warn(f"scaled to {len(fleet.samplers.rollout)} rollout workers of the {target} asked: the cluster has no "
+                 "more free workers")
     return result
 
 
@@ -153,38 +162,31 @@ def retire_rollout(run: Run, handle: Any) -> None:
     """Drain a rollout worker (its slots handed back, its last steps and episodes counted), stop it and free its
     worker for other runs."""
     final = handle.call("drain", DRAIN_TIMEOUT_S, timeout=DRAIN_TIMEOUT_S + 30)
-    run.account_retired(handle, final)
-    run.fleet.forget(handle)
+    account_retired(run, handle, final)
+    run.fleet.samplers.forget(handle)
     if not any(h.address == handle.address for h in run.fleet.components()):
-        run.claim.release([handle.address])
+        run.control.claim.release([handle.address])
 
 
 def _free_worker(run: Run) -> str | None:
     """A worker none of this run's components uses and no other run holds (claimed for this run), or None."""
     workers = dask_internals.cluster_workers(run.client)
     busy = {h.address for h in run.fleet.components()}
-    held = {} if run.config.run.share_workers else run.claim.others()
+    held = {} if run.config.run.share_workers else run.control.claim.others()
     for address in sorted(workers, key=lambda a: str(workers[a].get("name", a))):
         if address not in busy and address not in held and workers[address].get("status", "running") == "running" \
-                and not run.claim.claim([address]):
+                and not run.control.claim.claim([address]):
             run.fleet.placement.names[address] = str(workers[address].get("name", address))
             return address
     return None
 
 
 def record_event(run: Run, event: str, detail: dict[str, Any]) -> None:
-    """An event in the run's ``events.csv``, in TensorBoard (text, and each number under ``event/``) and on the
+    """An event in the run's ``events.csv`` and TensorBoard (:meth:`.run_outputs.RunOutputs.event`) and on the
     dashboard."""
     state = run.state
     time_s, env_steps = round(state.elapsed + state.elapsed_offset, 3), state.env_steps
-    if run.events_csv is None:
-        run.events_csv = CsvLog(os.path.join(run.config.experiment_dir, "events.csv"), append=True)
-    run.events_csv.write({"time_s": time_s, "env_steps": env_steps, "event": event,
-                          "detail": " ".join(f"{k}={v}" for k, v in sorted(detail.items()))})
-    run.tb_log.writer.add_text(f"events/{event}", repr(detail), env_steps)
-    for key, value in detail.items():
-        if isinstance(value, (int, float)):
-            run.tb_log.writer.add_scalar(f"event/{event}/{key}", value, env_steps)
+    run.outputs.event(time_s, env_steps, event, detail)
     run.log_event(EVENTS_TOPIC, {"run": run.config.run.experiment, "event": event, "time_s": time_s,
                                  "env_steps": env_steps, "detail": detail, "time": time.time()})
 
@@ -195,9 +197,9 @@ def apply_remote(run: Run, command: dict[str, Any]) -> None:
     if op == "stop":
         run.request_stop(command.get("reason") or "stopped by an attached handle")
     elif op == "set":
-        run.steering.submit(lambda r: set_hyperparams(r, command.get("values", {})))
+        run.control.steering.submit(lambda r: set_hyperparams(r, command.get("values", {})))
     elif op == "scale":
-        run.steering.submit(lambda r: scale_rollout(r, int(command.get("rollout_workers", 0))))
+        run.control.steering.submit(lambda r: scale_rollout(r, int(command.get("rollout_workers", 0))))
     else:
         run.warn(f"an attached handle asked for {op!r}, which a run does not do (stop, set, scale)")
 

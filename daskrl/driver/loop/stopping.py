@@ -14,10 +14,11 @@ from daskrl.runtime.actors.handles import release_all, stop_all
 
 if TYPE_CHECKING:
     from daskrl.driver.fleet.fleet import Fleet
-    from daskrl.driver.fleet.policies import PolicyBook
+    from daskrl.driver.loop.component_ledger import ComponentLedger
     from daskrl.driver.loop.observers import Observer
-    from daskrl.driver.loop.steering import Steering
-    from daskrl.monitor.console import ConsoleView
+    from daskrl.driver.loop.policy_book import PolicyBook
+    from daskrl.driver.loop.run_control import RunControl
+    from daskrl.driver.loop.run_outputs import RunOutputs
     from daskrl.monitor.run_state import RunState
     from daskrl.runtime.actors.handles import ComponentHandle
 
@@ -28,16 +29,14 @@ class Run(Protocol):
     """What stopping uses of a live run (:class:`daskrl.driver.loop.live_run.Run`, which imports this module)."""
 
     fleet: Fleet | None
-    steering: Steering
+    control: RunControl
     observers: Sequence[Observer]
     state: RunState
     book: PolicyBook
-    console: ConsoleView
-    phase: str
-    failed: bool
-    stop_reason: str
+    outputs: RunOutputs
+    ledger: ComponentLedger
+    phase: str  # "failed": a component failed, and no final checkpoint is taken
 
-    def keep_stats(self, stats: list[dict]) -> None: ...
     def count_steps_and_episodes(self, s: dict) -> None: ...
     def report(self) -> None: ...
     def checkpoint(self) -> None: ...
@@ -48,13 +47,13 @@ class Run(Protocol):
 def stop_in_order(run: Run) -> None:
     """See the module docstring. A run that stopped by a failure (its phase is not ``stopping``) writes no last row:
     its last good row and checkpoint stay the newest."""
-    run.steering.close(run.stop_reason)
+    run.control.steering.close(run.control.reason)
     fleet = run.fleet
     if fleet is None:
-        run.console.close()
+        run.outputs.console.close()
         each_observer(run, "on_stop")
         return
-    samplers = fleet.samplers() + fleet.relays.handles()
+    samplers = fleet.samplers.all() + fleet.relays.handles()
     try:
         problems = _stop_sampling_then_learning(run, fleet)
     finally:  # whatever stopped the sequence, the samplers' memory goes (an existing cluster's workers stay up)
@@ -69,25 +68,25 @@ def _stop_sampling_then_learning(run: Run, fleet: Fleet) -> list[str]:
     the problems met on the way."""
     final = stop_stages(sampler_stages(fleet), release=False)
     stopped = [s for s in final if "error" not in s]
-    run.keep_stats(stopped)
+    run.ledger.keep(stopped)
     if run.phase == "stopping":
         count_last_steps(run, stopped)
         run.report()
-    run.console.close()  # the live view ends on the last row; what follows prints below it
+    run.outputs.console.close()  # the live view ends on the last row; what follows prints below it
     each_observer(run, "on_stop")
     problems = [s["error"] for s in final if "error" in s]
-    if fleet.learners() and not run.failed:
+    if fleet.learners() and run.phase != "failed":
         drain_replay(fleet, stopped)
         problems += final_checkpoint(run)
     consumers = stop_stages(consumer_stages(fleet))
-    run.keep_stats([s for s in consumers if "error" not in s])  # their last word: a replay shard's after the drain
+    run.ledger.keep([s for s in consumers if "error" not in s])  # their last word: a replay shard's after the drain
     return problems + [s["error"] for s in consumers if "error" in s]
 
 
 def sampler_stages(fleet: Fleet) -> list[list[ComponentHandle]]:
     """The samplers and relays in the order they stop: the rollout workers first (one may wait on an inference
     worker's reply or read parameters from a relay), then the inference workers, then the relays."""
-    return [fleet.rollout, fleet.inference, fleet.relays.handles()]
+    return [fleet.samplers.rollout, fleet.samplers.inference, fleet.relays.handles()]
 
 
 def consumer_stages(fleet: Fleet) -> list[list[ComponentHandle]]:
@@ -146,9 +145,9 @@ def drain_replay(fleet: Fleet, stopped: Sequence[dict]) -> None:
 def final_checkpoint(run: Run) -> list[str]:
     """Every policy's checkpoint with the learners' last statistics; the problem, if it could not be written."""
     try:
-        for policy, learner in enumerate(run.fleet.policy_learners):
+        for policy, learner in enumerate(run.fleet.teams.leaders):
             run.book.note_learner(policy, learner.call("stats", timeout=30))
-            run.keep_stats([run.book.learners[policy]])
+            run.ledger.keep([run.book.learners[policy]])
         run.state.learner = run.book.learners[0]
         run.checkpoint()
     except Exception as exc:

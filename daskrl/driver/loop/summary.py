@@ -25,15 +25,15 @@ def run_summary(run: Any) -> dict[str, Any]:
         "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
         "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
         "reached_return_at_s": state.reached_return_at,
-        "stop_reason": run.stop_reason,
-        "startup": run.startup.summary() if run.startup is not None else None,
+        "stop_reason": run.control.reason,
+        "startup": None,  # a run that started says how (its StartupClock is an observer)
         "time_shares": state.shares,
-        **_component_summary(run.last_stats),
-        "recoveries": list(run.recovery.recoveries) if run.recovery is not None else [],
-        "elastic": list(run.departures.history) if run.departures is not None else [],
+        **_component_summary(run.ledger.last_stats),
+        "recoveries": list(run.care.recovery.recoveries) if run.care.recovery is not None else [],
+        "elastic": list(run.care.departures.history) if run.care.departures is not None else [],
         "incidents": dict(state.incidents),
         "data_path": run.data_path(),
-        "replay_shards": replay_shards(run.last_stats),  # off-policy: each shard's numbers (none for appo)
+        "replay_shards": replay_shards(run.ledger.last_stats),  # off-policy: each shard's numbers (none for appo)
         **({"policies": run.book.summary()} if run.book.num_policies > 1 else {}),
     }
     for observer in run.observers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.errors import ComponentError, UnknownMemberError
@@ -71,6 +71,16 @@ class ComponentHandle:
 
     def __repr__(self) -> str:
         return f"<ComponentHandle {self.name!r} {self.cls.__name__} on {self.address}>"
+
+
+def call_each(handles: Sequence[ComponentHandle], method: str, *args: Any, warn: Callable[[str], None]) -> None:
+    """Call ``method`` on each component; one that fails (lost at the same time: the recovery recreates it with what
+    it needs) is told about through ``warn``, and the others still get the call."""
+    for handle in handles:
+        try:
+            handle.call(method, *args)
+        except ComponentError as exc:
+            warn(f"{handle.name} did not take {method}(): {exc}")
 
 
 def spawn(client: Any, cls: type, name: str, *, run_id: str, worker: str | None = None, setup: Any = None,

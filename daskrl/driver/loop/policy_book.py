@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
@@ -55,6 +56,8 @@ class PolicyBook:
         self.resuming = resuming
         self.self_play_csv: CsvLog | None = None  # selfplay.csv, from the first games counted
         self.self_play_rows: list[dict[str, Any]] = []  # the newest report's
+        self.last_saved = time.monotonic()  # when every policy's checkpoint was last written
+        self.milestones = 0  # multiples of --keep-checkpoint-every-env-steps passed so far
 
     # ---- resume ----
 
@@ -179,6 +182,27 @@ class PolicyBook:
         return {"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
                 "best_return": mean if best else self.best[policy], "episode_return_mean": mean,
                 "policy": policy, "config": self.config.to_json()}
+
+    def start_checkpoint_clock(self, env_steps: int) -> None:
+        """The run starts (at ``env_steps``, a resumed run's count): the first checkpoint is due an interval from
+        now, and milestones count from there."""
+        every = self.config.run.keep_checkpoint_every_env_steps
+        self.milestones = env_steps // every if every else 0
+        self.last_saved = time.monotonic()
+
+    def checkpoint_due(self) -> bool:
+        return time.monotonic() - self.last_saved >= self.config.run.checkpoint_interval
+
+    def save_all(self, snapshots: list[bytes], state: RunState) -> None:
+        """Every policy's checkpoint of one moment (by policy), kept for good when it passes a milestone of
+        --keep-checkpoint-every-env-steps."""
+        every = self.config.run.keep_checkpoint_every_env_steps
+        milestone = bool(every) and state.env_steps // every > self.milestones
+        for policy, snapshot in enumerate(snapshots):
+            self.save(policy, snapshot, state, milestone)
+        if milestone:
+            self.milestones = state.env_steps // every
+        self.last_saved = time.monotonic()
 
     def save(self, policy: int, checkpoint: dict[str, Any] | bytes, state: RunState, milestone: bool) -> None:
         """Write ``policy``'s checkpoint (a snapshot, or a learner's serialized one with :meth:`checkpoint_meta` in
