@@ -17,13 +17,14 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 
 def alive(pid: int) -> bool:
     """``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
         return False
 
 

@@ -8,7 +8,7 @@ carry 64 workers and what is measured is the control plane, not env work. Each d
 every reader off the learner's host polls the scheduler; ``auto``: a relay per host) trains on the same cluster for
 ``warmup`` seconds from the first env step, then ``seconds`` are measured between two readings:
 
-- the scheduler's CPU share: utime + stime of its process (/proc/PID/stat) over the window / the window's seconds;
+- the scheduler's CPU share: user + system CPU time of its process (psutil) over the window / the window's seconds;
 - messages a second the scheduler dispatched, by op (``daskrl.testing.scheduler_load`` counts every request and
   every batched-stream message), and of those the parameter polls (``variable_get``);
 - the policy lag of the samples trained on in the window (median, 95th percentile: the learner's lag counts);
@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 import numpy as np
+import psutil
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import stop_if_signalled  # noqa: E402
@@ -71,20 +72,15 @@ def relay_available() -> bool:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` (all its threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()  # after the command, which may hold spaces: state first
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User and system CPU seconds of process ``pid`` (all its threads)."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def used_memory_mb() -> float:
-    """The machine's memory in use (MemTotal - MemAvailable, as ``free -m``'s 'used' plus reclaimable caches)."""
-    info = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0])
-    return (info["MemTotal"] - info["MemAvailable"]) / 1024
+    """The machine's memory in use (total less available, as ``free -m``'s 'used' plus reclaimable caches)."""
+    memory = psutil.virtual_memory()
+    return (memory.total - memory.available) / 2**20
 
 
 class MemoryPeak:

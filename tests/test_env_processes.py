@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 
 from daskrl import Observer, train
 from daskrl.envs import EnvError, EnvGroup, make_env, owned_processes
-from daskrl.runtime.cleanup import process_watcher
+from daskrl.runtime.cleanup import process_watcher, procfs
 from daskrl.testing.env_leftovers import CASES, CHECK_SECONDS, EnvTraces, run_case
 from daskrl.testing.environments.process_envs import entry_prefix
 
@@ -275,3 +276,73 @@ def test_what_an_unseeded_env_creates_in_its_first_reset_is_watched_too(tag):
         wait_for(lambda: nothing_left(t), timeout=CHECK_SECONDS, what=f"no process or entry of {tag} left")
     finally:
         _kill_group(proc)
+
+
+# ---- procfs: what the watcher and the tracker read of processes (psutil, and /proc by hand where it is faster) ----
+
+
+def test_children_are_every_thread_s_and_a_zombie_is_a_child_but_no_live_process():
+    """The kernel's per-thread lists and psutil's scan (where the lists are missing) give the same children."""
+    zombie = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
+    started, release = [], threading.Event()
+
+    def start_from_a_thread() -> None:
+        started.append(subprocess.Popen(["sleep", "30"]))
+        release.wait(30)
+
+    thread = threading.Thread(target=start_from_a_thread)
+    thread.start()
+    try:
+        wait_for(lambda: started and procfs.start_time(zombie.pid) is None, what="the zombie and the thread's child")
+        sleeper = started[0].pid
+        assert {sleeper, zombie.pid} <= set(procfs.children(os.getpid()))
+        assert set(procfs.children(os.getpid())) == set(procfs._children_by_scan(os.getpid()))
+        assert procfs.start_time(sleeper) is not None and procfs.command_line(sleeper) == ["sleep", "30"]
+        assert procfs.command_line(zombie.pid) == [] and procfs.environment(zombie.pid) == {}
+    finally:
+        release.set()
+        thread.join()
+        for proc in [*started, zombie]:
+            proc.kill()
+            proc.wait()
+    assert procfs.children(zombie.pid) == [] and procfs.start_time(zombie.pid) is None  # gone: the empty answers
+
+
+def test_the_owner_mark_is_read_from_a_process_s_environment():
+    proc = subprocess.Popen(["sleep", "30"], env={**os.environ, process_watcher.OWNER_VARIABLE: "12:345"})
+    try:
+        # /proc/PID/environ is empty for a moment after Popen returns: the exec closed the pipe Popen waits on before
+        # it laid out the new environment
+        mark = wait_for(lambda: process_watcher._marked_owner(proc.pid), timeout=5, what="the environment after exec")
+        assert mark == "12:345"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert process_watcher._marked_owner(proc.pid) is None
+    assert process_watcher._marked_owner(os.getpid()) is None
+
+
+def test_the_entries_a_process_maps_or_holds_open_are_in_use(tag):
+    names = [f"{entry_prefix(tag)}mapped", f"{entry_prefix(tag)}open"]
+    for name in names:
+        Path(procfs.SHM_DIR, name).write_bytes(b"\0" * 4096)
+    code = textwrap.dedent(f"""
+        import mmap, os, time
+        with open({procfs.SHM_DIR + '/' + names[0]!r}, "r+b") as f:
+            mapped = mmap.mmap(f.fileno(), 4096)  # the file is closed, the mapping stays
+        held = open({procfs.SHM_DIR + '/' + names[1]!r}, "rb")
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert procfs.shm_in_use([proc.pid], entry_prefix(tag)) == set(names)
+        assert procfs.shm_in_use(None, entry_prefix(tag)) == set(names)
+        assert procfs.shm_in_use([os.getpid()], entry_prefix(tag)) == set()
+    finally:
+        proc.kill()
+        proc.wait()
+        for name in names:
+            Path(procfs.SHM_DIR, name).unlink()
+    assert procfs.shm_in_use(None, entry_prefix(tag)) == set()

@@ -29,6 +29,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from daskrl import Observer
@@ -165,17 +166,13 @@ def group_members(pgid: int, grace: float = 15.0) -> list[str]:
     deadline = time.monotonic() + grace
     while True:
         members = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for proc in psutil.process_iter(["status", "cmdline"]):  # one gone meanwhile: its fields None
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-                if int(fields[2]) == pgid and fields[0] != "Z":
-                    cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    members.append(f"{entry}: {cmd[:120]}")
-            except (OSError, ValueError, IndexError):  # it exited while we looked
+                in_group = os.getpgid(proc.pid) == pgid  # psutil does not say a process's group
+            except OSError:
                 continue
+            if in_group and proc.info["status"] not in (None, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                members.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or ())[:120]}")
         if not members or time.monotonic() > deadline:
             return members
         time.sleep(0.2)

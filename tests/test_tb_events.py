@@ -69,3 +69,23 @@ def test_tensorboard_reads_the_files_back(tmp_path):
     assert [(s.step, s.value) for s in scalars] == [(k * 100, 0.5 * k) for k in range(5)]
     [text] = events.Tensors("config/text_summary")
     assert text.tensor_proto.string_val == [b"lr: 3e-4"]
+
+
+def test_the_writer_benchmark_reads_every_record_back_and_skips_a_writer_that_is_not_installed(capsys):
+    """benchmarks/bench_tb_writer.py (the measurement behind docs/metrics.md's choice of writer), tiny."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import bench_tb_writer
+    finally:
+        sys.path.pop(0)
+    missing = lambda name: None if name == "tensorboardX" else importlib.util.find_spec(name)
+    result = bench_tb_writer.main(["--scalars", "300", "--repeats", "1", "--json"], available=missing)
+    hand = result["writers"]["hand-made"]
+    assert hand["records"] == hand["records_expected"] == 301 and hand["hparams_s"] is None
+    assert "not installed" in result["writers"]["tensorboardX"]["skipped"]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 from daskrl.runtime.cleanup.procfs import SHM_DIR, start_time
 
 CASES = ("worker-kill", "driver-kill", "group-kill", "ctrl-c", "normal-end")
@@ -42,18 +44,12 @@ class EnvTraces:
     def processes(self) -> dict[int, int]:
         """Live (not zombie) matching processes: pid -> parent pid."""
         found = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in self.known_processes:
+        for proc in psutil.process_iter(["cmdline", "ppid", "status"]):  # a process gone meanwhile: its fields None
+            info = proc.info
+            if proc.pid in self.known_processes or info["status"] in (None, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
                 continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    command = f.read().decode(errors="replace")
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if self.process_marker in command and start_time(int(entry)) is not None:
-                found[int(entry)] = parent
+            if info["ppid"] is not None and self.process_marker in " ".join(info["cmdline"] or ()):
+                found[proc.pid] = info["ppid"]
         return found
 
     def entries(self) -> list[str]:

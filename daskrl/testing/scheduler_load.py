@@ -30,7 +30,7 @@ class CountingHandlers(dict):
 
 def install_op_counts(dask_scheduler: Any) -> dict[str, Any]:
     """Count what ``dask_scheduler`` receives from now on (installed once; a second call keeps the counts).
-    Returns the scheduler's process id, for its CPU time in /proc."""
+    Returns the scheduler's process id, for its CPU time."""
     counts = getattr(dask_scheduler, "_daskrl_op_counts", None)
     if counts is None:
         counts = Counter()

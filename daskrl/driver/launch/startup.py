@@ -35,7 +35,8 @@ def process_started_at() -> float:
 
     /proc gives the start in clock ticks since boot; the boot's wall-clock time is now less the boot clock's
     reading. (/proc/stat's ``btime`` is that instant truncated to whole seconds: counting from it put every launch
-    up to a second early, the same error for every run of a boot, 0.22 s on one machine.)"""
+    up to a second early, the same error for every run of a boot, 0.22 s on one machine. psutil's ``create_time()``
+    counts from ``btime`` too, 0.08 s early on another, so the ticks come from ``procfs.start_time``.)"""
     ticks = procfs.start_time(os.getpid())
     if ticks is None or not hasattr(time, "CLOCK_BOOTTIME"):
         return _IMPORTED_AT

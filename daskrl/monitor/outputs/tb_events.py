@@ -1,10 +1,11 @@
 """A TensorBoard event-file writer of scalars and texts, in the standard library and struct packing alone.
 
-Why not a library's writer: ``torch.utils.tensorboard`` imports torch, and ``tensorboard``'s own EventFileWriter
-imports protobuf and tensorboard's generated messages; the driver, which writes a run's event files, needs neither
-for anything else (torch: 116 MB of private memory and 0.7 s; tensorboard's writer: 12 MB and 0.1 s, in every run).
-The two records written here are small and fixed: an ``Event`` holding a ``Summary`` of one value, either a simple
-value (``add_scalar``) or, for the text plugin, a one-string tensor under ``<tag>/text_summary`` (``add_text``),
+Why not a library's writer: ``torch.utils.tensorboard`` and tensorboardX import torch, and ``tensorboard``'s own
+EventFileWriter imports protobuf and tensorboard's generated messages; the driver, which writes a run's event files,
+needs neither for anything else (torch: 116 MB of private memory and 0.7 s; tensorboard's writer: 12 MB and 0.1 s,
+in every run; docs/metrics.md, "The TensorBoard writer", has the measurement against tensorboardX). The two
+records written here are small and fixed: an ``Event`` holding a ``Summary`` of one value, either a simple value
+(``add_scalar``) or, for the text plugin, a one-string tensor under ``<tag>/text_summary`` (``add_text``),
 encoded field by field as protobuf's wire format lays them out, and framed as TFRecords (length and data, each with
 a masked CRC-32C). tests/test_tb_events.py checks the bytes against tensorboard's own messages and reads the files
 with tensorboard's reader.

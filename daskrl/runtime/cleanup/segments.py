@@ -1,8 +1,8 @@
 """Names of daskrl shared-memory segments on this host, and the sweep that removes a dead process's leftovers.
 
-Standard library only, on purpose: the reaper (reaper.py) runs this module in a bare interpreter next to every
-embedded cluster, and importing the package (dask, numpy, gymnasium) would cost it 0.7 s of CPU at launch and
-about 50 MB of memory for the whole run. ``shm`` re-exports everything here.
+Standard library and psutil only (through ``procfs``), on purpose: the reaper (reaper.py) runs this module in a
+bare interpreter next to every embedded cluster, and importing the package (dask, numpy, gymnasium) would cost it
+0.7 s of CPU at launch and about 50 MB of memory for the whole run. ``shm`` re-exports everything here.
 
 A segment is named ``daskrl_<run>_<pid>_<tag>`` (:func:`segment_name`): the run id and the owner's pid let a
 sweep tell leftovers of dead processes from live segments.

@@ -6,7 +6,7 @@ by SIGKILL; but a signal to the whole process group (``kill -9 -PGID``, a termin
 tracker too, and the semaphores stay until reboot. The reaper, in its own session, records which semaphores the
 driver's process tree maps while it lives and removes those that no live process maps once the tree is gone.
 
-Standard library only, for the same reason as ``segments``.
+Standard library and psutil only (through ``procfs``), for the same reason as ``segments``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 
+import psutil
+
 #: the last octet of the calling process's address on the bridge
 DRIVER_OCTET = 254
 
@@ -143,7 +145,7 @@ class NamespaceHosts:
         pattern = re.compile(rf"{self.kind}(\d+)_h\d+$")
         owners = {int(m.group(1)) for ns in namespaces() if (m := pattern.match(ns))}
         for owner in owners - {self.owner}:
-            if not os.path.exists(f"/proc/{owner}"):
+            if not psutil.pid_exists(owner):
                 NamespaceHosts(self.kind, _host_count(self.kind, owner), self.octet, owner).down()
 
 
