@@ -1,4 +1,4 @@
-"""An MLP actor-critic's gradients written out (daskrl/algo/kernels/mlp_gradients.py, appo_loss_gradients) are autograd's,
+"""An MLP actor-critic's gradients written out (daskrl/algo/kernels/mlp_gradients.py, appo_loss_gradients.py) are autograd's,
 the flat parameter buffer (daskrl/algo/kernels/flat_parameters.py) changes nothing a model or a checkpoint sees, and Adam
 stepping it flat is torch's fused Adam (to float rounding)."""
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.appo.loss import appo_loss, appo_loss_gradients
+from daskrl.algo.appo.loss import appo_loss
 from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.kernels.appo_loss_gradients import appo_loss_gradients
 from daskrl.algo.kernels.eager_optim import EagerAdam
 from daskrl.algo.kernels.flat_parameters import FlatParameters
 from daskrl.algo.kernels.mlp_gradients import MlpGradients

@@ -30,7 +30,7 @@ import torch
 
 from daskrl.algo.appo.advantages import gae, vtrace
 from daskrl.algo.appo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
-from daskrl.algo.appo.loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
+from daskrl.algo.appo.loss import LossOutput, appo_loss, policy_lag_mask
 from daskrl.algo.appo.minibatch_counts import MinibatchCounts, epoch_counts, normalized, normalized_with
 from daskrl.algo.appo.policy_lag import lag_percentile
 from daskrl.algo.appo.recurrent import SequenceBatch
@@ -41,6 +41,7 @@ from daskrl.algo.common.lr_schedule import kl_adapted_lr, scheduled_lr
 from daskrl.algo.common.normalizers import ReturnNormalizer
 from daskrl.algo.common.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
 from daskrl.algo.common.policy_trainer import PolicyTrainer
+from daskrl.algo.kernels.appo_loss_gradients import appo_loss_gradients
 from daskrl.algo.kernels.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
 from daskrl.algo.kernels.flat_parameters import FlatParameters
 from daskrl.algo.kernels.mlp_gradients import MlpGradients

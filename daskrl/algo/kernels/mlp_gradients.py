@@ -5,8 +5,8 @@ Why: a small MLP's training step is mostly per-operator overhead, not arithmetic
 some 300 operators and graph nodes at a few microseconds each around about 300 us of matrix and tanh arithmetic
 (``benchmarks/bench_learner.py``'s MLP learner). Written out, the same derivatives are about 60 operators: each
 layer's backward is its two matrix products, a bias sum and the activation's derivative from the saved output, and
-the loss's is a few vector operations (:func:`~daskrl.algo.appo.loss.appo_loss_gradients`). The gradients are
-autograd's up to float rounding (a test compares them on every parameter).
+the loss's is a few vector operations (:mod:`~daskrl.algo.kernels.appo_loss_gradients`). The gradients are autograd's up
+to float rounding (a test compares them on every parameter).
 
 It covers the models most classic-control and Box2D runs train, on a CPU learner: MLP encoders (one shared, or one
 per head) of Linear layers with tanh or ReLU, no recurrent core, and a Discrete action head. Anything else (images,
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from daskrl.algo.appo.loss import LossGradients
+from daskrl.algo.kernels.appo_loss_gradients import LossGradients
 from daskrl.algo.kernels.flat_parameters import FlatParameters
 from daskrl.models.heads import CategoricalHead
 from daskrl.models.inputs import activations
