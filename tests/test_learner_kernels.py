@@ -17,11 +17,15 @@ from torch import nn
 
 from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.algo.common.optimizers import make_optimizer
+from daskrl.algo.common.policy_trainer import learner_kernels
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.models.inputs import activations
 from daskrl.models.inputs.activations import Tanh, sigmoid_tanh
+
+#: --learner-kernels auto: the fast paths these tests hold to plain torch
+FAST = learner_kernels("auto")
 
 
 @pytest.fixture
@@ -105,7 +109,7 @@ def test_the_fused_adam_step_is_the_foreach_step():
     torch.manual_seed(0)
     params = [nn.Parameter(torch.randn(64, 4)), nn.Parameter(torch.randn(64))]
     twins = [nn.Parameter(p.detach().clone()) for p in params]
-    fused = make_optimizer(params, cfg, 1e-3)
+    fused = make_optimizer(params, cfg, 1e-3, FAST)
     foreach = torch.optim.Adam(twins, lr=1e-3, eps=1e-5, foreach=True)
     assert fused.defaults["fused"] is True
     for _ in range(5):
@@ -267,7 +271,7 @@ def test_the_fused_step_without_torchs_python_is_torchs_fused_step_to_the_bit(op
     has no gradient leaves that parameter alone, as torch does."""
     cfg = Config().replace(optimizer=optimizer, weight_decay=0.01).learner
     params, twins = _params_and_twins(0)
-    ours = make_optimizer(params, cfg, 1e-3)
+    ours = make_optimizer(params, cfg, 1e-3, FAST)
     theirs = (torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW)(
         twins, lr=1e-3, eps=1e-5, fused=True, **({"weight_decay": 0.01} if optimizer == "adamw" else {}))
     took = []
@@ -302,7 +306,7 @@ def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
 
     cfg = Config().learner
     params, twins = _params_and_twins(1)
-    ours, theirs = make_optimizer(params, cfg, 1e-3), make_optimizer(twins, cfg, 1e-3)
+    ours, theirs = make_optimizer(params, cfg, 1e-3, FAST), make_optimizer(twins, cfg, 1e-3, FAST)
     calls = []
     handle = None
     if hook == "optimizer":
@@ -326,7 +330,7 @@ def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
 def test_clip_grad_norm_is_torchs_to_the_bit(max_norm):
-    from daskrl.algo.common.optimizers import clip_grad_norm
+    from daskrl.algo.kernels.fast_paths import clip_grad_norm
 
     params, twins = _params_and_twins(1)
     for p, q in zip(params, twins, strict=True):

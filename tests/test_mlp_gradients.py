@@ -167,12 +167,12 @@ def test_parameters_given_new_memory_are_flattened_again_before_the_next_step():
 def test_a_minibatch_whose_loss_is_not_finite_is_skipped_and_the_next_writes_its_gradients_again(monkeypatch):
     import dataclasses
 
-    from daskrl.algo.appo import trainer as trainer_module
+    from daskrl.algo.kernels import mlp_gradients
 
     cfg = Config().replace(batch_size=256)
     trainer = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
     trainer.train(_batch(0), 0)  # the gradients of its last minibatch stay in the buffer
-    real = trainer_module.appo_loss_gradients
+    real = mlp_gradients.appo_loss_gradients
     calls = []
 
     def first_not_finite(*args, **kwargs):
@@ -180,7 +180,7 @@ def test_a_minibatch_whose_loss_is_not_finite_is_skipped_and_the_next_writes_its
         calls.append(out)
         return (dataclasses.replace(out, total_value=math.nan) if len(calls) == 1 else out), grads
 
-    monkeypatch.setattr(trainer_module, "appo_loss_gradients", first_not_finite)
+    monkeypatch.setattr(mlp_gradients, "appo_loss_gradients", first_not_finite)
     before = trainer.flat.values.clone()
     moments = trainer.optimizer._flat_moments[0].clone()
     metrics = trainer.train(_batch(1), 0)
