@@ -128,12 +128,14 @@ def _batch(seed: int, T: int = 16, N: int = 64) -> TrajectoryBatch:
                            policy_version=np.zeros((T, N), np.int64))
 
 
-def test_a_training_step_by_hand_moves_the_weights_as_autograds_step_does():
+def test_a_training_step_by_hand_moves_the_weights_as_plain_torchs_step_does():
+    """--learner-kernels auto (written-out gradients, flat buffer, fused Adam) against off (autograd, torch.optim's
+    Adam): the same losses and weights, step after step, to float rounding."""
     cfg = Config().replace(batch_size=256, num_epochs=2)
-    by_hand, through_autograd = (APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
-                                 for _ in range(2))
-    through_autograd.by_hand = None  # the path every other model takes
-    assert by_hand.by_hand is not None
+    by_hand, through_autograd = (APPOTrainer(build_model(_spaces(), cfg.model, seed=0),
+                                             cfg.replace(learner_kernels=kernels).learner, 0)
+                                 for kernels in ("auto", "off"))
+    assert by_hand.by_hand is not None and through_autograd.by_hand is None
     for step in range(3):
         torch.manual_seed(step)
         ours = by_hand.train(_batch(step), 0)
@@ -156,8 +158,7 @@ def test_parameters_given_new_memory_are_flattened_again_before_the_next_step():
     assert not old_flat.intact()
     trainer.train(_batch(1), 0)
     assert trainer.flat is not old_flat and trainer.flat.intact() and trainer.flat.holds_gradients()
-    reference = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
-    reference.by_hand = None  # autograd, on the same two batches
+    reference = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.replace(learner_kernels="off").learner, 0)
     for seed in (0, 1):
         reference.train(_batch(seed), 0)
     for a, b in zip(trainer.model.parameters(), reference.model.parameters(), strict=True):

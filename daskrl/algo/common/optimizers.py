@@ -44,11 +44,20 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: LearnerConfig, lr:
 
 def load_moments(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
     """``optimizer.load_state_dict(saved)``, the optimizer's own :data:`IMPLEMENTATION` settings kept (torch would
-    take the saved ones: a run resumed with ``--learner-kernels off`` would step with the fused kernel it left out)."""
+    take the saved ones: a run resumed with ``--learner-kernels off`` would step with the fused kernel it left out),
+    and each parameter's step count its own tensor: ``auto``'s flat moments share one among all parameters
+    (:mod:`daskrl.algo.kernels.eager_optim`), which torch's Adam would count up once per parameter a step."""
     own = [{k: group[k] for k in IMPLEMENTATION if k in group} for group in optimizer.param_groups]
     optimizer.load_state_dict(saved)
     for group, settings in zip(optimizer.param_groups, own, strict=True):
         group.update(settings)
+    counts: set[int] = set()
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if isinstance(step, torch.Tensor):
+            if id(step) in counts:
+                state["step"] = step.clone()
+            counts.add(id(state["step"]))
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any], cfg: LearnerConfig) -> bool:
