@@ -129,13 +129,15 @@ def test_dqn_refuses_continuous_actions_before_anything_starts(tmp_path):
 # ---- a real run ----
 
 @slow_marker("a DQN run on CartPole until its greedy-ish policy balances (about 10 s of training on 2 cores)")
-def test_dqn_learns_cartpole_and_its_checkpoint_plays_greedily(tmp_path):
+@pytest.mark.parametrize("kernels", ["auto", "off"])
+def test_dqn_learns_cartpole_and_its_checkpoint_plays_greedily(tmp_path, kernels):
+    """With the learner's fast paths (--learner-kernels auto) and with plain torch (off) alike."""
     from daskrl import train
     from daskrl.evaluation.episodes import enjoy
     from daskrl.learning.checkpoints import CheckpointStore
 
     config = run_config(tmp_path, "dqn", base=DQN_CARTPOLE, stop_at_return=150, stop_window=30,
-                        train_for_env_steps=60_000, train_for_seconds=150, report_interval=1.0)
+                        train_for_env_steps=60_000, train_for_seconds=150, report_interval=1.0, learner_kernels=kernels)
     summary = train(config)
     assert summary["episode_return_mean"] >= 150, summary  # random play: about 22
     assert "stop-at-return" in summary["stop_reason"]
@@ -147,6 +149,7 @@ def test_dqn_learns_cartpole_and_its_checkpoint_plays_greedily(tmp_path):
     trained = state["train_steps"]
     assert trained == pytest.approx(0.25 * (summary["env_steps"] - 500), rel=0.15), (trained, summary["env_steps"])
     assert "target" in state  # the target network is checkpointed with the online one
+    assert state["optimizer"]["param_groups"][0]["fused"] is (True if kernels == "auto" else None)
     played = enjoy(str(tmp_path / "dqn"), episodes=3, which="latest")
     assert played["return_mean"] >= 100, played
 

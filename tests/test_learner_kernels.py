@@ -17,11 +17,15 @@ from torch import nn
 
 from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.algo.common.optimizers import make_optimizer
+from daskrl.algo.common.policy_trainer import learner_kernels
 from daskrl.config import Config
 from daskrl.envs import EnvSpaces
 from daskrl.models.actor_critic import build_model
 from daskrl.models.inputs import activations
 from daskrl.models.inputs.activations import Tanh, sigmoid_tanh
+
+#: --learner-kernels auto: the fast paths these tests hold to plain torch
+FAST = learner_kernels("auto")
 
 
 @pytest.fixture
@@ -105,7 +109,7 @@ def test_the_fused_adam_step_is_the_foreach_step():
     torch.manual_seed(0)
     params = [nn.Parameter(torch.randn(64, 4)), nn.Parameter(torch.randn(64))]
     twins = [nn.Parameter(p.detach().clone()) for p in params]
-    fused = make_optimizer(params, cfg, 1e-3)
+    fused = make_optimizer(params, cfg, 1e-3, FAST)
     foreach = torch.optim.Adam(twins, lr=1e-3, eps=1e-5, foreach=True)
     assert fused.defaults["fused"] is True
     for _ in range(5):
@@ -251,6 +255,188 @@ def test_training_steps_and_checkpoints_leave_torch_dynamo_unimported():
     assert out.stdout.strip().splitlines()[-1] == "False", "a training step imported torch._dynamo"
 
 
+# ---- --learner-kernels: the one switch, off is plain torch, and the torch internals the fast paths read ----
+
+
+def test_the_torch_internals_the_eager_optimizer_reads_are_where_it_expects_them():
+    """daskrl/algo/kernels/eager_optim.py reads private torch code (the wrappers torch.optim puts around its methods,
+    the step-hook registries, the fused Adam kernels) and falls back to torch's own step wherever it is not as
+    expected: still correct, but slower and importing torch._dynamo, so nothing else would notice. A torch upgrade
+    that moved any of it fails here, naming what moved (adapt eager_optim.py to the new torch; until then
+    --learner-kernels off trains without it)."""
+    from daskrl.algo.kernels import eager_optim
+
+    torch_is = f"torch {torch.__version__}"
+    assert eager_optim.skip_compiler_wrappers(), (
+        f"{torch_is}: torch.optim.Optimizer's add_param_group, state_dict, load_state_dict and zero_grad are no longer "
+        "wrapped by torch._disable_dynamo as eager_optim.skip_compiler_wrappers expects")
+    for cls, base in ((eager_optim.EagerAdam, "Adam"), (eager_optim.EagerAdamW, "AdamW")):
+        assert cls._plain is not None, f"{torch_is}: torch.optim.{base}.step is not wrapped as eager_optim expects"
+    params, _ = _params_and_twins(0)
+    optimizer = FAST.adam(params, lr=1e-3, eps=1e-5)
+    assert not eager_optim._may_have_step_hooks(optimizer), (
+        f"{torch_is}: the step-hook registries are not where eager_optim._may_have_step_hooks looks, so every step "
+        "takes torch's wrapped one")
+    for name in ("_fused_adam_", "_fused_adamw_", "_foreach_norm", "_foreach_mul_"):
+        assert callable(getattr(torch, name, None)), f"{torch_is}: torch.{name} is gone (eager_optim or fast_paths call it)"
+    for step in range(2):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        took = optimizer._fused_step()  # the first step makes the moments through torch's own step
+        assert took == (step == 1), f"{torch_is}: the fused step no longer applies where it did ({step=}, {took=})"
+        if not took:
+            optimizer.step()
+
+
+def test_the_switch_is_a_train_flag_auto_by_default():
+    from daskrl.cli import _config_from_args, build_parser
+
+    parser = build_parser()
+    assert _config_from_args(parser.parse_args(["train"])).learner.learner_kernels == "auto"
+    assert _config_from_args(parser.parse_args(["train", "--learner-kernels", "off"])).learner.learner_kernels == "off"
+    help_text = " ".join(parser.commands["train"].format_help().split())  # the lines as argparse wraps them, joined
+    assert "--learner-kernels {auto,off}" in help_text and "plain torch" in help_text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--learner-kernels", "fast"])
+    with pytest.raises(ValueError, match="learner kernels must be one of auto, off"):
+        learner_kernels("fast")
+
+
+def _algo_trainer(algo: str, kernels: str):
+    """A small trainer of ``algo`` (APPO on CartPole's MLP, which auto writes out; DQN; SAC on Pendulum) with
+    --learner-kernels ``kernels``, and a function that trains it one step on fixed data."""
+    from daskrl.algo.dqn.trainer import DQNTrainer
+    from daskrl.algo.sac.trainer import SACTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+
+    rng = np.random.default_rng(0)
+    if algo == "appo":
+        cfg = Config().replace(batch_size=256, learner_kernels=kernels)
+        trainer = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
+        return trainer, lambda step: trainer.train(_cartpole_batch(step), 0)
+    learner = LearnerConfig(learning_rate=1e-3, learner_kernels=kernels)
+    if algo == "dqn":
+        model = build_model(_spaces(), ModelConfig(hidden_sizes=[32, 32]), 0)
+        trainer = DQNTrainer(model, learner, AlgoConfig(target_update_interval=2))
+        dims, actions = 4, rng.integers(0, 2, (5, 16))
+    else:
+        pendulum = EnvSpaces.from_spaces(gym.spaces.Box(-8, 8, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32))
+        model_cfg = ModelConfig(hidden_sizes=[32, 32], action_bounds="squash", gaussian_std="state")
+        trainer = SACTrainer(build_model(pendulum, model_cfg, 0), model_cfg, learner, AlgoConfig(algo="sac", n_step=1))
+        dims, actions = 3, rng.uniform(-2, 2, (5, 16, 1)).astype(np.float32)
+    data = {"obs": rng.normal(size=(5, 16, dims)).astype(np.float32), "actions": actions,
+            "rewards": rng.normal(size=(5, 16)).astype(np.float32),
+            "next_obs": rng.normal(size=(5, 16, dims)).astype(np.float32), "discounts": np.full((5, 16), 0.99, np.float32)}
+    return trainer, lambda step: trainer.train({k: v[step] for k, v in data.items()}, np.ones(16, np.float32))
+
+
+@pytest.mark.parametrize("algo", ["appo", "dqn", "sac"])
+def test_off_trains_in_plain_torch_and_auto_trains_alike(algo):
+    """--learner-kernels off: every optimizer is torch.optim's own Adam, stepped by torch, every gradient autograd's
+    (no written-out gradients, no flat buffer). auto: the fast paths, whose steps move the weights as off's do, to
+    float rounding."""
+    from daskrl.algo.common.plain_torch import PlainTorch
+
+    trainers = {}
+    activations.sigmoid_is_faster()  # timed once, drawing random numbers: before the seeds below
+    for kernels in ("off", "auto"):
+        torch.manual_seed(0)
+        trainer, train_step = _algo_trainer(algo, kernels)
+        for step in range(3):
+            torch.manual_seed(step)  # the same minibatch order, the same sampled actions
+            train_step(step)
+        trainers[kernels] = trainer
+    off, auto = trainers["off"], trainers["auto"]
+    optimizers = off.optimizers() if algo != "appo" else [off.optimizer]
+    assert type(off.kernels) is PlainTorch and off.kernels.name == "off" and auto.kernels.name == "auto"
+    assert all(type(o) is torch.optim.Adam for o in optimizers), [type(o) for o in optimizers]
+    assert all(type(o) is not torch.optim.Adam for o in (auto.optimizers() if algo != "appo" else [auto.optimizer]))
+    if algo == "appo":
+        assert off.by_hand is None and off.flat is None
+        assert auto.by_hand is not None and auto.flat is not None  # CartPole's MLP: written out under auto
+    start = _algo_trainer(algo, "off")[0].model.state_dict()
+    moved = 0.0
+    for (name, a), b in zip(off.model.state_dict().items(), auto.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+        if a.is_floating_point():
+            moved = max(moved, (a - start[name]).abs().max().item())
+    assert moved > 1e-3, "the steps changed nothing: the comparison would hold for any path"
+
+
+_OFF_LOADS_NO_KERNEL = """
+import sys
+import numpy as np
+import gymnasium as gym
+from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.dqn.trainer import DQNTrainer
+from daskrl.algo.sac.trainer import SACTrainer
+from daskrl.config import AlgoConfig, Config, LearnerConfig, ModelConfig
+from daskrl.envs import EnvSpaces
+from daskrl.models.actor_critic import build_model
+
+box = lambda n: gym.spaces.Box(-np.inf, np.inf, (n,), np.float32)
+cartpole = EnvSpaces.from_spaces(box(4), gym.spaces.Discrete(2))
+pendulum = EnvSpaces.from_spaces(box(3), gym.spaces.Box(-2, 2, (1,), np.float32))
+rng = np.random.default_rng(0)
+cfg = Config().replace(batch_size=32, learner_kernels="off")
+appo = APPOTrainer(build_model(cartpole, cfg.model, seed=0), cfg.learner, 0)
+batch = TrajectoryBatch(obs=rng.normal(size=(9, 8, 4)).astype(np.float32), actions=rng.integers(0, 2, (8, 8)),
+                        rewards=rng.normal(size=(8, 8)).astype(np.float32), dones=np.zeros((8, 8), bool),
+                        log_probs=np.full((8, 8), -0.69, np.float32), policy_version=np.zeros((8, 8), np.int64))
+assert appo.train(batch, 0)["updates"] == 2
+off = LearnerConfig(learner_kernels="off")
+dqn = DQNTrainer(build_model(cartpole, ModelConfig(), 0), off, AlgoConfig())
+sac_model = ModelConfig(action_bounds="squash", gaussian_std="state")
+sac = SACTrainer(build_model(pendulum, sac_model, 0), sac_model, off, AlgoConfig(algo="sac", n_step=1))
+for trainer, dims, actions in ((dqn, 4, rng.integers(0, 2, 8)), (sac, 3, rng.uniform(-2, 2, (8, 1)).astype(np.float32))):
+    data = {"obs": rng.normal(size=(8, dims)).astype(np.float32), "actions": actions,
+            "rewards": np.ones(8, np.float32), "next_obs": rng.normal(size=(8, dims)).astype(np.float32),
+            "discounts": np.full(8, 0.99, np.float32)}
+    assert trainer.train(data, np.ones(8, np.float32))[0]["updates"] == 1
+print(sorted(m for m in sys.modules if m.startswith("daskrl.algo.kernels.")))
+"""
+
+
+def test_off_loads_no_kernel_module():
+    """A process whose APPO, DQN and SAC trainers train with --learner-kernels off never imports a module of
+    daskrl/algo/kernels/ (nor, so, eager_optim's change to torch.optim's wrappers): only 'auto' loads them."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _OFF_LOADS_NO_KERNEL], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_a_resume_keeps_this_runs_kernels_and_the_saved_moments():
+    """An optimizer's state dict carries how the run that saved it computed (``fused`` under auto), and torch's
+    load_state_dict would take that with the moments: a run resumed with --learner-kernels off would step with the
+    fused kernel. The moments load; the implementation stays the loading run's, both ways."""
+    cfg = Config().replace(batch_size=256)
+
+    def trainer(kernels: str) -> APPOTrainer:
+        return APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.replace(learner_kernels=kernels).learner, 0)
+
+    auto = trainer("auto")
+    auto.train(_cartpole_batch(0), 0)
+    saved = copy.deepcopy(auto.state_dict())
+    assert saved["optimizer"]["param_groups"][0]["fused"] is True
+    steps = [state["step"] for state in saved["optimizer"]["state"].values()]
+    assert len({id(step) for step in steps}) == 1  # the flat moments' one step count, shared as torch.save keeps it
+    off = trainer("off")
+    off.load_state_dict(copy.deepcopy(saved))
+    assert off.optimizer.param_groups[0]["fused"] is None and off.optimizer.param_groups[0]["foreach"] is None
+    for key, state in saved["optimizer"]["state"].items():
+        assert torch.equal(off.optimizer.state_dict()["state"][key]["exp_avg"], state["exp_avg"]), key
+    off.train(_cartpole_batch(1), 0)
+    assert {float(state["step"]) for state in off.optimizer.state_dict()["state"].values()} == {8.0}  # each its own
+    again = trainer("auto")
+    again.load_state_dict(copy.deepcopy(off.state_dict()))
+    assert again.optimizer.param_groups[0]["fused"] is True
+    again.train(_cartpole_batch(2), 0)
+    assert again.optimizer._flat_moments is not None  # the fused step over the flat buffer, as before the resume
+    assert float(again.optimizer.state_dict()["state"][0]["step"]) == 12  # four minibatches a step, three steps
+
+
 # ---- the learner's lean calls: the same arithmetic as torch's own, without its per-call Python ----
 
 
@@ -267,7 +453,7 @@ def test_the_fused_step_without_torchs_python_is_torchs_fused_step_to_the_bit(op
     has no gradient leaves that parameter alone, as torch does."""
     cfg = Config().replace(optimizer=optimizer, weight_decay=0.01).learner
     params, twins = _params_and_twins(0)
-    ours = make_optimizer(params, cfg, 1e-3)
+    ours = make_optimizer(params, cfg, 1e-3, FAST)
     theirs = (torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW)(
         twins, lr=1e-3, eps=1e-5, fused=True, **({"weight_decay": 0.01} if optimizer == "adamw" else {}))
     took = []
@@ -302,7 +488,7 @@ def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
 
     cfg = Config().learner
     params, twins = _params_and_twins(1)
-    ours, theirs = make_optimizer(params, cfg, 1e-3), make_optimizer(twins, cfg, 1e-3)
+    ours, theirs = make_optimizer(params, cfg, 1e-3, FAST), make_optimizer(twins, cfg, 1e-3, FAST)
     calls = []
     handle = None
     if hook == "optimizer":
@@ -326,7 +512,7 @@ def test_the_unwrapped_step_is_the_step_and_a_registered_hook_still_runs(hook):
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
 def test_clip_grad_norm_is_torchs_to_the_bit(max_norm):
-    from daskrl.algo.common.optimizers import clip_grad_norm
+    from daskrl.algo.kernels.fast_paths import clip_grad_norm
 
     params, twins = _params_and_twins(1)
     for p, q in zip(params, twins, strict=True):

@@ -205,8 +205,10 @@ def test_slow_learner_holds_rollout_workers_back(tmp_path):
     assert shares["learner"]["train"] > 0.5, shares
 
 
-def test_learns_cartpole_and_writes_metrics_and_checkpoints(tmp_path):
-    config = run_config(tmp_path, stop_at_return=150, train_for_seconds=110)
+@pytest.mark.parametrize("kernels", ["auto", "off"])
+def test_learns_cartpole_and_writes_metrics_and_checkpoints(tmp_path, kernels):
+    """With the learner's fast paths (--learner-kernels auto) and with plain torch (off) alike."""
+    config = run_config(tmp_path, stop_at_return=150, train_for_seconds=110, learner_kernels=kernels)
     reports = []
     t0 = time.monotonic()
     summary = train(config, on_report=reports.append)
@@ -231,6 +233,8 @@ def test_learns_cartpole_and_writes_metrics_and_checkpoints(tmp_path):
     assert state["env_steps"] == summary["env_steps"]
     assert state["policy_version"] >= summary["policy_version"]
     assert store.best() is not None and store.best_info()["score"] >= 150
+    # the learner trained as asked: torch's fused Adam kernel under auto, torch.optim's default Adam under off
+    assert state["optimizer"]["param_groups"][0]["fused"] is (True if kernels == "auto" else None)
 
 
 def _checkpoints(store: CheckpointStore) -> list[tuple[int, dict]]:

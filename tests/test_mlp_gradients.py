@@ -1,4 +1,4 @@
-"""An MLP actor-critic's gradients written out (daskrl/algo/kernels/mlp_gradients.py, appo_loss_gradients) are autograd's,
+"""An MLP actor-critic's gradients written out (daskrl/algo/kernels/mlp_gradients.py, appo_loss_gradients.py) are autograd's,
 the flat parameter buffer (daskrl/algo/kernels/flat_parameters.py) changes nothing a model or a checkpoint sees, and Adam
 stepping it flat is torch's fused Adam (to float rounding)."""
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from daskrl.algo.appo.loss import appo_loss, appo_loss_gradients
+from daskrl.algo.appo.loss import appo_loss
 from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
+from daskrl.algo.kernels.appo_loss_gradients import appo_loss_gradients
 from daskrl.algo.kernels.eager_optim import EagerAdam
 from daskrl.algo.kernels.flat_parameters import FlatParameters
 from daskrl.algo.kernels.mlp_gradients import MlpGradients
@@ -127,12 +128,14 @@ def _batch(seed: int, T: int = 16, N: int = 64) -> TrajectoryBatch:
                            policy_version=np.zeros((T, N), np.int64))
 
 
-def test_a_training_step_by_hand_moves_the_weights_as_autograds_step_does():
+def test_a_training_step_by_hand_moves_the_weights_as_plain_torchs_step_does():
+    """--learner-kernels auto (written-out gradients, flat buffer, fused Adam) against off (autograd, torch.optim's
+    Adam): the same losses and weights, step after step, to float rounding."""
     cfg = Config().replace(batch_size=256, num_epochs=2)
-    by_hand, through_autograd = (APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
-                                 for _ in range(2))
-    through_autograd.by_hand = None  # the path every other model takes
-    assert by_hand.by_hand is not None
+    by_hand, through_autograd = (APPOTrainer(build_model(_spaces(), cfg.model, seed=0),
+                                             cfg.replace(learner_kernels=kernels).learner, 0)
+                                 for kernels in ("auto", "off"))
+    assert by_hand.by_hand is not None and through_autograd.by_hand is None
     for step in range(3):
         torch.manual_seed(step)
         ours = by_hand.train(_batch(step), 0)
@@ -155,8 +158,7 @@ def test_parameters_given_new_memory_are_flattened_again_before_the_next_step():
     assert not old_flat.intact()
     trainer.train(_batch(1), 0)
     assert trainer.flat is not old_flat and trainer.flat.intact() and trainer.flat.holds_gradients()
-    reference = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
-    reference.by_hand = None  # autograd, on the same two batches
+    reference = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.replace(learner_kernels="off").learner, 0)
     for seed in (0, 1):
         reference.train(_batch(seed), 0)
     for a, b in zip(trainer.model.parameters(), reference.model.parameters(), strict=True):
@@ -166,12 +168,12 @@ def test_parameters_given_new_memory_are_flattened_again_before_the_next_step():
 def test_a_minibatch_whose_loss_is_not_finite_is_skipped_and_the_next_writes_its_gradients_again(monkeypatch):
     import dataclasses
 
-    from daskrl.algo.appo import trainer as trainer_module
+    from daskrl.algo.kernels import mlp_gradients
 
     cfg = Config().replace(batch_size=256)
     trainer = APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
     trainer.train(_batch(0), 0)  # the gradients of its last minibatch stay in the buffer
-    real = trainer_module.appo_loss_gradients
+    real = mlp_gradients.appo_loss_gradients
     calls = []
 
     def first_not_finite(*args, **kwargs):
@@ -179,7 +181,7 @@ def test_a_minibatch_whose_loss_is_not_finite_is_skipped_and_the_next_writes_its
         calls.append(out)
         return (dataclasses.replace(out, total_value=math.nan) if len(calls) == 1 else out), grads
 
-    monkeypatch.setattr(trainer_module, "appo_loss_gradients", first_not_finite)
+    monkeypatch.setattr(mlp_gradients, "appo_loss_gradients", first_not_finite)
     before = trainer.flat.values.clone()
     moments = trainer.optimizer._flat_moments[0].clone()
     metrics = trainer.train(_batch(1), 0)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import daskrl.algo.appo.trainer as trainer_module
+import daskrl.algo.kernels.mlp_gradients as mlp_gradients
 from daskrl.algo.appo.trainer import APPOTrainer, TrajectoryBatch
 from daskrl.config import AlgoConfig, Config, LearnerConfig, ModelConfig
 from daskrl.config.hyperparams import MUTABLE
@@ -205,7 +206,7 @@ def test_mutated_entropy_clip_and_gamma_reach_the_loss_and_the_targets(spaces, m
     """Two identical trainers on the same batch: the first minibatch's loss differs by exactly the entropy term,
     and the loss and targets are computed with the trainer's current clip ratio and gamma."""
     seen: list[dict] = []
-    real_loss, real_vtrace = trainer_module.appo_loss_gradients, trainer_module.vtrace
+    real_loss, real_vtrace = mlp_gradients.appo_loss_gradients, trainer_module.vtrace
 
     def loss_spy(*args, **kwargs):  # CartPole's MLP: the loss with its gradients written out (mlp_gradients.py)
         out, grads = real_loss(*args, **kwargs)
@@ -217,7 +218,7 @@ def test_mutated_entropy_clip_and_gamma_reach_the_loss_and_the_targets(spaces, m
         seen.append({"gamma": args[6]})
         return real_vtrace(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "appo_loss_gradients", loss_spy)
+    monkeypatch.setattr(mlp_gradients, "appo_loss_gradients", loss_spy)
     monkeypatch.setattr(trainer_module, "vtrace", vtrace_spy)
     batch = make_batch(spaces, 3)
 

@@ -6,7 +6,7 @@
 - :mod:`.common`: what the trainers share (the trainer base, the off-policy update loop, normalizers, optimizers,
   learning-rate schedules, the collectives of a learner group);
 - :mod:`.kernels`: hand-written fast paths (an MLP's minibatch gradients, flat parameters, an unwrapped Adam step),
-  each checked against the plain torch reference.
+  each checked against the plain torch reference, taken with ``--learner-kernels auto`` (``off``: plain torch).
 
 The names below are imported on first use (PEP 562): the driver imports this package's torch-free modules (the
 trajectory batch a batcher builds) without importing torch.

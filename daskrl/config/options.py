@@ -195,6 +195,9 @@ class LearnerConfig(Section):
                                          "slower on others. 'auto': bfloat16 for image observations on such a CPU, "
                                          "float32 otherwise (GPUs included)",
                                    choices=list(INFERENCE_PRECISIONS))
+    learner_kernels: str = opt("auto", "'auto': the learner's hand-written fast paths (daskrl/algo/kernels/) where "
+                                       "they apply; 'off': plain torch autograd, torch.optim Adam, no flat buffer "
+                                       "(the reference the fast paths are tested against)", choices=["auto", "off"])
     learner_device: str = opt("auto", "where the learner trains: 'cpu', 'cuda', 'cuda:N', or 'auto' (cuda where the "
                                       "learner's worker has one, else cpu). A worker started with --resources GPU=1 "
                                       "gets the learner", pattern=DEVICE_PATTERN,

@@ -30,7 +30,7 @@ import torch
 
 from daskrl.algo.appo.advantages import gae, vtrace
 from daskrl.algo.appo.flat_batch import BatchLayout, FlatBatch, gathered_ahead
-from daskrl.algo.appo.loss import LossOutput, appo_loss, appo_loss_gradients, policy_lag_mask
+from daskrl.algo.appo.loss import LossOutput, appo_loss, policy_lag_mask
 from daskrl.algo.appo.minibatch_counts import MinibatchCounts, epoch_counts, normalized, normalized_with
 from daskrl.algo.appo.policy_lag import lag_percentile
 from daskrl.algo.appo.recurrent import SequenceBatch
@@ -39,16 +39,15 @@ from daskrl.algo.appo.trajectory_minibatches import TrajectoryMinibatches, targe
 from daskrl.algo.common.collectives import all_members, update_over_group
 from daskrl.algo.common.lr_schedule import kl_adapted_lr, scheduled_lr
 from daskrl.algo.common.normalizers import ReturnNormalizer
-from daskrl.algo.common.optimizers import clip_grad_norm, load_optimizer_state, make_optimizer
+from daskrl.algo.common.optimizers import load_optimizer_state, make_optimizer
 from daskrl.algo.common.policy_trainer import PolicyTrainer
-from daskrl.algo.kernels.eager_optim import EagerAdam, EagerAdamW, step_unwrapped
-from daskrl.algo.kernels.flat_parameters import FlatParameters
-from daskrl.algo.kernels.mlp_gradients import MlpGradients
 
 __all__ = ["APPOTrainer", "MinibatchCounts", "StepInputs", "TrajectoryBatch", "lag_percentile"]
 
 if TYPE_CHECKING:
     from daskrl.algo.common.policy_trainer import TrainerOptions
+    from daskrl.algo.kernels.flat_parameters import FlatParameters
+    from daskrl.algo.kernels.mlp_gradients import MlpGradients
     from daskrl.config import LearnerConfig
     from daskrl.models.actor_critic import ActorCritic
 
@@ -85,23 +84,22 @@ class APPOTrainer(PolicyTrainer):
             TrajectoryMinibatches if targets_from(cfg.targets_from, model) == "minibatch"
             else SequenceBatch if model.recurrent else FlatBatch)
         self.total_env_steps = total_env_steps
-        self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"])
-        #: an MLP actor-critic's minibatch gradients written out, not taken through autograd (None: another model, or
-        #: a KL penalty), into one flat buffer: clipping and an Adam step are then one kernel call each
+        self.optimizer = make_optimizer(model.parameters(), cfg, self.hp["learning_rate"], self.kernels)
+        #: an MLP actor-critic's minibatch gradients written out, not taken through autograd, into one flat buffer:
+        #: clipping and an Adam step are then one kernel call each (None: --learner-kernels off, another model, or a
+        #: loss the written-out one is not, with a KL penalty or per-minibatch targets)
         self.by_hand: MlpGradients | None = None
         self.flat: FlatParameters | None = None
-        if MlpGradients.supports(self.model) and cfg.kl_coef == 0 and self.layout is FlatBatch:
+        if cfg.kl_coef == 0 and self.layout is FlatBatch:
             self._flatten_parameters()
         self.returns = ReturnNormalizer() if cfg.normalize_returns else None
         #: samples trained on by policy lag: lag_counts[k] samples were k versions old (see :func:`lag_percentile`)
         self.lag_counts = np.zeros(1, dtype=np.int64)
 
     def _flatten_parameters(self) -> None:
-        """Make the model's parameters views of one buffer, and the written-out gradients and the optimizer use it."""
-        self.flat = FlatParameters(self.model.parameters())
-        self.by_hand = MlpGradients(self.model, self.flat)
-        if isinstance(self.optimizer, EagerAdam | EagerAdamW):
-            self.optimizer.step_flat(self.flat)
+        """The written-out gradients over one flat parameter buffer, where --learner-kernels gives them for this
+        model (then the optimizer steps the buffer); autograd otherwise."""
+        self.by_hand, self.flat = self.kernels.mlp_gradients(self.model, self.optimizer) or (None, None)
 
     def learning_rate(self, env_steps: int) -> float:
         """The learning rate the step starts with: its ``learning_rate``, on the linear schedule when one is set
@@ -330,11 +328,11 @@ class APPOTrainer(PolicyTrainer):
         if self.flat is not None and self.flat.holds_gradients():
             norm = self.flat.clip_(max_norm)
         else:
-            norm = clip_grad_norm(self.model.parameters(), max_norm).item()
+            norm = self.kernels.clip_grad_norm(self.model.parameters(), max_norm).item()
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             return None
-        step_unwrapped(self.optimizer)
+        self.kernels.step(self.optimizer)
         metrics = {"loss": out.total_value, "policy_loss": out.policy_loss, "value_loss": out.value_loss,
                    "entropy": out.entropy, "approx_kl": out.approx_kl, "clip_fraction": out.clip_fraction,
                    "grad_norm": norm}
@@ -346,19 +344,14 @@ class APPOTrainer(PolicyTrainer):
                    adv: torch.Tensor | None, valid: torch.Tensor | None, scale: float) -> LossOutput:
         """The minibatch's APPO loss, and ``scale`` times its gradient in every parameter's ``.grad`` when the loss is
         finite (otherwise none, or the last minibatch's, which the caller then drops): written out for an MLP
-        actor-critic (:mod:`daskrl.algo.kernels.mlp_gradients`, overwriting its gradient buffer), through autograd for any
-        other model. ``adv`` None: the targets come from this minibatch's own pass (:meth:`_own_targets`)."""
+        actor-critic with --learner-kernels auto (:mod:`daskrl.algo.kernels.mlp_gradients`, overwriting its gradient
+        buffer), through autograd otherwise. ``adv`` None: the targets come from this minibatch's own pass
+        (:meth:`_own_targets`)."""
         cfg, hp = self.cfg, self.step_hp
         options = {"clip_ratio": hp["clip_ratio"], "value_clip": cfg.value_clip or math.inf,
                    "entropy_coef": hp["entropy_coef"], "value_coef": cfg.value_coef}
         if self.by_hand is not None:
-            forward = self.by_hand.forward(mb["obs"])
-            log_probs, entropy = self.by_hand.log_probs(forward, mb["actions"]), self.by_hand.entropy(forward)
-            out, grads = appo_loss_gradients(log_probs, mb["old_lp"], adv, forward.values, mb["old_v"], mb["targets"],
-                                             entropy, valid, scale=scale, **options)
-            if math.isfinite(out.total_value):
-                self.by_hand.backward(forward, mb["actions"], grads)
-            return out
+            return self.by_hand.appo_gradients(mb, adv, valid, scale, **options)
         self.optimizer.zero_grad(set_to_none=True)
         new_lp, entropy, new_v = layout.evaluate(mb)
         if adv is None:

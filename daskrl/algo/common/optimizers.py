@@ -2,7 +2,8 @@
 loaded.
 
 Why a module: the trainer only steps an optimizer; which one, with what settings, and whether a checkpoint's moments
-fit it are decided here, once.
+fit it are decided here, once. How Adam and AdamW compute (torch.optim's, or with the fused kernel called directly)
+is ``--learner-kernels``'s: the trainer's :class:`~daskrl.algo.common.plain_torch.PlainTorch` makes them.
 """
 
 from __future__ import annotations
@@ -13,62 +14,50 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from daskrl.algo.common.lamb import Lamb
-from daskrl.algo.kernels.eager_optim import EagerAdam, EagerAdamW
 
 if TYPE_CHECKING:
+    from daskrl.algo.common.plain_torch import PlainTorch
     from daskrl.config import LearnerConfig
 
 #: the values of --optimizer
 OPTIMIZERS = ("adam", "adamw", "lamb")
 #: Adam's epsilon for every optimizer (CleanRL's and Sample Factory's PPO value, as daskrl always used)
 EPS = 1e-5
+#: a parameter group's settings that say how the optimizer computes, not what: a checkpoint's are those of the run
+#: that saved it (its --learner-kernels), and the loading run keeps its own
+IMPLEMENTATION = ("fused", "foreach")
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: LearnerConfig, lr: float) -> torch.optim.Optimizer:
-    """The optimizer ``cfg.optimizer`` names over ``params``. Adam and AdamW take torch's fused kernel (one update
-    of every parameter in one call, same arithmetic, same state dict) where every parameter is a float tensor on
-    the CPU or a GPU; otherwise ``foreach``, one multi-tensor update instead of a Python loop over parameters (on
-    CPU torch defaults to the loop). bench_learner's CartPole MLP step gains about 5% over foreach. Adam and AdamW
-are :mod:`daskrl.algo.kernels.eager_optim`'s, which never import torch._dynamo."""
+def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: LearnerConfig, lr: float, kernels: PlainTorch
+                   ) -> torch.optim.Optimizer:
+    """The optimizer ``cfg.optimizer`` names over ``params``; Adam and AdamW as ``kernels`` makes them
+    (``--learner-kernels``)."""
     params = list(params)
-    kernel = {"fused": True} if _fusable(params) else {"foreach": True}
     if cfg.optimizer == "adam":
-        return EagerAdam(params, lr=lr, eps=EPS, **kernel)
+        return kernels.adam(params, lr=lr, eps=EPS)
     if cfg.optimizer == "adamw":
-        return EagerAdamW(params, lr=lr, eps=EPS, weight_decay=cfg.weight_decay, **kernel)
+        return kernels.adam(params, adamw=True, lr=lr, eps=EPS, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "lamb":
         return Lamb(params, lr=lr, eps=EPS, weight_decay=cfg.weight_decay)
     raise ValueError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
 
 
-def adam(params: Iterable[torch.nn.Parameter], lr: float, **settings: Any) -> EagerAdam:
-    """Adam with torch's fused kernel where :func:`make_optimizer` would take it, ``foreach`` otherwise (the off-policy
-    trainers' optimizers, with torch's default epsilon)."""
-    params = list(params)
-    return EagerAdam(params, lr=lr, **settings, **({"fused": True} if _fusable(params) else {"foreach": True}))
-
-
-def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_(parameters, max_norm)``: the same operations in the same order (each
-    gradient's norm in one foreach call, the norm of those norms, one scale of every gradient by
-    min(1, max_norm / (norm + 1e-6))), so the same result to the bit, without its grouping of the gradients by device
-    and dtype (184 of a CartPole learner's 1,700 us a minibatch). Gradients on several devices or of several dtypes,
-    or of a kind foreach does not take, go to torch's function."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.tensor(0.0)
-    kinds = {(g.device, g.dtype, g.layout) for g in grads}
-    if len(kinds) != 1 or grads[0].layout != torch.strided or grads[0].device.type not in ("cpu", "cuda"):
-        return torch.nn.utils.clip_grad_norm_(grads, max_norm)
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-    return total
-
-
-def _fusable(params: list[torch.nn.Parameter]) -> bool:
-    devices = {p.device.type for p in params}
-    return bool(params) and devices <= {"cpu", "cuda"} and len({p.device for p in params}) == 1 \
-        and all(p.is_floating_point() for p in params)
+def load_moments(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(saved)``, the optimizer's own :data:`IMPLEMENTATION` settings kept (torch would
+    take the saved ones: a run resumed with ``--learner-kernels off`` would step with the fused kernel it left out),
+    and each parameter's step count its own tensor: ``auto``'s flat moments share one among all parameters
+    (:mod:`daskrl.algo.kernels.eager_optim`), which torch's Adam would count up once per parameter a step."""
+    own = [{k: group[k] for k in IMPLEMENTATION if k in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, settings in zip(optimizer.param_groups, own, strict=True):
+        group.update(settings)
+    counts: set[int] = set()
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if isinstance(step, torch.Tensor):
+            if id(step) in counts:
+                state["step"] = step.clone()
+            counts.add(id(state["step"]))
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any], cfg: LearnerConfig) -> bool:
@@ -78,7 +67,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     moments, and ``--resume --weight-decay X`` must win, as ``--learning-rate`` does."""
     if state.get("optimizer_name", "adam") != cfg.optimizer:
         return False
-    optimizer.load_state_dict(state["optimizer"])
+    load_moments(optimizer, state["optimizer"])
     if cfg.optimizer != "adam":
         for group in optimizer.param_groups:
             group["weight_decay"] = cfg.weight_decay

@@ -16,6 +16,7 @@ import torch
 
 from daskrl.algo.common.collectives import Collectives, SoloGroup
 from daskrl.algo.common.normalizers import RunningMeanStd
+from daskrl.algo.common.plain_torch import PlainTorch
 from daskrl.config import INFERENCE_PRECISIONS, hyperparams
 from daskrl.devices import cpu_has_native_bfloat16
 
@@ -47,6 +48,19 @@ def learner_precision(setting: str, model: ActorCritic, device: torch.device) ->
     return "bfloat16" if image and device.type == "cpu" and cpu_has_native_bfloat16() else "float32"
 
 
+def learner_kernels(setting: str) -> PlainTorch:
+    """--learner-kernels: how the trainers compute their updates, the one place it is decided. 'off' is plain torch
+    (:class:`PlainTorch`); 'auto' takes each of daskrl/algo/kernels/'s fast paths where it applies, and is the only
+    thing that imports them."""
+    if setting == "off":
+        return PlainTorch()
+    if setting == "auto":
+        from daskrl.algo.kernels.fast_paths import FastPaths
+
+        return FastPaths()
+    raise ValueError(f"learner kernels must be one of auto, off, got {setting!r}")
+
+
 class PolicyTrainer:
     """The bookkeeping of one policy's trainer (see the module docstring); subclasses add the update."""
 
@@ -67,6 +81,9 @@ class PolicyTrainer:
         self.precision = learner_precision(cfg.learner_precision, model, self.device)
         if self.precision == "bfloat16":
             self.model.train_encoders_in_bfloat16()
+        #: how the update is computed: plain torch or the fast paths (--learner-kernels); the subclass's optimizers,
+        #: steps and gradients come from it
+        self.kernels = learner_kernels(cfg.learner_kernels)
         self.train_steps = 0
         self.skipped_steps = 0
         self.samples_trained = 0

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from daskrl.algo.common.optimizers import adam
+from daskrl.algo.common.optimizers import load_moments
 from daskrl.algo.common.replay_steps import ReplayTrainer, grad_norm
 from daskrl.algo.dqn.loss import dqn_loss, dqn_targets, dueling
-from daskrl.algo.kernels.eager_optim import step_unwrapped
 
 if TYPE_CHECKING:
     from daskrl.algo.common.policy_trainer import TrainerOptions
@@ -50,7 +49,7 @@ class DQNTrainer(ReplayTrainer):
         super().__init__(model, cfg, device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.algo = algo
-        self.optimizer = adam(model.parameters(), self.hp["learning_rate"])
+        self.optimizer = self.kernels.adam(model.parameters(), lr=self.hp["learning_rate"])
         self.params = list(model.parameters())  # (loading a checkpoint copies into these: the list stays right)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -82,7 +81,7 @@ class DQNTrainer(ReplayTrainer):
         if not bool(torch.isfinite(out.loss) & torch.isfinite(norm)):  # the one sync an update needs
             self.optimizer.zero_grad(set_to_none=True)
             return None
-        step_unwrapped(self.optimizer)
+        self.kernels.step(self.optimizer)
         self.train_steps += 1
         self.samples_trained += len(weights)
         if self.train_steps % self.algo.target_update_interval == 0:
@@ -100,7 +99,7 @@ class DQNTrainer(ReplayTrainer):
     def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state.get("target") or state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_moments(self.optimizer, state["optimizer"])
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from published weights alone (a learner lost before its first checkpoint): the target network

@@ -5,8 +5,8 @@ Why: a small MLP's training step is mostly per-operator overhead, not arithmetic
 some 300 operators and graph nodes at a few microseconds each around about 300 us of matrix and tanh arithmetic
 (``benchmarks/bench_learner.py``'s MLP learner). Written out, the same derivatives are about 60 operators: each
 layer's backward is its two matrix products, a bias sum and the activation's derivative from the saved output, and
-the loss's is a few vector operations (:func:`~daskrl.algo.appo.loss.appo_loss_gradients`). The gradients are
-autograd's up to float rounding (a test compares them on every parameter).
+the loss's is a few vector operations (:mod:`~daskrl.algo.kernels.appo_loss_gradients`). The gradients are autograd's up
+to float rounding (a test compares them on every parameter).
 
 It covers the models most classic-control and Box2D runs train, on a CPU learner: MLP encoders (one shared, or one
 per head) of Linear layers with tanh or ReLU, no recurrent core, and a Discrete action head. Anything else (images,
@@ -16,6 +16,7 @@ through autograd, as before.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from daskrl.algo.appo.loss import LossGradients
+from daskrl.algo.kernels.appo_loss_gradients import LossGradients, appo_loss_gradients
 from daskrl.algo.kernels.flat_parameters import FlatParameters
 from daskrl.models.heads import CategoricalHead
 from daskrl.models.inputs import activations
@@ -31,6 +32,7 @@ from daskrl.models.inputs.activations import Tanh, sigmoid_tanh_
 from daskrl.models.inputs.encoders import MlpEncoder
 
 if TYPE_CHECKING:
+    from daskrl.algo.appo.loss import LossOutput
     from daskrl.models.actor_critic import ActorCritic
 
 #: each activation the backward pass knows, by its exact class (a subclass may compute otherwise): its gradient from
@@ -153,6 +155,22 @@ class MlpGradients:
     def entropy(forward: Forward) -> torch.Tensor:
         """[B] the policy's entropy at each observation."""
         return torch.from_numpy(forward.entropy)
+
+    def appo_gradients(self, mb: dict[str, torch.Tensor], advantages: torch.Tensor, valid: torch.Tensor | None,
+                       scale: float, **options: float) -> LossOutput:
+        """A minibatch's APPO loss, and ``scale`` times its gradient in every parameter's ``.grad`` (the flat
+        buffer's views) when the loss is finite: this forward pass, the loss's derivatives
+        (:func:`~daskrl.algo.kernels.appo_loss_gradients.appo_loss_gradients`, with the loss's ``options``), this
+        backward pass. ``mb``: the trainer's minibatch (prepared observations, actions, behaviour log-probs, the
+        values and value targets of the pass over the batch)."""
+        forward = self.forward(mb["obs"])
+        actions = mb["actions"]
+        out, grads = appo_loss_gradients(self.log_probs(forward, actions), mb["old_lp"], advantages, forward.values,
+                                         mb["old_v"], mb["targets"], self.entropy(forward), valid, scale=scale,
+                                         **options)
+        if math.isfinite(out.total_value):
+            self.backward(forward, actions, grads)
+        return out
 
     def backward(self, forward: Forward, actions: torch.Tensor, grads: LossGradients) -> None:
         """Set every parameter's ``.grad`` to the gradient of the loss whose derivatives with respect to the log-probs

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from daskrl.algo.common.optimizers import adam
+from daskrl.algo.common.optimizers import load_moments
 from daskrl.algo.common.replay_steps import ReplayTrainer, grad_norm
-from daskrl.algo.kernels.eager_optim import step_unwrapped
 from daskrl.algo.sac.loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.models.q_critics import TwinQ
 
@@ -61,8 +60,8 @@ class SACTrainer(ReplayTrainer):
         self.target_entropy = -float(model.spaces.action_dim)
         self.algo = algo
         lr = self.hp["learning_rate"]
-        self.optimizer = adam(model.parameters(), lr)  # the actor's: "optimizer" in checkpoints
-        self.alpha_optimizer = adam([self.log_alpha], lr)
+        self.optimizer = self.kernels.adam(model.parameters(), lr=lr)  # the actor's: "optimizer" in checkpoints
+        self.alpha_optimizer = self.kernels.adam([self.log_alpha], lr=lr)
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
         self.actor_params = list(model.parameters())
         self._build_critics(joint=None)
@@ -71,7 +70,7 @@ class SACTrainer(ReplayTrainer):
         """The twin critics (:class:`TwinQ`'s ``joint``), their targets and their optimizer, all new."""
         self.critics = TwinQ(self.model.spaces, self.model_cfg, joint).to(self.device)
         self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.critic_optimizer = adam(self.critics.parameters(), self.hp["learning_rate"])
+        self.critic_optimizer = self.kernels.adam(self.critics.parameters(), lr=self.hp["learning_rate"])
         self.critic_params = list(self.critics.parameters())
         self.soft_update = SoftUpdate(self.target, self.critics)
 
@@ -117,7 +116,7 @@ class SACTrainer(ReplayTrainer):
         optimizer.zero_grad(set_to_none=True)
         loss.backward(inputs=params)
         norm = grad_norm(params, self.cfg.max_grad_norm)
-        step_unwrapped(optimizer)
+        self.kernels.step(optimizer)
         return norm
 
     # ---- checkpoints ----
@@ -137,9 +136,9 @@ class SACTrainer(ReplayTrainer):
         self.target.load_state_dict(state["target_critics"])
         with torch.no_grad():
             self.log_alpha.fill_(state["log_alpha"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        load_moments(self.optimizer, state["optimizer"])
+        load_moments(self.critic_optimizer, state["critic_optimizer"])
+        load_moments(self.alpha_optimizer, state["alpha_optimizer"])
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from the published actor alone (a learner lost before its first checkpoint): the critics start
