@@ -34,6 +34,7 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 MODELS = {
     # name (the --encoder it trains with): (observation shape, dtype, actions, samples per batch on CPU / GPU,
@@ -68,11 +69,25 @@ class Step:
         return cls(model, shape, dtype, actions, samples or batch[gpu], minibatch or mb[gpu], epochs)
 
 
+def _named(*places: str) -> Any:
+    """The first of ``module:name`` places that imports: a --baseline tree from before the house's moves (issue 59)
+    keeps the same class or function at its older path."""
+    import importlib
+
+    for place in places:
+        module, name = place.split(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ImportError:
+            continue
+    raise ImportError(f"none of {places} imports")
+
+
 def _spaces(step: Step):
     import gymnasium as gym
     import numpy as np
 
-    from daskrl.envs.layouts.spaces import EnvSpaces
+    EnvSpaces = _named("daskrl.envs.layouts.spaces:EnvSpaces", "daskrl.envs.spaces:EnvSpaces")  # noqa: N806
 
     high = 255 if step.dtype == "uint8" else np.inf
     obs = gym.spaces.Box(0 if step.dtype == "uint8" else -np.inf, high, step.obs_shape, dtype=np.dtype(step.dtype))
@@ -82,7 +97,7 @@ def _spaces(step: Step):
 def _batch(step: Step, columns: int, seed: int):
     import numpy as np
 
-    from daskrl.algo.appo.trainer import TrajectoryBatch
+    TrajectoryBatch = _named("daskrl.algo.appo.trainer:TrajectoryBatch", "daskrl.algo.trainer:TrajectoryBatch")  # noqa: N806
 
     rng = np.random.default_rng(seed)
     shape = (ROLLOUT + 1, columns, *step.obs_shape)
@@ -105,16 +120,16 @@ def _member(step: Step, device: str, rank: int, world: int, threads: int, steps:
         sys.path.insert(0, source)
     import torch
 
-    from daskrl.algo.appo.trainer import APPOTrainer
     from daskrl.config import Config
-    from daskrl.learning.group.learner_group import LearnerGroup, open_store
     from daskrl.models.actor_critic import build_model
 
+    APPOTrainer = _named("daskrl.algo.appo.trainer:APPOTrainer", "daskrl.algo.trainer:APPOTrainer")  # noqa: N806
+    LearnerGroup = _named("daskrl.learning.group.learner_group:LearnerGroup",  # noqa: N806
+                          "daskrl.learning.learner_group:LearnerGroup")
+    open_store = _named("daskrl.learning.group.learner_group:open_store", "daskrl.learning.learner_group:open_store")
     torch.set_num_threads(threads)
-    try:  # what a learner process does at its start, in trees that have it (daskrl/runtime/memory/heap.py)
-        from daskrl.runtime.memory.heap import keep_freed_memory
-
-        keep_freed_memory()
+    try:  # what a learner process does at its start, in trees that have it
+        _named("daskrl.runtime.memory.heap:keep_freed_memory", "daskrl.runtime.heap:keep_freed_memory")()
     except ImportError:
         pass
     gpu = device.startswith("cuda")
