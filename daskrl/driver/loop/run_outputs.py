@@ -35,12 +35,11 @@ class RunOutputs:
         TensorBoard gets and is ended with the run; ``client``: the scheduler's, for the dashboard's events (a
         hiccup there is counted in ``incidents``)."""
         self.config, self.client, self.incidents = config, client, incidents
-        self.experiment_dir = config.experiment_dir
         self.rows: list[dict[str, Any]] = []  # every report's row, for the run's handle
         self.events_csv: CsvLog | None = None  # events.csv, from the first change made from outside
-        self.csv_log = CsvLog(os.path.join(self.experiment_dir, "metrics.csv"), append=config.run.resume)
+        self.csv_log = CsvLog(os.path.join(self.config.experiment_dir, "metrics.csv"), append=config.run.resume)
         self.wandb_log = wandb_log
-        self.tb_log = TensorBoardLog(os.path.join(self.experiment_dir, "tensorboard"), mirror=wandb_log)
+        self.tb_log = TensorBoardLog(os.path.join(self.config.experiment_dir, "tensorboard"), mirror=wandb_log)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
@@ -56,7 +55,7 @@ class RunOutputs:
         book.write(policy_rows, self.tb_log)
         book.self_play_report(row["time_s"], row["env_steps"], self.tb_log)
         self.tb_log.flush()
-        with open(os.path.join(self.experiment_dir, "time_breakdown.jsonl"), "a") as f:
+        with open(os.path.join(self.config.experiment_dir, "time_breakdown.jsonl"), "a") as f:
             f.write(json.dumps({"time_s": row["time_s"], "env_steps": row["env_steps"], "shares": shares}) + "\n")
         run = self.config.run
         self.log_event(METRICS_TOPIC, {
@@ -77,7 +76,7 @@ class RunOutputs:
         """A change made from outside the loop, in ``events.csv`` and in TensorBoard (text, and each number under
         ``event/``)."""
         if self.events_csv is None:
-            self.events_csv = CsvLog(os.path.join(self.experiment_dir, "events.csv"), append=True)
+            self.events_csv = CsvLog(os.path.join(self.config.experiment_dir, "events.csv"), append=True)
         self.events_csv.write({"time_s": time_s, "env_steps": env_steps, "event": event,
                                "detail": " ".join(f"{k}={v}" for k, v in sorted(detail.items()))})
         self.tb_log.writer.add_text(f"events/{event}", repr(detail), env_steps)
