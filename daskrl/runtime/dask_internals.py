@@ -1,7 +1,7 @@
 """The parts of Dask that daskrl uses beyond its public API, each behind one small function.
 
 Dask keeps these stable in practice but promises nothing about them, so they live here and nowhere else, and
-``tests/test_dask_internals.py`` exercises every one against the installed Dask: after an upgrade that changes
+``tests/cluster/test_dask_internals.py`` exercises every one against the installed Dask: after an upgrade that changes
 one, that test fails with the name of the function, instead of a run hanging somewhere far away.
 """
 

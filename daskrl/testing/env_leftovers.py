@@ -4,7 +4,7 @@ what of its envs is left afterwards (engine processes, ``/dev/shm`` entries).
 The ends are the ones ``docs/faults.md`` names: a rollout worker's process SIGKILLed during a run that then
 finishes (``worker-kill``), a SIGKILL of the driver alone (``driver-kill``: its workers exit with it), a SIGKILL of
 the run's whole process group (``group-kill``: a closed terminal, an out-of-memory kill, a job scheduler), Ctrl-C
-(``ctrl-c``: SIGINT to the process group) and a normal end (``normal-end``). ``tests/test_env_processes.py`` runs
+(``ctrl-c``: SIGINT to the process group) and a normal end (``normal-end``). ``tests/drills/test_env_processes.py`` runs
 them on :mod:`daskrl.testing.environments.process_envs`, ``benchmarks/env_leftovers.py`` on ``doom/basic``.
 """
 

@@ -1,6 +1,6 @@
 """A package as third-party env packages are (minigrid, procgen...): importing it registers a gymnasium id.
 
-Used by tests/test_env_packages.py, which puts this folder on sys.path (also for the worker processes it starts).
+Used by tests/drills/test_env_packages.py, which puts this folder on sys.path (also for the worker processes it starts).
 """
 
 import gymnasium as gym

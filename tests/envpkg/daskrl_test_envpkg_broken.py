@@ -1,3 +1,3 @@
-"""A package that is installed but needs a dependency that is not (tests/test_env_packages.py)."""
+"""A package that is installed but needs a dependency that is not (tests/drills/test_env_packages.py)."""
 
 import daskrl_test_missing_dependency  # noqa: F401

@@ -1,4 +1,4 @@
-"""A module that registers a model component on import, named by --env-packages (tests/test_env_packages.py)."""
+"""A module that registers a model component on import, named by --env-packages (tests/drills/test_env_packages.py)."""
 
 from torch import nn
 

@@ -4,7 +4,7 @@ Why: a trainer that differentiates its network by hand (:mod:`daskrl.algo.kernel
 backward pass from the loss's derivatives in the log-probs, the entropies and the values. Autograd would take them
 from the loss's graph; written out on the tensors' memory in numpy, an operation on a minibatch's vector costs about
 a microsecond against torch's three to four (some sixty of them: 57 against 175 us for 512 samples). The reference is
-:func:`daskrl.algo.appo.loss.appo_loss`: the same terms in the same order, and tests/test_mlp_gradients.py holds the
+:func:`daskrl.algo.appo.loss.appo_loss`: the same terms in the same order, and tests/unit/test_mlp_gradients.py holds the
 two together (statistics and every derivative, ties included).
 """
 

@@ -11,7 +11,7 @@ themselves (the cache torch keeps on each wrapped function after its first call,
 anything), and :class:`EagerAdam` / :class:`EagerAdamW` step with Adam's own update under ``torch.no_grad`` (what
 the step wrapper does when not compiling). Both read torch internals: where they are not as expected (another torch
 version) nothing is changed, the optimizers behave as torch's, and the test that a training step leaves
-``torch._dynamo`` unimported (tests/test_learner_kernels.py) says so. In a learner process this also means a user's
+``torch._dynamo`` unimported (tests/drills/test_learner_kernels.py) says so. In a learner process this also means a user's
 ``torch.compile`` would trace those four methods instead of skipping them: daskrl's learners do not compile.
 """
 

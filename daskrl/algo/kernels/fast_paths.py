@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class FastPaths(PlainTorch):
     """``--learner-kernels auto`` (see the module docstring); each method gives what :class:`PlainTorch`'s gives, a
-    test apiece says so (tests/test_learner_kernels.py, tests/test_mlp_gradients.py)."""
+    test apiece says so (tests/drills/test_learner_kernels.py, tests/unit/test_mlp_gradients.py)."""
 
     name = "auto"
 

@@ -83,7 +83,7 @@ class AleFrames(gym.wrappers.AtariPreprocessing):
     (100 KB) and an info dict that the preprocessing throws away, through two wrappers (the screens alone were 13%
     of a Breakout rollout worker's busy time; inline sampling is 1.23x faster without all of it). Here each frame is
     one ``ale.act``, and the screen is read only for the two frames that are pooled, as the parent reads them. The
-    same actions (the env's action set, full strength), rewards, ends, frames and info keys (``tests/test_atari.py``
+    same actions (the env's action set, full strength), rewards, ends, frames and info keys (``tests/cluster/test_atari.py``
     plays both side by side); ALE draws the sticky actions itself, so the same seed gives the same game. Resets are
     the parent's (its no-ops draw from the env's generator)."""
 

@@ -7,7 +7,7 @@ same settings: 84x84 grayscale frames (inter-area resize), 4 frames a step with 
 stacked (the first frame fills the stack at reset), 1 to 30 no-ops after a reset, sticky actions 0.25, episodes cut
 at 27,000 steps (108,000 frames), the minimal action set, raw game rewards, no life loss as an episode end, no FIRE
 at reset. With no randomness (``noop_max`` 1, ``sticky_actions`` 0) the two give the same pixels, step for step
-(``tests/test_atari.py``); with it they draw from different generators (envpool's C++ mt19937 against gymnasium's
+(``tests/cluster/test_atari.py``); with it they draw from different generators (envpool's C++ mt19937 against gymnasium's
 numpy one), so the same seed gives other no-op counts and sticky repeats, as two seeds would.
 
 What differs, besides that: envpool has no zero-no-op reset (``noop_max`` must be at least 1), stacks frames

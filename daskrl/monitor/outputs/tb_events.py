@@ -7,7 +7,7 @@ in every run; docs/metrics.md, "The TensorBoard writer", has the measurement aga
 records written here are small and fixed: an ``Event`` holding a ``Summary`` of one value, either a simple value
 (``add_scalar``) or, for the text plugin, a one-string tensor under ``<tag>/text_summary`` (``add_text``),
 encoded field by field as protobuf's wire format lays them out, and framed as TFRecords (length and data, each with
-a masked CRC-32C). tests/test_tb_events.py checks the bytes against tensorboard's own messages and reads the files
+a masked CRC-32C). tests/drills/test_tb_events.py checks the bytes against tensorboard's own messages and reads the files
 with tensorboard's reader.
 """
 

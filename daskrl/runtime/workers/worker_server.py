@@ -72,7 +72,8 @@ def stop() -> None:
 
 
 # ---- the only private parts of multiprocessing daskrl touches (the public API starts a server, never stops one);
-# ---- tests/test_startup.py checks them against the running Python, as tests/test_dask_internals.py does Dask's
+# ---- tests/drills/test_startup.py checks them against the running Python, as tests/cluster/test_dask_internals.py
+# ---- does Dask's
 
 
 def forkserver_pid() -> int | None:
