@@ -99,6 +99,21 @@ def shm_in_use(pids: list[int] | None = None, prefix: str = "") -> set[str]:
     return {path[len(SHM_DIR) + 1:] for path in used}
 
 
+def shm_inodes_mapped(pids: list[int] | None = None) -> set[int]:
+    """Inodes of the ``/dev/shm`` files these processes (every process when None) map, under whatever name they
+    mapped them: the creator of a POSIX semaphore maps it under the temporary name glibc made it with
+    (``/dev/shm/sem.XXXXXX (deleted)``) before linking it to its own name, so only the inode tells it is that one."""
+    marker = f" {SHM_DIR}/"
+    inodes: set[int] = set()
+    for pid in all_pids() if pids is None else pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:  # address perms offset dev inode path
+                inodes |= {int(line.split()[4]) for line in f if marker in line}
+        except OSError:  # gone meanwhile, not ours to read, or no /proc
+            continue
+    return inodes
+
+
 def _mapped(pid: int, marker: str) -> set[str]:
     # by hand: psutil's memory_maps() reads /proc/PID/smaps, where the kernel counts each mapping's pages (11x slower)
     try:

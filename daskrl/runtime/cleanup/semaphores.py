@@ -29,14 +29,41 @@ def on_disk() -> set[str]:
         return set()
 
 
+def of_this_user() -> set[str]:
+    """Names of the multiprocessing semaphores in /dev/shm that belong to this process's user.
+
+    With :func:`remove_orphans` they are the host-wide sweep: a batch job ended by its scheduler (Slurm's SIGKILL
+    after ``KillWait`` reaches every process of the job, its resource trackers among them) leaves its workers'
+    semaphores, and no reaper of a driver watches a job's tree. A user's semaphore that no live process maps is
+    nobody's; another user's are not ours to judge (their processes' maps may be closed to us)."""
+    uid = os.getuid()
+    mine = set()
+    for name in on_disk():
+        try:
+            if os.stat(os.path.join(procfs.SHM_DIR, name)).st_uid == uid:
+                mine.add(name)
+        except FileNotFoundError:
+            pass
+    return mine
+
+
 def process_tree(root: int) -> list[int]:
     """``root`` and all its live descendants."""
     return [root, *procfs.descendants(root)]
 
 
 def mapped_semaphores(pids: list[int] | None = None) -> set[str]:
-    """Names of the multiprocessing semaphores mapped by these processes (all processes when None)."""
-    return procfs.shm_in_use(pids, MULTIPROCESSING_PREFIX)
+    """Names of the multiprocessing semaphores mapped by these processes (all processes when None), by inode: the
+    process that made one maps it under another name (see ``procfs.shm_inodes_mapped``)."""
+    inodes = procfs.shm_inodes_mapped(pids)
+    mapped = set()
+    for name in on_disk():
+        try:
+            if os.stat(os.path.join(procfs.SHM_DIR, name)).st_ino in inodes:
+                mapped.add(name)
+        except FileNotFoundError:
+            pass
+    return mapped
 
 
 def remove_orphans(names: set[str]) -> set[str]:

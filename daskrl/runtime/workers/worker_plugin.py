@@ -4,7 +4,8 @@
 :func:`bus_of`, as Dask's own pub/sub extension was reached through its worker), and runs the housekeeping that
 keeps a worker clean whatever happens to a run:
 
-- a sweep of shared-memory segments whose owner process died (every few seconds);
+- a sweep of shared-memory segments whose owner process died (every few seconds), and at start of the host's
+  multiprocessing semaphores that no process maps (those of batch jobs killed whole: see ``cleanup.semaphores``);
 - a watch that stops components whose actor Dask released (their driver's client is gone);
 - on an embedded cluster, a watch that ends the worker when its driver dies, and a deaf ear to the terminal's
   Ctrl-C (only the driver acts on it: checkpoint, stop the components, exit 0);
@@ -26,6 +27,7 @@ from distributed.diagnostics.plugin import WorkerPlugin as DaskWorkerPlugin
 from tornado.ioloop import PeriodicCallback
 
 from daskrl.runtime import dask_internals
+from daskrl.runtime.cleanup import semaphores
 from daskrl.runtime.logs import route_logs_for_good
 from daskrl.runtime.memory import params, shm
 from daskrl.runtime.messaging.bus import STREAM_OP, Bus
@@ -67,6 +69,7 @@ class WorkerPlugin(DaskWorkerPlugin):
 
     async def setup(self, worker: Any) -> None:
         shm.sweep(dead_only=True)  # leftovers of processes that died (SIGKILL, crashed runs)
+        semaphores.remove_orphans(semaphores.of_this_user())  # and of job trees killed whole
         self.bus = bus = Bus(worker)
         dask_internals.add_worker_handlers(
             worker, rpc={"daskrl_bus_routes": bus.set_routes, "daskrl_shm_read": shm.serve_read,

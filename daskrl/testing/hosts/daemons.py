@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from daskrl.runtime.cleanup import semaphores
+
 
 class Daemons:
     """The daemons one kit started; their output goes to ``<log_dir>/<name>.log``."""
@@ -47,7 +49,9 @@ class Daemons:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM to every daemon (and its process group), SIGKILL to those still there after ``grace_s``."""
+        """SIGTERM to every daemon (and its process group), SIGKILL to those still there after ``grace_s``; then the
+        multiprocessing semaphores that the jobs and logins killed whole leave behind go too (``dask worker``'s
+        nanny makes them, and a tree killed whole takes its resource tracker along)."""
         for proc in self.procs.values():
             _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -59,6 +63,7 @@ class Daemons:
                 proc.wait(timeout=10)
             proc.log_file.close()  # type: ignore[attr-defined]
         self.procs.clear()
+        semaphores.remove_orphans(semaphores.of_this_user())
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
