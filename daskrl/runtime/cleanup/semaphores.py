@@ -35,7 +35,8 @@ def of_this_user() -> set[str]:
     With :func:`remove_orphans` they are the host-wide sweep: a batch job ended by its scheduler (Slurm's SIGKILL
     after ``KillWait`` reaches every process of the job, its resource trackers among them) leaves its workers'
     semaphores, and no reaper of a driver watches a job's tree. A user's semaphore that no live process maps is
-    nobody's; another user's are not ours to judge (their processes' maps may be closed to us)."""
+    nobody's; another user's are not ours to judge (their processes' maps may be closed to us). Not seen: processes
+    in another PID namespace that share this /dev/shm (a container started with the host's IPC namespace)."""
     uid = os.getuid()
     mine = set()
     for name in on_disk():
