@@ -3,6 +3,7 @@
     daskrl serve --experiment cartpole --port 8000                # the latest checkpoint, from this process
     daskrl serve --experiment cartpole --which best --deterministic
     daskrl serve --follow cartpole --scheduler tcp://host:8786    # a live run's newest weights, from a worker
+    daskrl serve --experiment cartpole --host 0.0.0.0 --token-file secret --tls-cert cert.pem --tls-key key.pem
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
+
+from daskrl.serving.http_guard import DEFAULT_MAX_BODY_MB, TOKEN_VARIABLE
 
 if TYPE_CHECKING:
     from daskrl.serving.handle import ServeHandle
@@ -34,6 +37,16 @@ def add_serve_parser(sub: Any) -> None:
                    help="how long the first request of a pass waits for others to share it")
     p.add_argument("--max-clients", type=int, default=10_000,
                    help="recurrent policies: clients whose states are kept (the least recently seen are dropped)")
+    p.add_argument("--max-batch-rows", type=int, default=4096,
+                   help="most observations one request may carry (more: refused with 400)")
+    p.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_MB,
+                   help="largest request body read, in MB (larger: refused with 413 before it is read)")
+    p.add_argument("--token", default=None,
+                   help="require 'Authorization: Bearer TOKEN' on every path but /health (visible in ps: prefer "
+                        f"--token-file or ${TOKEN_VARIABLE})")
+    p.add_argument("--token-file", default=None, help="the token, read from this file")
+    p.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM; with --tls-key)")
+    p.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
     p.add_argument("--follow", metavar="RUN", default=None,
                    help="serve the newest weights the live run RUN publishes (needs --scheduler)")
     p.add_argument("--scheduler", default=None,
@@ -48,7 +61,8 @@ def run_serve(args: argparse.Namespace) -> int:
     handle = serve(args.experiment, args.scheduler, train_dir=args.train_dir, which=args.which, policy=args.policy,
                    follow=args.follow, port=args.port, host=args.host, deterministic=args.deterministic,
                    max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_clients=args.max_clients,
-                   worker=args.worker)
+                   max_batch_rows=args.max_batch_rows, max_body_mb=args.max_body_mb, token=args.token,
+                   token_file=args.token_file, tls_cert=args.tls_cert, tls_key=args.tls_key, worker=args.worker)
     try:
         _say_started(handle)
         _wait_for_a_stop_signal()

@@ -23,6 +23,7 @@ from daskrl.models.registry import Shipped, install_components
 from daskrl.runtime.actors.component import Component
 from daskrl.runtime.memory.shm import host_of
 from daskrl.serving.http_app import HttpFrontend
+from daskrl.serving.http_guard import HttpGuard
 from daskrl.serving.live import FixedWeights, LiveWeights
 from daskrl.serving.policy import ServedPolicy
 from daskrl.serving.service import PolicyService
@@ -47,8 +48,10 @@ class ServeSetup:
     max_batch: int
     max_wait_ms: float
     max_clients: int
+    max_batch_rows: int  # the most observations one request may carry
     http_host: str | None  # None: no HTTP; "": the worker's own host
     http_port: int  # 0: a free port
+    http_guard: HttpGuard  # token, body bound, TLS
     torch_threads: int
 
 
@@ -67,10 +70,11 @@ class PolicyServer(Component):
             self.weights = LiveWeights(self, setup.follow, setup.policy_index, setup.params, policy)
             self.weights.first()
         self.service = PolicyService(policy, setup.max_batch, setup.max_wait_ms, setup.max_clients, setup.about,
-                                     refresh=self.weights.refresh)
+                                     refresh=self.weights.refresh, max_batch_rows=setup.max_batch_rows)
         self.http: HttpFrontend | None = None
         if setup.http_host is not None:  # bound now: a port in use fails the configure call, in one line
-            self.http = HttpFrontend(self.service, setup.http_host or host_of(self.worker.address), setup.http_port)
+            self.http = HttpFrontend(self.service, setup.http_host or host_of(self.worker.address), setup.http_port,
+                                     setup.http_guard)
 
     def on_start(self) -> None:
         if self.http is not None:

@@ -24,6 +24,7 @@ from daskrl.runtime.actors.handles import ComponentHandle, spawn
 from daskrl.runtime.memory.shm import host_of
 from daskrl.serving.component import PolicyServer, ServeSetup
 from daskrl.serving.http_app import HttpFrontend
+from daskrl.serving.http_guard import DEFAULT_MAX_BODY_MB, guard_from_options
 from daskrl.serving.policy import ServedPolicy
 from daskrl.serving.service import PolicyService, ServiceThread
 
@@ -135,6 +136,8 @@ class _OnCluster:
 def serve(experiment: str | None = None, client: Any = None, *, train_dir: str = "train_dir", which: str = "latest",
           policy: int = 0, follow: str | None = None, port: int | None = None, host: str | None = None,
           deterministic: bool = False, max_batch: int = 256, max_wait_ms: float = 2.0, max_clients: int = 10_000,
+          max_batch_rows: int = 4096, max_body_mb: float = DEFAULT_MAX_BODY_MB, token: str | None = None,
+          token_file: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
           worker: str | None = None, follow_timeout: float = 30.0) -> ServeHandle:
     """Serve ``policy`` of experiment ``experiment`` (under ``train_dir``): its ``which`` checkpoint ('latest',
     'best' or a file), or with ``follow`` the newest weights run ``follow`` publishes on ``client``'s cluster (the
@@ -142,8 +145,15 @@ def serve(experiment: str | None = None, client: Any = None, *, train_dir: str =
     ``port``: also serve HTTP there (0: a free port) on ``host`` (default 127.0.0.1 here, the worker's host on a
     cluster); ``worker``: the worker to serve from. Requests arriving within ``max_wait_ms`` of each other share
     one forward pass of at most ``max_batch`` rows; a recurrent policy keeps the states of ``max_clients`` clients.
+    A request carries at most ``max_batch_rows`` observations; over HTTP its body at most ``max_body_mb``, and with
+    ``token`` (or ``token_file``, or ``$DASKRL_SERVE_TOKEN``) it must say ``Authorization: Bearer <token>``;
+    ``tls_cert`` and ``tls_key`` (PEM files) serve HTTPS (daskrl/serving/http_guard.py).
     """
-    problems = _option_problems(experiment, client, follow, port, max_batch, max_wait_ms, max_clients)
+    problems = _option_problems(experiment, client, follow, port, max_batch, max_wait_ms, max_clients, max_batch_rows)
+    try:
+        guard = guard_from_options(max_body_mb, token, token_file, tls_cert, tls_key)
+    except ConfigError as exc:
+        problems += exc.problems
     if problems:
         raise ConfigError(problems)
     session = connect_cluster(client) if client is not None else None
@@ -160,15 +170,15 @@ def serve(experiment: str | None = None, client: Any = None, *, train_dir: str =
             about = {"experiment": experiment_dir, "checkpoint": which, "env_steps_trained": int(state.get("env_steps", 0))}
         if session is None:
             service = PolicyService(ServedPolicy(model, version, config.env.env, deterministic), max_batch, max_wait_ms,
-                                    max_clients, about)
-            http = HttpFrontend(service, host or "127.0.0.1", port) if port is not None else None
+                                    max_clients, about, max_batch_rows=max_batch_rows)
+            http = HttpFrontend(service, host or "127.0.0.1", port, guard) if port is not None else None
             return ServeHandle(_Local(service, http))
         setup = ServeSetup(
             spaces=model.spaces, model=config.model, seed=config.run.seed, components=pack_components(),
             env=config.env.env, weights=None if follow else model.state_dict_numpy(), version=version,
             follow=follow or "", params=desc, policy_index=policy, about=about, deterministic=deterministic,
-            max_batch=max_batch, max_wait_ms=max_wait_ms, max_clients=max_clients,
-            http_host=None if port is None else (host or ""), http_port=port or 0, torch_threads=1)
+            max_batch=max_batch, max_wait_ms=max_wait_ms, max_clients=max_clients, max_batch_rows=max_batch_rows,
+            http_host=None if port is None else (host or ""), http_port=port or 0, http_guard=guard, torch_threads=1)
         return ServeHandle(_OnCluster(session, _start_server(session, setup, worker or _serving_worker(session, desc))))
     except BaseException:
         if session is not None:
@@ -177,7 +187,7 @@ def serve(experiment: str | None = None, client: Any = None, *, train_dir: str =
 
 
 def _option_problems(experiment: str | None, client: Any, follow: str | None, port: int | None, max_batch: int,
-                     max_wait_ms: float, max_clients: int) -> list[str]:
+                     max_wait_ms: float, max_clients: int, max_batch_rows: int) -> list[str]:
     problems = []
     if not experiment and not follow:
         problems.append("--experiment is missing: the experiment whose policy to serve (or --follow a live run)")
@@ -192,6 +202,8 @@ def _option_problems(experiment: str | None, client: Any, follow: str | None, po
         problems.append(f"--max-wait-ms {max_wait_ms}: a wait is 0 ms or more")
     if max_clients < 1:
         problems.append(f"--max-clients {max_clients}: at least 1 client's recurrent states must be kept")
+    if max_batch_rows < 1:
+        problems.append(f"--max-batch-rows {max_batch_rows}: a request carries at least 1 observation")
     return problems
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from daskrl.envs.layouts.dict_obs import pack_into
+from daskrl.envs.layouts.dict_obs import pack_into, unpack
 from daskrl.errors import RequestError, one_line
 from daskrl.models.actor_critic import ActorCritic
 
@@ -57,14 +57,14 @@ class ServedPolicy:
             return self._dict_observations(value)
         try:
             obs = np.array(value, dtype=self._dtype)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise RequestError(f"observations must be numbers in a rectangular array ({one_line(exc, 120)}); "
                                f"this policy takes {self._takes()}") from None
         shape = tuple(self.spaces.obs_shape)
         if obs.shape == shape:
-            return obs[None], True
+            return _finite(obs[None]), True
         if obs.shape[1:] == shape and len(obs) > 0:
-            return obs, False
+            return _finite(obs), False
         raise RequestError(f"observations of shape {list(obs.shape)}: this policy takes {self._takes()}")
 
     def _takes(self) -> str:
@@ -83,9 +83,11 @@ class ServedPolicy:
         for row, item in zip(rows, items, strict=True):
             try:
                 pack_into(row, item, keys)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
                 raise RequestError(f"a Dict observation that does not fit ({one_line(exc, 120)}): "
                                    f"{self._dict_takes()}") from None
+        for name, values in unpack(rows, keys).items():
+            _finite(values, name)
         return rows, single
 
     def _dict_takes(self) -> str:
@@ -119,3 +121,14 @@ class ServedPolicy:
                                     for k in s.obs_keys}}
         return {"env": self.env, "observation": observation, "action": action, "recurrent": self.state_size > 0,
                 "deterministic_default": self.deterministic, "policy_version": self.version}
+
+
+def _finite(rows: np.ndarray, key: str | None = None) -> np.ndarray:
+    """``rows`` when every number in them is finite; else a :class:`RequestError` naming the first rows that are
+    not. A policy acts on NaN as on any number (a net's output is then NaN too, and its action arbitrary), so a
+    client that sent one is told instead of answered."""
+    if rows.dtype.kind != "f" or np.isfinite(rows).all():
+        return rows
+    bad = np.flatnonzero(~np.isfinite(rows.reshape(len(rows), -1)).all(axis=1))
+    where = f"row{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad[:5]))}" + (f", key {key!r}" if key else "")
+    raise RequestError(f"observations hold NaN or infinity ({where}): a policy acts on finite numbers only")

@@ -29,12 +29,22 @@ class Request:
         return len(self.obs)
 
 
+#: the longest client id kept (a recurrent policy keeps a state per id: the id is a key, not a payload)
+MAX_CLIENT_ID_CHARS = 256
+
+
 def make_request(policy: ServedPolicy, observations: Any, client_id: Any = None, deterministic: Any = None,
-                 reset: Any = False) -> Request:
-    """A checked request (the same checks for HTTP and for the Dask client); raises :class:`RequestError`."""
+                 reset: Any = False, max_rows: int | None = None) -> Request:
+    """A checked request (the same checks for HTTP and for the Dask client); raises :class:`RequestError`.
+    ``max_rows``: the most observations one request may carry (``--max-batch-rows``; None: any number)."""
     obs, single = policy.observations(observations)
+    if max_rows is not None and len(obs) > max_rows:
+        raise RequestError(f"{len(obs):,} observations in one request: this server takes at most {max_rows:,} "
+                           "(--max-batch-rows); send them in several requests")
     if client_id is not None and not isinstance(client_id, str):
         raise RequestError(f"client_id must be a string, not {type(client_id).__name__}")
+    if client_id is not None and len(client_id) > MAX_CLIENT_ID_CHARS:
+        raise RequestError(f"a client_id of {len(client_id):,} characters: at most {MAX_CLIENT_ID_CHARS}")
     if deterministic is None:
         deterministic = policy.deterministic
     if not isinstance(deterministic, (bool, np.bool_)):

@@ -26,17 +26,21 @@ class PolicyService:
     or followed run)."""
 
     def __init__(self, policy: ServedPolicy, max_batch: int, max_wait_ms: float, max_clients: int,
-                 about: dict[str, Any], refresh: Callable[[], None] = lambda: None) -> None:
+                 about: dict[str, Any], refresh: Callable[[], None] = lambda: None,
+                 max_batch_rows: int | None = None) -> None:
         self.policy = policy
         self.states = states_for(policy.state_size, max_clients)
         self.batcher = RequestBatcher(policy, self.states, max_batch, max_wait_ms / 1000.0, refresh)
-        self.about = dict(about, max_batch=max_batch, max_wait_ms=max_wait_ms, max_clients=max_clients)
+        self.max_batch_rows = max_batch_rows
+        self.about = dict(about, max_batch=max_batch, max_wait_ms=max_wait_ms, max_clients=max_clients,
+                          max_batch_rows=max_batch_rows)
 
     def request(self, observations: Any, client_id: Any = None, deterministic: Any = None,
                 reset: Any = False) -> concurrent.futures.Future:
         """Check and queue one request (from any thread); raises :class:`~daskrl.errors.RequestError` at once for
         a bad one. The future gets ``{"actions": [rows, ...], "policy_version": v}``."""
-        return self.batcher.submit(make_request(self.policy, observations, client_id, deterministic, reset))
+        return self.batcher.submit(make_request(self.policy, observations, client_id, deterministic, reset,
+                                                self.max_batch_rows))
 
     def serve_once(self, timeout: float) -> bool:
         return self.batcher.serve_once(timeout)

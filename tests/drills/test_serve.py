@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from urllib.parse import urlparse
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 
 import daskrl
@@ -120,6 +122,131 @@ def test_http_answers_1000_observations_from_8_clients_as_enjoy_would(trained):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0 and "stopped after 1,001 requests" in out, out[-2000:]
     assert "Traceback" not in out
+
+
+def self_signed_certificate(folder) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, made by openssl for this test (PEM files)."""
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def fuzz_requests(rng: np.random.Generator, n: int, token: str) -> list[tuple[str, str, str, bytes | None, dict]]:
+    """``n`` requests no server should act on, as (kind, method, path, body, headers): bodies that are not JSON or
+    nest too deep, observations of the wrong shape, type or size, NaN and infinity, numbers past a float, fields
+    that do not exist or are of the wrong kind, bodies over the bounds, no token or the wrong one, and paths or
+    methods that do not exist."""
+    auth = {"Authorization": f"Bearer {token}"}
+    good = [0.01, -0.02, 0.03, 0.04]
+
+    def act(fields: dict) -> bytes:
+        return json.dumps(fields).encode()
+
+    def pick(options: list):
+        return options[int(rng.integers(len(options)))]
+
+    def one(kind: str) -> tuple[str, str, bytes | None, dict]:
+        k = int(rng.integers(1, 5))
+        if kind == "not JSON":
+            return "POST", "/act", bytes(rng.integers(0, 256, int(rng.integers(1, 200)), dtype=np.uint8)), auth
+        if kind == "cut short":
+            return "POST", "/act", act({"observations": good})[:int(rng.integers(1, 30))], auth
+        if kind == "not an object":
+            return "POST", "/act", pick([b"[]", b'"observations"', b"3", b"null", b"true"]), auth
+        if kind == "deep":
+            depth = pick([1_000, 10_000, 200_000])
+            return "POST", "/act", b'{"observations": ' + b"[" * depth + b"]" * depth + b"}", auth
+        if kind == "shape":
+            width = pick([0, 1, 2, 3, 5, 9])
+            return "POST", "/act", act({"observations": rng.normal(size=(k, width)).tolist()}), auth
+        if kind == "ragged":
+            return "POST", "/act", act({"observations": [good, good[:3]]}), auth
+        if kind == "not numbers":
+            return "POST", "/act", act({"observations": [good[:2] + [pick(["x", None, [], {}])] + good[3:]]}), auth
+        if kind == "non-finite":
+            value = pick([b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+            return "POST", "/act", b'{"observations": [0.1, ' + value + b", 0.2, 0.3]}", auth
+        if kind == "past a float":
+            return "POST", "/act", b'{"observations": [1' + b"0" * 400 + b", 0, 0, 0]}", auth
+        if kind == "fields":
+            field = pick(["unknown", "client_id", "long client_id", "deterministic", "reset", "missing"])
+            body = {"unknown": {"observations": good, "obs": good}, "client_id": {"observations": good, "client_id": 7},
+                    "long client_id": {"observations": good, "client_id": "c" * 5000},
+                    "deterministic": {"observations": good, "deterministic": "yes"},
+                    "reset": {"observations": [good] * 2, "reset": [True]}, "missing": {"client_id": "a"}}[field]
+            return "POST", "/act", act(body), auth
+        if kind == "too many rows":
+            return "POST", "/act", act({"observations": [good] * int(rng.integers(65, 400))}), auth
+        if kind == "too many bytes":
+            return "POST", "/act", act({"observations": rng.normal(size=(2_000, 4)).tolist()}), auth
+        if kind == "no token":
+            return "POST", "/act", act({"observations": good}), pick([{}, {"Authorization": "Bearer nope"},
+                                                                          {"Authorization": f"Basic {token}"}])
+        if kind == "no such path":
+            return pick(["GET", "POST"]), pick(["/nope", "/act/2", "/admin"]), None, auth
+        assert kind == "no such method"
+        return pick(["GET", "PUT", "DELETE"]), "/act", None, auth
+
+    kinds = ["not JSON", "cut short", "not an object", "deep", "shape", "ragged", "not numbers", "non-finite",
+             "past a float", "fields", "too many rows", "too many bytes", "no token", "no such path", "no such method"]
+    return [(kind, *one(kind)) for kind in (kinds[i % len(kinds)] for i in rng.permutation(n))]
+
+
+def https_ask(port: int, cafile: str, method: str, path: str, body: bytes | None, headers: dict) -> tuple[int, dict]:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30,
+                                       context=ssl.create_default_context(cafile=cafile))
+    try:
+        conn.request(method, path, body, {"Content-Type": "application/json", **headers})
+        reply = conn.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        conn.close()
+
+
+@slow("`daskrl serve` over HTTPS with a token, 1,000 bad requests and 100 good ones between them")
+def test_a_server_facing_a_network_answers_every_bad_request_with_a_4xx_and_goes_on_serving(trained, tmp_path):
+    cert, key = self_signed_certificate(tmp_path)
+    token = "fuzz-0123456789abcdef"
+    (tmp_path / "token").write_text(token + "\n")
+    port = free_port()
+    proc = subprocess.Popen(DASKRL + ["serve", "--experiment", "ff", "--train-dir", str(trained), "--port", str(port),
+                                      "--deterministic", "--max-batch-rows", "64", "--max-body-mb", "0.05",
+                                      "--token-file", str(tmp_path / "token"), "--tls-cert", cert, "--tls-key", key],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        started = proc.stdout.readline()
+        assert f"at https://127.0.0.1:{port}: POST /act" in started, started + proc.stdout.read()[-2000:]
+        plain = connection(f"http://127.0.0.1:{port}")
+        with pytest.raises((http.client.HTTPException, ConnectionError)):  # plain HTTP to the HTTPS port
+            plain.request("GET", "/health")
+            plain.getresponse()
+        plain.close()
+        auth = {"Authorization": f"Bearer {token}"}
+        observations = cartpole_observations(100, seed=7)
+        server = psutil.Process(proc.pid)
+        answers, rss = [], []
+        for i, (kind, method, path, body, headers) in enumerate(fuzz_requests(np.random.default_rng(0), 1000, token)):
+            status, reply = https_ask(port, cert, method, path, body, headers)
+            assert 400 <= status < 500 and isinstance(reply.get("error"), str) and reply["error"], (kind, status, reply)
+            if i % 10 == 9:  # the server keeps answering good requests between the bad ones
+                status, reply = https_ask(port, cert, "POST", "/act",
+                                          json.dumps({"observations": observations[i // 10].tolist()}).encode(), auth)
+                assert status == 200, reply
+                answers.append(reply["actions"][0])
+            if i in (199, 999):
+                rss.append(server.memory_info().rss)
+        assert np.array_equal(answers, enjoy_actions(trained / "ff", observations))
+        growth_mb = (rss[1] - rss[0]) / 2**20
+        print(f"server RSS after 200 bad requests {rss[0] / 2**20:.1f} MB, after 1,000 {rss[1] / 2**20:.1f} MB")
+        assert growth_mb < 8, f"the server's memory grew {growth_mb:.1f} MB over 800 bad requests"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
 
 
 @slow("a policy server on a worker, 1,000 actor calls")
