@@ -154,9 +154,9 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
                                            "without daskrl (docs/export.md)")
     export.add_argument("--experiment", required=True, help="experiment name")
     export.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
-    export.add_argument("--format", default="onnx", choices=("onnx", "torchscript"),
-                        help="onnx (the default; needs the export extra: pip install 'daskrl[export]') or torchscript "
-                             "(torch only)")
+    export.add_argument("--format", default="onnx", choices=("onnx", "pt2", "torchscript"),
+                        help="onnx (the default; needs the export extra: pip install 'daskrl[export]'), pt2 "
+                             "(torch.export's program; torch only) or torchscript (torch only; deprecated upstream)")
     export.add_argument("--policy", type=int, default=0, help="with --num-policies: which policy to export")
     export.add_argument("--which", default="latest", choices=("latest", "best"), help="which checkpoint")
     export.add_argument("--output", default=None, metavar="FILE",

@@ -1,14 +1,17 @@
-"""``daskrl export``: write a trained policy's forward pass to an ONNX or TorchScript file, for use without daskrl.
+"""``daskrl export``: write a trained policy's forward pass to an ONNX, torch.export or TorchScript file, for use
+without daskrl.
 
 The graph (daskrl/evaluation/export_graph.py) takes the env's observations and gives the deterministic action, the
 value, the distribution's parameters and a recurrent policy's next state; docs/export.md says what each is.
 
 ONNX goes through ``torch.onnx.export(..., dynamo=True)``: in torch 2.13 it is the default and the maintained
 exporter (torch.export's graph, translated by onnxscript), while the TorchScript-based one warns that it will be
-removed. It costs a couple of seconds per export, once. Whatever the exporter, the file written is read back (by
-onnxruntime, or ``torch.jit.load``) and run on observations drawn from the env's space at another batch size than the
-one traced, and compared with the torch graph: a mistranslated operator or a batch size baked into the graph is an
-error here, not wrong actions in the world.
+removed. It costs a couple of seconds per export, once. ``pt2`` is torch.export's own program (``torch.export.save``),
+the format PyTorch names in place of TorchScript, with the batch dimension left dynamic; it needs torch only.
+Whatever the exporter, the file written is read back (by onnxruntime, ``torch.export.load`` or ``torch.jit.load``) and
+run on observations drawn from the env's space at another batch size than the one traced, and compared with the
+torch graph: a mistranslated operator or a batch size baked into the graph is an error here, not wrong actions in
+the world.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from daskrl.evaluation.export_graph import PolicyGraph, graph_inputs
 from daskrl.models.actor_critic import ActorCritic
 
 #: the formats, and the file suffix of each
-FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}
+FORMATS = {"onnx": ".onnx", "pt2": ".pt2", "torchscript": ".pt"}
 CHECKPOINTS = ("latest", "best")
 #: what installs the ONNX exporter and runtime
 EXTRA = "pip install 'daskrl[export]'"
@@ -52,7 +55,7 @@ Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 def export_policy(experiment_dir: str, format: str = "onnx", policy: int = 0, which: str = "latest",
                   output: str | None = None) -> dict[str, Any]:
     """Write policy ``policy`` of the experiment in ``experiment_dir`` (its ``which`` checkpoint: 'latest' or 'best')
-    as ``format`` ('onnx' or 'torchscript') to ``output`` (default: ``<experiment>/export/policy_<K>_<which>`` with
+    as ``format`` ('onnx', 'pt2' or 'torchscript') to ``output`` (default: ``<experiment>/export/policy_<K>_<which>`` with
     the format's suffix), check it, and return its description (path, inputs, outputs, what it was trained for)."""
     if format not in FORMATS:
         raise ConfigError([f"export format {format!r} is unknown: use one of {', '.join(FORMATS)}"])
@@ -87,7 +90,7 @@ def require_onnx() -> None:
             missing.append(name)
     if missing:
         raise ConfigError([f"--format onnx needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                           f"not installed: {EXTRA} (or --format torchscript, which needs torch only)"])
+                           f"not installed: {EXTRA} (or --format pt2, which needs torch only)"])
 
 
 def value_scale(config: Config, model: ActorCritic) -> tuple[float, float]:
@@ -193,6 +196,26 @@ def _load_onnx(path: str) -> Runner:
     return lambda feed: session.run(None, feed)
 
 
+def _write_pt2(graph: PolicyGraph, example: tuple[torch.Tensor, ...], path: str, description: str) -> None:
+    """torch.export's program with the batch dimension of every input dynamic (a recurrent state's too), and the
+    description as an extra file of the archive."""
+    batch = torch.export.Dim("batch")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # forward(*inputs): the inputs are one tuple argument, so its shapes are one tuple too
+            program = torch.export.export(graph, example, dynamic_shapes=(tuple({0: batch} for _ in example),))
+    except Exception as exc:
+        raise ExportError(f"torch.export failed on this policy ({_first_line(exc)}); --format torchscript may "
+                          "work") from exc
+    torch.export.save(program, path, extra_files={f"{METADATA_KEY}.json": description})
+
+
+def _load_pt2(path: str) -> Runner:
+    module = torch.export.load(path).module()
+    return lambda feed: [x.numpy() for x in module(*(torch.from_numpy(v) for v in feed.values()))]
+
+
 def _write_torchscript(graph: PolicyGraph, example: tuple[torch.Tensor, ...], path: str, description: str) -> None:
     try:
         with warnings.catch_warnings():
@@ -210,4 +233,5 @@ def _load_torchscript(path: str) -> Runner:
 
 
 _WRITERS: dict[str, tuple[Callable[..., None], Callable[[str], Runner]]] = {
-    "onnx": (_write_onnx, _load_onnx), "torchscript": (_write_torchscript, _load_torchscript)}
+    "onnx": (_write_onnx, _load_onnx), "pt2": (_write_pt2, _load_pt2),
+    "torchscript": (_write_torchscript, _load_torchscript)}

@@ -90,7 +90,7 @@ def runner(path: str, fmt: str):
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
         return lambda feed: dict(zip(names, session.run(None, feed), strict=True))
-    module = torch.jit.load(path)
+    module = torch.export.load(path).module() if fmt == "pt2" else torch.jit.load(path)
     names = [o["name"] for o in load_description(path, fmt)["outputs"]]
     return lambda feed: dict(zip(names, (x.numpy() for x in module(*map(torch.from_numpy, feed.values()))),
                                  strict=True))
@@ -135,8 +135,8 @@ def recorded(trained) -> dict[str, dict]:
     return {name: record(directory) for name, directory in trained.items()}
 
 
-@slow("three tiny training runs, six exports (the ONNX exporter takes seconds)")
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@slow("three tiny training runs, nine exports (the ONNX exporter takes seconds)")
+@pytest.mark.parametrize("fmt", ["onnx", "pt2", "torchscript"])
 @pytest.mark.parametrize("name", list(RUNS))
 def test_exported_policies_act_and_value_as_the_trained_model(trained, exported, recorded, name, fmt):
     path = exported(name, fmt)
@@ -167,7 +167,10 @@ def load_description(path: str, fmt: str) -> dict:
 
         return json.loads({p.key: p.value for p in onnx.load(path).metadata_props}["daskrl"])
     extra = {"daskrl.json": ""}
-    torch.jit.load(path, _extra_files=extra)
+    if fmt == "pt2":
+        torch.export.load(path, extra_files=extra)
+    else:
+        torch.jit.load(path, _extra_files=extra)
     return json.loads(extra["daskrl.json"])
 
 
@@ -245,7 +248,7 @@ def test_bad_requests_are_one_readable_line(untrained, capsys, args, message):
 
 
 def test_an_unknown_format_and_a_missing_onnx_package_name_the_fix(untrained, monkeypatch):
-    with pytest.raises(ConfigError, match="format 'tflite' is unknown: use one of onnx, torchscript"):
+    with pytest.raises(ConfigError, match="format 'tflite' is unknown: use one of onnx, pt2, torchscript"):
         daskrl.export(str(untrained), "tflite")
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # what Python does when a package is not installed
     with pytest.raises(ConfigError, match=r"needs .*onnxscript.* not installed: pip install 'daskrl\[export\]'"):
@@ -289,6 +292,8 @@ def saved_untrained(tmp_path: Path, env: str, **options) -> tuple[str, torch.nn.
     ("Pendulum-v1", {"reward_scale": 0.5}, "onnx", ("mean", "log_std")),
     ("Pendulum-v1", {"action_bounds": "squash"}, "torchscript", ("mean", "log_std")),
     ("test-export/TwoButtons-v0", {}, "torchscript", ("logits",)),
+    ("Pendulum-v1", {"action_bounds": "squash"}, "pt2", ("mean", "log_std")),
+    ("test-export/TwoButtons-v0", {}, "pt2", ("logits",)),
 ])
 def test_box_and_multi_discrete_actions_give_their_mode_and_distribution_parameters(tmp_path, env, options, fmt,
                                                                                      params):
