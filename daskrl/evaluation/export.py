@@ -33,10 +33,13 @@ import torch
 from daskrl.algo.common.normalizers import ReturnNormalizer
 from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env
+from daskrl.envs.layouts.agent_spaces import is_multi_agent
 from daskrl.errors import ExportError, one_line
 from daskrl.evaluation.episodes import load_policy
 from daskrl.evaluation.export_graph import PolicyGraph, graph_inputs
 from daskrl.models.actor_critic import ActorCritic
+from daskrl.sampling.policies.policy_map import resolve_mapping
+from daskrl.sampling.policies.policy_spaces import CHECKED_EPISODES
 
 #: the formats, and the file suffix of each
 FORMATS = {"onnx": ".onnx", "pt2": ".pt2", "torchscript": ".pt"}
@@ -65,7 +68,7 @@ def export_policy(experiment_dir: str, format: str = "onnx", policy: int = 0, wh
     if format == "onnx":
         require_onnx()  # before the checkpoint and the env are loaded: the missing package is the one problem
     config, model, state = load_policy(experiment_dir, which, policy)
-    space = _observation_space(config)
+    space, agents = _observation_space(config, policy)
     graph = PolicyGraph(model, graph_inputs(model, space), value_scale(config, model))
     path = output or os.path.join(experiment_dir, "export", f"policy_{policy}_{which}{FORMATS[format]}")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -74,6 +77,9 @@ def export_policy(experiment_dir: str, format: str = "onnx", policy: int = 0, wh
                    "checkpoint": which, "env_steps_trained": int(state.get("env_steps", 0)),
                    "state_size": model.state_size, "action_kind": model.spaces.action_kind,
                    "inputs": [t.describe() for t in graph.inputs], "outputs": [t.describe() for t in graph.outputs]}
+    if agents:  # a multi-agent experiment: a file per policy, and who plays which
+        description.update(agents=agents, policy_mapping=config.policies.policy_mapping,
+                           num_policies=config.policies.num_policies)
     with torch.no_grad():
         write(graph, graph.example(space, 2, seed=0), path, json.dumps(description))
         check(graph, load(path), graph.example(space, 3, seed=1))
@@ -107,13 +113,33 @@ def value_scale(config: Config, model: ActorCritic) -> tuple[float, float]:
     return mean / scale, std / scale
 
 
-def _observation_space(config: Config) -> Any:
-    """The env's own observation space (a Dict's key dtypes are the graph's input dtypes)."""
+def _observation_space(config: Config, policy: int) -> tuple[Any, list[str]]:
+    """The observation space policy ``policy`` acts on, as the env gives it (a Dict's key dtypes are the graph's
+    input dtypes), and a multi-agent env's agent ids ([] for a single-agent env): there the space is that of an agent
+    the policy plays (a PettingZoo env's ``observation_space`` is a method of the agent)."""
     env = make_env(config.env.env, env_kwargs=config.env.env_kwargs)
     try:
-        return env.observation_space
+        if not is_multi_agent(env):
+            return env.observation_space, []
+        agents = [str(a) for a in env.possible_agents]
+        return env.observation_space(env.possible_agents[_agent_of(config, agents, policy)]), agents
     finally:
         env.close()
+
+
+def _agent_of(config: Config, agents: list[str], policy: int) -> int:
+    """The position of an agent policy ``policy`` plays: any, under a built-in mapping (its policies' agents share
+    their spaces); the first a custom mapping gives it in the episodes it is checked on."""
+    p = config.policies
+    _, mapping = resolve_mapping(p.policy_mapping, p.num_policies, p.self_play_snapshots)
+    if mapping is None:
+        return 0
+    for episode in range(CHECKED_EPISODES):
+        for position, agent in enumerate(agents):
+            if mapping(agent, episode) == policy:
+                return position
+    raise ExportError(f"--policy-mapping {p.policy_mapping!r} gives policy {policy} no agent in episodes "
+                      f"0..{CHECKED_EPISODES - 1}: export a policy that plays")
 
 
 def check(graph: PolicyGraph, run: Runner, example: tuple[torch.Tensor, ...]) -> None:

@@ -223,3 +223,38 @@ def test_videos_of_a_multi_agent_game_while_training_and_from_enjoy(trained, tmp
     out = tmp_path / "race.mp4"
     result = enjoy(str(trained["dir"]), episodes=2, opponent="random", video=str(out))
     assert result["video_frames"] == sum(g.length for g in result["games"]) == frame_count(out)
+
+
+# ---- export ----
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "torchscript"])
+def test_a_multi_agent_policy_exports_and_its_file_acts_as_the_model_on_each_agents_observations(trained, fmt):
+    """A PettingZoo-shaped env's ``observation_space`` is a method of the agent: the file takes an agent's
+    observation, and its description names the agents and the mapping that seats the policy."""
+    import torch
+
+    from daskrl import export
+    from daskrl.envs import make_env
+    from daskrl.evaluation import load_policy
+
+    described = export(str(trained["dir"]), fmt, output=str(trained["dir"] / f"race.{fmt}"))
+    assert described["agents"] == ["first", "second"] and described["policy_mapping"] == "auto"
+    assert described["inputs"][0]["shape"] == ["batch", 11]
+    env, rng, seen = make_env(GAME, seed=5), np.random.default_rng(5), []
+    env.reset(seed=5)
+    while len(seen) < 200:  # both seats' observations, random moves, games restarted as they end
+        agent = env.agent_selection
+        seen.append(env.observe(agent))
+        done = env.terminations[agent] or env.truncations[agent]
+        env.step(None if done else int(rng.integers(2)))
+        if not env.agents:
+            env.reset()
+    env.close()
+    obs = np.asarray(seen, np.float32)
+    module = torch.export.load(described["path"]).module() if fmt == "pt2" else torch.jit.load(described["path"])
+    actions, values = (x.numpy() for x in module(torch.from_numpy(obs))[:2])
+    _, model, _ = load_policy(str(trained["dir"]))
+    want_actions, _, _ = model.act(obs, deterministic=True)
+    np.testing.assert_array_equal(actions, want_actions)
+    assert np.std(values) > 0, "values that ignore the observations"
