@@ -2,9 +2,10 @@
 
 Each configuration's learning curve is the mean over its seeds with a 95% bootstrap band (:mod:`.results`), read
 from the ``metrics.csv`` of each trial's experiment; the ranking table gives each configuration's values, status,
-seeds, env steps, mean and IQM of the final returns with the IQM's 95% bootstrap interval; the trials table is
-``sweep.csv`` itself. A sweep with tasks is drawn and ranked by normalized scores (:mod:`.tasks`), and a table gives
-each configuration's mean return on each task.
+seeds, env steps, mean and IQM of the final returns with the IQM's 95% bootstrap interval (stratified by task);
+beside it, the probability that the best configuration improves on each other one and, with tasks, each one's
+performance profile; the trials table is ``sweep.csv`` itself. A sweep with tasks is drawn and ranked by
+normalized scores (:mod:`.tasks`), and a table gives each configuration's mean return on each task.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from daskrl.errors import ConfigError
 from daskrl.monitor.figures.plots import new_figure
 from daskrl.monitor.figures.report import read_metrics
-from daskrl.sweep.results import Ranked, curve_band, rank
+from daskrl.sweep.results import Ranked, curve_band, finals_by_task, performance_profile, probability_of_improvement, rank
 from daskrl.sweep.spec import SweepSpec, load_spec
 from daskrl.sweep.trials import read_table
 
@@ -50,7 +51,7 @@ def write_sweep_report(sweep_dir: str, output: str | None = None) -> str:
               f"{html.escape(os.path.abspath(sweep_dir))}. Curves: the mean {what}, with a 95% bootstrap band; IQM: "
               "the interquartile mean of the trials' final values, with its 95% bootstrap interval (as rliable "
               "reports them).</p>")
-    tables = [ranking_html(ranked, scored=bool(spec.tasks))]
+    tables = [ranking_html(ranked, scored=bool(spec.tasks)), comparison_html(rows, ranked, bool(spec.tasks))]
     if spec.tasks:
         tables.append(per_task_html(rows, ranked, spec))
     tables.append(trials_html(rows, scored=bool(spec.tasks)))
@@ -118,6 +119,36 @@ def ranking_html(ranked: list[Ranked], scored: bool = False) -> str:
                  num(r.mean), num(r.iqm), f"[{num(r.ci[0])}, {num(r.ci[1])}]")
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return _table("Configurations, best first", head, body, "ranking")
+
+
+#: the scores a performance profile is read at (0: a random policy, 1: the task's reference)
+PROFILE_TAUS = (0.25, 0.5, 0.75, 1.0)
+
+
+def comparison_html(rows: list[dict[str, Any]], ranked: list[Ranked], scored: bool) -> str:
+    """Beside the IQM, what rliable reports as well: each configuration's chance to be improved on by the best one
+    (P(best > c), over its runs task by task) and, with tasks, its performance profile (the share of its runs above
+    each normalized score)."""
+    if not ranked:
+        return ""
+    by_config = {r.configuration: finals_by_task([row for row in rows if row["configuration"] == r.configuration])
+                 for r in ranked}
+    top = by_config[ranked[0].configuration]
+    head = ("configuration", f"P(c{ranked[0].configuration:03d} > c)",
+            *((f"runs above {tau:g}" for tau in PROFILE_TAUS) if scored else ()))
+    body = []
+    for r in ranked[1:] if not scored else ranked:
+        mine = by_config[r.configuration]
+        tasks = sorted(set(top) & set(mine))
+        chance = probability_of_improvement([top[t] for t in tasks], [mine[t] for t in tasks])
+        cells = [f"c{r.configuration:03d}", "-" if math.isnan(chance) else f"{chance:.2f}"]
+        if scored:
+            runs = np.concatenate(list(mine.values())) if mine else np.array([])
+            cells += [f"{share:.0%}" for share in performance_profile(runs, np.array(PROFILE_TAUS))] if len(runs) \
+                else ["-"] * len(PROFILE_TAUS)
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return _table("Probability of improvement" + (" and performance profiles" if scored else ""), head, body,
+                  "comparison")
 
 
 def per_task_html(rows: list[dict[str, Any]], ranked: list[Ranked], spec: SweepSpec) -> str:

@@ -94,6 +94,7 @@ def test_a_sweep_over_tasks_runs_each_configuration_on_every_env_and_ranks_it_by
     assert result["best"]["configuration"] == 0, rows
     page = html.unescape(Path(write_sweep_report(str(sweep_dir))).read_text())
     assert "Mean final return per task" in page and "Acrobot-v1 (reference -100)" in page and "mean score" in page
+    assert "Probability of improvement and performance profiles" in page and "runs above 0.25" in page
 
 
 def _check_report_in_chromium(sweep_dir: Path, tmp_path: Path) -> None:

@@ -14,7 +14,15 @@ from daskrl.errors import ConfigError
 from daskrl.sweep.asha import ASHA
 from daskrl.sweep.command import spec_from_args
 from daskrl.sweep.exploit import TrialPBT
-from daskrl.sweep.results import bootstrap_ci, curve_band, iqm, rank
+from daskrl.sweep.results import (
+    bootstrap_ci,
+    curve_band,
+    iqm,
+    performance_profile,
+    probability_of_improvement,
+    rank,
+    stratified_bootstrap_ci,
+)
 from daskrl.sweep.search import GridSearch, RandomSearch
 from daskrl.sweep.spec import PBTSpec, spec_from_dict
 from daskrl.sweep.trials import Trial
@@ -118,6 +126,41 @@ def test_iqm_and_its_interval_across_seeds():
     grid, mean, lo, hi = curve_band([(x, np.array([0.0, 10.0, 20.0])), (x, np.array([0.0, 30.0, 40.0]))], points=3)
     assert np.allclose(mean, [0.0, 20.0, 30.0]) and np.all(lo <= mean) and np.all(mean <= hi)
     assert hi[1] - lo[1] > 0  # two seeds that differ: a band, not a line
+
+
+#: a fixed table of normalized scores: 3 tasks x 5 seeds, one task much harder than the others
+SCORES = np.array([[0.95, 1.02, 0.88, 1.10, 0.97], [0.61, 0.75, 0.58, 0.70, 0.66], [0.05, 0.12, 0.02, 0.30, 0.08]])
+
+
+def rliable_stratified_iqm_ci(scores: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
+    """rliable's published recipe, written here from its definitions (Agarwal et al. 2021, appendix A.4): per
+    resample, draw each task's runs with replacement on their own, take scipy's trim_mean(x, 0.25) over all of them;
+    the interval is the 2.5th and 97.5th percentiles."""
+    from scipy.stats import trim_mean
+
+    rng = np.random.RandomState(seed)
+    stats = [trim_mean(np.concatenate([row[rng.randint(0, len(row), len(row))] for row in scores]), 0.25)
+             for _ in range(resamples)]
+    return float(np.percentile(stats, 2.5)), float(np.percentile(stats, 97.5))
+
+
+def test_the_stratified_interval_matches_rliables_recipe_and_keeps_every_task_in_every_resample():
+    ours = stratified_bootstrap_ci(list(SCORES))
+    theirs = rliable_stratified_iqm_ci(SCORES, 20_000, seed=1)
+    assert np.allclose(ours, theirs, atol=0.01), (ours, theirs)
+    pooled = bootstrap_ci(SCORES.ravel())  # a plain bootstrap may draw no run of the hard task: a wider interval
+    assert pooled[1] - pooled[0] > ours[1] - ours[0]
+
+
+def test_the_performance_profile_and_the_probability_of_improvement_follow_their_definitions():
+    from scipy.stats import mannwhitneyu
+
+    assert np.allclose(performance_profile(SCORES, np.array([0.0, 0.5, 1.0, 2.0])), [1.0, 10 / 15, 2 / 15, 0.0])
+    better = SCORES + np.array([[0.05], [0.0], [-0.02]])
+    expected = np.mean([mannwhitneyu(x, y).statistic / (len(x) * len(y))
+                        for x, y in zip(better, SCORES, strict=True)])
+    assert probability_of_improvement(list(better), list(SCORES)) == pytest.approx(expected)
+    assert probability_of_improvement(list(SCORES), list(SCORES)) == 0.5  # ties count half
 
 
 def test_ranking_puts_full_runs_by_iqm_first_and_stopped_ones_after():
