@@ -74,13 +74,14 @@ def policy_model(config: Config, spaces: EnvSpaces, weights: dict, policy: int =
     return model
 
 
-def untrained_model(config: Config):
-    """The network ``config`` trains, with its initial weights, in eval mode: what a live run's published weights are
-    loaded into by a server that follows it. Single-agent envs only (a server answers one agent's observations)."""
+def untrained_model(config: Config, policy: int = 0):
+    """Policy ``policy``'s network as ``config`` trains it, with its initial weights, in eval mode: what a live run's
+    published weights are loaded into by a server that follows it (in a multi-agent env, the network of the agents
+    that policy plays: a server answers one agent's observations at a time)."""
+    from daskrl.driver.fleet.role_setups import acting_spaces
+
     spaces = experiment_spaces(config)
-    if spaces.num_agents > 1:
-        raise ConfigError([f"{config.env.env!r} is a multi-agent env ({spaces.num_agents} agents); serve answers "
-                           "single-agent policies (daskrl enjoy plays multi-agent ones)"])
-    model = build_model(spaces, config.model, config.run.seed)
+    own = acting_spaces(config, spaces)[policy] if spaces.num_agents > 1 else spaces
+    model = build_model(own, config.model, config.run.seed)
     model.eval()
     return model

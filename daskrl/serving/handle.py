@@ -163,7 +163,7 @@ def serve(experiment: str | None = None, client: Any = None, *, train_dir: str =
             desc, run_dir = _followed_block(session.client, follow, policy, follow_timeout)
             experiment_dir = experiment_dir if experiment else run_dir
             config = experiment_config(experiment_dir, policy)
-            model, version, about = untrained_model(config), 0, {"experiment": experiment_dir, "follow": follow}
+            model, version, about = untrained_model(config, policy), 0, {"experiment": experiment_dir, "follow": follow}
         else:
             config, model, state = load_policy(experiment_dir, which, policy)
             version = int(state.get("policy_version", 0))

@@ -225,7 +225,24 @@ def test_videos_of_a_multi_agent_game_while_training_and_from_enjoy(trained, tmp
     assert result["video_frames"] == sum(g.length for g in result["games"]) == frame_count(out)
 
 
-# ---- export ----
+# ---- export and serving ----
+
+
+def both_seats_observations(n: int, seed: int) -> np.ndarray:
+    """``n`` observations of race to ten, from both seats, by random moves, games restarted as they end."""
+    from daskrl.envs import make_env
+
+    env, rng, seen = make_env(GAME, seed=seed), np.random.default_rng(seed), []
+    env.reset(seed=seed)
+    while len(seen) < n:
+        agent = env.agent_selection
+        seen.append(env.observe(agent))
+        done = env.terminations[agent] or env.truncations[agent]
+        env.step(None if done else int(rng.integers(2)))
+        if not env.agents:
+            env.reset()
+    env.close()
+    return np.asarray(seen, np.float32)
 
 
 @pytest.mark.parametrize("fmt", ["pt2", "torchscript"])
@@ -235,26 +252,47 @@ def test_a_multi_agent_policy_exports_and_its_file_acts_as_the_model_on_each_age
     import torch
 
     from daskrl import export
-    from daskrl.envs import make_env
     from daskrl.evaluation import load_policy
 
     described = export(str(trained["dir"]), fmt, output=str(trained["dir"] / f"race.{fmt}"))
     assert described["agents"] == ["first", "second"] and described["policy_mapping"] == "auto"
     assert described["inputs"][0]["shape"] == ["batch", 11]
-    env, rng, seen = make_env(GAME, seed=5), np.random.default_rng(5), []
-    env.reset(seed=5)
-    while len(seen) < 200:  # both seats' observations, random moves, games restarted as they end
-        agent = env.agent_selection
-        seen.append(env.observe(agent))
-        done = env.terminations[agent] or env.truncations[agent]
-        env.step(None if done else int(rng.integers(2)))
-        if not env.agents:
-            env.reset()
-    env.close()
-    obs = np.asarray(seen, np.float32)
+    obs = both_seats_observations(200, seed=5)
     module = torch.export.load(described["path"]).module() if fmt == "pt2" else torch.jit.load(described["path"])
     actions, values = (x.numpy() for x in module(torch.from_numpy(obs))[:2])
     _, model, _ = load_policy(str(trained["dir"]))
     want_actions, _, _ = model.act(obs, deterministic=True)
     np.testing.assert_array_equal(actions, want_actions)
     assert np.std(values) > 0, "values that ignore the observations"
+
+
+def test_a_multi_agent_policy_is_served_one_agents_observation_at_a_time(trained):
+    from daskrl import serve
+    from daskrl.evaluation import load_policy
+
+    obs = both_seats_observations(100, seed=6)
+    with serve("race", train_dir=str(trained["train_dir"]), policy=0, deterministic=True) as server:
+        served = server.act(obs)
+        assert server.info()["observation"] == {"shape": [11], "dtype": "float32"}
+    _, model, _ = load_policy(str(trained["dir"]))
+    np.testing.assert_array_equal(served, model.act(obs, deterministic=True)[0])
+
+
+def test_a_server_follows_one_policy_of_a_live_multi_agent_run(session, tmp_path):
+    """--follow on a multi-agent run: the server's network is the one the policy plays its agents with, and it
+    takes the newer versions the run publishes."""
+    import daskrl
+
+    from ..helpers import run_config, wait_for
+
+    config = run_config(tmp_path, "live_race", env=GAME, num_workers=1, num_envs_per_worker=8, rollout=16,
+                        batch_size=128, self_play_snapshots=2, train_for_env_steps=0, train_for_seconds=60)
+    run = daskrl.start(config, client=session.client)
+    try:
+        with daskrl.serve(client=session.client, follow="live_race", policy=0) as server:
+            obs = both_seats_observations(8, seed=7)
+            first = server.act(obs, return_version=True)[1]
+            wait_for(lambda: server.act(obs, return_version=True)[1] > first, timeout=30, what="a newer version")
+            assert server.info()["observation"] == {"shape": [11], "dtype": "float32"}
+    finally:
+        run.stop(timeout=60)
