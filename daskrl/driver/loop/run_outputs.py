@@ -39,7 +39,8 @@ class RunOutputs:
         self.events_csv: CsvLog | None = None  # events.csv, from the first change made from outside
         self.csv_log = CsvLog(os.path.join(self.config.experiment_dir, "metrics.csv"), append=config.run.resume)
         self.wandb_log = wandb_log
-        self.tb_log = TensorBoardLog(os.path.join(self.config.experiment_dir, "tensorboard"), mirror=wandb_log)
+        self.tb_log = TensorBoardLog(os.path.join(self.config.experiment_dir, "tensorboard"), mirror=wandb_log,
+                                     config=config)
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,

@@ -3,12 +3,13 @@
 Why not a library's writer: ``torch.utils.tensorboard`` and tensorboardX import torch, and ``tensorboard``'s own
 EventFileWriter imports protobuf and tensorboard's generated messages; the driver, which writes a run's event files,
 needs neither for anything else (torch: 116 MB of private memory and 0.7 s; tensorboard's writer: 12 MB and 0.1 s,
-in every run; docs/metrics.md, "The TensorBoard writer", has the measurement against tensorboardX). The two
-records written here are small and fixed: an ``Event`` holding a ``Summary`` of one value, either a simple value
-(``add_scalar``) or, for the text plugin, a one-string tensor under ``<tag>/text_summary`` (``add_text``),
-encoded field by field as protobuf's wire format lays them out, and framed as TFRecords (length and data, each with
-a masked CRC-32C). tests/drills/test_tb_events.py checks the bytes against tensorboard's own messages and reads the files
-with tensorboard's reader.
+in every run; docs/metrics.md, "The TensorBoard writer", has the measurement against tensorboardX). The records
+written here are small and fixed: an ``Event`` holding a ``Summary`` of one value, either a simple value
+(``add_scalar``), for the text plugin a one-string tensor under ``<tag>/text_summary`` (``add_text``), or for the
+HParams plugin a run's hyperparameters as its session start (``add_hparams``), encoded field by field as protobuf's
+wire format lays them out, and framed as TFRecords (length and data, each with a masked CRC-32C).
+tests/unit/test_tb_events.py checks them against tensorboard's own messages, and tests/drills/test_tb_events.py
+reads the files with tensorboard's reader.
 """
 
 from __future__ import annotations
@@ -107,6 +108,33 @@ def text_value(tag: str, text: str) -> bytes:
     return _bytes_field(1, f"{tag}/text_summary".encode()) + _bytes_field(8, tensor) + _bytes_field(9, metadata)
 
 
+def _double_field(field: int, value: float) -> bytes:
+    return _key(field, 1) + struct.pack("<d", value)
+
+
+def _hparam_value(value: bool | int | float | str) -> bytes:
+    """A ``google.protobuf.Value``: number_value (2, double), string_value (3) or bool_value (4)."""
+    if isinstance(value, bool):
+        return _int_field(4, int(value)) or _key(4, 0) + b"\x00"  # false is written, as protobuf's writer does
+    if isinstance(value, (int, float)):
+        return _double_field(2, float(value))
+    return _bytes_field(3, value.encode())
+
+
+def hparams_value(hparams: dict[str, bool | int | float | str], group: str, start_time: float) -> bytes:
+    """A ``Summary.Value`` the HParams plugin reads as a run's session start: tag ``_hparams_/session_start_info``,
+    its null tensor (8: float, shape [0]) and metadata (9) whose plugin content is an ``HParamsPluginData`` (version
+    0) holding a ``SessionStartInfo``: the hyperparameters (1, a map sorted by name), the group (4) that gathers a
+    trial's seeds, and the start time (5)."""
+    entries = b"".join(_bytes_field(1, _bytes_field(1, name.encode()) + _bytes_field(2, _hparam_value(hparams[name])))
+                       for name in sorted(hparams))
+    start = entries + _bytes_field(4, group.encode()) + _double_field(5, start_time)
+    content = _bytes_field(3, start)  # HParamsPluginData.session_start_info (3); version 0 is left out
+    metadata = _bytes_field(1, _bytes_field(1, b"hparams") + _bytes_field(2, content))
+    null_tensor = _int_field(1, 1) + _bytes_field(2, _bytes_field(2, b""))  # DT_FLOAT, one dim of size 0
+    return _bytes_field(1, b"_hparams_/session_start_info") + _bytes_field(8, null_tensor) + _bytes_field(9, metadata)
+
+
 class EventWriter:
     """``add_scalar``, ``add_text``, ``flush`` and ``close`` of an event file in ``log_dir`` (named as TensorBoard's
     writers name theirs, so TensorBoard finds it)."""
@@ -126,6 +154,11 @@ class EventWriter:
 
     def add_text(self, tag: str, text: str, step: int) -> None:
         self._add(text_value(tag, text), step)
+
+    def add_hparams(self, hparams: dict[str, bool | int | float | str], group: str) -> None:
+        """The run's hyperparameters for TensorBoard's HParams view, which lists runs by them beside the last value of
+        each scalar; ``group``: runs that share it (a configuration's seeds) are one row there."""
+        self._add(hparams_value(hparams, group, time.time()), 0)
 
     def flush(self) -> None:
         if not self.file.closed:

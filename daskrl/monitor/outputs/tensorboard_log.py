@@ -12,6 +12,9 @@ writes it (this class, each policy's rows, the events of a steered run): the two
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 from typing import Any, Protocol
 
@@ -41,6 +44,25 @@ TAGS = {
     "replay_added": "replay/added",
     "replay_served": "replay/served",
 }
+
+
+#: the config's sections whose options shape what is learned (the run's and the deployment's say where and for how
+#: long it runs, and where its files go)
+LEARNING_SECTIONS = ("env", "sampler", "model", "learner", "policies", "algo")
+#: in every run's record, given or not: what tells two runs apart in any comparison
+ALWAYS = ("env", "algo", "seed", "train_for_env_steps")
+
+
+def run_hparams(config: Any) -> tuple[dict[str, bool | int | float | str], str]:
+    """The run's HParams record and its group: the learning options the user (or a sweep's trial) gave, with
+    :data:`ALWAYS`; lists and other values as JSON text. Runs that differ only in their seed share the group, so
+    TensorBoard's HParams view puts a configuration's seeds on one row."""
+    learning = {f.name for section in LEARNING_SECTIONS for f in dataclasses.fields(getattr(config, section))}
+    flat = config.flat()
+    names = sorted((config.explicit() & learning) | set(ALWAYS))
+    hparams = {n: flat[n] if isinstance(flat[n], (bool, int, float, str)) else json.dumps(flat[n]) for n in names}
+    unseeded = json.dumps({n: v for n, v in hparams.items() if n != "seed"}, sort_keys=True)
+    return hparams, hashlib.sha256(unseeded.encode()).hexdigest()[:16]
 
 
 class Mirror(Protocol):
@@ -76,10 +98,14 @@ class _Tee:
 
 
 class TensorBoardLog:
-    def __init__(self, log_dir: str, mirror: Mirror | None = None) -> None:
+    def __init__(self, log_dir: str, mirror: Mirror | None = None, config: Any = None) -> None:
+        """``config``: the run's, whose learning options go to TensorBoard's HParams view (:func:`run_hparams`); a
+        mirror has the config already (W&B's run config)."""
         from daskrl.monitor.outputs.tb_events import EventWriter
 
         writer = EventWriter(log_dir)
+        if config is not None:
+            writer.add_hparams(*run_hparams(config))
         self.writer = writer if mirror is None else _Tee(writer, mirror)
 
     def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:
