@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from daskrl.sweep.report import PALETTE, write_sweep_report
 from daskrl.sweep.trials import read_table, read_trials
 
 from ..browser import CHROMIUM, chromium_cli, colour_pixels, distinct_colours
-from ..helpers import SMALL_CARTPOLE, slow, wait_for
+from ..helpers import SMALL_CARTPOLE, free_port, get_json, slow, wait_for
 
 BASE = {**SMALL_CARTPOLE, "dashboard_address": "", "checkpoint_interval": 2.0}
 
@@ -259,3 +260,32 @@ def test_an_optuna_search_learns_from_each_configuration_it_told(tmp_path):
     finished = {r["configuration"]: r["final_return"] for r in rows if r["status"] == "finished"}
     assert {t.number: t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE} == \
         pytest.approx(finished)
+    opened_in_optuna_dashboard(tmp_path / "tpe" / "optuna.journal", "tpe", finished)
+
+
+def opened_in_optuna_dashboard(journal: Path, name: str, finished: dict[int, float]) -> None:
+    """``optuna-dashboard <journal>`` as a user starts it: its API lists the sweep's study with every trial, and the
+    values of the finished ones."""
+    if shutil.which("optuna-dashboard") is None:
+        pytest.skip("optuna-dashboard is not installed (pip install 'daskrl[sweep]')")
+    port = free_port()
+    proc = subprocess.Popen(["optuna-dashboard", str(journal), "--port", str(port), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        studies = wait_for(lambda: _get_json_or_none(f"http://127.0.0.1:{port}/api/studies"), timeout=60,
+                           what="optuna-dashboard's API")["study_summaries"]
+        [study] = [s for s in studies if s["study_name"] == name]
+        detail = get_json(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}")
+        values = {t["number"]: t["values"][0] for t in detail["trials"] if t["state"] == "Complete"}
+        assert len(detail["trials"]) == 4 and values == pytest.approx(finished)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+def _get_json_or_none(url: str) -> dict | None:
+    try:
+        return get_json(url)
+    except OSError:  # not listening yet
+        return None
