@@ -73,7 +73,7 @@ def one_run(env: str, budget: int, seed: int, extra: list[str], episodes: int) -
 
 
 def sb3_run(algo: str, env: str, budget: int, seed: int, episodes: int) -> dict | None:
-    """SB3's DQN or SAC with rl-zoo's hyperparameters (benchmarks/sb3_offpolicy.py); None when SB3 is missing."""
+    """SB3's DQN, SAC or TD3 with rl-zoo's hyperparameters (benchmarks/sb3_offpolicy.py); None without SB3."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sb3_offpolicy.py")
     run = run_measured([sys.executable, script, algo, env, str(seed), str(budget), str(episodes)], timeout=36000)
     lines = [line for line in run["out"].splitlines() if line.startswith("{")]
@@ -135,7 +135,8 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", help="only these tasks (of any split)")
     parser.add_argument("--budget", type=int, default=0, help="env steps per run instead of the task's (0: the "
                         "task's); for a quick check that the benchmark runs")
-    parser.add_argument("--sb3", action="store_true", help="dqn, sac: also run SB3's DQN or SAC per seed, side by side")
+    parser.add_argument("--sb3", action="store_true",
+                        help="dqn, sac, td3: also run SB3's DQN, SAC or TD3 per seed, side by side")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes per run (20 episodes "
                         "of Acrobot moved the mean by +-4)")

@@ -31,10 +31,12 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
         (config.model.rnn != "none", "has no recurrent replay yet: leave out --rnn"),
         (config.learner.lr_schedule != "constant" or config.learner.optimizer != "adam" or config.learner.kl_coef > 0,
          "trains with Adam at a constant learning rate: leave out --lr-schedule, --optimizer and --kl-coef"),
-        (a.algo == "sac" and "action_bounds" in config.explicit() and config.model.action_bounds != "squash",
+        (a.algo in ACTORS and "action_bounds" in config.explicit() and config.model.action_bounds != "squash",
          "squashes its Gaussian into the action box: leave out --action-bounds clip"),
         (a.algo == "sac" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "state",
          "learns a state-dependent std: leave out --gaussian-std parameter"),
+        (a.algo == "td3" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "parameter",
+         "explores with one fixed noise (--init-log-std): leave out --gaussian-std state"),
     ]
     out += [f"{name} {why}" for bad, why in unsupported if bad]
     if a.learning_starts > a.replay_capacity:
@@ -71,6 +73,12 @@ _DQN_LEARNING = {"hidden_sizes": [256, 256], "batch_size": 128, "replay_ratio": 
 #: Pendulum learning rate (bench_learning passed it per env before): seeds 0-4 evaluated at -137 to -152 over 100
 #: episodes each (the line: -200; SB3's SAC beside them in the same run: -133 to -161)
 _SAC_LEARNING = {"prioritized_replay": False, "learning_starts": 100, "learning_rate": 1e-3}
+#: how TD3 learns where the user gave no option: SB3's TD3 (uniform replay, learning from the 100th transition, a
+#: [400, 300] network, minibatches of 256, one update per env step) with rl-zoo's Pendulum learning rate, and its
+#: exploration noise (rl-zoo's normal noise of 0.1 of the largest action): a log-std of ln 0.1 under the tanh, which
+#: the actor's loss never moves
+_TD3_LEARNING = {"prioritized_replay": False, "learning_starts": 100, "learning_rate": 1e-3,
+                 "init_log_std": -2.302585, "hidden_sizes": [400, 300], "batch_size": 256}
 #: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
 #: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each.
 #: DQN does not normalize observations (SB3's DQN does not either): its learner's running statistics count every
@@ -86,9 +94,13 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "sac": {**_OFF_POLICY_SLOTS, **_SAC_LEARNING, "batch_size": 256, "activation": "relu",
             "hidden_sizes": [256, 256], "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0,
             "value_encoder": "shared"},
+    "td3": {**_OFF_POLICY_SLOTS, **_TD3_LEARNING, "activation": "relu", "max_grad_norm": 0.0, "n_step": 1,
+            "replay_ratio": 1.0, "value_encoder": "shared"},
 }
-#: what SAC's actor must be (set whatever the user gave: the rules refuse another value given explicitly)
-_SAC_ACTOR = {"action_bounds": "squash", "gaussian_std": "state"}
+#: what each continuous off-policy algorithm's actor must be (set whatever the user gave: the rules refuse another
+#: value given explicitly): SAC's std depends on the state; TD3's is one log-std its loss never moves (its noise)
+ACTORS = {"sac": {"action_bounds": "squash", "gaussian_std": "state"},
+          "td3": {"action_bounds": "squash", "gaussian_std": "parameter"}}
 
 
 def apply_algo_model(config: Any) -> dict[str, Any]:
@@ -96,7 +108,7 @@ def apply_algo_model(config: Any) -> dict[str, Any]:
     defaults (:data:`ALGO_DEFAULTS`) where the user gave none, before the run's config is saved, so samplers, the
     learner and ``enjoy`` build the same network; returns the defaults applied (name -> value)."""
     explicit, applied = config.explicit(), {}
-    wanted = {**ALGO_DEFAULTS.get(config.algo.algo, {}), **(_SAC_ACTOR if config.algo.algo == "sac" else {})}
+    wanted = {**ALGO_DEFAULTS.get(config.algo.algo, {}), **ACTORS.get(config.algo.algo, {})}
     for name, value in wanted.items():
         if name in explicit:
             continue

@@ -329,14 +329,14 @@ class RunConfig(Section):
 #: the algorithms of ``--algo`` and where each one's learner takes its data ("fresh slots" or "replay"), which decides
 #: the rules it is checked by (daskrl/driver/fleet/algorithms.py names what each one is made of; its
 #: ``register_algorithm`` adds one here, so this dict is also the option's choices)
-ALGO_SOURCES: dict[str, str] = {"appo": "fresh slots", "dqn": "replay", "sac": "replay"}
+ALGO_SOURCES: dict[str, str] = {"appo": "fresh slots", "dqn": "replay", "sac": "replay", "td3": "replay"}
 
 
 @dataclass
 class AlgoConfig(Section):
     algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner), "
-                            "'dqn' (off-policy, Discrete actions) or 'sac' (off-policy, Box actions): for these two "
-                            "slots go to replay shards and the learner draws minibatches from them",
+                            "'dqn' (off-policy, Discrete actions), 'sac' or 'td3' (off-policy, Box actions): for "
+                            "these three slots go to replay shards and the learner draws minibatches from them",
                     choices=ALGO_SOURCES)
     replay_shards: int | str = opt("auto", "off-policy: replay shards, each holding in shared memory the transitions "
                                            "of the rollout workers wired to it. 'auto': one per host that runs "
@@ -380,8 +380,12 @@ class AlgoConfig(Section):
                                          "transition), and --resume refills the shards from them; the shards' "
                                          "workers must see the experiment directory (one host, or a shared file "
                                          "system)")
-    target_tau: float = opt(0.005, "sac: the target critics move this fraction of the way to the critics after each "
-                                   "update", low=0, high=1, low_open=True)
+    target_tau: float = opt(0.005, "sac, td3: the target networks move this fraction of the way to the online ones "
+                                   "after each update (td3: each actor update)", low=0, high=1, low_open=True)
+    policy_delay: int = opt(2, "td3: critic updates per actor (and target) update", low=1)
+    target_policy_noise: float = opt(0.2, "td3: the std of the noise on the target actor's action, in half-widths "
+                                          "of the action box (target policy smoothing)", low=0)
+    target_noise_clip: float = opt(0.5, "td3: that noise is clipped to +-this many half-widths", low=0)
     init_alpha: float = opt(1.0, "sac: the entropy temperature alpha at the start (it is then tuned to keep the "
                                  "policy's entropy near -action_dim)", low=0, low_open=True)
     exploration_fraction: float = opt(0.1, "dqn: each worker's epsilon falls linearly from 1 to its own over this "

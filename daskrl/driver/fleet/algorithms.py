@@ -76,6 +76,9 @@ ALGORITHMS = {
                      ("discrete",), acts_greedily=True),
     "sac": Algorithm("sac", samples_its_policy, "replay", "daskrl.algo.sac.trainer:SACTrainer",
                      ("box",)),
+    # TD3's samplers act with the policy's noise; its evaluation takes the deterministic action (the mode)
+    "td3": Algorithm("td3", samples_its_policy, "replay", "daskrl.algo.td3.trainer:TD3Trainer",
+                     ("box",), acts_greedily=True),
 }
 
 

@@ -1,0 +1,1 @@
+"""TD3: twin delayed deep deterministic policy gradient (Fujimoto et al. 2018)."""

@@ -1,0 +1,103 @@
+"""TD3's parts without a run (daskrl/algo/td3/trainer.py): target policy smoothing stays in the box and within its
+clip, the actor and the targets move only every --policy-delay critic updates, the exploration noise (the actor's
+log-std) is never trained, a checkpoint resumes to the same trainer, and the options TD3 refuses or sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from daskrl.algo.td3.trainer import TD3Trainer, deterministic_action, smoothed_target_action
+from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+from daskrl.envs import probe_env
+from daskrl.models.actor_critic import build_model
+
+from ..helpers import run_config
+
+MODEL = ModelConfig(hidden_sizes=[32, 32], action_bounds="squash", gaussian_std="parameter", init_log_std=-2.302585,
+                    activation="relu")
+
+
+def pendulum_trainer(seed: int = 0) -> TD3Trainer:
+    torch.manual_seed(seed)
+    return TD3Trainer(build_model(probe_env("Pendulum-v1"), MODEL, seed), MODEL,
+                      LearnerConfig(learning_rate=1e-3, max_grad_norm=0.0), AlgoConfig(algo="td3", n_step=1))
+
+
+def minibatch(seed: int, size: int = 32) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    data = {"obs": rng.normal(size=(size, 3)).astype(np.float32),
+            "actions": rng.uniform(-2, 2, (size, 1)).astype(np.float32),
+            "rewards": rng.normal(size=size).astype(np.float32),
+            "next_obs": rng.normal(size=(size, 3)).astype(np.float32), "discounts": np.full(size, 0.99, np.float32)}
+    return data, np.ones(size, np.float32)
+
+
+def test_target_smoothing_stays_in_the_box_and_within_its_clip():
+    actor = pendulum_trainer().target_actor
+    obs = torch.randn(2000, 3)
+    mode = deterministic_action(actor, obs)
+    smoothed = smoothed_target_action(actor, obs, noise=10.0, clip=0.5)  # a wide noise: the clip decides
+    assert float((smoothed - mode).abs().max()) <= 0.5 * 2.0 + 1e-6  # half a half-width of Pendulum's [-2, 2]
+    assert float(smoothed.abs().max()) <= 2.0 and float((smoothed - mode).abs().max()) > 0.5
+    quiet = smoothed_target_action(actor, obs, noise=0.2, clip=0.5)
+    assert 0.3 < float((quiet - mode).std()) < 0.5  # std 0.2 half-widths = 0.4 in Pendulum's units, barely clipped
+
+
+def test_the_actor_and_the_targets_move_every_second_update_and_the_noise_never():
+    trainer = pendulum_trainer()
+    log_std = trainer.model.actor.log_std.detach().clone() if hasattr(trainer.model.actor, "log_std") else None
+    snapshot = lambda module: [p.detach().clone() for p in module.parameters()]  # noqa: E731
+    actor, target_actor, target = snapshot(trainer.model), snapshot(trainer.target_actor), snapshot(trainer.target)
+
+    def moved(before: list[torch.Tensor], module: torch.nn.Module) -> bool:
+        return any(not torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
+
+    trainer.train(*minibatch(1))
+    assert not moved(actor, trainer.model) and not moved(target_actor, trainer.target_actor)
+    assert not moved(target, trainer.target)  # the critics moved; their targets wait for the actor's update
+    trainer.train(*minibatch(2))
+    assert moved(actor, trainer.model) and moved(target_actor, trainer.target_actor) and moved(target, trainer.target)
+    noise = [p for name, p in trainer.model.named_parameters() if "log_std" in name]
+    assert noise and all(torch.allclose(p, torch.full_like(p, -2.302585)) for p in noise), "the noise was trained"
+    assert log_std is None or torch.equal(log_std, trainer.model.actor.log_std)
+
+
+def test_a_checkpoint_resumes_to_the_same_trainer():
+    first = pendulum_trainer()
+    for seed in range(3):
+        first.train(*minibatch(seed))
+    second = pendulum_trainer(seed=5)
+    second.load_state_dict(first.state_dict())  # what a checkpoint saves and --resume loads
+    for part in ("model", "target_actor", "critics", "target"):
+        for a, b in zip(getattr(first, part).state_dict().values(), getattr(second, part).state_dict().values(),
+                        strict=True):
+            assert torch.equal(a, b), part
+    data, weights = minibatch(7)
+    one_request = ({k: v[None] for k, v in data.items()}, weights[None])  # K = 1 minibatch
+    torch.manual_seed(9)
+    _, td_first, _ = first.train_many(*one_request)
+    torch.manual_seed(9)
+    _, td_second, _ = second.train_many(*one_request)
+    assert np.array_equal(td_first, td_second)
+
+
+def test_td3_sets_its_actor_and_refuses_what_it_cannot_use(tmp_path):
+    from daskrl.config import Config
+    from daskrl.driver.launch.preflight import preflight
+    from daskrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--algo td3 needs box actions, and this env's are discrete"):
+        preflight(run_config(tmp_path, algo="td3", env="CartPole-v1"))
+    with pytest.raises(ConfigError, match="--algo td3 explores with one fixed noise .*: leave out --gaussian-std state"):
+        Config.from_flat({"algo": "td3", "gaussian_std": "state"}).validate()
+    with pytest.raises(ConfigError, match="--algo td3 squashes its Gaussian into the action box"):
+        Config.from_flat({"algo": "td3", "action_bounds": "clip"}).validate()
+    config = run_config(tmp_path, algo="td3", env="Pendulum-v1")
+    preflight(config)
+    assert (config.model.action_bounds, config.model.gaussian_std) == ("squash", "parameter")
+    assert config.model.init_log_std == pytest.approx(np.log(0.1)) and config.model.hidden_sizes == [400, 300]
+    mine = run_config(tmp_path, algo="td3", env="Pendulum-v1", init_log_std=-1.0)
+    preflight(mine)
+    assert mine.model.init_log_std == -1.0  # a noise the user gives wins
