@@ -24,6 +24,6 @@ def test_the_writer_benchmark_reads_every_record_back_and_skips_a_writer_that_is
     missing = lambda name: None if name == "tensorboardX" else importlib.util.find_spec(name)
     result = bench_tb_writer.main(["--scalars", "300", "--repeats", "1", "--json"], available=missing)
     hand = result["writers"]["hand-made"]
-    assert hand["records"] == hand["records_expected"] == 301 and hand["hparams_s"] is None
+    assert hand["records"] == hand["records_expected"] == 301 and hand["hparams_s"] >= 0  # its session start
     assert "not installed" in result["writers"]["tensorboardX"]["skipped"]
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result

@@ -6,7 +6,7 @@ needs neither for anything else (torch: 116 MB of private memory and 0.7 s; tens
 in every run; docs/metrics.md, "The TensorBoard writer", has the measurement against tensorboardX). The records
 written here are small and fixed: an ``Event`` holding a ``Summary`` of one value, either a simple value
 (``add_scalar``), for the text plugin a one-string tensor under ``<tag>/text_summary`` (``add_text``), or for the
-HParams plugin a run's hyperparameters as its session start (``add_hparams``), encoded field by field as protobuf's
+HParams plugin a run's hyperparameters as its session start (``add_session_start``), encoded field by field as protobuf's
 wire format lays them out, and framed as TFRecords (length and data, each with a masked CRC-32C).
 tests/unit/test_tb_events.py checks them against tensorboard's own messages, and tests/drills/test_tb_events.py
 reads the files with tensorboard's reader.
@@ -155,9 +155,10 @@ class EventWriter:
     def add_text(self, tag: str, text: str, step: int) -> None:
         self._add(text_value(tag, text), step)
 
-    def add_hparams(self, hparams: dict[str, bool | int | float | str], group: str) -> None:
+    def add_session_start(self, hparams: dict[str, bool | int | float | str], group: str) -> None:
         """The run's hyperparameters for TensorBoard's HParams view, which lists runs by them beside the last value of
-        each scalar; ``group``: runs that share it (a configuration's seeds) are one row there."""
+        each scalar (so no metrics are given here, unlike tensorboardX's ``add_hparams``); ``group``: runs that
+        share it (a configuration's seeds) are one row there."""
         self._add(hparams_value(hparams, group, time.time()), 0)
 
     def flush(self) -> None:

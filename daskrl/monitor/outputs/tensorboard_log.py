@@ -105,7 +105,7 @@ class TensorBoardLog:
 
         writer = EventWriter(log_dir)
         if config is not None:
-            writer.add_hparams(*run_hparams(config))
+            writer.add_session_start(*run_hparams(config))
         self.writer = writer if mirror is None else _Tee(writer, mirror)
 
     def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:
