@@ -77,6 +77,17 @@ class ReplayTrainer(PolicyTrainer):
         or the gradients were not finite (nothing applied)."""
         raise NotImplementedError
 
+    def step_into(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]
+                  ) -> torch.Tensor:
+        """Backward into ``params`` (``optimizer``'s) only, clip (``--max-grad-norm``, 0: no clipping), step: one of
+        the several optimizers an actor-critic update steps in turn (SAC's, TD3's). Returns the gradient norm (a
+        tensor: read once per request)."""
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward(inputs=params)
+        norm = grad_norm(params, self.cfg.max_grad_norm)
+        self.kernels.step(optimizer)
+        return norm
+
     def follow_obs(self, obs: np.ndarray) -> None:
         """Observation statistics follow the observations about to be trained on (with ``--normalize-obs``)."""
         self.obs_rms.update(self.model.obs_for_stats(obs))

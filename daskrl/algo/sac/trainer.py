@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from daskrl.algo.common.optimizers import load_moments
-from daskrl.algo.common.replay_steps import ReplayTrainer, grad_norm
+from daskrl.algo.common.replay_steps import ReplayTrainer
 from daskrl.algo.sac.loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.models.q_critics import TwinQ
 
@@ -90,15 +90,15 @@ class SACTrainer(ReplayTrainer):
         critic = critic_loss(*self.critics(inputs, t["actions"]), targets, w)
         if not bool(torch.isfinite(critic.loss)):
             return None
-        critic_norm = self._step(self.critic_optimizer, critic.loss, self.critic_params)
+        critic_norm = self.step_into(self.critic_optimizer, critic.loss, self.critic_params)
         # the actor and the temperature follow the critics just updated (as SB3 and the paper's code order them)
         actions, log_prob = squashed_sample(self.model, t["obs"])
         q1_pi, q2_pi = self.critics(inputs, actions)
         policy = actor_loss(q1_pi, q2_pi, log_prob, alpha)
         temperature = alpha_loss(self.log_alpha, log_prob, self.target_entropy)
         if bool(torch.isfinite(policy) & torch.isfinite(temperature)):
-            self._step(self.optimizer, policy, self.actor_params)  # gradients reach only the actor's parameters
-            self._step(self.alpha_optimizer, temperature, [self.log_alpha])
+            self.step_into(self.optimizer, policy, self.actor_params)  # gradients reach only the actor's parameters
+            self.step_into(self.alpha_optimizer, temperature, [self.log_alpha])
         else:
             self.skipped_steps += 1
         self.soft_update(self.algo.target_tau)
@@ -109,15 +109,6 @@ class SACTrainer(ReplayTrainer):
                    "grad_norm": critic_norm, "importance_weight_mean": w.mean()}
         return metrics, critic.td_errors
 
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]
-              ) -> torch.Tensor:
-        """Backward into ``params`` (``optimizer``'s) only, clip (``--max-grad-norm``, 0: no clipping), step;
-        returns the gradient norm (a tensor: read once per request)."""
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=params)
-        norm = grad_norm(params, self.cfg.max_grad_norm)
-        self.kernels.step(optimizer)
-        return norm
 
     # ---- checkpoints ----
 

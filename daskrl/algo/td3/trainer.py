@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from daskrl.algo.common.optimizers import load_moments
-from daskrl.algo.common.replay_steps import ReplayTrainer, grad_norm
+from daskrl.algo.common.replay_steps import ReplayTrainer
 from daskrl.algo.sac.loss import SoftUpdate, critic_loss
 from daskrl.models.q_critics import TwinQ
 
@@ -85,13 +85,13 @@ class TD3Trainer(ReplayTrainer):
         critic = critic_loss(*self.critics(inputs, t["actions"]), targets, w)
         if not bool(torch.isfinite(critic.loss)):
             return None
-        critic_norm = self._step(self.critic_optimizer, critic.loss, self.critic_params)
+        critic_norm = self.step_into(self.critic_optimizer, critic.loss, self.critic_params)
         self.train_steps += 1
         if self.train_steps % self.algo.policy_delay == 0:
             q1, _ = self.critics(inputs, deterministic_action(self.model, t["obs"]))
             policy = -q1.mean()
             if bool(torch.isfinite(policy)):
-                self._step(self.optimizer, policy, self.actor_params)  # gradients reach only the actor's parameters
+                self.step_into(self.optimizer, policy, self.actor_params)  # gradients reach only the actor's parameters
                 self.policy_loss = policy.detach()
             else:
                 self.skipped_steps += 1
@@ -103,14 +103,6 @@ class TD3Trainer(ReplayTrainer):
                    "importance_weight_mean": w.mean()}
         return metrics, critic.td_errors
 
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]
-              ) -> torch.Tensor:
-        """Backward into ``params`` (``optimizer``'s) only, clip (``--max-grad-norm``, 0: no clipping), step."""
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=params)
-        norm = grad_norm(params, self.cfg.max_grad_norm)
-        self.kernels.step(optimizer)
-        return norm
 
     # ---- checkpoints ----
 
