@@ -5,9 +5,11 @@ it when the run never starts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -62,13 +64,20 @@ def test_a_runs_driver_never_imports_torch_and_its_checkpoints_load(tmp_path):
     assert events and events[0].stat().st_size > 1000, "no TensorBoard scalars were written"
 
 
-def _forkservers() -> set[int]:
+def _forkservers_marked(mark: str) -> set[int]:
+    """The forkservers started by a command run with ``DASKRL_TEST_MARK=mark`` (they inherit its environment): other
+    tests' servers, such as an xdist neighbour's, do not count."""
     import psutil
 
     found = set()
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if "multiprocessing.forkserver" in " ".join(proc.info["cmdline"] or []):
-            found.add(proc.info["pid"])
+        if "multiprocessing.forkserver" not in " ".join(proc.info["cmdline"] or []):
+            continue
+        try:
+            if proc.environ().get("DASKRL_TEST_MARK") == mark:
+                found.add(proc.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
     return found
 
 
@@ -81,9 +90,10 @@ def test_the_command_starts_the_worker_server_before_its_imports_and_stops_it_wh
             "worker_server.start = start\nfrom daskrl.__main__ import main\n"
             f"sys.argv = ['daskrl', 'train', '--env', 'Nope-v0', '--train-dir', {str(tmp_path)!r}]\n"
             "rc = main(); print(seen, rc, worker_server._starting is None)")
-    before = _forkservers()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    mark = uuid.uuid4().hex
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DASKRL_TEST_MARK": mark})
     assert out.stdout.strip().splitlines()[-1] == "[False] 2 True", (out.stdout, out.stderr)
     assert "Unknown environment 'Nope-v0'" in out.stderr
     time.sleep(0.2)
-    assert _forkservers() - before == set(), "the worker server outlived the command"
+    assert _forkservers_marked(mark) == set(), "the worker server outlived the command"
