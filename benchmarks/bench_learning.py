@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_train import run_measured  # noqa: E402
-from learning_tasks import TASKS, TEST, TUNING, Task, tasks  # noqa: E402
+from learning_tasks import TASKS, TEST, TUNING, Task, frozen_problem, tasks  # noqa: E402
 
 from daskrl.sweep.results import bootstrap_ci, iqm  # noqa: E402
 
@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="more options for every run (after --)")
     args = parser.parse_args()
     chosen = tasks(args.algo, None if args.split == "all" or args.envs else args.split, args.envs)
+    if any(t.split == TEST for t in chosen) and (problem := frozen_problem(args.algo)):
+        sys.exit(f"bench_learning: {problem}")
     results = {}
     print(f"{os.cpu_count()} cores; --algo {args.algo}; seeds {args.seeds}; evaluation: {args.eval_episodes} "
           "episodes, most likely action; options beyond the task's: " + (" ".join(args.extra) or "none") + "\n")

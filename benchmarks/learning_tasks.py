@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from daskrl.config.defaults_fingerprint import fingerprint
+
 TUNING, TEST = "tuning", "test"
 
 
@@ -87,6 +89,31 @@ TD3 = (
 )
 
 TASKS = {"appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3}
+
+
+@dataclass(frozen=True)
+class Freeze:
+    commit: str  # the commit whose defaults the test tasks ran with
+    digest: str  # daskrl.config.defaults_fingerprint.fingerprint(algo) at that commit
+
+
+#: the algorithms whose defaults are frozen, so their test tasks may run (once): a default changed after this fails
+#: tests/unit/test_frozen_defaults.py, since the test tables would then describe code that is gone. APPO's families and
+#: SAC were frozen at 603337d, when every tuning task but HalfCheetah's seed 2 and Swimmer's seeds 1-2 had its seeds
+#: run (those two ran after, on the same defaults); DQN is still being tuned (CartPole's seed 0)
+FROZEN = {"appo": Freeze("603337d", "6ea04af86d0ee6fe"), "sac": Freeze("603337d", "d7fad68fc56ec665")}
+
+
+def frozen_problem(algo: str) -> str | None:
+    """Why ``algo``'s test tasks may not run now (None: they may): its defaults are not frozen, or they moved."""
+    frozen = FROZEN.get(algo)
+    if frozen is None:
+        return (f"--algo {algo}'s defaults are not frozen yet, so its test tasks wait: they run once, after the "
+                "tuning (benchmarks/learning_tasks.py, FROZEN)")
+    if fingerprint(algo) != frozen.digest:
+        return (f"--algo {algo}'s defaults changed since they were frozen at {frozen.commit}: its test tasks ran "
+                "with those; say so in docs/training.md before freezing again")
+    return None
 
 
 def tasks(algo: str, split: str | None = None, envs: list[str] | None = None) -> list[Task]:
