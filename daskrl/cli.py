@@ -1,4 +1,4 @@
-"""The ``daskrl`` command: ``train``, ``sample``, ``enjoy`` and ``report``, with flags generated from :mod:`daskrl.config`.
+"""The ``daskrl`` command (train, sample, enjoy, export, publish, report...), flags generated from :mod:`daskrl.config`.
 
 Every option is defined once (a typed dataclass field with help text); this module only turns fields into
 argparse flags, so the command line and the Python API can never disagree.
@@ -21,6 +21,7 @@ from daskrl.config import SECTIONS, Config
 from daskrl.driver.launch.experiment import run_log_path
 from daskrl.driver.launch.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
+from daskrl.publish.command import add_publish_parser, run_publish
 from daskrl.serving.command import add_serve_parser, run_serve
 from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
 
@@ -112,7 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", help="a config.json to start from (flags override it)")
         _add_config_flags(p)
     enjoy = sub.add_parser("enjoy", help="run episodes with a trained policy and print the mean return")
-    enjoy.add_argument("--experiment", required=True, help="experiment name")
+    played = enjoy.add_mutually_exclusive_group(required=True)
+    played.add_argument("--experiment", help="experiment name")
+    played.add_argument("--from", dest="bundle", metavar="FOLDER",
+                        help="a bundle written by daskrl publish (or downloaded from the Hub) instead of an experiment")
     enjoy.add_argument("--train-dir", default="train_dir", help="directory that holds experiment directories")
     enjoy.add_argument("--episodes", type=int, default=10, help="episodes to run")
     enjoy.add_argument("--checkpoint", default="latest", help="'latest', 'best' or a checkpoint file")
@@ -142,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--output", default=None, help="HTML file to write (default: <experiment dir>/report.html)")
     add_sweep_parser(sub)
     add_serve_parser(sub)
+    add_publish_parser(sub)
     runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
                                        "frames/s, return, age)")
     runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
@@ -185,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_serve(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "publish":
+            return run_publish(args)
         return _enjoy(args)
     except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
@@ -240,8 +247,10 @@ def _show_deployment(config: Config) -> int:
 
 def _enjoy(args: argparse.Namespace) -> int:
     from daskrl.evaluation import enjoy
+    from daskrl.publish.bundle import bundle_dir
 
-    result = enjoy(os.path.join(args.train_dir, args.experiment), args.episodes, args.checkpoint,
+    directory = bundle_dir(args.bundle) if args.bundle else os.path.join(args.train_dir, args.experiment)
+    result = enjoy(directory, args.episodes, args.checkpoint,
                    render=args.render, deterministic=args.deterministic, seed=args.seed, video=args.video,
                    policy=args.policy, opponent=args.opponent, seat=args.seat)
     if result.get("multi_agent"):

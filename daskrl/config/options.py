@@ -285,7 +285,8 @@ class RunConfig(Section):
                                  "driver's records of daskrl's and Dask's loggers, which otherwise go only to "
                                  "<experiment>/daskrl.log)", choices=["debug", "info", "warning", "error"])
     init_checkpoint: str = opt("", "start a new experiment from the weights and observation/return statistics of "
-                                   "this checkpoint file (or the latest checkpoint of this experiment directory); "
+                                   "this checkpoint file (or the latest checkpoint of this experiment directory, or "
+                                   "of this bundle of daskrl publish); "
                                    "the optimizer starts afresh", pattern=r"\S.*", pattern_help="a path")
     scheduler: str = opt("", "address of an existing Dask scheduler (default: an embedded LocalCluster); a cluster "
                              "that uses TLS has a tls:// address and needs the three --tls-* files",

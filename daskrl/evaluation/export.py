@@ -86,8 +86,10 @@ def export_policy(experiment_dir: str, format: str = "onnx", policy: int = 0, wh
     return {**description, "path": path}
 
 
-def require_onnx() -> None:
-    """onnx, onnxscript (the exporter) and onnxruntime (the check) must import, or one line says what to install."""
+def require_onnx(what: str = "--format onnx", install: str = f"{EXTRA} (or --format pt2, which needs torch only)"
+                 ) -> None:
+    """onnx, onnxscript (the exporter) and onnxruntime (the check) must import, or one line says what to install
+    (``what`` needs them; ``install``: how to get them)."""
     missing = []
     for name in ("onnx", "onnxscript", "onnxruntime"):
         try:
@@ -95,8 +97,8 @@ def require_onnx() -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise ConfigError([f"--format onnx needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                           f"not installed: {EXTRA} (or --format pt2, which needs torch only)"])
+        raise ConfigError([f"{what} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                           f"not installed: {install}"])
 
 
 def value_scale(config: Config, model: ActorCritic) -> tuple[float, float]:

@@ -214,15 +214,16 @@ def checkpoint_dirs(experiment_dir: str, num_policies: int) -> list[str]:
 
 
 def checkpoint_file(path: str) -> str:
-    """The checkpoint ``--init-checkpoint`` names: a file, or the newest checkpoint of an experiment directory."""
+    """The checkpoint ``--init-checkpoint`` names: a file, or the newest checkpoint of an experiment directory (a
+    bundle of ``daskrl publish`` is one: its ``checkpoints/`` holds the checkpoint it publishes)."""
     if os.path.isfile(path):
         return path
     folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
     found = sorted(n for n in os.listdir(folder) if n.startswith("checkpoint_") and n.endswith(".pt")) \
         if os.path.isdir(folder) else []
     if not found:
-        raise ConfigError([f"--init-checkpoint {path!r} is neither a checkpoint file nor an experiment directory with "
-                           "checkpoints"])
+        raise ConfigError([f"--init-checkpoint {path!r} is neither a checkpoint file nor an experiment directory (or "
+                           "bundle) with checkpoints"])
     return os.path.join(folder, found[-1])
 
 

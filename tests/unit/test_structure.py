@@ -98,6 +98,7 @@ LAYERS = [
     ("daskrl.evaluation", "daskrl.pbt"),
     ("daskrl.api", "daskrl.testing", "daskrl.serving"),
     ("daskrl.sweep",),
+    ("daskrl.publish",),  # result bundles: an experiment's or a sweep's, through enjoy's and export's code
     ("daskrl.cli", "daskrl.testing.faults", "daskrl"),
     ("daskrl.__main__",),  # the command's entry point: starts the worker server, then runs daskrl.cli
 ]
