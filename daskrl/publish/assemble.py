@@ -110,15 +110,14 @@ def _write_files(experiment_dir: str, how: Evaluation, folder: Path, video_episo
 
 def _write_manifest(folder: Path, facts: CardFacts, experiment_dirs: list[str]) -> None:
     how = facts.evaluation
-    play = f"daskrl enjoy --from . --episodes {how.episodes} --seed {how.seed}"
-    rerun = [play + (" --deterministic" if how.deterministic else ""),
-             f"daskrl train --config {bundle.CONFIG} --experiment rerun_{facts.bundled.run_seed}"]
+    rerun = [how.enjoy_command(),
+             f"daskrl train --config {bundle.CONFIG} --train-dir train_dir --experiment rerun_{facts.bundled.run_seed}"]
     if facts.sweep:
         rerun.append(f"daskrl sweep {bundle.SWEEP_SPEC}")
     evaluation = {"episodes": how.episodes, "env_seed": how.seed, "deterministic": how.deterministic,
-                  "checkpoint": how.checkpoint, "bundled": facts.bundled.as_dict(),
-                  "seeds": [r.as_dict() for r in facts.seeds]}
-    if facts.across is not None:
+                  "checkpoint": how.checkpoint, "bundled": facts.bundled.as_dict()}
+    if facts.across is not None:  # several seeds: each one's evaluation, and their IQM
+        evaluation["seeds"] = [r.as_dict() for r in facts.seeds]
         evaluation["iqm"] = {"value": facts.across.iqm, "ci95": list(facts.across.ci), "seeds": facts.across.seeds,
                              "bootstrap_resamples": facts.across.resamples}
     source = {"experiments": [os.path.abspath(d) for d in experiment_dirs], "env": facts.env, "algo": facts.algo,

@@ -88,8 +88,7 @@ def body(facts: CardFacts) -> str:
              f"A policy trained by daskrl ({facts.algo}) on `{facts.env}` for "
              f"{mine.env_steps_trained:,} env steps, in the Hugging Face Hub's model layout.", "",
              "## Evaluation", "",
-             f"{how.episodes} episodes with {actions}, env seed {how.seed}, as `daskrl enjoy --from . --episodes "
-             f"{how.episodes} --seed {how.seed}{' --deterministic' if how.deterministic else ''}` plays them: mean "
+             f"{how.episodes} episodes with {actions}, env seed {how.seed}, as `{how.enjoy_command()}` plays them: mean "
              f"return **{mine.return_mean:.2f}** (std {mine.return_std:.2f}, mean length {mine.length_mean:.1f}).", ""]
     lines += _seeds_section(facts)
     lines += _usage_section(facts)
@@ -128,7 +127,7 @@ def _usage_section(facts: CardFacts) -> list[str]:
     present = [f"- `{name}`: {what}" for name, what in files.items()
                if name.rstrip("/") in facts.files or name in facts.files]
     lines = ["## Use", "", "```bash",
-             "daskrl enjoy --from .                    # play the policy (in this folder, daskrl installed)",
+             f"{facts.evaluation.enjoy_command()}   # the evaluation above (in this folder, daskrl installed)",
              "daskrl train --env " + facts.env + " --init-checkpoint . --experiment from_bundle   # train on from it",
              "python examples/onnx_play.py " + ONNX + "   # daskrl's example: onnxruntime and gymnasium only",
              "```", "", "## Files", "", *present]

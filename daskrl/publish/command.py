@@ -67,5 +67,5 @@ def print_result(result: dict[str, Any], how: Any) -> None:
         low, high = result["iqm"]["ci95"]
         print(f"daskrl publish: IQM of {result['iqm']['seeds']} seeds' mean returns {result['iqm']['value']:.2f} "
               f"(95% bootstrap interval [{low:.2f}, {high:.2f}])")
-    print(f"daskrl publish: play it with daskrl enjoy --from {result['path']}; push it with huggingface_hub's "
+    print(f"daskrl publish: play it with {how.enjoy_command(result['path'])}; push it with huggingface_hub's "
           "upload_folder (docs/export.md)")

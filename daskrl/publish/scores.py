@@ -26,6 +26,11 @@ class Evaluation:
     deterministic: bool
     checkpoint: str
 
+    def enjoy_command(self, folder: str = ".") -> str:
+        """The ``daskrl enjoy`` command that plays these episodes again on a bundle."""
+        return (f"daskrl enjoy --from {folder} --episodes {self.episodes} --seed {self.seed}"
+                + (" --deterministic" if self.deterministic else ""))
+
 
 @dataclass
 class SeedResult:

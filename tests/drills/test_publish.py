@@ -140,7 +140,8 @@ def test_a_sweep_bundle_carries_the_iqm_of_its_seeds_with_an_interval(sweep_dir,
     means = np.array([s["return_mean"] for s in seeds])
     assert result.metric_value == pytest.approx(iqm(means), abs=1e-3) and result.metric_args["seeds"] == 3
     low, high = result.metric_args["ci95"]
-    assert min(means) <= low <= result.metric_value <= high <= max(means)
+    eps = 1e-3  # float rounding: a resample of three equal values has a mean a last bit away from them
+    assert min(means) - eps <= low <= result.metric_value + eps and result.metric_value - eps <= high <= max(means) + eps
     bundled = manifest["evaluation"]["bundled"]
     assert bundled["return_mean"] == min(means, key=lambda m: abs(m - iqm(means)))  # the seed nearest the IQM
     assert (out / "sweep.json").is_file() and not (out / "replay.mp4").exists()
