@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +188,12 @@ def test_bad_input_to_publish_and_enjoy_from_is_one_line_before_anything_is_writ
     (tmp_path / "other" / "config.json").write_text(json.dumps(other))
     assert "train different envs" in refused(capsys, [*base, "--experiment", "cart", "other"])
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_publish_without_huggingface_hub_says_what_to_install(tmp_path, capsys, monkeypatch):
+    fake_experiment(tmp_path, "cart")
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # its import raises ImportError
+    line = refused(capsys, ["publish", "--train-dir", str(tmp_path), "--experiment", "cart", "--output",
+                            str(tmp_path / "out")])
+    assert "huggingface_hub, which is not installed: pip install 'daskrl[publish]'" in line
+    assert not (tmp_path / "out").exists()
