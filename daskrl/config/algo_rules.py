@@ -29,8 +29,10 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
         (config.learner.num_learners > 1, "trains with one learner: use --num-learners 1"),
         (config.learner.sync, "is off-policy: leave out --sync"),
         (config.model.rnn != "none", "has no recurrent replay yet: leave out --rnn"),
-        (config.learner.lr_schedule != "constant" or config.learner.optimizer != "adam" or config.learner.kl_coef > 0,
-         "trains with Adam at a constant learning rate: leave out --lr-schedule, --optimizer and --kl-coef"),
+        (config.learner.lr_schedule == "kl_adaptive" or config.learner.optimizer != "adam"
+         or config.learner.kl_coef > 0,
+         "trains with Adam, at a constant or linearly decaying learning rate: leave out --lr-schedule kl_adaptive, "
+         "--optimizer and --kl-coef"),
         (a.algo in ACTORS and "action_bounds" in config.explicit() and config.model.action_bounds != "squash",
          "squashes its Gaussian into the action box: leave out --action-bounds clip"),
         (a.algo == "sac" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "state",

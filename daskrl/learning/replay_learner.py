@@ -56,6 +56,7 @@ class ReplayLearner(LearnerBase):
         self.next_id = 0
         self.replay_seen: dict[str, dict[str, int]] = {}  # shard -> size and transitions added, as last answered
         self.batches_per_request = max(1, setup.algo.replay_batches_per_request)  # resolved by the setup
+        self.total_env_steps = setup.total_env_steps  # the length of --lr-schedule linear
         self.add_timer(1.0, self._ask_again)
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
@@ -113,12 +114,20 @@ class ReplayLearner(LearnerBase):
         self._ask(payload["shard"])  # the shard draws the next minibatches while these train
         before = self.trainer.train_steps
         with self.timing("train"):
-            metrics, td_errors, applied = self.trainer.train_many(batches, weights)
+            metrics, td_errors, applied = self.trainer.train_many(batches, weights, self._env_steps(),
+                                                                  self.total_env_steps)
         if metrics["updates"]:
             self.put(priorities_queue(payload["shard"]), _priorities(payload, td_errors, applied))
         self._publish(before)
         metrics["policy_lag_max"] = 0.0
         self._account(metrics, steps=count)
+
+    def _env_steps(self) -> int:
+        """How far the run is, for the learning-rate schedule: the transitions the shards have taken in (each an env
+        step). A shard restored from a checkpoint (--checkpoint-replay) counts from its saved total; one that starts
+        empty on a resume counts from 0, so the steps the run resumed from are the floor."""
+        added = sum(int(seen["added"]) for seen in self.replay_seen.values())
+        return max(added, self.env_steps_offset)
 
     def _publish(self, before: int) -> None:
         """Publish the weights if the updates since ``before`` crossed a multiple of :data:`PUBLISH_EVERY`, as the

@@ -107,7 +107,7 @@ def test_dqn_refuses_what_it_cannot_do_in_one_line_each():
 
     with pytest.raises(ConfigError) as err:
         Config.from_flat({"algo": "dqn", "inference": "remote", "num_policies": 2, "rnn": "lstm",
-                          "learning_starts": 10, "replay_capacity": 5, "lr_schedule": "linear"}).validate()
+                          "learning_starts": 10, "replay_capacity": 5, "lr_schedule": "kl_adaptive"}).validate()
     text = str(err.value)
     assert "--inference inline" in text and "--num-policies" in text and "--rnn" in text and "--lr-schedule" in text
     assert "--learning-starts 10 exceeds --replay-capacity 5" in text
@@ -283,6 +283,33 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each(one_torc
         for (name, a), b in zip(getattr(one, net).state_dict().items(), getattr(many, net).state_dict().values(),
                                 strict=True):
             assert torch.equal(a, b), (net, name)
+
+
+def test_a_linear_learning_rate_schedule_decays_the_replay_updates_with_the_budget(one_torch_thread):
+    """--lr-schedule linear with an off-policy algorithm: each request's updates train at the rate the budget's
+    progress leaves (the same floor as APPO's), and a constant schedule keeps the rate (SB3 takes a schedule for
+    DQN's and SAC's rate too)."""
+    import numpy as np
+
+    from daskrl.algo.common.lr_schedule import LINEAR_FLOOR
+    from daskrl.algo.dqn.trainer import DQNTrainer
+    from daskrl.config import AlgoConfig, LearnerConfig, ModelConfig
+    from daskrl.envs import probe_env
+    from daskrl.models.actor_critic import build_model
+
+    rng, K, B = np.random.default_rng(0), 2, 8
+    batches = {"obs": rng.normal(size=(K, B, 4)).astype(np.float32), "actions": rng.integers(0, 2, (K, B)),
+               "rewards": rng.normal(size=(K, B)).astype(np.float32),
+               "next_obs": rng.normal(size=(K, B, 4)).astype(np.float32), "discounts": np.full((K, B), 0.99, np.float32)}
+    weights = np.ones((K, B), np.float32)
+    for schedule, at, expected in (("linear", 25_000, 1e-3 * 0.5), ("linear", 100_000, 1e-3 * LINEAR_FLOOR),
+                                   ("constant", 25_000, 1e-3)):
+        model = build_model(probe_env("CartPole-v1"), ModelConfig(hidden_sizes=[16]), 0)
+        trainer = DQNTrainer(model, LearnerConfig(learning_rate=1e-3, lr_schedule=schedule), AlgoConfig())
+        metrics, _, _ = trainer.train_many(batches, weights, env_steps=at, total_env_steps=50_000)
+        assert metrics["lr"] == pytest.approx(expected), schedule
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected)
+        assert trainer.hp["learning_rate"] == 1e-3, "the schedule changed the policy's own rate, not the step's"
 
 
 def test_dqn_by_default_tells_mountaincars_flag_from_the_hill_after_random_play(tmp_path, one_torch_thread):

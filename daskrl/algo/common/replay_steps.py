@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from daskrl.algo.common.lr_schedule import scheduled_lr
 from daskrl.algo.common.policy_trainer import PolicyTrainer
 
 
@@ -100,12 +101,14 @@ class ReplayTrainer(PolicyTrainer):
         metrics, td_errors, _ = self.train_many({k: v[None] for k, v in batch.items()}, np.asarray(weights)[None])
         return metrics, td_errors[0]
 
-    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray
-                   ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    def train_many(self, batches: dict[str, np.ndarray], weights: np.ndarray, env_steps: int = 0,
+                   total_env_steps: int = 0) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
         """One update per minibatch, in order: ``batches`` holds K minibatches ([K, B, ...] per field), ``weights``
-        [K, B]. Returns the metrics (means over the updates made), the TD errors [K, B] (zero for a skipped
-        minibatch) and which minibatches updated [K]. The metrics stay tensors until the last update."""
+        [K, B]; at ``env_steps`` of ``total_env_steps``, where --lr-schedule linear sets the rate. Returns the
+        metrics (means over the updates made), the TD errors [K, B] (zero for a skipped minibatch) and which
+        minibatches updated [K]. The metrics stay tensors until the last update."""
         self.step_hp = dict(self.hp)
+        self.step_hp["learning_rate"] = scheduled_lr(self.cfg, self.hp["learning_rate"], env_steps, total_env_steps)
         for optimizer in self.optimizers():
             for group in optimizer.param_groups:
                 group["lr"] = self.step_hp["learning_rate"]
