@@ -67,9 +67,12 @@ _OFF_POLICY_SLOTS = {"num_envs_per_worker": 8, "rollout": 16}
 #: the per-env settings it passes (minibatches of 128, 0.5 updates per env step, exploration over a fifth of the
 #: budget), the target network refreshed every 250 updates (rl-zoo: every 128-300). With the earlier defaults
 #: (64x64, minibatches of 64, 0.25 updates per step, a target every 500 updates, exploration over a tenth) CartPole
-#: evaluated at 128-246 on seeds 0-3; with these, 497-500 on seeds 0-4, and MountainCar -97 to -108
+#: evaluated at 128-246 on seeds 0-3; with these, 497-500 on seeds 0-4, and MountainCar -97 to -108. The rate decays
+#: linearly over the budget (to 0.05x): at a constant 2e-3 some CartPole runs collapsed in their last tenth (one
+#: evaluated at 500 over 10 episodes at 46k env steps and at 164 over 100 at 50k; 2 of 8 runs ended below 475),
+#: and with the decay 5 of 5 ended at 500 (docs/training.md, "Off-policy")
 _DQN_LEARNING = {"hidden_sizes": [256, 256], "batch_size": 128, "replay_ratio": 0.5, "target_update_interval": 250,
-                 "exploration_fraction": 0.2}
+                 "exploration_fraction": 0.2, "lr_schedule": "linear"}
 #: how SAC learns where the user gave no option, chosen on Pendulum-v1 at 20k env steps (the off-policy tuning task
 #: with a Box action space): uniform replay and learning from the 100th transition, as SB3's SAC, and rl-zoo's
 #: Pendulum learning rate (bench_learning passed it per env before): seeds 0-4 evaluated at -137 to -152 over 100
