@@ -40,8 +40,8 @@ def test_every_frozen_algorithm_still_has_the_defaults_its_test_tasks_ran_with(l
 
 
 def test_an_algorithm_being_tuned_may_not_run_its_test_tasks(learning_tasks, monkeypatch):
-    assert "dqn" not in learning_tasks.FROZEN
-    assert "not frozen yet" in learning_tasks.frozen_problem("dqn")
+    assert "td3" not in learning_tasks.FROZEN
+    assert "not frozen yet" in learning_tasks.frozen_problem("td3")
     moved = dataclasses.replace(learning_tasks.FROZEN["appo"], digest="0" * 16)
     monkeypatch.setitem(learning_tasks.FROZEN, "appo", moved)
     assert "changed since they were frozen at 603337d" in learning_tasks.frozen_problem("appo")
