@@ -224,8 +224,9 @@ def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
     config = run_config(tmp_path, algo="dqn", batch_size=32)
     assert describe_algo_defaults(config) == ("defaults for --algo dqn: --num-envs-per-worker 8 --rollout 16 "
                                               "--hidden-sizes 256 256 --replay-ratio 0.5 --target-update-interval "
-                                              "250 --exploration-fraction 0.2 --lr-schedule linear --activation relu --max-grad-norm 10.0 "
-                                              "--no-normalize-obs --value-encoder shared (options you give win)")
+                                              "250 --exploration-fraction 0.2 --lr-schedule linear --activation "
+                                              "relu --max-grad-norm 10.0 --no-normalize-obs --value-encoder shared "
+                                              "(options you give win)")
     preflight(config)
     assert (config.learner.batch_size, config.model.activation, config.learner.max_grad_norm) == (32, "relu", 10.0)
     assert (config.model.hidden_sizes, config.algo.replay_ratio, config.algo.target_update_interval) == (
