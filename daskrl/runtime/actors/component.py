@@ -242,10 +242,11 @@ class Component:
 
     def fail(self, where: str, exc: BaseException) -> None:
         """Stop this component for good, recording why: for errors a slot cannot shrug off (an env that keeps
-        raising, a loss that stays NaN). The runner sees ``state == "failed"`` and the message."""
+        raising, a loss that stays NaN). The runner sees ``state == "failed"`` and the message: the error is
+        recorded first, since a ``stats()`` call from the event loop may read the state in between."""
+        self._record_error(where, exc)
         self.state = "failed"
         self._stopping = True
-        self._record_error(where, exc)
 
     # ---- internals ----
 
