@@ -33,6 +33,7 @@ RL_ZOO = {"dqn": {
 }, "td3": {  # rl-zoo's td3.yml: net_arch [400, 300], normal action noise of 0.1 (added in main)
     "Pendulum-v1": dict(learning_rate=1e-3, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
                         train_freq=(1, "episode"), gradient_steps=-1),
+    "HalfCheetah-v5": dict(learning_starts=10_000),  # its MuJoCo defaults (HalfCheetah-v4): SB3's, but this one
 }}
 #: rl-zoo's network per algorithm (DQN and SAC: [256, 256]; TD3: SB3's [400, 300])
 NET_ARCH = {"dqn": [256, 256], "sac": [256, 256], "td3": [400, 300]}
