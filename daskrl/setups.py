@@ -44,6 +44,21 @@ class EpsilonGreedy:
 
 
 @dataclass(frozen=True)
+class UniformWarmup:
+    """One rollout worker's warm-up (TD3's, as the paper's and SB3's): uniformly random actions in the Box for its
+    first ``steps`` env steps, its share of ``--learning-starts``, so the replay starts with transitions that span
+    the action box instead of the initial actor's near-constant output (a setup field: frozen, built by the driver)."""
+
+    steps: int
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    @classmethod
+    def for_worker(cls, learning_starts: int, workers: int, low: list[float], high: list[float]) -> UniformWarmup:
+        return cls(-(-learning_starts // max(workers, 1)), tuple(low), tuple(high))
+
+
+@dataclass(frozen=True)
 class PolicySetup:
     """How a sampler builds and runs the policy: the network, where its parameters are published, the fast paths."""
 
@@ -57,7 +72,8 @@ class PolicySetup:
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
     # agents with different spaces: (obs_len, act_dim) of the slot rows this policy reads and writes (EnvSpaces.cut_for)
     cut: tuple[int, int] | None
-    exploration: EpsilonGreedy | None  # how a DQN sampler explores (None: the policy samples its own actions)
+    #: how a sampler explores (DQN's epsilon-greedy, TD3's warm-up; None: the policy samples its own actions)
+    exploration: EpsilonGreedy | UniformWarmup | None
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
          or config.learner.kl_coef > 0,
          "trains with Adam, at a constant or linearly decaying learning rate: leave out --lr-schedule kl_adaptive, "
          "--optimizer and --kl-coef"),
-        (a.algo in ACTORS and "action_bounds" in config.explicit() and config.model.action_bounds != "squash",
-         "squashes its Gaussian into the action box: leave out --action-bounds clip"),
+        (a.algo in ACTORS and "action_bounds" in config.explicit()
+         and config.model.action_bounds != ACTORS[a.algo]["action_bounds"],
+         f"bounds its actions as --action-bounds {ACTORS.get(a.algo, {}).get('action_bounds')} does: leave out "
+         f"--action-bounds {config.model.action_bounds}"),
         (a.algo == "sac" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "state",
          "learns a state-dependent std: leave out --gaussian-std parameter"),
         (a.algo == "td3" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "parameter",
@@ -78,15 +80,17 @@ _DQN_LEARNING = {"hidden_sizes": [256, 256], "batch_size": 128, "replay_ratio": 
 #: Pendulum learning rate (bench_learning passed it per env before): seeds 0-4 evaluated at -137 to -152 over 100
 #: episodes each (the line: -200; SB3's SAC beside them in the same run: -133 to -161)
 _SAC_LEARNING = {"prioritized_replay": False, "learning_starts": 100, "learning_rate": 1e-3}
-#: how TD3 learns where the user gave no option: SB3's TD3 (uniform replay, learning from the 100th transition, a
-#: [400, 300] network, minibatches of 256, one update per env step) with rl-zoo's Pendulum learning rate, and its
-#: exploration noise (rl-zoo's normal noise of 0.1 of the largest action): a log-std of ln 0.1 under the tanh, which
-#: the actor's loss never moves
-_TD3_LEARNING = {"prioritized_replay": False, "learning_starts": 100, "learning_rate": 1e-3,
+#: how TD3 learns where the user gave no option: rl-zoo's TD3 for every env it tuned (uniform replay, a [400, 300]
+#: network, minibatches of 256, one update per env step, a learning rate of 1e-3, 10,000 uniformly random steps
+#: before learning: UniformWarmup) and its exploration noise (normal, 0.1 of the largest action): a log-std of ln 0.1,
+#: which the actor's loss never moves, added after the tanh (``--action-bounds squash_mean``). With SB3's 100 steps and
+#: the noise under the tanh, the actor's tanh saturated on HalfCheetah-v5 within 15k steps (every action at a bound,
+#: -600: the control cost) and stayed there, since a saturated tanh passes no gradient
+_TD3_LEARNING = {"prioritized_replay": False, "learning_starts": 10_000, "learning_rate": 1e-3,
                  "init_log_std": -2.302585, "hidden_sizes": [400, 300], "batch_size": 256}
 #: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
 #: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each.
-#: DQN does not normalize observations (SB3's DQN does not either): its learner's running statistics count every
+#: DQN and TD3 do not normalize observations (SB3's do not either): the learner's running statistics count every
 #: replayed draw (each transition about replay_ratio x batch_size times), so they settle on what the first, random
 #: steps saw, and the +-5 std clip then hides the states found later. On MountainCar the clip fell at x = 0.03
 #: after the 23k random steps, so the flag (x = 0.5) and the hill below it were one input (docs/offpolicy.md).
@@ -100,12 +104,12 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
             "hidden_sizes": [256, 256], "max_grad_norm": 0.0, "n_step": 1, "replay_ratio": 1.0,
             "value_encoder": "shared"},
     "td3": {**_OFF_POLICY_SLOTS, **_TD3_LEARNING, "activation": "relu", "max_grad_norm": 0.0, "n_step": 1,
-            "replay_ratio": 1.0, "value_encoder": "shared"},
+            "replay_ratio": 1.0, "normalize_obs": False, "value_encoder": "shared"},
 }
 #: what each continuous off-policy algorithm's actor must be (set whatever the user gave: the rules refuse another
 #: value given explicitly): SAC's std depends on the state; TD3's is one log-std its loss never moves (its noise)
 ACTORS = {"sac": {"action_bounds": "squash", "gaussian_std": "state"},
-          "td3": {"action_bounds": "squash", "gaussian_std": "parameter"}}
+          "td3": {"action_bounds": "squash_mean", "gaussian_std": "parameter"}}
 
 
 def apply_algo_model(config: Any) -> dict[str, Any]:

@@ -113,8 +113,10 @@ class ModelConfig(Section):
                                        "under --algo dqn, as SB3's DQN: docs/offpolicy.md)")
     action_bounds: str = opt("clip", "continuous actions in a bounded Box: 'clip' sends the Gaussian sample clipped to "
                                      "the Box and trains on the probability of what was sent (the tails beyond a bound "
-                                     "count as the bound); 'squash' maps it into the Box with tanh",
-                             choices=["clip", "squash"])
+                                     "count as the bound); 'squash' maps it into the Box with tanh; 'squash_mean' "
+                                     "squashes the mean with tanh and sends it plus the Gaussian's noise, clipped to "
+                                     "the Box (TD3's exploration; --algo td3 sets it)",
+                             choices=["clip", "squash", "squash_mean"])
     init_log_std: float = opt(0.0, "initial log standard deviation of a Gaussian policy (continuous actions)")
     gaussian_std: str = opt("parameter", "a Gaussian policy's standard deviation: 'parameter' (one learned log-std per "
                                          "action dimension, as CleanRL's PPO) or 'state' (a head on the features, "

@@ -15,7 +15,7 @@ from daskrl.models.actor_critic import build_model
 
 from ..helpers import run_config
 
-MODEL = ModelConfig(hidden_sizes=[32, 32], action_bounds="squash", gaussian_std="parameter", init_log_std=-2.302585,
+MODEL = ModelConfig(hidden_sizes=[32, 32], action_bounds="squash_mean", gaussian_std="parameter", init_log_std=-2.302585,
                     activation="relu")
 
 
@@ -92,12 +92,49 @@ def test_td3_sets_its_actor_and_refuses_what_it_cannot_use(tmp_path):
         preflight(run_config(tmp_path, algo="td3", env="CartPole-v1"))
     with pytest.raises(ConfigError, match="--algo td3 explores with one fixed noise .*: leave out --gaussian-std state"):
         Config.from_flat({"algo": "td3", "gaussian_std": "state"}).validate()
-    with pytest.raises(ConfigError, match="--algo td3 squashes its Gaussian into the action box"):
+    with pytest.raises(ConfigError, match="--algo td3 bounds its actions as --action-bounds squash_mean does: leave "
+                                          "out --action-bounds clip"):
         Config.from_flat({"algo": "td3", "action_bounds": "clip"}).validate()
     config = run_config(tmp_path, algo="td3", env="Pendulum-v1")
     preflight(config)
-    assert (config.model.action_bounds, config.model.gaussian_std) == ("squash", "parameter")
+    assert (config.model.action_bounds, config.model.gaussian_std) == ("squash_mean", "parameter")
+    assert config.algo.learning_starts == 10_000  # rl-zoo's, with uniformly random actions until then
     assert config.model.init_log_std == pytest.approx(np.log(0.1)) and config.model.hidden_sizes == [400, 300]
     mine = run_config(tmp_path, algo="td3", env="Pendulum-v1", init_log_std=-1.0)
     preflight(mine)
     assert mine.model.init_log_std == -1.0  # a noise the user gives wins
+
+
+def test_the_exploration_noise_comes_after_the_squash_so_a_saturated_actor_still_explores():
+    from daskrl.models.heads import ClippedGaussian, SquashedMeanNoise
+
+    low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+    mean = torch.tensor([[20.0, 0.0]]).expand(20_000, 2)  # dimension 0 far past tanh's bound
+    dist = SquashedMeanNoise(mean, torch.full((2,), np.log(0.1)), low, high)
+    assert torch.allclose(dist.mode()[0], torch.tensor([2.0, 0.5]))  # tanh(mean) in the box's units
+    actions = dist.sample()
+    assert float(actions.min()) >= -2.0 and float(actions[:, 1].max()) <= 1.0
+    below_the_bound = actions[:, 0] < 2.0
+    assert 0.45 < float(below_the_bound.float().mean()) < 0.55  # half the noise points back into the box
+    assert float(actions[:, 1].std()) == pytest.approx(0.05, rel=0.05)  # 0.1 half-widths of [0, 1]
+    clipped = ClippedGaussian(dist.mode(), torch.log(torch.tensor([0.2, 0.05])), low, high)
+    assert torch.allclose(dist.log_prob(actions), clipped.log_prob(actions), atol=1e-5)
+
+
+def test_td3_samplers_act_uniformly_for_their_share_of_learning_starts_then_sample_the_policy():
+    from daskrl.sampling.policies.exploration import UniformWarmupActing, exploring
+    from daskrl.setups import UniformWarmup
+
+    def policy(obs, state=None, deterministic=False):  # as SamplingPolicy's act: a policy that always sends 0.25
+        return np.full((len(obs), 1), 0.25, np.float32), np.zeros(len(obs), np.float32), None
+
+    setup = UniformWarmup.for_worker(learning_starts=10_000, workers=3, low=[-2.0], high=[2.0])
+    assert setup.steps == 3_334  # each of 3 workers takes a third, rounded up
+    act = exploring(policy, setup, seed=0)
+    assert isinstance(act, UniformWarmupActing)
+    warmup = np.concatenate([act(np.zeros((8, 3)))[0] for _ in range(417)])  # 3,336 steps: the share, then a call
+    assert warmup.shape == (3_336, 1) and warmup.dtype == np.float32
+    assert float(warmup.min()) >= -2.0 and float(warmup.max()) <= 2.0 and abs(float(warmup.mean())) < 0.1
+    assert float(warmup.std()) == pytest.approx(4 / np.sqrt(12), rel=0.05)  # uniform over [-2, 2]
+    after = act(np.zeros((8, 3)))[0]
+    assert np.all(after == 0.25)  # the policy's own actions once the share is taken

@@ -3,8 +3,8 @@
 An algorithm is three choices, made once when the run is set up:
 
 - its **sampler-side policy**: how rollout workers act around the policy they hold (APPO and SAC sample their
-  stochastic policy, SAC's a squashed Gaussian; DQN acts epsilon-greedily with an epsilon per rollout worker,
-  :mod:`daskrl.sampling.policies.exploration`);
+  stochastic policy, SAC's a squashed Gaussian; DQN acts epsilon-greedily with an epsilon per rollout worker; TD3
+  acts uniformly at random for its share of --learning-starts, :mod:`daskrl.sampling.policies.exploration`);
 - its **data source**: the batcher's fresh slots (full slots announced to the learner, trained on once) or replay
   (slots announced to replay shards, :mod:`daskrl.replay.shard`, which keep transitions and serve draws);
 - its **trainer** (``trainer_path``: a ``PolicyTrainer`` that its learner builds with ``from_options``, never asking
@@ -27,7 +27,7 @@ from daskrl.config import Config
 from daskrl.config.options import ALGO_SOURCES
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.lazy_names import class_at
-from daskrl.setups import EpsilonGreedy
+from daskrl.setups import EpsilonGreedy, UniformWarmup
 
 
 def samples_its_policy(config: Config, spaces: EnvSpaces, index: int) -> None:
@@ -42,11 +42,17 @@ def epsilon_greedy(config: Config, spaces: EnvSpaces, index: int) -> EpsilonGree
                                     a.exploration_fraction, config.run.train_for_env_steps, int(spaces.num_actions))
 
 
+def uniform_warmup(config: Config, spaces: EnvSpaces, index: int) -> UniformWarmup:
+    """Rollout worker ``index``'s uniformly random first steps: its share of --learning-starts (TD3)."""
+    return UniformWarmup.for_worker(config.algo.learning_starts, config.sampler.num_workers, list(spaces.low or []),
+                                    list(spaces.high or []))
+
+
 @dataclass(frozen=True)
 class Algorithm:
     name: str
     #: rollout worker ``index``'s exploration setup (None: act as the policy samples)
-    sampler_policy: Callable[[Config, EnvSpaces, int], EpsilonGreedy | None]
+    sampler_policy: Callable[[Config, EnvSpaces, int], EpsilonGreedy | UniformWarmup | None]
     data_source: str  # "fresh slots" or "replay": which learner component holds its trainer (LEARNERS)
     #: its trainer (a PolicyTrainer built with ``from_options``) as "module:class", handed to the learner in its setup
     trainer_path: str
@@ -76,8 +82,9 @@ ALGORITHMS = {
                      ("discrete",), acts_greedily=True),
     "sac": Algorithm("sac", samples_its_policy, "replay", "daskrl.algo.sac.trainer:SACTrainer",
                      ("box",)),
-    # TD3's samplers act with the policy's noise; its evaluation takes the deterministic action (the mode)
-    "td3": Algorithm("td3", samples_its_policy, "replay", "daskrl.algo.td3.trainer:TD3Trainer",
+    # TD3's samplers act uniformly for --learning-starts, then with the policy's noise; its evaluation takes the
+    # deterministic action (the mode)
+    "td3": Algorithm("td3", uniform_warmup, "replay", "daskrl.algo.td3.trainer:TD3Trainer",
                      ("box",), acts_greedily=True),
 }
 

@@ -6,6 +6,8 @@ epsilon per rollout worker, as Ape-X gives each actor its own: worker ``i`` of `
 ``eps^(1 + alpha i / (N - 1))``, so a few workers explore much and the rest hardly at all. Each worker's epsilon
 falls linearly from 1 to its own over the first ``fraction`` of its share of the run's env steps (Ape-X keeps it
 constant: ``--exploration-fraction 0``); a small run with one or two workers needs that early exploration.
+TD3's samplers act uniformly at random for their share of ``--learning-starts``, then sample the policy (the
+squashed mean plus its noise).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from daskrl.setups import EpsilonGreedy
+from daskrl.setups import EpsilonGreedy, UniformWarmup
 
 #: what a policy copy's act returns: actions, log-probs, values (None from the numpy path, which samplers build
 #: without the critic: nothing reads a sampler's values)
@@ -42,6 +44,31 @@ class EpsilonGreedyActing:
         return actions, log_probs, values
 
 
-def exploring(act: Callable[..., Acted], setup: EpsilonGreedy | None, seed: int) -> Callable[..., Acted]:
-    """``act`` itself when the policy explores by sampling (APPO), else wrapped."""
-    return act if setup is None else EpsilonGreedyActing(act, setup, seed)
+class UniformWarmupActing:
+    """Wraps a policy copy's act: uniformly random actions in the Box until this worker took ``setup.steps`` env
+    steps, the policy's own samples after. The log-probs written beside are the policy's (an off-policy learner does
+    not read them)."""
+
+    def __init__(self, act: Callable[..., Acted], setup: UniformWarmup, seed: int) -> None:
+        self.inner = act
+        self.setup = setup
+        self.rng = np.random.default_rng(seed)
+        self.low, self.high = np.asarray(setup.low, np.float32), np.asarray(setup.high, np.float32)
+        self.steps = 0
+
+    def __call__(self, obs: np.ndarray, state: np.ndarray | None = None) -> Acted:
+        actions, log_probs, values = self.inner(obs, state)
+        if self.steps < self.setup.steps:
+            actions = self.rng.uniform(self.low, self.high, size=np.shape(actions)).astype(np.float32)
+        self.steps += len(actions)
+        return actions, log_probs, values
+
+
+def exploring(act: Callable[..., Acted], setup: EpsilonGreedy | UniformWarmup | None,
+              seed: int) -> Callable[..., Acted]:
+    """``act`` itself when the policy explores by sampling (APPO, SAC), else wrapped."""
+    if setup is None:
+        return act
+    if isinstance(setup, UniformWarmup):
+        return UniformWarmupActing(act, setup, seed)
+    return EpsilonGreedyActing(act, setup, seed)
