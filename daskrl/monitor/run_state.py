@@ -56,7 +56,8 @@ class RunState:
     messages_dropped: int = 0  # bus messages that found no receiver, over all workers
     replay: list = field(default_factory=list)  # off-policy: each replay shard's numbers (monitor/replay_stats.py)
     best_return: float = -math.inf
-    reached_return_at: float | None = None
+    reached_return_at: float | None = None  # when the mean return first reached --stop-at-return (seconds)
+    reached_return_mean: float | None = None  # that mean, as the stop rule read it (later episodes move the window's)
     # episode info numbers (EnvGroup.episode_extras): collected since the last row, and the last mean of each key
     pending_extras: dict = field(default_factory=dict)
     extra_means: dict = field(default_factory=dict)

@@ -193,7 +193,7 @@ class Run:
         target = self.config.run.stop_at_return
         if target is not None and state.reached_return_at is None and state.episodes.full \
                 and state.episodes.mean_return >= target:
-            state.reached_return_at = state.elapsed
+            state.reached_return_at, state.reached_return_mean = state.elapsed, state.episodes.mean_return
 
     # ---- reports and checkpoints ----
 

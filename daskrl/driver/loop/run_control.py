@@ -63,6 +63,6 @@ def stop_rule_met(config: Config, state: RunState) -> str:
     if r.train_for_seconds and state.elapsed >= r.train_for_seconds:
         return f"trained for {state.elapsed:.0f} s (--train-for-seconds {r.train_for_seconds:g})"
     if state.reached_return_at is not None:
-        return (f"mean return {state.episodes.mean_return:.1f} over the last {len(state.episodes.returns)} "
+        return (f"mean return {state.reached_return_mean:.1f} over the last {len(state.episodes.returns)} "
                 f"episodes reached --stop-at-return {r.stop_at_return:g}")
     return ""

@@ -25,6 +25,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
         "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
         "reached_return_at_s": state.reached_return_at,
+        "reached_return_mean": state.reached_return_mean,
         "stop_reason": run.control.reason,
         "startup": None,  # a run that started says how (its StartupClock is an observer)
         "time_shares": state.shares,
