@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from daskrl.config import Config
-from daskrl.driver.loop.poll_pace import NEAR_POLL_S, POLL_S, PollPace
+from daskrl.driver.loop.pacing.poll_pace import NEAR_POLL_S, POLL_S, PollPace
 from daskrl.monitor.run_state import RunState
 
 

@@ -21,8 +21,8 @@ from daskrl.driver.fleet.fleet import Fleet, LearnerStart
 from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.driver.loop.component_ledger import ComponentLedger
 from daskrl.driver.loop.observers import Observer
+from daskrl.driver.loop.pacing.poll_pace import PollPace
 from daskrl.driver.loop.policy_book import PolicyBook
-from daskrl.driver.loop.poll_pace import PollPace
 from daskrl.driver.loop.run_control import RunControl
 from daskrl.driver.loop.run_outputs import RunOutputs
 from daskrl.driver.loop.stopping import stop_created, stop_in_order

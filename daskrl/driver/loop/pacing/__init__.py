@@ -1,0 +1,1 @@
+"""When the driver's loop reads the run: on a clock, sooner near a stop (:mod:`.poll_pace`)."""
