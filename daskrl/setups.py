@@ -138,6 +138,8 @@ class LearnerSetup:
     cut: tuple[int, int] | None  # the policy's part of the slot rows, as PolicySetup.cut
     algo: AlgoConfig  # --algo and the off-policy options (replay, targets, exploration)
     trainer: str  # the algorithm's trainer, "module:class" (daskrl/driver/fleet/algorithms.py, trainer_path)
+    #: --deterministic: hold each step's slots until the driver read the run at it, and seed each step's minibatches
+    deterministic: bool
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,10 @@ class RunConfig(Section):
                                    "derive some of them from the task)")
     serial: bool = opt(False, "run every component in this one process (worker threads instead of worker "
                               "processes): slower, but a debugger such as pdb can step through a slot")
+    deterministic: bool = opt(False, "with --sync: the same flags and --seed give the same bytes (metrics.csv without "
+                                     "its time columns, checkpoints): slots are trained in a fixed order, the learner "
+                                     "holds each step until the driver has read the run at it, and a row is written "
+                                     "per training step (docs/reproducibility.md)")
     overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
                                  "removed first (without it, a new run refuses an existing experiment)")
     sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling)")

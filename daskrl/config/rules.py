@@ -48,11 +48,27 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _combination_problems(config, found)
     problems += _recurrent_problems(config, found)
     problems += _policy_problems(config, found)
+    problems += _deterministic_problems(config)
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
     problems += algo_problems(config, found)
     problems += deploy_problems(config.deploy, config.run.scheduler, config.run.serial)
     return problems
+
+
+def _deterministic_problems(config: Config) -> list[str]:
+    """What --deterministic cannot make repeatable: each option here depends on timing."""
+    if not config.run.deterministic:
+        return []
+    timed = [
+        (not config.learner.sync, "--sync (an asynchronous run trains on whatever slots and versions timing brings)"),
+        (config.run.train_for_seconds > 0, "no --train-for-seconds (a time is not a step: use --train-for-env-steps)"),
+        (config.sampler.inference == "remote", "--inference inline (remote inference batches requests as they come)"),
+        (config.learner.num_learners > 1, "--num-learners 1"),
+        (config.run.eval_interval_env_steps > 0,
+         "no --eval-interval-env-steps (an evaluation plays the version that is current when it starts)"),
+    ]
+    return [f"--deterministic needs {need}" for bad, need in timed if bad]
 
 
 def _wandb_problems(r: RunConfig) -> list[str]:

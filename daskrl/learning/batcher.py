@@ -276,6 +276,11 @@ class OwnBatch:
         return self.samples >= self.batcher.samples_per_batch
 
     def close(self) -> Delivery:
+        """The batch; with ``--sync`` (slots held) its slots in (worker, slot) order, not in the order they arrived,
+        so a step trains on the same rows whatever the timing (``--deterministic`` relies on it)."""
+        if isinstance(self.batcher.holding, HoldUntilTrained):
+            ordered = sorted(zip(self.held, self.parts, strict=True), key=lambda pair: pair[0][:2])
+            self.held, self.parts = [slot for slot, _ in ordered], [part for _, part in ordered]
         return Delivery(self.batcher.reader.join(self.parts), self.held, [], self.generation)
 
     def abandon(self) -> list[SlotId]:

@@ -32,11 +32,21 @@ from daskrl.setups import LearnerSetup
 __all__ = ["Learner"]
 
 
+def seed_step(seed: int, step: int) -> None:
+    """--deterministic: the step's minibatch order from the run's seed and the step's number, not from a generator
+    other components of this process (``--serial`` runs them all in one) may have drawn from before it."""
+    import torch
+
+    torch.manual_seed(seed * 1_000_003 + step)
+
+
 class Learner(LearnerBase):
     """See the module docstring."""
 
     #: the batcher, once configured
     batcher: Batcher | None = None
+    #: --deterministic: the step just trained, its slots held until the driver has read the run at this step
+    held: tuple[Delivery, int] | None = None
 
     @signal
     def shares_assigned(self, payload: SharesAssigned) -> None:
@@ -47,6 +57,10 @@ class Learner(LearnerBase):
         self.reader = reader_for(setup.policy_index, setup.tagged, setup.cut, self.model.recurrent)
         self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
                                group=self._group_now, assign=self._assign, reader=self.reader)
+        if setup.deterministic:
+            import torch
+
+            torch.use_deterministic_algorithms(True, warn_only=True)  # a GPU kernel without one says so in the log
 
     # ---- the learner group ----
 
@@ -145,6 +159,8 @@ class Learner(LearnerBase):
             self.batcher.release(delivery, version)
             return
         env_steps = self.env_steps_offset + self.trainer.samples_trained
+        if self.setup.deterministic:
+            seed_step(self.setup.seed, self.trainer.train_steps)
         try:
             with self.timing("train"):
                 metrics = self.trainer.train(batch, version, env_steps, on_progress=self.beat)
@@ -158,11 +174,31 @@ class Learner(LearnerBase):
             self.first_step_at = time.time()
         self.snapshots.after_publish(self.version, self.model)
         self.role.record(self.trainer.train_steps, self.model)
-        # --sync: the slots go back only now, and nobody fills them before taking this version; a leader's members'
-        # shares too (they trained on them in this step, so they had copied them)
-        self.batcher.release(delivery, self.version)
         metrics["version_diff"] = float(version - batch.policy_version.mean())
         self._account(metrics)
+        # --sync: the slots go back only now, and nobody fills them before taking this version; a leader's members'
+        # shares too (they trained on them in this step, so they had copied them). --deterministic: only once the
+        # driver has read every component at this step (release_step), while nothing moves
+        if self.setup.deterministic:
+            self.held = (delivery, self.version)
+        else:
+            self.batcher.release(delivery, self.version)
+
+    async def held_step(self) -> int | None:
+        """--deterministic: the training steps taken when a step is held for the driver, else None."""
+        return self.trainer.train_steps if self.held is not None else None
+
+    async def release_step(self) -> int:
+        """--deterministic: hand back the slots of the step held (the driver read the run at it); returns the
+        training steps taken so far."""
+
+        def release() -> int:
+            if self.held is not None:
+                self.batcher.release(*self.held)
+                self.held = None
+            return self.trainer.train_steps
+
+        return await self.on_own_thread(release)
 
     def _group_broke(self, exc: GroupBroken) -> None:
         """A member (or the leader) is gone: the leader trains alone, a member waits, until the group is formed
@@ -176,6 +212,7 @@ class Learner(LearnerBase):
         batcher = self.batcher
         return {
             **self.learner_stats(),
+            "held_step": self.trainer.train_steps if self.held is not None else None,  # --deterministic
             # samples trained on by lag (k versions old: [k]), and their median and 95th percentile over the run
             "policy_lag_counts": self.trainer.lag_counts.tolist(),
             "policy_lag_p50": lag_percentile(self.trainer.lag_counts, 50),

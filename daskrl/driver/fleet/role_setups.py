@@ -78,7 +78,7 @@ def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, re
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
         tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
         snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c),
-        trainer=algorithm_of(c).trainer_path)
+        trainer=algorithm_of(c).trainer_path, deterministic=c.run.deterministic)
 
 
 def _algo(config: Config):

@@ -21,6 +21,7 @@ from daskrl.driver.fleet.fleet import Fleet, LearnerStart
 from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.driver.loop.component_ledger import ComponentLedger
 from daskrl.driver.loop.observers import Observer
+from daskrl.driver.loop.pacing.lockstep import Lockstep
 from daskrl.driver.loop.pacing.poll_pace import PollPace
 from daskrl.driver.loop.policy_book import PolicyBook
 from daskrl.driver.loop.run_control import RunControl
@@ -120,14 +121,19 @@ class Run:
         or SIGTERM; or :meth:`request_stop`)."""
         pace, interval = PollPace(self.config.run), self.config.run.report_interval
         next_report = time.monotonic() + interval
+        # --deterministic: one turn per training step, read while the learner holds it (a row per step)
+        lockstep = Lockstep(lambda: self.fleet.teams.leaders[0]) if self.config.run.deterministic else None
         while True:
-            time.sleep(pace.next_wait(self.state))
+            if lockstep is None:
+                time.sleep(pace.next_wait(self.state))
+            held = lockstep is not None and lockstep.wait(stop_signals)
             self.poll()
             self.control.steering.run_pending(self)
             now = time.monotonic()
             self.control.beat(self, now)
             reason = self.control.stop_reason(self.config, self.state, stop_signals)
-            if now >= next_report and not reason:  # the last row is written at the stop, after the last steps
+            row_due = held if lockstep is not None else now >= next_report
+            if row_due and not reason:  # the last row is written at the stop, after the last steps
                 self.report()
                 # counted from the row, not from ``now``: a slow beat above delays this row, and the next one must
                 # still come a whole interval after it (a row 0.6 s late was followed by one 0.74 s later)
@@ -138,6 +144,8 @@ class Run:
                 self.control.reason, self.phase = reason, "stopping"
                 say(f"daskrl: stopping: {reason}")
                 return
+            if held:
+                lockstep.release()
 
     def _checkpoint_or_warn(self) -> None:
         try:
