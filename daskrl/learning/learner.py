@@ -16,6 +16,7 @@ snapshots (:mod:`daskrl.learning.snapshots`).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -47,6 +48,8 @@ class Learner(LearnerBase):
     batcher: Batcher | None = None
     #: --deterministic: the step just trained, its slots held until the driver has read the run at this step
     held: tuple[Delivery, int] | None = None
+    #: --deterministic: set on the event loop when a step is held (the driver's wait_held_step waits on it)
+    held_event: asyncio.Event | None = None
 
     @signal
     def shares_assigned(self, payload: SharesAssigned) -> None:
@@ -181,12 +184,26 @@ class Learner(LearnerBase):
         # driver has read every component at this step (release_step), while nothing moves
         if self.setup.deterministic:
             self.held = (delivery, self.version)
+            self.worker.loop.add_callback(self._tell_held)
         else:
             self.batcher.release(delivery, self.version)
 
-    async def held_step(self) -> int | None:
-        """--deterministic: the training steps taken when a step is held for the driver, else None."""
-        return self.trainer.train_steps if self.held is not None else None
+    def _tell_held(self) -> None:
+        """On the event loop: wake a driver waiting in :meth:`wait_held_step`."""
+        if self.held_event is not None:
+            self.held_event.set()
+
+    async def wait_held_step(self, timeout: float) -> int | None:
+        """--deterministic: the training steps taken once a step is held for the driver (at once if one is), or None
+        after ``timeout`` seconds. One call per step: asking again and again would take the cores the step needs."""
+        if self.held is None:
+            self.held_event = asyncio.Event()  # set by _tell_held, which runs on this loop after a step is held
+            if self.held is None:  # (held just before the event existed: _tell_held found none to set)
+                try:
+                    await asyncio.wait_for(self.held_event.wait(), timeout)
+                except asyncio.TimeoutError:
+                    return None
+        return self.trainer.train_steps
 
     async def release_step(self) -> int:
         """--deterministic: hand back the slots of the step held (the driver read the run at it); returns the

@@ -21,8 +21,8 @@ from daskrl.driver.fleet.fleet import Fleet, LearnerStart
 from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.driver.loop.component_ledger import ComponentLedger
 from daskrl.driver.loop.observers import Observer
-from daskrl.driver.loop.pacing.lockstep import Lockstep
-from daskrl.driver.loop.pacing.poll_pace import PollPace
+from daskrl.driver.loop.pacing.lockstep import lockstep_loop
+from daskrl.driver.loop.pacing.poll_pace import timed_loop
 from daskrl.driver.loop.policy_book import PolicyBook
 from daskrl.driver.loop.run_control import RunControl
 from daskrl.driver.loop.run_outputs import RunOutputs
@@ -119,35 +119,22 @@ class Run:
     def loop(self, stop_signals: Any = None) -> None:
         """Poll, report and checkpoint until a stop rule or a stop request (``stop_signals.requested``: Ctrl-C
         or SIGTERM; or :meth:`request_stop`)."""
-        pace, interval = PollPace(self.config.run), self.config.run.report_interval
-        next_report = time.monotonic() + interval
-        # --deterministic: one turn per training step, read while the learner holds it (a row per step)
-        lockstep = Lockstep(lambda: self.fleet.teams.leaders[0]) if self.config.run.deterministic else None
-        while True:
-            if lockstep is None:
-                time.sleep(pace.next_wait(self.state))
-            held = lockstep is not None and lockstep.wait(stop_signals)
-            self.poll()
-            self.control.steering.run_pending(self)
-            now = time.monotonic()
-            self.control.beat(self, now)
-            reason = self.control.stop_reason(self.config, self.state, stop_signals)
-            row_due = held if lockstep is not None else now >= next_report
-            if row_due and not reason:  # the last row is written at the stop, after the last steps
-                self.report()
-                # counted from the row, not from ``now``: a slow beat above delays this row, and the next one must
-                # still come a whole interval after it (a row 0.6 s late was followed by one 0.74 s later)
-                next_report = time.monotonic() + interval
-            if self.fleet.learners() and self.book.checkpoint_due():
-                self._checkpoint_or_warn()
-            if reason:
-                self.control.reason, self.phase = reason, "stopping"
-                say(f"daskrl: stopping: {reason}")
-                return
-            if held:
-                lockstep.release()
+        paced = lockstep_loop if self.config.run.deterministic else timed_loop
+        paced(self, stop_signals)
 
-    def _checkpoint_or_warn(self) -> None:
+    def read_run(self, stop_signals: Any) -> str:
+        """One poll and what follows it (steering, the registry's beat); why the run stops now ('' if it goes on)."""
+        self.poll()
+        self.control.steering.run_pending(self)
+        self.control.beat(self, time.monotonic())
+        return self.control.stop_reason(self.config, self.state, stop_signals)
+
+    def stop_for(self, reason: str) -> None:
+        """End the loop's turns for ``reason`` (stopping in order follows: :meth:`shutdown`)."""
+        self.control.reason, self.phase = reason, "stopping"
+        say(f"daskrl: stopping: {reason}")
+
+    def checkpoint_or_warn(self) -> None:
         try:
             self.checkpoint()
         except ComponentError as exc:  # the learner died since the poll: the next poll recovers it

@@ -16,12 +16,29 @@ from typing import Any
 
 from daskrl.errors import ComponentError
 
-#: seconds between two questions to the learner while a step trains (the driver's only cost per step besides the
-#: poll itself)
-ASK_S = 0.002
-#: a step not held after this many seconds is read anyway, so a failed component or a stop signal is seen; such a
-#: reading falls mid-step, and the run is then no longer repeatable from there (docs/reproducibility.md)
+#: a step not held after this many seconds is read anyway, so a failed component is seen; such a reading falls
+#: mid-step, and the run is then no longer repeatable from there (docs/reproducibility.md)
 WAIT_S = 30.0
+#: the longest one wait for the learner lasts, so a stop signal (Ctrl-C) is seen within it
+ASK_S = 1.0
+
+
+def lockstep_loop(run: Any, stop_signals: Any) -> None:
+    """The live run's loop under ``--deterministic`` (``run``: :class:`~daskrl.driver.loop.live_run.Run`): one turn
+    per training step. The step's row is written after its slots went back: it holds what the poll read, and
+    sampling need not wait for the files; a stop at the step writes it as the last row."""
+    lockstep = Lockstep(lambda: run.fleet.teams.leaders[0])
+    while True:
+        held = lockstep.wait(stop_signals)
+        reason = run.read_run(stop_signals)
+        if run.fleet.learners() and run.book.checkpoint_due():
+            run.checkpoint_or_warn()
+        if reason:
+            run.stop_for(reason)
+            return
+        if held:
+            lockstep.release()
+            run.report()
 
 
 class Lockstep:
@@ -38,11 +55,10 @@ class Lockstep:
         give_up = time.monotonic() + WAIT_S
         while time.monotonic() < give_up and not getattr(stop_signals, "requested", ""):
             try:
-                if self.learner().call("held_step") is not None:
+                if self.learner().call("wait_held_step", ASK_S, timeout=ASK_S + 30) is not None:
                     return True
             except ComponentError:
                 return False
-            time.sleep(ASK_S)
         return False
 
     def release(self) -> None:
