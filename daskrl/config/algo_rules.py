@@ -52,12 +52,16 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
     return out
 
 
-def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: str) -> list[str]:
-    """The env's action space against what the algorithm acts in."""
-    if action_kind in action_kinds:
-        return []
-    return [f"--algo {algo} needs {' or '.join(action_kinds)} actions, and this env's are {action_kind}: use "
-            "--algo appo"]
+def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: str, bounded: bool = True) -> list[str]:
+    """The env's action space against what the algorithm acts in (``bounded``: a Box with finite bounds everywhere;
+    SAC and TD3 squash into it, and TD3's warm-up draws from it)."""
+    if action_kind not in action_kinds:
+        return [f"--algo {algo} needs {' or '.join(action_kinds)} actions, and this env's are {action_kind}: use "
+                "--algo appo"]
+    if algo in ACTORS and action_kind == "box" and not bounded:
+        return [f"--algo {algo} squashes its actions into the action Box, and this env's Box has an infinite bound: "
+                "give the env finite bounds (a gymnasium.wrappers.ClipAction over a bounded Box), or use --algo appo"]
+    return []
 
 
 #: smaller slots than APPO's 32 envs x 32 steps: the update-to-data ratio holds back sampling a slot at a time, so a

@@ -83,8 +83,9 @@ _PARAMS: dict[str, tuple[Callable[[Distribution], tuple[torch.Tensor, ...]], tup
     "discrete": (_categorical_params, (("logits", "log-probabilities of the actions (masked ones about -3.4e38)"),)),
     "multi_discrete": (_multi_categorical_params, (("logits", "log-probabilities of each component's actions, "
                                                               "the components one after the other"),)),
-    "box": (_gaussian_params, (("mean", "the Gaussian's mean, before clipping or squashing into the action Box"),
-                               ("log_std", "the Gaussian's log standard deviation"))),
+    "box": (_gaussian_params, (("mean", "the Gaussian's mean, before clipping or squashing into the action Box "
+                                        "(--action-bounds squash_mean: after the squash, in the Box's units)"),
+                               ("log_std", "the Gaussian's log standard deviation (squash_mean: in the Box's units)"))),
 }
 
 

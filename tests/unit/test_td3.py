@@ -138,3 +138,20 @@ def test_td3_samplers_act_uniformly_for_their_share_of_learning_starts_then_samp
     assert float(warmup.std()) == pytest.approx(4 / np.sqrt(12), rel=0.05)  # uniform over [-2, 2]
     after = act(np.zeros((8, 3)))[0]
     assert np.all(after == 0.25)  # the policy's own actions once the share is taken
+
+
+def test_sac_and_td3_refuse_an_action_box_with_an_infinite_bound():
+    import gymnasium as gym
+
+    from daskrl.config.algo_rules import algo_space_problems
+    from daskrl.envs.layouts.spaces import EnvSpaces
+
+    obs = gym.spaces.Box(-1.0, 1.0, (3,))
+    open_box = EnvSpaces.from_spaces(obs, gym.spaces.Box(-np.inf, np.inf, (2,)))
+    closed_box = EnvSpaces.from_spaces(obs, gym.spaces.Box(-2.0, 2.0, (2,)))
+    assert not open_box.box_is_bounded() and closed_box.box_is_bounded()
+    for algo in ("sac", "td3"):
+        [problem] = algo_space_problems(algo, ("box",), "box", open_box.box_is_bounded())
+        assert f"--algo {algo} squashes its actions into the action Box" in problem and "infinite bound" in problem
+        assert algo_space_problems(algo, ("box",), "box", closed_box.box_is_bounded()) == []
+    assert algo_space_problems("appo", ("box",), "box", False) == []  # APPO's Gaussian needs no bounds

@@ -85,7 +85,8 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     apply_algo_model(config)
     adopt_trained_network(config)  # a resume trains the network it saved, whatever today's defaults are
     algorithm = algorithm_of(config)
-    if problems := algo_space_problems(algorithm.name, algorithm.action_kinds, spaces.action_kind):
+    if problems := algo_space_problems(algorithm.name, algorithm.action_kinds, spaces.action_kind,
+                                       spaces.box_is_bounded()):
         raise ConfigError(problems)
     if config.run.save_video_every_env_steps and not config.run.sampling_only:
         from daskrl.monitor.outputs.video import check_can_record

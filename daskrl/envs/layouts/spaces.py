@@ -7,6 +7,7 @@ reduced once (at probe time) to this msgpack-friendly record.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,11 @@ class EnvSpaces:
     def action_dim(self) -> int:
         """Number of scalars per action (1 for discrete)."""
         return int(np.prod(self.action_shape, dtype=np.int64)) if self.action_shape else 1
+
+    def box_is_bounded(self) -> bool:
+        """A Box action space with a finite low and high in every dimension (a Gaussian can be squashed into it)."""
+        return self.low is not None and self.high is not None and all(
+            math.isfinite(x) for x in [*self.low, *self.high])
 
     @classmethod
     def from_env(cls, env: gym.Env, obs_keys: Sequence[str] = (), action_mask_key: str = "") -> EnvSpaces:
