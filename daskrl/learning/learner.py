@@ -177,16 +177,16 @@ class Learner(LearnerBase):
             self.first_step_at = time.time()
         self.snapshots.after_publish(self.version, self.model)
         self.role.record(self.trainer.train_steps, self.model)
-        metrics["version_diff"] = float(version - batch.policy_version.mean())
-        self._account(metrics)
         # --sync: the slots go back only now, and nobody fills them before taking this version; a leader's members'
         # shares too (they trained on them in this step, so they had copied them). --deterministic: only once the
         # driver has read every component at this step (release_step), while nothing moves
-        if self.setup.deterministic:
+        if not self.setup.deterministic:
+            self.batcher.release(delivery, self.version)
+        metrics["version_diff"] = float(version - batch.policy_version.mean())
+        self._account(metrics)
+        if self.setup.deterministic:  # held once the step's metrics are in: the driver's poll reads them
             self.held = (delivery, self.version)
             self.worker.loop.add_callback(self._tell_held)
-        else:
-            self.batcher.release(delivery, self.version)
 
     def _tell_held(self) -> None:
         """On the event loop: wake a driver waiting in :meth:`wait_held_step`."""
