@@ -56,6 +56,9 @@ class Delivery:
 class ReturnWhenCopied:
     """Slots go back to their rollout workers as soon as they are copied: sampling goes on while the learner trains."""
 
+    #: a batch keeps its slots in arrival order (which slots a batch takes depends on timing anyway)
+    in_slot_order = False
+
     def copied(self, slot: SlotId, held: list[SlotId], free: Callable[[list[SlotId]], None]) -> None:
         free([slot])
 
@@ -67,6 +70,10 @@ class ReturnWhenCopied:
 class HoldUntilTrained:
     """``--sync``: copied slots are held (``Delivery.held``) until the learner trained on them and published the next
     version, and nobody fills them before taking that version."""
+
+    #: a step takes every slot, so joined in (worker, slot) order it trains on the same rows whatever the timing
+    #: (``--deterministic`` relies on it)
+    in_slot_order = True
 
     def copied(self, slot: SlotId, held: list[SlotId], free: Callable[[list[SlotId]], None]) -> None:
         held.append(slot)
@@ -276,9 +283,8 @@ class OwnBatch:
         return self.samples >= self.batcher.samples_per_batch
 
     def close(self) -> Delivery:
-        """The batch; with ``--sync`` (slots held) its slots in (worker, slot) order, not in the order they arrived,
-        so a step trains on the same rows whatever the timing (``--deterministic`` relies on it)."""
-        if isinstance(self.batcher.holding, HoldUntilTrained):
+        """The batch, its slots in (worker, slot) order where the holding asks for it (``--sync``)."""
+        if self.batcher.holding.in_slot_order:
             ordered = sorted(zip(self.held, self.parts, strict=True), key=lambda pair: pair[0][:2])
             self.held, self.parts = [slot for slot, _ in ordered], [part for _, part in ordered]
         return Delivery(self.batcher.reader.join(self.parts), self.held, [], self.generation)

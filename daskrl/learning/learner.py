@@ -229,7 +229,6 @@ class Learner(LearnerBase):
         batcher = self.batcher
         return {
             **self.learner_stats(),
-            "held_step": self.trainer.train_steps if self.held is not None else None,  # --deterministic
             # samples trained on by lag (k versions old: [k]), and their median and 95th percentile over the run
             "policy_lag_counts": self.trainer.lag_counts.tolist(),
             "policy_lag_p50": lag_percentile(self.trainer.lag_counts, 50),
