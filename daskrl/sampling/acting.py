@@ -91,7 +91,16 @@ class InlineActing:
         self.policies = [SamplingPolicy(worker, policy_setup) for policy_setup in setups]
         self.policy = self.policies[0]
         self.rows = [rows_for(policy_setup.cut) for policy_setup in setups]  # each one's part of a slot row
+        #: each policy's action generator for each split, from its seed and the split's index: a split's draws do
+        #: not depend on which splits acted before it (a replay steps them in another order)
+        self.generators = [[np.random.default_rng([policy_setup.seed, s]) for s in range(len(worker.groups))]
+                           for policy_setup in setups]
         self.min_version = 0  # --sync: act only once the policy has this version
+
+    def draws_per_split(self) -> bool:
+        """Whether every policy samples from its split's generator (the numpy path; torch's model samples from torch's
+        generator): what makes a recorded schedule replayable."""
+        return all(policy.fast is not None for policy in self.policies)
 
     def begin(self) -> None:
         """Nothing to ask for: the hot loop acts."""
@@ -105,23 +114,28 @@ class InlineActing:
             return False
         worked = False
         for s in range(len(w.groups)):
-            slot_index = w.split_slot[s]
-            if slot_index is None:  # waiting for a free slot
+            if w.split_slot[s] is None:  # waiting for a free slot
                 continue
-            t = w.split_t[s]
-            split = w.split_policies[s]
-            w.owners.tag(slot_index, t, split)
-            with w.timing("inference"):
-                for k, columns in split.groups():
-                    self._act(k, columns, slot_index, t)
+            self.act_split(s)
             w.step_split(s)
             worked = True
         return worked
 
-    def _act(self, k: int, columns: Columns, slot_index: int, t: int) -> None:
-        """Policy ``k`` acts for its columns of a split's step (one policy: for all of them, on the step's rows as
+    def act_split(self, s: int) -> None:
+        """Write the actions of split ``s`` at its current step (the worker steps the split with them next)."""
+        w = self.worker
+        slot_index, t = w.split_slot[s], w.split_t[s]
+        split = w.split_policies[s]
+        w.owners.tag(slot_index, t, split)
+        with w.timing("inference"):
+            for k, columns in split.groups():
+                self._act(k, columns, s, slot_index, t)
+
+    def _act(self, k: int, columns: Columns, s: int, slot_index: int, t: int) -> None:
+        """Policy ``k`` acts for its columns of split ``s``'s step (one policy: for all of them, on the step's rows as
         they are); a column nobody plays this step keeps a zero action (ignored)."""
         w, policy, rows = self.worker, self.policies[k], self.rows[k]
+        policy.draw_from(self.generators[k][s])
         state = w.state_carry.states(slot_index, columns)
         actions, log_probs, _ = policy.act(rows.obs(w.obs[slot_index, t], columns), state)
         w.state_carry.put_back(slot_index, columns, state)  # the next states, where they were gathered from
@@ -181,6 +195,10 @@ class RemoteActing:
         self.requested_at = [0.0] * len(worker.groups)  # when each split's pending request went out
         self.waiting: list[set[int]] = [set() for _ in worker.groups]  # the policies each split still waits for
         worker.add_timer(1.0, self.resend_lost_requests)
+
+    def draws_per_split(self) -> bool:
+        """Inference workers act for many rollout workers at once: nothing per split."""
+        return False
 
     def begin(self) -> None:
         for s in range(len(self.worker.groups)):

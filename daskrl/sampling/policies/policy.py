@@ -106,13 +106,24 @@ class SamplingPolicy:
         got = self.reader.newer_than(self.version)
         if got is None:
             return False
-        self.version, state = got
+        self.take(*got)
+        return True
+
+    def take(self, version: int, state: dict[str, np.ndarray]) -> None:
+        """Act with ``state`` as policy version ``version`` from now on (a replay hands each step's version so)."""
+        self.version = version
         self.published = state
         if self.fast is not None:  # a torch model beside it keeps its initial weights: weights() reads published now
             self.fast.load(state)
         else:
             self.model.load_state_dict_numpy(state)
-        return True
+
+    def draw_from(self, rng: np.random.Generator) -> None:
+        """Sample the next actions from ``rng`` (each split of a rollout worker has its own: which split acts first
+        at a turn depends on timing, so one shared generator would make the draws depend on it too). The numpy path
+        only: the torch model samples from torch's generator."""
+        if self.fast is not None:
+            self.fast.rng = rng
 
     def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False) -> Acted:
         """Actions, log-probs and values for ``obs`` (values None on the numpy path: samplers write none); a recurrent
