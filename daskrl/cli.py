@@ -22,6 +22,7 @@ from daskrl.driver.launch.experiment import run_log_path
 from daskrl.driver.launch.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
 from daskrl.publish.command import add_publish_parser, run_publish
+from daskrl.rerun.command import add_replay_parser, run_replay
 from daskrl.serving.command import add_serve_parser, run_serve
 from daskrl.sweep.command import add_sweep_parser, print_result, spec_from_args
 
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
     add_serve_parser(sub)
     add_publish_parser(sub)
+    add_replay_parser(sub)
     runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
                                        "frames/s, return, age)")
     runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
@@ -192,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             return _export(args)
         if args.command == "publish":
             return run_publish(args)
+        if args.command == "replay":
+            return run_replay(args)
         return _enjoy(args)
     except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)

@@ -104,6 +104,8 @@ class RolloutSetup:
     # inline: each policy's parameter block (policy 0's is policy.params), then each self-play snapshot's
     policy_params: tuple[dict | None, ...]
     policy_spaces: tuple[EnvSpaces, ...]  # by acting policy, like policy_params (the slots hold the union: spaces)
+    #: --record-schedule: log each filled slot's split and policy versions (daskrl/sampling/slots/fill_log.py)
+    record_schedule: bool
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ class LearnerSetup:
     trainer: str  # the algorithm's trainer, "module:class" (daskrl/driver/fleet/algorithms.py, trainer_path)
     #: --deterministic: hold each step's slots until the driver read the run at it, and seed each step's minibatches
     deterministic: bool
+    #: --record-schedule: log each step's slots and metrics, and seed each step's minibatches as --deterministic does
+    record_schedule: bool
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,10 @@ class RunConfig(Section):
                                      "its time columns, checkpoints): slots are trained in a fixed order, the learner "
                                      "holds each step until the driver has read the run at it, and a row is written "
                                      "per training step (docs/reproducibility.md)")
+    record_schedule: bool = opt(False, "write the schedule of an asynchronous run into the experiment (which rollout "
+                                       "worker filled each slot with which policy versions, the order the learner "
+                                       "took them): `daskrl replay` re-executes it in one process and gives the same "
+                                       "weights (docs/reproducibility.md)")
     overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
                                  "removed first (without it, a new run refuses an existing experiment)")
     sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling)")

@@ -49,6 +49,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _recurrent_problems(config, found)
     problems += _policy_problems(config, found)
     problems += _deterministic_problems(config)
+    problems += _record_schedule_problems(config)
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
     problems += algo_problems(config, found)
@@ -69,6 +70,24 @@ def _deterministic_problems(config: Config) -> list[str]:
          "no --eval-interval-env-steps (an evaluation plays the version that is current when it starts)"),
     ]
     return [f"--deterministic needs {need}" for bad, need in timed if bad]
+
+
+def _record_schedule_problems(config: Config) -> list[str]:
+    """What `daskrl replay` cannot re-execute from a recorded schedule: each option here is named with why."""
+    if not config.run.record_schedule:
+        return []
+    unsupported = [
+        (config.algo.algo != "appo", f"--algo appo (a replay feeds APPO's learner; {config.algo.algo}'s draws from "
+                                     "replay shards are not recorded)"),
+        (config.sampler.inference == "remote",
+         "--inference inline (an inference worker batches requests from several rollout workers as they come)"),
+        (config.learner.num_learners > 1, "--num-learners 1"),
+        (config.policies.num_policies > 1 or config.policies.self_play_snapshots > 0,
+         "one policy (no --num-policies above 1, no --self-play-snapshots)"),
+        (config.run.resume, "a new run, not --resume (the steps before the resume were not recorded)"),
+        (config.run.sampling_only, "a learner (no --sampling-only: there is nothing to replay)"),
+    ]
+    return [f"--record-schedule needs {need}" for bad, need in unsupported if bad]
 
 
 def _wandb_problems(r: RunConfig) -> list[str]:

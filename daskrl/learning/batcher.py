@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,8 @@ class Delivery:
     held: list[SlotId]
     member_slots: list[SlotId]
     generation: int
+    #: the slots joined into ``batch``, in its order (what --record-schedule writes down)
+    slots: list[SlotId] = field(default_factory=list)
 
 
 class ReturnWhenCopied:
@@ -270,6 +272,7 @@ class OwnBatch:
         self.batcher = batcher
         self.generation = generation
         self.parts: list[dict[str, np.ndarray]] = []
+        self.slots: list[SlotId] = []  # the slot of each part
         self.held: list[SlotId] = []
         self.samples = 0
 
@@ -277,6 +280,7 @@ class OwnBatch:
         part = self.batcher._take(slot, self.held)
         if part is not None:
             self.parts.append(part)
+            self.slots.append(slot)
             self.samples += part["rewards"].size
 
     def full(self) -> bool:
@@ -285,9 +289,10 @@ class OwnBatch:
     def close(self) -> Delivery:
         """The batch, its slots in (worker, slot) order where the holding asks for it (``--sync``)."""
         if self.batcher.holding.in_slot_order:
-            ordered = sorted(zip(self.held, self.parts, strict=True), key=lambda pair: pair[0][:2])
-            self.held, self.parts = [slot for slot, _ in ordered], [part for _, part in ordered]
-        return Delivery(self.batcher.reader.join(self.parts), self.held, [], self.generation)
+            ordered = sorted(zip(self.slots, self.parts, strict=True), key=lambda pair: pair[0][:2])
+            self.slots, self.parts = [slot for slot, _ in ordered], [part for _, part in ordered]
+            self.held.sort(key=lambda slot: slot[:2])
+        return Delivery(self.batcher.reader.join(self.parts), self.held, [], self.generation, self.slots)
 
     def abandon(self) -> list[SlotId]:
         """The slots to hand back when the batch is given up."""

@@ -7,6 +7,7 @@ the checkpoint name pattern and are ignored.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -200,6 +201,28 @@ class CheckpointStore:
             if path.resolve().parent != self.directory.resolve():
                 raise
             return _torch().load(path, map_location=map_location, weights_only=False)
+
+
+def training_digest(state: dict[str, Any]) -> str:
+    """SHA-256 of every tensor of a checkpoint's model and optimizer state, in key order: two checkpoints that
+    hold the same training state bit for bit have the same (a replay and its run, two --deterministic runs)."""
+    torch = _torch()
+
+    digest = hashlib.sha256()
+
+    def walk(tree: Any, prefix: str) -> None:
+        if isinstance(tree, torch.Tensor):
+            digest.update(prefix.encode() + tree.detach().contiguous().cpu().numpy().tobytes())
+        elif isinstance(tree, dict):
+            for key in sorted(tree, key=str):
+                walk(tree[key], f"{prefix}/{key}")
+        elif isinstance(tree, list | tuple):
+            for i, value in enumerate(tree):
+                walk(value, f"{prefix}/{i}")
+
+    for part in ("model", "optimizer"):
+        walk(state[part], part)
+    return digest.hexdigest()
 
 
 def _copy_into(source: Path, dest: IO[bytes]) -> None:

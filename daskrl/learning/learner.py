@@ -25,6 +25,7 @@ from daskrl.errors import GroupBroken
 from daskrl.learning.batcher import Batcher, Delivery
 from daskrl.learning.learner_base import LearnerBase
 from daskrl.learning.slot_reader import reader_for
+from daskrl.learning.step_log import NoStepLog, StepLog
 from daskrl.protocol import SharesAssigned, TrajectoryReady
 from daskrl.runtime.actors.signals import signal, slot
 from daskrl.runtime.memory.shm import host_of
@@ -34,11 +35,16 @@ __all__ = ["Learner"]
 
 
 def seed_step(seed: int, step: int) -> None:
-    """--deterministic: the step's minibatch order from the run's seed and the step's number, not from a generator
-    other components of this process (``--serial`` runs them all in one) may have drawn from before it."""
+    """--deterministic and --record-schedule: the step's minibatch order from the run's seed and the step's number,
+    not from a generator other components of this process (``--serial`` runs them all in one) may have drawn from
+    before it."""
     import torch
 
     torch.manual_seed(seed * 1_000_003 + step)
+
+
+def unseeded_step(seed: int, step: int) -> None:
+    """Minibatches drawn from torch's generator as it stands (runs that need not repeat)."""
 
 
 class Learner(LearnerBase):
@@ -60,9 +66,14 @@ class Learner(LearnerBase):
         self.reader = reader_for(setup.policy_index, setup.tagged, setup.cut, self.model.recurrent)
         self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
                                group=self._group_now, assign=self._assign, reader=self.reader)
-        if setup.deterministic:
+        repeatable = setup.deterministic or setup.record_schedule
+        self.seed_step = seed_step if repeatable else unseeded_step
+        self.step_log = StepLog() if setup.record_schedule else NoStepLog()  # what `daskrl replay` re-executes
+        if repeatable and self.device.type != "cpu":
             import torch
 
+            # kernels that add with atomics on a GPU; on the CPU the flag changed no byte of a run and slowed its
+            # steps by a third (benchmarks/bench_record_schedule.py), so it is left off there
             torch.use_deterministic_algorithms(True, warn_only=True)  # a GPU kernel without one says so in the log
 
     # ---- the learner group ----
@@ -162,8 +173,7 @@ class Learner(LearnerBase):
             self.batcher.release(delivery, version)
             return
         env_steps = self.env_steps_offset + self.trainer.samples_trained
-        if self.setup.deterministic:
-            seed_step(self.setup.seed, self.trainer.train_steps)
+        self.seed_step(self.setup.seed, self.trainer.train_steps)
         try:
             with self.timing("train"):
                 metrics = self.trainer.train(batch, version, env_steps, on_progress=self.beat)
@@ -183,6 +193,7 @@ class Learner(LearnerBase):
         if not self.setup.deterministic:
             self.batcher.release(delivery, self.version)
         metrics["version_diff"] = float(version - batch.policy_version.mean())
+        self.step_log.trained(self.trainer.train_steps, delivery.slots, self.version, metrics, self.trainer.step_hp)
         self._account(metrics)
         if self.setup.deterministic:  # held once the step's metrics are in: the driver's poll reads them
             self.held = (delivery, self.version)
@@ -224,6 +235,10 @@ class Learner(LearnerBase):
         if not self.trainer.group.ended():
             self.incidents.note("learner-group-broken", exc)
         self._leave_group()
+
+    def take_news(self) -> dict:
+        """--record-schedule: the training steps since the last collect (see :mod:`daskrl.learning.step_log`)."""
+        return self.step_log.news()
 
     def extra_stats(self) -> dict:
         batcher = self.batcher

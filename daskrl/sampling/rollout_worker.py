@@ -33,6 +33,7 @@ from daskrl.runtime.actors.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
 from daskrl.sampling.episode import Episode, wire_form
 from daskrl.sampling.policies.split_policies import OnePolicy, SplitPolicies, mapped_policies
+from daskrl.sampling.slots.fill_log import fill_log_for
 from daskrl.sampling.slots.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
 from daskrl.sampling.slots.state_carry import state_carry_for
 from daskrl.sampling.slots.trajectories import SlotLayout, create_slots
@@ -76,6 +77,8 @@ class RolloutWorker(Component):
         self.acting = InlineActing(self, setup.policy, setup.policy_params, setup.policy_spaces,
                                    setup.spaces) if setup.policy is not None \
             else RemoteActing(self, setup.policy_queue, setup.num_policies)
+        #: --record-schedule: each filled slot's split and policy versions, for the runner to write down
+        self.fill_log = fill_log_for(setup, self.incarnation, self.acting)
 
     def _create_slots(self, setup: RolloutSetup) -> None:
         """The slot pool in shared memory, its arrays by name, and the carry of a recurrent policy's states."""
@@ -202,6 +205,7 @@ class RolloutWorker(Component):
         self.carry[s][...] = self.obs[slot_index, t]
         self.owners.tag(slot_index, t, split)  # who acts at obs[T] (the next slot's first step), for the learner
         self.state_carry.end_slot(s, slot_index)
+        self.fill_log.filled(s, slot_index, self.policy_version[slot_index])
         self.slots_filled += 1
         self._announce(slot_index, self.rollout * group.num_envs)
         self.split_slot[s] = None
@@ -289,7 +293,7 @@ class RolloutWorker(Component):
         env_errors = []
         while self.env_failure_log:
             env_errors.append(self.env_failure_log.popleft())
-        return {"episodes": episodes, "episode_extras": extras, "env_errors": env_errors}
+        return {"episodes": episodes, "episode_extras": extras, "env_errors": env_errors, **self.fill_log.news()}
 
     def on_stop(self) -> None:
         for group in self.groups:

@@ -4,14 +4,13 @@ the same final weights, in worker processes and with --serial; what depends on t
 from __future__ import annotations
 
 import csv
-import hashlib
 from pathlib import Path
 
 import pytest
 
 from daskrl import train
 from daskrl.config import Config, ConfigError
-from daskrl.learning.checkpoints import CheckpointStore
+from daskrl.learning.checkpoints import CheckpointStore, training_digest
 
 from ..helpers import run_config
 
@@ -31,23 +30,7 @@ def rows_without_time(experiment_dir: Path) -> list[dict[str, str]]:
 def weights_digest(experiment_dir: Path) -> tuple[int, str]:
     """(training steps, SHA-256 of every tensor of the final checkpoint: the model, optimizer moments, normalizers)."""
     state = CheckpointStore(experiment_dir / "checkpoints").load("latest")
-    digest = hashlib.sha256()
-    for part in ("model", "optimizer"):
-        for key, value in sorted(_tensors(state[part])):
-            digest.update(key.encode() + value.contiguous().numpy().tobytes())
-    return state["train_steps"], digest.hexdigest()
-
-
-def _tensors(tree: object, prefix: str = "") -> list[tuple[str, object]]:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return [(prefix, tree)]
-    if isinstance(tree, dict):
-        return [pair for key, value in tree.items() for pair in _tensors(value, f"{prefix}/{key}")]
-    if isinstance(tree, list | tuple):
-        return [pair for i, value in enumerate(tree) for pair in _tensors(value, f"{prefix}/{i}")]
-    return []
+    return state["train_steps"], training_digest(state)
 
 
 #: a Dict-observation env (daskrl/testing/environments: CueEnv) with an LSTM policy

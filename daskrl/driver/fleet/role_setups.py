@@ -78,7 +78,7 @@ def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, re
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
         tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
         snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c),
-        trainer=algorithm_of(c).trainer_path, deterministic=c.run.deterministic)
+        trainer=algorithm_of(c).trainer_path, deterministic=c.run.deterministic, record_schedule=c.run.record_schedule)
 
 
 def _algo(config: Config):
@@ -131,7 +131,7 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | Non
                         num_policies=c.policies.num_policies, snapshots=c.policies.self_play_snapshots,
                         policy_mapping=c.policies.policy_mapping,
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
-                        policy_spaces=acting_spaces(config, spaces))
+                        policy_spaces=acting_spaces(config, spaces), record_schedule=c.run.record_schedule)
 
 
 def _round_size(config: Config) -> int:

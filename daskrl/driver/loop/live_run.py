@@ -166,6 +166,7 @@ class Run:
         if self.fleet.roster.role_of(s["name"]) is Role.LEARNER:
             self.book.note_learner(self.fleet.roster.policy_of(s["name"]), s)
         self.count_steps_and_episodes(s)
+        self.outputs.schedule.take(s)
 
     def count_steps_and_episodes(self, s: dict) -> None:
         """A component's steps (a sampler's running total) and the episodes it finished since its last report."""

@@ -1,7 +1,7 @@
 """Where a run's numbers go: every report's row (``metrics.csv``, TensorBoard mirrored to W&B,
 ``time_breakdown.jsonl``, the console, the rows a run handle shows) and the changes made from outside the loop
-(``events.csv``, TensorBoard's text and ``event/`` scalars), and the dashboard's events, through the scheduler's
-event log."""
+(``events.csv``, TensorBoard's text and ``event/`` scalars), the dashboard's events, through the scheduler's
+event log, and with --record-schedule the run's schedule (``schedule/``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from daskrl.config import Config
 from daskrl.driver.loop.policy_book import PolicyBook
 from daskrl.monitor.console import ConsoleView, shows
 from daskrl.monitor.outputs.csv_log import CsvLog
+from daskrl.monitor.outputs.machine_manifest import machine_manifest
+from daskrl.monitor.outputs.schedule_file import NoSchedule, ScheduleWriter
 from daskrl.monitor.outputs.tensorboard_log import TensorBoardLog
 from daskrl.monitor.run_state import RunState
 from daskrl.protocol import METRICS_TOPIC
@@ -41,6 +43,9 @@ class RunOutputs:
         self.wandb_log = wandb_log
         self.tb_log = TensorBoardLog(os.path.join(self.config.experiment_dir, "tensorboard"), mirror=wandb_log,
                                      config=config)
+        #: --record-schedule: the components' fills and training steps, for `daskrl replay`
+        self.schedule = ScheduleWriter(config.experiment_dir, config, machine_manifest()) \
+            if config.run.record_schedule else NoSchedule()
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
