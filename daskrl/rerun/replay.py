@@ -46,43 +46,58 @@ class Verdict:
 
 def replay_experiment(experiment_dir: str, until_step: int | None = None, serial: bool = False,
                       say: Callable[[str], None] = print) -> Verdict:
-    """Replay ``experiment_dir``'s schedule up to training step ``until_step`` (all of it: None). Refuses, in one
-    line naming the difference, a schedule recorded on another machine or with other packages."""
+    """Replay ``experiment_dir``'s schedule up to training step ``until_step`` (None: the run's latest checkpoint).
+    What a replay cannot repeat is refused first, in one line naming it (:func:`_refusals`)."""
     schedule = read_schedule(experiment_dir)
-    if differences := manifest_differences(schedule.machine, machine_manifest()):
-        raise ConfigError([f"the schedule of {experiment_dir!r} was recorded elsewhere: {'; '.join(differences)} "
-                           "(a replay repeats the bytes only with the same packages and instruction sets)"])
-    if until_step is not None and until_step < 1:
-        raise ConfigError([f"--until-step {until_step}: give a training step, 1 or more"])
-    if not schedule.learner_device.startswith("cpu"):
-        raise ConfigError([f"the run of {experiment_dir!r} trained on {schedule.learner_device}, and a replay "
-                           "computes on the CPU, which rounds differently: record the run with --learner-device cpu"])
-    if not schedule.steps:
-        raise ConfigError([f"the schedule of {experiment_dir!r} holds no training step (the run stopped before its "
-                           "first): nothing to replay"])
-    if adopted := _adopted_states(experiment_dir):
-        raise ConfigError([f"the recorded run took another run's training state during training ({adopted}, in "
-                           "events.csv), which a replay cannot re-create"])
-    say(f"daskrl: replaying {len(schedule.steps)} recorded training steps of {experiment_dir!r} "
-        f"({'in this process' if serial else 'in one worker process'})")
-    with connect_cluster(None, n_workers=1, processes=not serial, dashboard_address=None) as session:
-        future = session.client.submit(_replay_here, experiment_dir, schedule, until_step, pure=False)
-        return future.result()
-
-
-def _replay_here(experiment_dir: str, schedule: Schedule, until_step: int | None) -> Verdict:
-    """The replay itself, in the worker (see the module docstring)."""
+    if problems := _refusals(experiment_dir, schedule, until_step):
+        raise ConfigError(problems)
     config = Config.from_json(json.dumps(schedule.config))
-    import_env_packages(config.env.env_packages)
-    spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
-    index = ScheduleIndex(schedule, config.sampler.rollout)
+    try:
+        index = ScheduleIndex(schedule, config.sampler.rollout)
+    except ValueError as exc:
+        raise ConfigError([f"{experiment_dir!r}: {exc}"]) from exc
     kept = _run_checkpoints(experiment_dir, config)
     # by default up to the run's latest checkpoint (its learner may train a step or two after it, as the run stops)
-    latest = max((step for step in kept if step <= len(index.steps)), default=len(index.steps))
-    last = latest if until_step is None else until_step
+    last = until_step or max((step for step in kept if step <= len(index.steps)), default=len(index.steps))
     if last > len(index.steps):
-        raise ConfigError([f"--until-step {until_step}: the schedule holds {len(index.steps)} replayable training "
-                           "steps"])
+        raise ConfigError([f"--until-step {until_step}: the schedule of {experiment_dir!r} holds "
+                           f"{len(index.steps)} replayable training steps"])
+    say(f"daskrl: replaying {last} of the {len(schedule.steps)} recorded training steps of {experiment_dir!r} "
+        f"({'in this process' if serial else 'in one worker process'})")
+    with connect_cluster(None, n_workers=1, processes=not serial, dashboard_address=None) as session:
+        future = session.client.submit(_replay_here, experiment_dir, config, schedule, index, last, pure=False)
+        verdict = future.result()
+    if last in kept:
+        verdict.run_checkpoint, run_digest = kept[last]
+        verdict.same_as_run = run_digest == verdict.digest
+    return verdict
+
+
+def _refusals(experiment_dir: str, schedule: Schedule, until_step: int | None) -> list[str]:
+    """What makes this schedule one a replay cannot repeat here, a line each."""
+    out = []
+    if differences := manifest_differences(schedule.machine, machine_manifest()):
+        out.append(f"the schedule of {experiment_dir!r} was recorded elsewhere: {'; '.join(differences)} (a replay "
+                   "repeats the bytes only with the same packages and instruction sets)")
+    if until_step is not None and until_step < 1:
+        out.append(f"--until-step {until_step}: give a training step, 1 or more")
+    if not schedule.learner_device.startswith("cpu"):
+        out.append(f"the run of {experiment_dir!r} trained on {schedule.learner_device}, and a replay computes on "
+                   "the CPU, which rounds differently: record the run with --learner-device cpu")
+    if not schedule.steps:
+        out.append(f"the schedule of {experiment_dir!r} holds no training step (the run stopped before its first): "
+                   "nothing to replay")
+    if adopted := _adopted_states(experiment_dir):
+        out.append(f"the recorded run took another run's training state during training ({adopted}, in "
+                   "events.csv), which a replay cannot re-create")
+    return out
+
+
+def _replay_here(experiment_dir: str, config: Config, schedule: Schedule, index: ScheduleIndex, last: int
+                 ) -> Verdict:
+    """The replay itself, in the worker (see the module docstring): steps 1..``last``, then its checkpoint."""
+    import_env_packages(config.env.env_packages)
+    spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     setups = role_setups(config, spaces)
     first = schedule.steps[0]
     learner = ScheduledLearner(setups.learners[0], int(first["version"]) - int(first["step"]))
@@ -96,11 +111,7 @@ def _replay_here(experiment_dir: str, schedule: Schedule, until_step: int | None
     state = learner.state()
     state["replayed_steps"] = last
     path = CheckpointStore(os.path.join(experiment_dir, REPLAY_DIR)).save(state, state["env_steps"])
-    verdict = Verdict(last, len(schedule.steps), str(path), training_digest(state), differ_at, differ)
-    if last in kept:
-        verdict.run_checkpoint, run_digest = kept[last]
-        verdict.same_as_run = run_digest == verdict.digest
-    return verdict
+    return Verdict(last, len(schedule.steps), str(path), training_digest(state), differ_at, differ)
 
 
 def _run_steps(index: ScheduleIndex, schedule: Schedule, last: int, learner: ScheduledLearner,
@@ -159,10 +170,12 @@ def _adopted_states(experiment_dir: str) -> str:
 
 
 def _run_checkpoints(experiment_dir: str, config: Config) -> dict[int, tuple[str, str]]:
-    """The run's checkpoints by training step: (path, :func:`training_digest`)."""
+    """The run's checkpoints by training step, the pruned ones' copies (best.pt, milestones) too: (path,
+    :func:`training_digest`)."""
     store = CheckpointStore(checkpoint_dirs(experiment_dir, config.policies.num_policies)[0])
+    paths = [store.path_of(env_steps) for env_steps in store.steps()] + store.milestones() + [store.best()]
     out = {}
-    for env_steps in store.steps():
-        state = store.load(store.path_of(env_steps))
-        out[int(state["train_steps"])] = (str(store.path_of(env_steps)), training_digest(state))
+    for path in reversed([p for p in paths if p is not None]):  # a checkpoint file wins over its best.pt copy
+        state = store.load(path)
+        out[int(state["train_steps"])] = (str(path), training_digest(state))
     return out

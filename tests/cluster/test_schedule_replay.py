@@ -70,7 +70,7 @@ def test_a_replay_refuses_a_schedule_recorded_elsewhere_and_what_it_cannot_recre
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(ConfigError, match=r"torch 1\.0\.0 was recorded, .* is installed"):
         replay_experiment(str(experiment_dir), serial=True, say=lambda line: None)
-    with pytest.raises(FileNotFoundError, match="train it with --record-schedule"):
+    with pytest.raises(ConfigError, match="train it with --record-schedule"):
         replay_experiment(str(tmp_path / "nothing"), serial=True, say=lambda line: None)
 
 

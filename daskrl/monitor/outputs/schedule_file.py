@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskrl.config import Config
+from daskrl.errors import ConfigError
 
 SCHEDULE_DIR = "schedule"
 
@@ -76,12 +77,12 @@ class Schedule:
 
 
 def read_schedule(experiment_dir: str) -> Schedule:
-    """The schedule of an experiment; FileNotFoundError, naming the fix, where it recorded none."""
+    """The schedule of an experiment; a ConfigError, naming the fix, where it recorded none."""
     directory = os.path.join(experiment_dir, SCHEDULE_DIR)
     manifest_path = os.path.join(directory, "manifest.json")
     if not os.path.exists(manifest_path):
-        raise FileNotFoundError(f"{experiment_dir!r} has no recorded schedule ({SCHEDULE_DIR}/manifest.json): train "
-                                "it with --record-schedule")
+        raise ConfigError([f"{experiment_dir!r} has no recorded schedule ({SCHEDULE_DIR}/manifest.json): check "
+                           "--experiment and --train-dir, or train it with --record-schedule"])
     with open(manifest_path) as f:
         manifest = json.load(f)
     schedule = Schedule(manifest["config"], manifest["machine"])
