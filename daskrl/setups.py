@@ -74,6 +74,9 @@ class PolicySetup:
     cut: tuple[int, int] | None
     #: how a sampler explores (DQN's epsilon-greedy, TD3's warm-up; None: the policy samples its own actions)
     exploration: EpsilonGreedy | UniformWarmup | None
+    #: --deterministic or --record-schedule: the run must repeat, so no kernel is chosen by timing
+    #: (daskrl/models/inputs/activations.py)
+    repeatable: bool
 
 
 @dataclass(frozen=True)

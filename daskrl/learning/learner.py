@@ -62,11 +62,15 @@ class Learner(LearnerBase):
         """The leader split a batch: each member's share of its slots (see :class:`~daskrl.protocol.SharesAssigned`)."""
 
     def on_configure(self, setup: LearnerSetup) -> None:
+        repeatable = setup.deterministic or setup.record_schedule
+        if repeatable:  # before the model and its kernels are built: a timed kernel choice could differ from its twin's
+            from daskrl.models.inputs.activations import pin_standard_tanh
+
+            pin_standard_tanh()
         self.configure_learner(setup, setup.rank, setup.num_learners, setup.snapshots, setup.snapshot_every)
         self.reader = reader_for(setup.policy_index, setup.tagged, setup.cut, self.model.recurrent)
         self.batcher = Batcher(self, setup.samples_per_batch, self._deliver, hold_slots=setup.learner.sync,
                                group=self._group_now, assign=self._assign, reader=self.reader)
-        repeatable = setup.deterministic or setup.record_schedule
         self.seed_step = seed_step if repeatable else unseeded_step
         self.step_log = StepLog() if setup.record_schedule else NoStepLog()  # what `daskrl replay` re-executes
         if repeatable and self.device.type != "cpu":

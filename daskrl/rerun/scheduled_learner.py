@@ -26,7 +26,9 @@ class ScheduledLearner:
         import torch
 
         from daskrl.models.actor_critic import build_model
+        from daskrl.models.inputs.activations import pin_standard_tanh
 
+        pin_standard_tanh()  # as the run's learner did, before the model and its kernels are built
         torch.set_num_threads(setup.learner.learner_threads)
         self.setup = setup
         self.device = torch.device("cpu")  # where the recorded learner trained (a replay refuses another device)

@@ -26,13 +26,13 @@ def test_enjoy_plays_the_same_episodes_on_its_first_call_in_a_process_as_on_late
     from daskrl.evaluation import enjoy
     from daskrl.evaluation.loading import untrained_model
     from daskrl.learning.checkpoints import CheckpointStore
-    from daskrl.models.inputs.activations import sigmoid_is_faster
+    from daskrl.models.inputs.activations import _timed_choice
 
     config = Config.from_flat({"env": "CartPole-v1", "experiment": "untrained", "train_dir": str(tmp_path)})
     (tmp_path / "untrained").mkdir()
     (tmp_path / "untrained" / "config.json").write_text(config.to_json())
     CheckpointStore(tmp_path / "untrained" / "checkpoints").save(
         {"model": untrained_model(config).state_dict(), "env_steps": 0}, 0)
-    sigmoid_is_faster.cache_clear()  # as in a fresh process: the timing has not run yet
+    _timed_choice.cache_clear()  # as in a fresh process: the timing has not run yet
     first, later = (enjoy(str(tmp_path / "untrained"), 5)["returns"] for _ in range(2))
     assert first == later

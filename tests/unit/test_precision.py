@@ -135,8 +135,10 @@ def test_sampling_policy_keeps_the_numpy_path_for_float32_only():
     threads = torch.get_num_threads()  # SamplingPolicy pins torch to one thread, as a worker wants
     try:
         spaces = probe_env("CartPole-v1")
-        fast = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32", "cpu", {}, None, None))
-        slow = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "bfloat16", "cpu", {}, None, None))
+        fast = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32", "cpu", {}, None, None,
+                                                False))
+        slow = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "bfloat16", "cpu", {}, None, None,
+                                                False))
     finally:
         torch.set_num_threads(threads)
     assert fast.fast is not None and fast.model.encoder_dtype == torch.float32

@@ -64,7 +64,8 @@ def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None
     """How a sampler runs acting policy ``k`` (a trained one, or a self-play snapshot)."""
     s, own = config.sampler, acting_spaces(config, spaces)[k]
     return PolicySetup(own, _model(config), params, seed, s.numpy_inference, s.inference_precision, device,
-                       pack_components(), spaces.cut_for(own), exploration)
+                       pack_components(), spaces.cut_for(own), exploration,
+                       config.run.deterministic or config.run.record_schedule)
 
 
 def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, remote_params: bool) -> LearnerSetup:

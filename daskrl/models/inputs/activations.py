@@ -8,6 +8,11 @@ both ways once per process (:func:`sigmoid_is_faster`, about a millisecond) and 
 computes its gradient from the output, as torch's does (1 - y^2), and differs from ``torch.tanh`` by float rounding
 (at most a few 1e-7, where a small x loses digits to the subtraction). Traced and exported graphs (TorchScript,
 torch.export/ONNX), GPUs and other dtypes than float32 (a sampler's bfloat16 encoders) get the standard op.
+
+A process whose run must repeat (``--deterministic``, ``--record-schedule`` and ``daskrl replay``) takes the standard
+op too (:func:`pin_standard_tanh`): where the two ways cost about the same, the timing comes out either way from one
+process to the next (on this project's 2-core machine, True in one of three fresh processes), and a learner that
+chose otherwise than its twin rounds otherwise from its first step.
 """
 
 from __future__ import annotations
@@ -45,8 +50,24 @@ def sigmoid_tanh_(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid_(x.mul_(2.0)).mul_(2.0).sub_(1.0)
 
 
-@functools.cache
+#: set once this process takes ``torch.tanh`` whatever the timing says (:func:`pin_standard_tanh`)
+_PINNED: set[str] = set()
+
+
+def pin_standard_tanh() -> None:
+    """Take ``torch.tanh`` in this process from now on (see the module docstring): call it before the first model is
+    built, since a learner's kernels choose when they are built."""
+    _PINNED.add("tanh")
+
+
 def sigmoid_is_faster() -> bool:
+    """Whether this process computes tanh through sigmoid: where it is the faster way (:func:`_timed_choice`), unless
+    the process pinned the standard op."""
+    return "tanh" not in _PINNED and _timed_choice()
+
+
+@functools.cache
+def _timed_choice() -> bool:
     """Whether tanh through sigmoid beats ``torch.tanh`` on this CPU, for a minibatch of a 64-unit layer: the best
     of several interleaved timings of each (interleaved, so a busy neighbour slows both alike). Its input comes from a
     generator of its own: a draw from torch's global one would shift every sampled action after the first forward
