@@ -12,6 +12,16 @@ step's metrics come out the same, bit for bit, on a machine with the same packag
 - :mod:`.replay`: the re-execution, its checkpoint and its verdict.
 """
 
-from daskrl.rerun.replay import replay_experiment
+from typing import Any
 
 __all__ = ["replay_experiment"]
+
+
+def __getattr__(name: str) -> Any:
+    """``replay_experiment``, imported when first asked for: the command line imports this package for its flags and
+    must not import torch before a run's checks (tests/drills/test_startup.py)."""
+    if name == "replay_experiment":
+        from daskrl.rerun.replay import replay_experiment
+
+        return replay_experiment
+    raise AttributeError(f"module 'daskrl.rerun' has no attribute {name!r}")
