@@ -212,7 +212,8 @@ class ActorCritic(nn.Module):
 
     @torch.inference_mode()
     def act(
-        self, obs_np: np.ndarray, deterministic: bool | np.ndarray = False, state: np.ndarray | None = None
+        self, obs_np: np.ndarray, deterministic: bool | np.ndarray = False, state: np.ndarray | None = None,
+        generator: torch.Generator | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rollout path: numpy obs batch -> (actions, log_prob float32, value float32) as numpy.
 
@@ -220,13 +221,14 @@ class ActorCritic(nn.Module):
         views of the output tensors. A recurrent model reads its states from ``state`` (float32 [batch, S]) and
         writes the next states there, in place (a sampler's shared memory, say). ``deterministic`` may also be a
         bool per row (a policy server's batch mixes requests that want the most likely action and those that sample).
+        ``generator``: what sampled actions are drawn from (a sampler's split has its own; None: torch's).
         """
         if not obs_np.flags.writeable:
             obs_np = obs_np.copy()  # torch warns on read-only arrays; encoders never write anyway
         device = self.critic.weight.device
         obs = torch.from_numpy(obs_np).to(device, non_blocking=True)
         dist, value = self.core.act(self, obs, state)
-        actions = _choose(dist, deterministic)
+        actions = _choose(dist, deterministic, generator)
         log_prob = dist.log_prob(actions)
         actions_np = actions.cpu().numpy().reshape(obs_np.shape[0], *self._action_shape)
         if actions_np.dtype != self._action_dtype:
@@ -261,13 +263,14 @@ class ActorCritic(nn.Module):
         self.load_state_dict(tensors, strict=True)
 
 
-def _choose(dist: Distribution, deterministic: bool | np.ndarray) -> torch.Tensor:
+def _choose(dist: Distribution, deterministic: bool | np.ndarray, generator: torch.Generator | None = None
+            ) -> torch.Tensor:
     """The most likely actions, sampled ones, or per row (``deterministic`` a bool array: True rows take the mode)."""
     if isinstance(deterministic, np.ndarray):
-        mode, sample = dist.mode(), dist.sample()
+        mode, sample = dist.mode(), dist.sample(generator)
         rows = torch.as_tensor(deterministic, dtype=torch.bool, device=mode.device)
         return torch.where(rows.reshape(-1, *[1] * (mode.dim() - 1)), mode, sample)
-    return dist.mode() if deterministic else dist.sample()
+    return dist.mode() if deterministic else dist.sample(generator)
 
 
 def _shares_encoder(model: ModelConfig, has_image: bool, shared_encoder: bool | None) -> bool:

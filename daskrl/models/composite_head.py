@@ -34,8 +34,8 @@ class CompositeDistribution:
         a, b = self.columns[k]
         return actions[..., a] if self.scalar[k] else actions[..., a:b]
 
-    def sample(self) -> torch.Tensor:
-        return self._row([d.sample() for d in self.dists])
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self._row([d.sample(generator) for d in self.dists])
 
     def mode(self) -> torch.Tensor:
         return self._row([d.mode() for d in self.dists])

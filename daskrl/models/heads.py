@@ -2,8 +2,9 @@
 
 Hand-rolled instead of torch.distributions: sampling runs on every inference
 batch, and these skip argument validation, broadcasting checks and lazy
-properties. Every distribution exposes sample(), mode(), log_prob(a), entropy(),
-with the batch shape as the result shape of log_prob/entropy.
+properties. Every distribution exposes sample(generator=None), mode(), log_prob(a), entropy(),
+with the batch shape as the result shape of log_prob/entropy; a sampler passes a split's own generator
+(daskrl/sampling/acting.py), anything else draws from torch's.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ class Categorical:
         logits = logits.clamp(min=torch.finfo(logits.dtype).min)
         self.logits = logits - logits.logsumexp(-1, keepdim=True)
 
-    def sample(self) -> torch.Tensor:
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         # Gumbel-max: argmax(logits + Gumbel) with Gumbel = -log(Exponential(1)).
-        noise = torch.empty_like(self.logits).exponential_().log_()
+        noise = torch.empty_like(self.logits).exponential_(generator=generator).log_()
         return (self.logits - noise).argmax(-1)
 
     def mode(self) -> torch.Tensor:
@@ -51,8 +52,8 @@ class MultiCategorical:
     def __init__(self, logits: torch.Tensor, nvec: Sequence[int]) -> None:
         self.dists = [Categorical(part) for part in torch.split(logits, list(nvec), dim=-1)]
 
-    def sample(self) -> torch.Tensor:
-        return torch.stack([d.sample() for d in self.dists], dim=-1)
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.stack([d.sample(generator) for d in self.dists], dim=-1)
 
     def mode(self) -> torch.Tensor:
         return torch.stack([d.mode() for d in self.dists], dim=-1)
@@ -71,8 +72,9 @@ class DiagGaussian:
         self.mean = mean
         self.log_std = log_std.expand_as(mean)
 
-    def sample(self) -> torch.Tensor:
-        return self.mean + self.log_std.exp() * torch.randn_like(self.mean)
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        noise = torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype, device=self.mean.device)
+        return self.mean + self.log_std.exp() * noise
 
     def mode(self) -> torch.Tensor:
         return self.mean
@@ -99,8 +101,8 @@ class ClippedGaussian(DiagGaussian):
         super().__init__(mean, log_std)
         self.low, self.high = low, high
 
-    def sample(self) -> torch.Tensor:
-        return torch.clamp(super().sample(), self.low, self.high)
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.clamp(super().sample(generator), self.low, self.high)
 
     def mode(self) -> torch.Tensor:
         return torch.clamp(self.mean, self.low, self.high)
@@ -132,8 +134,8 @@ class SquashedGaussian(DiagGaussian):
     def _to_box(self, u: torch.Tensor) -> torch.Tensor:
         return self.center + torch.tanh(u) * self.half
 
-    def sample(self) -> torch.Tensor:
-        return self._to_box(super().sample())
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self._to_box(super().sample(generator))
 
     def mode(self) -> torch.Tensor:
         return self._to_box(self.mean)

@@ -36,6 +36,10 @@ class ScheduledSampler(RolloutWorker):
         """Step ``split`` through its next slot, acting at step ``t`` with version ``versions[t]``; the slot as the
         learner reads it (then handed back, so the split always finds a free one)."""
         policy = self.acting.policy
+        if policy.fast is None:  # the torch model acts with one thread, as it did in the run's rollout worker
+            import torch
+
+            torch.set_num_threads(1)
         self.announced = None
         for t in range(self.rollout):
             version = int(versions[t])

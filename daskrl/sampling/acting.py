@@ -93,14 +93,13 @@ class InlineActing:
         self.rows = [rows_for(policy_setup.cut) for policy_setup in setups]  # each one's part of a slot row
         #: each policy's action generator for each split, from its seed and the split's index: a split's draws do
         #: not depend on which splits acted before it (a replay steps them in another order)
-        self.generators = [[np.random.default_rng([policy_setup.seed, s]) for s in range(len(worker.groups))]
-                           for policy_setup in setups]
+        self.generators = [[policy.generator(policy_setup.seed, s) for s in range(len(worker.groups))]
+                           for policy, policy_setup in zip(self.policies, setups, strict=True)]
         self.min_version = 0  # --sync: act only once the policy has this version
 
     def draws_per_split(self) -> bool:
-        """Whether every policy samples from its split's generator (the numpy path; torch's model samples from torch's
-        generator): what makes a recorded schedule replayable."""
-        return all(policy.fast is not None for policy in self.policies)
+        """Every policy samples from its split's generator: what makes a recorded schedule replayable."""
+        return True
 
     def begin(self) -> None:
         """Nothing to ask for: the hot loop acts."""

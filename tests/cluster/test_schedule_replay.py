@@ -1,6 +1,7 @@
 """--record-schedule and ``daskrl replay``: an asynchronous run, recorded, then re-executed in one process, gives the
 run's weights and optimizer bit for bit (at its last checkpoint and at an earlier one, --until-step) and every step's
-metrics; a hyperparameter set while it trained is replayed; what a replay cannot re-create is refused in one line."""
+metrics, on the numpy path and with the torch model; a hyperparameter set while it trained is replayed; what a replay
+cannot re-create is refused in one line."""
 
 from __future__ import annotations
 
@@ -40,7 +41,12 @@ def run_checkpoint_steps(experiment_dir: Path) -> list[int]:
     return sorted(int(store.load(store.path_of(n))["train_steps"]) for n in store.steps())
 
 
-@pytest.mark.parametrize("options", [{}, {"rnn": "lstm"}], ids=["mlp", "lstm"])
+#: an LSTM on Dict observations (daskrl/testing/environments: CueEnv): the torch model acts, not the numpy path
+RECURRENT_DICT = {"env": "daskrl.testing.environments.envs:cue", "rnn": "lstm", "rollout": 16, "batch_size": 256,
+                  "train_for_env_steps": 40_000}
+
+
+@pytest.mark.parametrize("options", [{}, RECURRENT_DICT], ids=["mlp on the numpy path", "lstm on dict observations"])
 def test_a_replayed_asynchronous_run_gives_its_weights_and_metrics(tmp_path, options):
     experiment_dir = recorded_run(tmp_path, "recorded", **options)
     steps = [json.loads(line) for line in (experiment_dir / "schedule" / "steps.jsonl").read_text().splitlines()]

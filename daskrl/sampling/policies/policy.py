@@ -41,9 +41,14 @@ class SamplingPolicy:
         """``component`` owns the parameter reader (its counters record each version taken); None in tests that
         act without parameters."""
         self.version = 0
+        if setup.repeatable:  # before any model acts: a timed kernel choice could differ from its twin's
+            from daskrl.models.inputs.activations import pin_standard_tanh
+
+            pin_standard_tanh()
         self.reader = ParameterReader(component, setup.params) if setup.params is not None else None
         self.published: dict[str, np.ndarray] | None = None  # the weights of ``version`` as published (float32)
         self.model: Any = None  # the torch model (None on the numpy path from published weights)
+        self.torch_generator: Any = None  # what the torch model samples from (None: torch's own generator)
         plan = (setup.params or {}).get("numpy_plan")
         if plan is not None and self.reader is not None and setup.numpy_inference and setup.device == "cpu" \
                 and resolve_precision(setup.inference_precision, setup.spaces) == "float32":
@@ -118,12 +123,23 @@ class SamplingPolicy:
         else:
             self.model.load_state_dict_numpy(state)
 
-    def draw_from(self, rng: np.random.Generator) -> None:
-        """Sample the next actions from ``rng`` (each split of a rollout worker has its own: which split acts first
-        at a turn depends on timing, so one shared generator would make the draws depend on it too). The numpy path
-        only: the torch model samples from torch's generator."""
+    def generator(self, seed: int, split: int) -> Any:
+        """A generator of split ``split``'s own, from ``seed`` and the split's index, of the kind this policy samples
+        with: numpy's on the numpy path, torch's for the torch model."""
         if self.fast is not None:
-            self.fast.rng = rng
+            return np.random.default_rng([seed, split])
+        import torch
+
+        return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, split]).generate_state(1)[0]))
+
+    def draw_from(self, generator: Any) -> None:
+        """Sample the next actions from ``generator`` (one of :meth:`generator`'s: each split of a rollout worker has
+        its own, since which split acts first at a turn depends on timing, and a shared generator would make the
+        draws depend on it too)."""
+        if self.fast is not None:
+            self.fast.rng = generator
+        else:
+            self.torch_generator = generator
 
     def _act(self, obs: np.ndarray, state: np.ndarray | None = None, deterministic: bool = False) -> Acted:
         """Actions, log-probs and values for ``obs`` (values None on the numpy path: samplers write none); a recurrent
@@ -131,4 +147,4 @@ class SamplingPolicy:
         this wrapped by an exploration)."""
         if self.fast is not None:
             return self.fast.act(obs, deterministic, state=state)
-        return self.model.act(obs, deterministic, state=state)
+        return self.model.act(obs, deterministic, state=state, generator=self.torch_generator)

@@ -63,11 +63,10 @@ class NoFillLog:
 
 def fill_log_for(setup: RolloutSetup, incarnation: str, acting: Acting) -> FillLog | NoFillLog:
     """The rollout worker's log: a :class:`FillLog` with --record-schedule, which needs every split's actions drawn
-    from the split's own generator (raises otherwise, naming the fix)."""
+    from the split's own generator (inline acting; raises otherwise, naming the fix)."""
     if not setup.record_schedule:
         return NoFillLog()
     if not acting.draws_per_split():
-        raise ValueError("--record-schedule needs the policy to act through the numpy path (a float32 MLP or LSTM "
-                         "policy on the CPU, with --numpy-inference); this one acts through torch, whose sampling "
-                         "`daskrl replay` cannot repeat: leave out --record-schedule")
+        raise ValueError("--record-schedule needs --inference inline: inference workers act for several rollout "
+                         "workers at once, in batches formed as requests come")
     return FillLog(setup.worker_index, incarnation)
