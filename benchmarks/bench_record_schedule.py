@@ -1,14 +1,15 @@
 """What ``--record-schedule`` costs an asynchronous run, what its schedule weighs, and what replaying it takes.
 
 Run:  python benchmarks/bench_record_schedule.py [--json] [--steps 200000] [--seeds 0 1 2 3 4]
+      python benchmarks/bench_record_schedule.py --env atari/Breakout --steps 200000 --seeds 0
 
-CartPole-v1 with ``--seed S --train-for-env-steps STEPS`` (the rest daskrl's defaults: asynchronous, the embedded
-cluster), once plain and once with ``--record-schedule``, the order alternating per seed so that a drift of the
-machine falls on both. Each run's rate is the summary's mean frames/s (env steps over the run's time, start-up
-excluded, the same for both). Then each recorded run is replayed (``daskrl replay``, in one worker process) and the
-replay's wall time, start-up included, is set against the recorded run's training time; the replay's verdict must
-be "the same weights". Prints a row per seed, the median ratios, the schedule's bytes per slot, and with ``--json``
-one JSON object last. Nothing else may run meanwhile (2 cores).
+``--env`` (CartPole-v1 by default) with ``--seed S --train-for-env-steps STEPS`` (the rest daskrl's defaults for the
+env: asynchronous, the embedded cluster), once plain and once with ``--record-schedule``, the order alternating per
+seed so that a drift of the machine falls on both. Each run's rate is the summary's mean frames/s (env steps over
+the run's time, start-up excluded, the same for both). Then each recorded run is replayed (``daskrl replay``, in one
+worker process) and the replay's wall time, start-up included, is set against the recorded run's training time; the
+replay's verdict must be "the same weights". Prints a row per seed, the median ratios, the schedule's bytes per
+slot, and with ``--json`` one JSON object last. Nothing else may run meanwhile (2 cores).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from daskrl.config import Config
 from daskrl.rerun import replay_experiment
 
 
-def one_run(root: str, seed: int, steps: int, record: bool) -> dict:
-    config = Config.from_flat({"env": "CartPole-v1", "record_schedule": record, "seed": seed,
+def one_run(root: str, env: str, seed: int, steps: int, record: bool) -> dict:
+    config = Config.from_flat({"env": env, "record_schedule": record, "seed": seed,
                                "train_for_env_steps": steps, "train_dir": root, "dashboard_address": "",
                                "experiment": f"{'recorded' if record else 'plain'}_{seed}"})
     summary = daskrl.train(config)
@@ -47,9 +48,9 @@ def schedule_size(experiment_dir: str) -> tuple[int, int, int]:
     return size, slots, steps
 
 
-def measure_seed(root: str, seed: int, steps: int) -> dict:
+def measure_seed(root: str, env: str, seed: int, steps: int) -> dict:
     order = (False, True) if seed % 2 == 0 else (True, False)
-    runs = {record: one_run(root, seed, steps, record) for record in order}
+    runs = {record: one_run(root, env, seed, steps, record) for record in order}
     plain, recorded = runs[False], runs[True]
     size, slots, train_steps = schedule_size(recorded["experiment_dir"])
     t0 = time.monotonic()
@@ -65,12 +66,13 @@ def measure_seed(root: str, seed: int, steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="daskrl_bench_record_") as root:
-        rows = [measure_seed(root, seed, args.steps) for seed in args.seeds]
+        rows = [measure_seed(root, args.env, seed, args.steps) for seed in args.seeds]
     print("| seed | plain frames/s | --record-schedule frames/s | ratio | schedule bytes per slot | run s | replay s "
           "(start-up included) | replay / run | replay: same weights, same metrics |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -82,7 +84,7 @@ def main() -> None:
     replay = statistics.median(r["replay_over_run"] for r in rows)
     print(f"median frames/s ratio (recorded / plain): {ratio:.3f}; median replay / run time: {replay:.2f}")
     if args.json:
-        print(json.dumps({"bench": "record_schedule", "steps": args.steps, "seeds": args.seeds,
+        print(json.dumps({"bench": "record_schedule", "env": args.env, "steps": args.steps, "seeds": args.seeds,
                           "median_ratio": round(ratio, 4), "median_replay_over_run": round(replay, 3),
                           "rows": rows}))
 
