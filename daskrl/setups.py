@@ -26,15 +26,18 @@ class EpsilonGreedy:
     final_eps: float  # this worker's epsilon once the decay is over
     decay_steps: int  # env steps of this worker over which epsilon falls from 1 to ``final_eps`` (0: none)
     num_actions: int
+    #: where this worker's decay starts: its share of the env steps the run took before it was created (a resumed
+    #: run's, or those of a rollout worker it replaces), so a resume or a recovery does not explore from 1 again
+    start_steps: int
 
     @classmethod
     def for_worker(cls, index: int, workers: int, eps: float, alpha: float, fraction: float, total_env_steps: int,
-                   num_actions: int) -> EpsilonGreedy:
+                   num_actions: int, run_env_steps: int) -> EpsilonGreedy:
         """Worker ``index`` of ``workers`` (an elastic run's extra workers take the exponents of the first ones in
-        turn); ``total_env_steps`` 0 (no budget): no decay."""
+        turn) created once the run took ``run_env_steps``; ``total_env_steps`` 0 (no budget): no decay."""
         position = (index % workers) / (workers - 1) if workers > 1 else 0.0
         decay = int(fraction * total_env_steps / workers)
-        return cls(float(eps ** (1.0 + alpha * position)), decay, num_actions)
+        return cls(float(eps ** (1.0 + alpha * position)), decay, num_actions, run_env_steps // max(workers, 1))
 
     def epsilon(self, steps: int) -> float:
         """Epsilon after this worker took ``steps`` env steps."""
@@ -54,8 +57,11 @@ class UniformWarmup:
     high: tuple[float, ...]
 
     @classmethod
-    def for_worker(cls, learning_starts: int, workers: int, low: list[float], high: list[float]) -> UniformWarmup:
-        return cls(-(-learning_starts // max(workers, 1)), tuple(low), tuple(high))
+    def for_worker(cls, learning_starts: int, workers: int, low: list[float], high: list[float],
+                   run_env_steps: int) -> UniformWarmup:
+        """A worker's share of what is left of the warm-up once the run took ``run_env_steps`` (none after a resume
+        or for a replacement that comes after it)."""
+        return cls(-(-max(learning_starts - run_env_steps, 0) // max(workers, 1)), tuple(low), tuple(high))
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,39 @@ def test_dueling_combines_value_and_centered_advantages():
 def test_each_rollout_worker_explores_with_its_own_epsilon():
     from daskrl.setups import EpsilonGreedy
 
-    eps = [EpsilonGreedy.for_worker(i, 4, 0.4, 7.0, 0.0, 0, 2).final_eps for i in range(4)]
+    eps = [EpsilonGreedy.for_worker(i, 4, 0.4, 7.0, 0.0, 0, 2, 0).final_eps for i in range(4)]
     assert eps == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])  # Ape-X: eps^(1 + alpha i / (N - 1))
-    assert EpsilonGreedy.for_worker(0, 1, 0.05, 7.0, 0.0, 0, 2).final_eps == pytest.approx(0.05)
-    decaying = EpsilonGreedy.for_worker(0, 2, 0.1, 7.0, 0.5, 4000, 2)  # half of this worker's 2,000 steps
+    assert EpsilonGreedy.for_worker(0, 1, 0.05, 7.0, 0.0, 0, 2, 0).final_eps == pytest.approx(0.05)
+    decaying = EpsilonGreedy.for_worker(0, 2, 0.1, 7.0, 0.5, 4000, 2, 0)  # half of this worker's 2,000 steps
     assert decaying.decay_steps == 1000
     assert [decaying.epsilon(s) for s in (0, 500, 1000, 5000)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
+
+
+def test_a_rollout_worker_created_late_explores_on_from_the_runs_progress():
+    """A resumed run, or a rollout worker recreated after a fault, does not start its epsilon at 1 again: it starts
+    from its share of the run's env steps so far (which the driver passes in its setup)."""
+    import numpy as np
+
+    from daskrl.config import Config
+    from daskrl.driver.fleet.role_setups import rollout_setup
+    from daskrl.envs import probe_env
+    from daskrl.sampling.policies.exploration import EpsilonGreedyActing
+
+    config = Config.from_flat({"env": "CartPole-v1", "algo": "dqn", "num_workers": 2, "exploration_fraction": 0.5,
+                               "train_for_env_steps": 4000})
+    spaces = probe_env("CartPole-v1")
+    fresh, late = (rollout_setup(config, spaces, [], 0, done).policy.exploration for done in (0, 1200))
+    assert (fresh.start_steps, late.start_steps) == (0, 600)  # each of 2 workers took half of the run's 1,200
+
+    def greedy(obs, state=None, deterministic=False):
+        return np.zeros(len(obs), np.int64), np.zeros(len(obs), np.float32), None
+
+    act = EpsilonGreedyActing(greedy, late, seed=0)
+    explored = 1 - (np.concatenate([act(np.zeros((100, 4)))[0] for _ in range(4)]) == 0).mean()
+    # epsilon falls from about 0.46 (600 of this worker's 1,000 decay steps taken) to its final value by step 1,000,
+    # so about a quarter of its actions are random (half of those pick the greedy action anyway)
+    assert explored == pytest.approx(0.5 * np.mean([late.epsilon(600 + s) for s in range(400)]), abs=0.04)
+    assert late.epsilon(late.start_steps) < 0.5
 
 
 def test_epsilon_greedy_acting_takes_the_greedy_action_or_a_uniform_one():
@@ -94,7 +121,7 @@ def test_epsilon_greedy_acting_takes_the_greedy_action_or_a_uniform_one():
         return np.full(len(obs), 2), np.zeros(len(obs), np.float32), np.zeros(len(obs), np.float32)
 
     assert exploring(greedy, None, 0) is greedy  # APPO: the policy's own act, unwrapped
-    act = EpsilonGreedyActing(greedy, EpsilonGreedy(0.3, 0, 4), seed=0)
+    act = EpsilonGreedyActing(greedy, EpsilonGreedy(0.3, 0, 4, 0), seed=0)
     actions = np.concatenate([act(np.zeros((1000, 1)))[0] for _ in range(20)])
     share_random = 1 - (actions == 2).mean()  # a random action is 2 one time in 4
     assert share_random == pytest.approx(0.3 * 3 / 4, abs=0.01)

@@ -128,8 +128,11 @@ def test_td3_samplers_act_uniformly_for_their_share_of_learning_starts_then_samp
     def policy(obs, state=None, deterministic=False):  # as SamplingPolicy's act: a policy that always sends 0.25
         return np.full((len(obs), 1), 0.25, np.float32), np.zeros(len(obs), np.float32), None
 
-    setup = UniformWarmup.for_worker(learning_starts=10_000, workers=3, low=[-2.0], high=[2.0])
+    setup = UniformWarmup.for_worker(learning_starts=10_000, workers=3, low=[-2.0], high=[2.0], run_env_steps=0)
     assert setup.steps == 3_334  # each of 3 workers takes a third, rounded up
+    # created later (a resume, a recovered worker): only what is left of the warm-up, nothing once it is over
+    assert UniformWarmup.for_worker(10_000, 3, [-2.0], [2.0], run_env_steps=7_000).steps == 1_000
+    assert UniformWarmup.for_worker(10_000, 3, [-2.0], [2.0], run_env_steps=12_000).steps == 0
     act = exploring(policy, setup, seed=0)
     assert isinstance(act, UniformWarmupActing)
     warmup = np.concatenate([act(np.zeros((8, 3)))[0] for _ in range(417)])  # 3,336 steps: the share, then a call

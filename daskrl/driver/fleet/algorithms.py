@@ -30,29 +30,33 @@ from daskrl.lazy_names import class_at
 from daskrl.setups import EpsilonGreedy, UniformWarmup
 
 
-def samples_its_policy(config: Config, spaces: EnvSpaces, index: int) -> None:
+def samples_its_policy(config: Config, spaces: EnvSpaces, index: int, run_env_steps: int) -> None:
     """The policy's own stochastic actions: no exploration of the sampler's."""
     return None
 
 
-def epsilon_greedy(config: Config, spaces: EnvSpaces, index: int) -> EpsilonGreedy:
-    """Rollout worker ``index``'s epsilon (Ape-X's per-actor scheme, with a decay: see --exploration-eps)."""
+def epsilon_greedy(config: Config, spaces: EnvSpaces, index: int, run_env_steps: int) -> EpsilonGreedy:
+    """Rollout worker ``index``'s epsilon (Ape-X's per-actor scheme, with a decay: see --exploration-eps), created
+    once the run took ``run_env_steps``."""
     a = config.algo
     return EpsilonGreedy.for_worker(index, config.sampler.num_workers, a.exploration_eps, a.exploration_alpha,
-                                    a.exploration_fraction, config.run.train_for_env_steps, int(spaces.num_actions))
+                                    a.exploration_fraction, config.run.train_for_env_steps, int(spaces.num_actions),
+                                    run_env_steps)
 
 
-def uniform_warmup(config: Config, spaces: EnvSpaces, index: int) -> UniformWarmup:
-    """Rollout worker ``index``'s uniformly random first steps: its share of --learning-starts (TD3)."""
+def uniform_warmup(config: Config, spaces: EnvSpaces, index: int, run_env_steps: int) -> UniformWarmup:
+    """Rollout worker ``index``'s uniformly random first steps: its share of what is left of --learning-starts once
+    the run took ``run_env_steps`` (TD3)."""
     return UniformWarmup.for_worker(config.algo.learning_starts, config.sampler.num_workers, list(spaces.low or []),
-                                    list(spaces.high or []))
+                                    list(spaces.high or []), run_env_steps)
 
 
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    #: rollout worker ``index``'s exploration setup (None: act as the policy samples)
-    sampler_policy: Callable[[Config, EnvSpaces, int], EpsilonGreedy | UniformWarmup | None]
+    #: rollout worker ``index``'s exploration setup, for a worker created once the run took some env steps (None:
+    #: act as the policy samples)
+    sampler_policy: Callable[[Config, EnvSpaces, int, int], EpsilonGreedy | UniformWarmup | None]
     data_source: str  # "fresh slots" or "replay": which learner component holds its trainer (LEARNERS)
     #: its trainer (a PolicyTrainer built with ``from_options``) as "module:class", handed to the learner in its setup
     trainer_path: str

@@ -60,7 +60,8 @@ class Fleet:
 
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (a parameter block changes when a learner restarts)."""
-        return role_setups(self.config, self.spaces, self._acting_params(), self.teams.remote_params)
+        return role_setups(self.config, self.spaces, self._acting_params(), self.teams.remote_params,
+                           self.samplers.run_env_steps)
 
     def _acting_params(self) -> list[dict | None]:
         """Every acting policy's parameter block as samplers attach it (with its host relays' blocks)."""

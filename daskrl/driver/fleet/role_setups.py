@@ -23,15 +23,17 @@ from daskrl.setups import EpsilonGreedy, InferenceSetup, LearnerSetup, PolicySet
 
 
 def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
-                remote_params: bool = False) -> RoleSetups:
+                remote_params: bool = False, run_env_steps: int = 0) -> RoleSetups:
     """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
     (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
     exist, and in sampling-only runs: the samplers keep their initial weights). The replay shards' are those of a
     number given to ``--replay-shards`` (none for ``auto``, whose count the placement decides: the fleet builds
-    each shard's with :func:`replay_setup`)."""
+    each shard's with :func:`replay_setup`). ``run_env_steps``: the run's env steps so far (a resumed run's), where
+    the samplers' exploration goes on from."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    rollout = tuple(rollout_setup(config, spaces, policy_params, index) for index in range(s.num_workers))
+    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps)
+                    for index in range(s.num_workers))
     inference = tuple(InferenceSetup(policy_queue(k), _policy_setup(config, spaces, k, policy_params[k],
                                                                     c.run.seed + 1009 * k, s.inference_device), k)
                       for k in range(c.policies.num_policies)) if s.inference == "remote" else ()
@@ -115,14 +117,15 @@ def _by_policy(config: Config, params: Sequence[dict | None]) -> tuple[dict | No
     return tuple(params) + (None,) * (acting - len(params))
 
 
-def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | None], index: int) -> RolloutSetup:
-    """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``); ``params`` as
-    :func:`role_setups` takes them."""
+def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | None], index: int,
+                  run_env_steps: int = 0) -> RolloutSetup:
+    """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``), created once the
+    run took ``run_env_steps``; ``params`` as :func:`role_setups` takes them."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu",
-                           algorithm_of(config).sampler_policy(config, spaces, index)) if s.inference == "inline" \
-        else None
+    exploration = algorithm_of(config).sampler_policy(config, spaces, index, run_env_steps)
+    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu", exploration) \
+        if s.inference == "inline" else None
     return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
                         num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,

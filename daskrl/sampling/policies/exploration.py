@@ -31,7 +31,7 @@ class EpsilonGreedyActing:
         self.inner = act
         self.setup = setup
         self.rng = np.random.default_rng(seed)
-        self.steps = 0
+        self.steps = setup.start_steps  # the run's progress when this worker was created: the decay goes on
 
     def __call__(self, obs: np.ndarray, state: np.ndarray | None = None) -> Acted:
         actions, log_probs, values = self.inner(obs, state, deterministic=True)
