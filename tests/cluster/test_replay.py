@@ -92,16 +92,19 @@ def test_replay_saved_with_the_checkpoints_refills_a_resumed_run(tmp_path):
 
     class FirstSight(Observer):
         def __init__(self):
-            self.replay = None
+            self.replay = self.exploration = None
 
         def on_poll(self, run):
             if self.replay is None and "replay_0" in run.ledger.last_stats:
                 self.replay = run.ledger.last_stats["replay_0"]["replay"]
+                self.exploration = run.fleet.samplers.rollout[0].call("get_setup").policy.exploration
 
     sight = FirstSight()
     train(run_config(tmp_path, "replay_ckpt", base=base, resume=True, train_for_env_steps=1_800), observers=[sight])
     assert sight.replay["size"] == 1_000 and sight.replay["added"] >= added  # refilled before it took a slot
     assert sight.replay["served"] >= served  # the draws it served count on: no burst of owed updates
+    # the one rollout worker's epsilon decays on from the run's env steps at the resume, not from 1 again
+    assert sight.exploration.start_steps == first["env_steps"]
 
 
 @slow("a DQN run on a cluster of its own whose workers all take the comms path")
