@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,7 +127,7 @@ def _run_steps(index: ScheduleIndex, schedule: Schedule, last: int, learner: Sch
         step = schedule.steps[n]
         metrics = learner.train([parts.pop((fill.worker, fill.position)) for fill in taken], step.get("hyperparams"))
         recorded = step["metrics"]
-        wrong = sorted(k for k, v in recorded.items() if k in metrics and float(metrics[k]) != v)
+        wrong = sorted(k for k, v in recorded.items() if k in metrics and not _same(float(metrics[k]), v))
         if wrong and differ_at is None:
             differ_at, differ = n + 1, wrong
         learner.forget_before(_oldest_needed(index, samplers, learner.version))
@@ -142,10 +143,15 @@ def _make_up_to(fill: Fill, index: ScheduleIndex, learner: ScheduledLearner,
         sampler.on_configure(rollout_setups[fill.worker])
         sampler.on_start()
     fills = index.fills_of(fill.worker, fill.split)
-    while (done := sampler.fills_done.get(fill.split, 0)) <= fills.index(fill):
+    while (done := sampler.fills_done.get(fill.split, 0)) <= fill.nth:
         made = fills[done]
         parts[made.worker, made.position] = sampler.fill(made.split, made.versions, learner.weights_of,
                                                          learner.reader)
+
+
+def _same(value: float, recorded: float) -> bool:
+    """Equal, or both NaN (a step whose every update was skipped)."""
+    return value == recorded or (math.isnan(value) and math.isnan(recorded))
 
 
 def _oldest_needed(index: ScheduleIndex, samplers: dict[int, ScheduledSampler], newest: int) -> int:

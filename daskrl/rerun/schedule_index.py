@@ -16,13 +16,15 @@ from daskrl.monitor.outputs.schedule_file import Schedule
 from daskrl.sampling.slots.fill_log import versions_from_runs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Fill:
-    """One recorded fill: worker ``worker``'s ``position``-th, by split ``split``, acting with ``versions``."""
+    """One recorded fill: worker ``worker``'s ``position``-th, the ``nth`` of split ``split``, acting with
+    ``versions``."""
 
     worker: int
     position: int
     split: int
+    nth: int
     versions: np.ndarray  # [rollout] the version that acted at each step
 
 
@@ -39,7 +41,8 @@ class ScheduleIndex:
         by_slot: dict[tuple[int, int], deque[Fill]] = defaultdict(deque)
         for worker, entries in schedule.fills.items():
             for position, (split, slot, runs) in enumerate(entries):
-                fill = Fill(worker, position, split, versions_from_runs(runs, rollout))
+                fill = Fill(worker, position, split, len(self.by_split[worker, split]),
+                            versions_from_runs(runs, rollout))
                 self.by_split[worker, split].append(fill)
                 by_slot[worker, slot].append(fill)
         self.steps: list[list[Fill]] = []
