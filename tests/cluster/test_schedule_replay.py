@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daskrl import start
+from daskrl import start, train
 from daskrl.config import Config, ConfigError
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.rerun import replay_experiment
@@ -69,7 +69,8 @@ def test_a_replayed_asynchronous_run_gives_its_weights_and_metrics(tmp_path, opt
 
 
 def test_a_replay_refuses_a_schedule_recorded_elsewhere_and_what_it_cannot_recreate(tmp_path):
-    experiment_dir = recorded_run(tmp_path, "moved", train_for_env_steps=20_000)
+    summary = train(run_config(tmp_path, "moved", base=RECORDED_CARTPOLE, train_for_env_steps=20_000))
+    experiment_dir = Path(summary["experiment_dir"])
     manifest_path = experiment_dir / "schedule" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["machine"]["packages"]["torch"] = "1.0.0"
