@@ -36,6 +36,12 @@ class ScheduleIndex:
         if replaced:
             raise ValueError(f"rollout worker {replaced[0]} was replaced during the recorded run (a fault recovery "
                              "restarted its envs), which a replay does not re-create: replay a run without one")
+        numbers = [int(step["step"]) for step in schedule.steps]
+        if numbers != list(range(1, len(numbers) + 1)):
+            at = next(i for i, n in enumerate(numbers) if n != i + 1)
+            raise ValueError(f"the recorded learner's training steps do not run 1, 2, 3, ... (step {numbers[at]} where "
+                             f"{at + 1} was due): it restarted from a checkpoint during the run (a fault recovery), "
+                             "which a replay does not re-create")
         self.worker_of_incarnation = {inc: w for w, incs in schedule.incarnations.items() for inc in incs}
         self.by_split: dict[tuple[int, int], list[Fill]] = defaultdict(list)
         by_slot: dict[tuple[int, int], deque[Fill]] = defaultdict(deque)

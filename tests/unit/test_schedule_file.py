@@ -38,10 +38,14 @@ def test_the_kth_take_of_a_slot_is_the_kth_fill_of_that_slot():
     assert index.steps[1][0].versions.tolist() == [2, 2, 2, 2]
 
 
-def test_a_replaced_rollout_worker_is_refused():
+def test_a_replaced_rollout_worker_or_a_restarted_learner_is_refused():
     schedule = Schedule({}, {}, fills={0: []}, incarnations={0: {"a", "b"}})
     with pytest.raises(ValueError, match="rollout worker 0 was replaced"):
         ScheduleIndex(schedule, rollout=4)
+    restarted = Schedule({}, {}, fills={0: []}, incarnations={0: {"a"}},
+                         steps=[{"step": n, "slots": []} for n in (1, 2, 3, 2, 3, 4)])  # back to its step-1 checkpoint
+    with pytest.raises(ValueError, match=r"step 2 where 4 was due\): it restarted from a checkpoint"):
+        ScheduleIndex(restarted, rollout=4)
 
 
 def test_the_manifest_names_what_differs():
