@@ -97,10 +97,6 @@ class InlineActing:
                            for policy, policy_setup in zip(self.policies, setups, strict=True)]
         self.min_version = 0  # --sync: act only once the policy has this version
 
-    def draws_per_split(self) -> bool:
-        """Every policy samples from its split's generator: what makes a recorded schedule replayable."""
-        return True
-
     def begin(self) -> None:
         """Nothing to ask for: the hot loop acts."""
 
@@ -194,10 +190,6 @@ class RemoteActing:
         self.requested_at = [0.0] * len(worker.groups)  # when each split's pending request went out
         self.waiting: list[set[int]] = [set() for _ in worker.groups]  # the policies each split still waits for
         worker.add_timer(1.0, self.resend_lost_requests)
-
-    def draws_per_split(self) -> bool:
-        """Inference workers act for many rollout workers at once: nothing per split."""
-        return False
 
     def begin(self) -> None:
         for s in range(len(self.worker.groups)):

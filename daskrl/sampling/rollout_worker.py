@@ -33,7 +33,7 @@ from daskrl.runtime.actors.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
 from daskrl.sampling.episode import Episode, wire_form
 from daskrl.sampling.policies.split_policies import OnePolicy, SplitPolicies, mapped_policies
-from daskrl.sampling.slots.fill_log import fill_log_for
+from daskrl.sampling.slots.fill_log import FillLog, NoFillLog
 from daskrl.sampling.slots.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
 from daskrl.sampling.slots.state_carry import state_carry_for
 from daskrl.sampling.slots.trajectories import SlotLayout, create_slots
@@ -78,7 +78,8 @@ class RolloutWorker(Component):
                                    setup.spaces) if setup.policy is not None \
             else RemoteActing(self, setup.policy_queue, setup.num_policies)
         #: --record-schedule: each filled slot's split and policy versions, for the runner to write down
-        self.fill_log = fill_log_for(setup, self.incarnation, self.acting)
+        # (remote inference is refused with it before the run starts: its batches span rollout workers)
+        self.fill_log = FillLog(setup.worker_index, self.incarnation) if setup.record_schedule else NoFillLog()
 
     def _create_slots(self, setup: RolloutSetup) -> None:
         """The slot pool in shared memory, its arrays by name, and the carry of a recurrent policy's states."""

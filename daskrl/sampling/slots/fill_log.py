@@ -8,15 +8,7 @@ the next ``t`` (inline acting takes a new version between two steps, so a slot o
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
-
-from daskrl.setups import RolloutSetup
-
-
-class Acting(Protocol):
-    def draws_per_split(self) -> bool: ...
 
 
 def version_runs(versions: np.ndarray) -> list[int]:
@@ -60,13 +52,3 @@ class NoFillLog:
     def news(self) -> dict:
         return {}
 
-
-def fill_log_for(setup: RolloutSetup, incarnation: str, acting: Acting) -> FillLog | NoFillLog:
-    """The rollout worker's log: a :class:`FillLog` with --record-schedule, which needs every split's actions drawn
-    from the split's own generator (inline acting; raises otherwise, naming the fix)."""
-    if not setup.record_schedule:
-        return NoFillLog()
-    if not acting.draws_per_split():
-        raise ValueError("--record-schedule needs --inference inline: inference workers act for several rollout "
-                         "workers at once, in batches formed as requests come")
-    return FillLog(setup.worker_index, incarnation)
