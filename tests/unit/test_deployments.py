@@ -25,6 +25,14 @@ def test_deploy_options_that_do_not_fit_are_refused_in_one_line(flags, problem):
         Config.from_flat({"env": "CartPole-v1", **flags}).validate()
 
 
+def test_the_config_json_a_run_saved_is_a_valid_config_again():
+    """A saved config names every option, the deploy flags at their defaults too: they are not flags given."""
+    saved = Config.from_flat({"env": "CartPole-v1"}).to_json()
+    Config.from_json(saved).validate()
+    with pytest.raises(ConfigError, match="--jobs shapes a --deploy slurm cluster"):
+        Config.from_json(saved.replace('"jobs": 0', '"jobs": 2')).validate()
+
+
 def test_the_kubernetes_recipe_builds_the_cluster_spec_a_run_needs():
     pytest.importorskip("dask_kubernetes")
     import dask
