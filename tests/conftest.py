@@ -5,7 +5,15 @@ not fixtures (a run's config, processes, fault drills, waiting) are in ``helpers
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# pytest-xdist runs two test processes on two cores: torch's default of a thread per core in each of them (and in the
+# `daskrl` processes the drills start) oversubscribes the cores, and its threads spin waiting for each other (a test
+# computing log-probs in this process took 27 s beside a busy core, 11 s with one thread). Dask's worker processes
+# start with one thread already (distributed's pre-spawn environment).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from daskrl.runtime import connect_cluster, dask_internals
 from daskrl.runtime.memory.shm import list_segments

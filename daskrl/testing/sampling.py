@@ -159,11 +159,11 @@ def expected_log_probs(spaces: EnvSpaces, model: ModelConfig, precision: str, ac
         net.eval()
         if precision == "bfloat16":
             net.use_bfloat16_encoders()
-        with torch.no_grad():
-            log_probs = np.stack([net.evaluate(torch.from_numpy(o), torch.from_numpy(a))[0].numpy()
-                                  for o, a in zip(obs, actions, strict=True)])
         at = versions == version
-        out[at] = log_probs[at]
+        with torch.no_grad():
+            for t in np.flatnonzero(at.any(axis=1)):  # only the steps this version acted at
+                log_probs = net.evaluate(torch.from_numpy(obs[t]), torch.from_numpy(actions[t]))[0].numpy()
+                out[t, at[t]] = log_probs[at[t]]
     return out
 
 
