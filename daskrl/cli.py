@@ -18,6 +18,7 @@ import typing
 from typing import NoReturn
 
 from daskrl.config import SECTIONS, Config
+from daskrl.datasets.record_command import add_record_parser, describe_dataset, record_config
 from daskrl.driver.launch.experiment import run_log_path
 from daskrl.driver.launch.startup import count_from_process_start
 from daskrl.errors import ClusterAccessError, ConfigError, DaskRLError, EnvError, ExperimentInUseError, TrainingError
@@ -149,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_publish_parser(sub)
     add_replay_parser(sub)
+    add_record_parser(sub)
     runs = sub.add_parser("runs", help="list the daskrl runs training on a Dask cluster (name, experiment, workers, "
                                        "frames/s, return, age)")
     runs.add_argument("--scheduler", required=True, help="address of the Dask scheduler, such as tcp://host:8786")
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             return run_publish(args)
         if args.command == "replay":
             return run_replay(args)
+        if args.command == "record":
+            config = record_config(args)
+            return _train(config.validate())
         return _enjoy(args)
     except (ConfigError, EnvError, ExperimentInUseError, ClusterAccessError) as exc:
         print(f"daskrl: error: {exc}", file=sys.stderr)
@@ -365,6 +370,8 @@ def _print_summary(summary: dict, sampling: bool) -> None:
     if startup.get("first_step_s") is not None:
         print(f"daskrl: first training step {startup['first_step_s']:.2f} s after launch (components ready at "
               f"{startup['ready_s']:.2f} s)")
+    if summary.get("dataset"):
+        print(describe_dataset(summary))
     in_bfloat16 = sorted(name for name, p in summary.get("inference_precision", {}).items() if p == "bfloat16")
     if in_bfloat16:  # 'auto' may have chosen it on these hosts: say so, and how to keep float32
         print(f"daskrl: {', '.join(in_bfloat16)} ran the policy's encoder in bfloat16 "

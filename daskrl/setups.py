@@ -65,6 +65,18 @@ class UniformWarmup:
 
 
 @dataclass(frozen=True)
+class SamplingNoise:
+    """How a sampling-only run plays a trained policy (``daskrl record``): its most likely action or a sampled one,
+    replaced by a uniformly random action with probability ``epsilon`` (a setup field: frozen, built by the driver)."""
+
+    deterministic: bool
+    epsilon: float
+    num_actions: int  # a Discrete space's actions (0: a Box, drawn between ``low`` and ``high``)
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class PolicySetup:
     """How a sampler builds and runs the policy: the network, where its parameters are published, the fast paths."""
 
@@ -79,10 +91,13 @@ class PolicySetup:
     # agents with different spaces: (obs_len, act_dim) of the slot rows this policy reads and writes (EnvSpaces.cut_for)
     cut: tuple[int, int] | None
     #: how a sampler explores (DQN's epsilon-greedy, TD3's warm-up; None: the policy samples its own actions)
-    exploration: EpsilonGreedy | UniformWarmup | None
+    exploration: EpsilonGreedy | UniformWarmup | SamplingNoise | None
     #: --deterministic or --record-schedule: the run must repeat, so no kernel is chosen by timing
     #: (daskrl/models/inputs/activations.py)
     repeatable: bool
+    #: a sampling-only run's fixed weights ({"version", "weights"}: --init-checkpoint's); None: the initial weights, or
+    #: the learner's as ``params`` publishes them
+    weights: dict | None
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,8 @@ class RolloutSetup:
     policy_spaces: tuple[EnvSpaces, ...]  # by acting policy, like policy_params (the slots hold the union: spaces)
     #: --record-schedule: log each filled slot's split and policy versions (daskrl/sampling/slots/fill_log.py)
     record_schedule: bool
+    #: --record-dataset: how many whole episodes to record from each env of this worker (-1: every one); None: none
+    record_quotas: tuple[int, ...] | None
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,20 @@ class RunConfig(Section):
                                        "weights (docs/reproducibility.md)")
     overwrite: bool = opt(False, "start an existing experiment again from nothing: what its directory holds is "
                                  "removed first (without it, a new run refuses an existing experiment)")
-    sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling)")
+    sampling_only: bool = opt(False, "sample without learning (measures the sampler's ceiling; with --init-checkpoint, "
+                                     "samples that checkpoint's policy, as `daskrl record` does)")
+    sampling_deterministic: bool = opt(False, "with --sampling-only: take the most likely action instead of sampling "
+                                              "one (DQN and TD3 always do, as `daskrl enjoy` plays them)")
+    sampling_epsilon: float = opt(0.0, "with --sampling-only: take a uniformly random action with this probability "
+                                       "instead of the policy's (noise in a recorded dataset)", low=0, high=1)
+    record_dataset: str = opt("", "write every whole episode the rollout workers play into this Minari dataset "
+                                  "(NAMESPACE/ENV/NAME-vN, in $MINARI_DATASETS_PATH or ~/.minari/datasets; needs "
+                                  "the datasets extra: pip install 'daskrl[datasets]'; docs/offline.md)",
+                              pattern=r"([\w.-]+/)?([\w.-]+/)?[\w.-]+-v\d+",
+                              pattern_help="a Minari dataset id such as mine/pendulum/expert-v0")
+    record_episodes: int = opt(0, "with --record-dataset: stop once this many episodes are recorded, the first ones "
+                                  "of every env in equal shares, so that short episodes are not favoured (0: record "
+                                  "until the run stops)", low=0)
     report_interval: float = opt(2.0, "seconds between progress lines and CSV rows", low=0, low_open=True)
     checkpoint_interval: float = opt(30.0, "seconds between checkpoints", low=0, low_open=True)
     keep_checkpoints: int = opt(3, "checkpoints kept besides the best one", low=1)

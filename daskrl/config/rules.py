@@ -50,6 +50,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _policy_problems(config, found)
     problems += _deterministic_problems(config)
     problems += _record_schedule_problems(config)
+    problems += _dataset_problems(config)
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
     problems += algo_problems(config, found)
@@ -88,6 +89,21 @@ def _record_schedule_problems(config: Config) -> list[str]:
         (config.run.sampling_only, "a learner (no --sampling-only: there is nothing to replay)"),
     ]
     return [f"--record-schedule needs {need}" for bad, need in unsupported if bad]
+
+
+def _dataset_problems(config: Config) -> list[str]:
+    """The options of sampling a trained policy and recording a dataset, given where they do nothing or cannot work
+    (the env's own kind, a single agent with array observations, is checked once it is probed: the preflight)."""
+    r = config.run
+    problems = [f"{flag} acts in a sampling-only run (daskrl sample, daskrl record): add --sampling-only or leave it "
+                "out" for flag, given in (("--sampling-deterministic", r.sampling_deterministic),
+                                          ("--sampling-epsilon", r.sampling_epsilon > 0)) if given and not r.sampling_only]
+    if r.record_episodes and not r.record_dataset:
+        problems.append("--record-episodes counts the episodes of --record-dataset: name the dataset too")
+    if r.record_dataset and config.env.env_backend != "gymnasium":
+        problems.append(f"--record-dataset records envs daskrl steps one by one (--env-backend gymnasium), not "
+                        f"--env-backend {config.env.env_backend}")
+    return problems
 
 
 def _wandb_problems(r: RunConfig) -> list[str]:

@@ -144,6 +144,9 @@ class EnvGroup(EpisodeRecords):
         self.info_keys = tuple(info_keys)
         self.episode_extras: list[dict[str, float]] = []
         self.truncations: list[tuple[int, np.ndarray]] = []  # drained by the owner (pop_truncations)
+        #: --record-dataset: the (env index, final observation) of every episode that ended, terminated ones too (a
+        #: dataset holds each episode's last observation); None: not kept. Drained by the episode recorder
+        self.recorded_finals: list[tuple[int, np.ndarray]] | None = None
         self._ep_return = [0.0] * self.num_envs
         self._ep_length = [0] * self.num_envs
         kind = self.spaces.action_kind
@@ -239,6 +242,8 @@ class EnvGroup(EpisodeRecords):
                         self._keep_extras(info)
                     if truncated and not terminated:
                         self.truncations.append((i, np.array(obs)))  # a copy: the env may reuse its buffer
+                    if self.recorded_finals is not None:
+                        self.recorded_finals.append((i, np.array(obs)))
                     ep_return[i] = 0.0
                     ep_length[i] = 0
                     phase = "reset"

@@ -58,6 +58,7 @@ class RunState:
     best_return: float = -math.inf
     reached_return_at: float | None = None  # when the mean return first reached --stop-at-return (seconds)
     reached_return_mean: float | None = None  # that mean, as the stop rule read it (later episodes move the window's)
+    recorded_episodes: int = 0  # --record-dataset: episodes written into the dataset so far
     # episode info numbers (EnvGroup.episode_extras): collected since the last row, and the last mean of each key
     pending_extras: dict = field(default_factory=dict)
     extra_means: dict = field(default_factory=dict)

@@ -33,6 +33,7 @@ from daskrl.runtime.actors.signals import signal, slot
 from daskrl.sampling.acting import InlineActing, RemoteActing
 from daskrl.sampling.episode import Episode, wire_form
 from daskrl.sampling.policies.split_policies import OnePolicy, SplitPolicies, mapped_policies
+from daskrl.sampling.slots.episode_recorder import episode_recorder
 from daskrl.sampling.slots.fill_log import FillLog, NoFillLog
 from daskrl.sampling.slots.slot_owners import OneConsumer, PolicyConsumers, SlotOwners
 from daskrl.sampling.slots.state_carry import state_carry_for
@@ -80,6 +81,8 @@ class RolloutWorker(Component):
         #: --record-schedule: each filled slot's split and policy versions, for the runner to write down
         # (remote inference is refused with it before the run starts: its batches span rollout workers)
         self.fill_log = FillLog(setup.worker_index, self.incarnation) if setup.record_schedule else NoFillLog()
+        #: --record-dataset: whole episodes cut out of the filled slots, for the driver to write
+        self.recorder = episode_recorder(self.groups, setup.record_quotas)
 
     def _create_slots(self, setup: RolloutSetup) -> None:
         """The slot pool in shared memory, its arrays by name, and the carry of a recurrent policy's states."""
@@ -187,6 +190,7 @@ class RolloutWorker(Component):
             raise EnvStepError(exc.env_index, exc.phase, f"{exc.summary} [environment {self.env_spec!r}, env "
                                f"{exc.env_index} of split {s} on rollout worker {self.name!r}]") from exc
         self.state_carry.reset_ended(slot_index, t)
+        self.recorder.step_taken(s, t)
         if group.failures:
             self._note_env_failures(s, group.pop_failures())
         if group.truncations:
@@ -207,6 +211,8 @@ class RolloutWorker(Component):
         self.owners.tag(slot_index, t, split)  # who acts at obs[T] (the next slot's first step), for the learner
         self.state_carry.end_slot(s, slot_index)
         self.fill_log.filled(s, slot_index, self.policy_version[slot_index])
+        self.recorder.slot_filled(s, self.obs[slot_index], self.actions[slot_index], self.rewards[slot_index],
+                                  self.terminated[slot_index], self.truncated[slot_index])
         self.slots_filled += 1
         self._announce(slot_index, self.rollout * group.num_envs)
         self.split_slot[s] = None
@@ -248,6 +254,7 @@ class RolloutWorker(Component):
     def _note_env_failures(self, s: int, failures: list) -> None:
         for f in failures:
             self.counters["env_failures"] += 1
+            self.recorder.env_failed(s, self.split_t[s], f.env_index)
             key = f"{f.phase}:{f.summary}"
             if key not in self._seen_failures:  # each distinct error is shown once, with its traceback summary
                 self._seen_failures.add(key)
@@ -294,7 +301,8 @@ class RolloutWorker(Component):
         env_errors = []
         while self.env_failure_log:
             env_errors.append(self.env_failure_log.popleft())
-        return {"episodes": episodes, "episode_extras": extras, "env_errors": env_errors, **self.fill_log.news()}
+        return {"episodes": episodes, "episode_extras": extras, "env_errors": env_errors, **self.fill_log.news(),
+                **self.recorder.news()}
 
     def on_stop(self) -> None:
         for group in self.groups:

@@ -237,7 +237,8 @@ def test_the_numpy_fast_path_leaves_composite_actions_to_torch():
     """The numpy policy computes Discrete and Box heads only: a sampler with the fast path on acts for a composite
     head through torch (the training runs below act inline, so through this fallback)."""
     spaces = probe_env(HYBRID)
-    policy = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32", "cpu", {}, None, None, False))
+    policy = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32", "cpu", {}, None, None, False,
+                                              None))
     assert policy.fast is None and not NumpyPolicy.supports(policy.model)
     actions, log_probs, values = policy.act(np.eye(3, dtype=np.float32))
     assert actions.shape == (3, 2) and actions.dtype == np.float32 and log_probs.shape == values.shape == (3,)

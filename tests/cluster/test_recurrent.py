@@ -226,7 +226,7 @@ def test_recurrent_options_are_checked_and_the_numpy_fast_path_takes_the_core():
     Config.from_flat({"rnn": "lstm", "recurrence": 8}).validate()
     Config.from_flat({"recurrence": 5}).validate()  # without a core the option is not used
     Config.from_flat({"targets_from": "minibatch"}).validate()
-    setup = PolicySetup(CARTPOLE, ModelConfig(rnn="lstm"), None, 0, True, "float32", "cpu", {}, None, None, False)
+    setup = PolicySetup(CARTPOLE, ModelConfig(rnn="lstm"), None, 0, True, "float32", "cpu", {}, None, None, False, None)
     policy = SamplingPolicy(None, setup)
     assert policy.fast is not None and NumpyPolicy.supports(policy.model)  # the LSTM cell runs in numpy too
     # bfloat16 sampling: the encoder runs in bfloat16, the core and heads in float32, and the state goes on

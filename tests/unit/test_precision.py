@@ -136,9 +136,9 @@ def test_sampling_policy_keeps_the_numpy_path_for_float32_only():
     try:
         spaces = probe_env("CartPole-v1")
         fast = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "float32", "cpu", {}, None, None,
-                                                False))
+                                                False, None))
         slow = SamplingPolicy(None, PolicySetup(spaces, ModelConfig(), None, 0, True, "bfloat16", "cpu", {}, None, None,
-                                                False))
+                                                False, None))
     finally:
         torch.set_num_threads(threads)
     assert fast.fast is not None and fast.model.encoder_dtype == torch.float32

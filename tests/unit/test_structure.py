@@ -96,7 +96,7 @@ LAYERS = [
     ("daskrl.learning",),
     ("daskrl.driver",),
     ("daskrl.evaluation", "daskrl.pbt", "daskrl.rerun"),
-    ("daskrl.api", "daskrl.testing", "daskrl.serving"),
+    ("daskrl.api", "daskrl.testing", "daskrl.serving", "daskrl.datasets"),
     ("daskrl.sweep",),
     ("daskrl.publish",),  # result bundles: an experiment's or a sweep's, through enjoy's and export's code
     ("daskrl.cli", "daskrl.testing.faults", "daskrl"),

@@ -61,7 +61,7 @@ class Fleet:
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (a parameter block changes when a learner restarts)."""
         return role_setups(self.config, self.spaces, self._acting_params(), self.teams.remote_params,
-                           self.samplers.run_env_steps)
+                           self.samplers.run_env_steps, self.samplers.weights)
 
     def _acting_params(self) -> list[dict | None]:
         """Every acting policy's parameter block as samplers attach it (with its host relays' blocks)."""
@@ -87,6 +87,7 @@ class Fleet:
         """Create, wire and start every component; each policy's learner starts as ``starts`` says (by policy)."""
         if self.config.run.sampling_only:
             self.sink = self.roster.spawn(SamplingSink, "sink", self.placement.rollout[0], None, Role.SINK)
+            self.samplers.weights = starts[0].weights if starts else None  # --init-checkpoint's: played as trained
         else:
             self.teams.create(self.placement, self.setups(), starts)
             self.replay.create(self.placement.rollout, lambda specs: self.roster.spawn_all(

@@ -32,6 +32,11 @@ class LearnerStart:
         """``weights``: ``{"version", "weights"}``; the learner goes on from ``env_steps``."""
         return cls("load_weights", (weights["version"], weights["weights"], env_steps))
 
+    @property
+    def weights(self) -> dict | None:
+        """The ``{"version", "weights"}`` a start from weights alone loads (None for the other starts)."""
+        return {"version": self.args[0], "weights": self.args[1]} if self.method == "load_weights" else None
+
     def apply(self, learner: ComponentHandle) -> None:
         if self.method is not None:
             learner.call(self.method, *self.args, timeout=LOAD_TIMEOUT_S)

@@ -19,24 +19,36 @@ from daskrl.protocol import policy_queue
 from daskrl.replay.ratio import batches_per_request
 from daskrl.sampling.policies.policy_map import slots_tagged
 from daskrl.sampling.policies.policy_spaces import policy_spaces
-from daskrl.setups import EpsilonGreedy, InferenceSetup, LearnerSetup, PolicySetup, ReplaySetup, RoleSetups, RolloutSetup
+from daskrl.setups import (
+    EpsilonGreedy,
+    InferenceSetup,
+    LearnerSetup,
+    PolicySetup,
+    ReplaySetup,
+    RoleSetups,
+    RolloutSetup,
+    SamplingNoise,
+    UniformWarmup,
+)
 
 
 def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
-                remote_params: bool = False, run_env_steps: int = 0) -> RoleSetups:
+                remote_params: bool = False, run_env_steps: int = 0, weights: dict | None = None) -> RoleSetups:
     """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
     (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
     exist, and in sampling-only runs: the samplers keep their initial weights). The replay shards' are those of a
     number given to ``--replay-shards`` (none for ``auto``, whose count the placement decides: the fleet builds
     each shard's with :func:`replay_setup`). ``run_env_steps``: the run's env steps so far (a resumed run's), where
-    the samplers' exploration goes on from."""
+    the samplers' exploration goes on from. ``weights``: what a sampling-only run acts with (``{"version",
+    "weights"}``: --init-checkpoint's; None: the initial weights)."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps)
+    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps, weights)
                     for index in range(s.num_workers))
-    inference = tuple(InferenceSetup(policy_queue(k), _policy_setup(config, spaces, k, policy_params[k],
-                                                                    c.run.seed + 1009 * k, s.inference_device), k)
-                      for k in range(c.policies.num_policies)) if s.inference == "remote" else ()
+    inference = tuple(InferenceSetup(policy_queue(k), _policy_setup(
+        config, spaces, k, policy_params[k], c.run.seed + 1009 * k, s.inference_device,
+        sampler_exploration(config, spaces, 0, run_env_steps) if weights is not None else None, weights), k)
+        for k in range(c.policies.num_policies)) if s.inference == "remote" else ()
     policies = 0 if c.run.sampling_only else c.policies.num_policies
     leaders = tuple(_learner_setup(config, spaces, policy, 0, remote_params) for policy in range(policies))
     members = tuple(_learner_setup(config, spaces, 0, rank, remote_params)  # several policies: one learner each
@@ -62,12 +74,26 @@ def replay_setup(config: Config, spaces: EnvSpaces, index: int, initial: int) ->
 
 
 def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None, seed: int,
-                  device: str, exploration: EpsilonGreedy | None = None) -> PolicySetup:
+                  device: str, exploration: EpsilonGreedy | UniformWarmup | SamplingNoise | None,
+                  weights: dict | None) -> PolicySetup:
     """How a sampler runs acting policy ``k`` (a trained one, or a self-play snapshot)."""
     s, own = config.sampler, acting_spaces(config, spaces)[k]
     return PolicySetup(own, _model(config), params, seed, s.numpy_inference, s.inference_precision, device,
                        pack_components(), spaces.cut_for(own), exploration,
-                       config.run.deterministic or config.run.record_schedule)
+                       config.run.deterministic or config.run.record_schedule, weights)
+
+
+def sampler_exploration(config: Config, spaces: EnvSpaces, index: int,
+                        run_env_steps: int) -> EpsilonGreedy | UniformWarmup | SamplingNoise | None:
+    """How rollout worker ``index`` acts around its policy: a trained policy that a sampling-only run plays
+    (--init-checkpoint: ``daskrl record``) as ``daskrl enjoy`` plays it, with --sampling-epsilon's noise; otherwise
+    the algorithm's own way of exploring (:mod:`daskrl.driver.fleet.algorithms`)."""
+    r = config.run
+    if not (r.sampling_only and r.init_checkpoint):
+        return algorithm_of(config).sampler_policy(config, spaces, index, run_env_steps)
+    discrete = spaces.action_kind == "discrete"
+    return SamplingNoise(r.sampling_deterministic or algorithm_of(config).acts_greedily, r.sampling_epsilon,
+                         int(spaces.num_actions) if discrete else 0, tuple(spaces.low or ()), tuple(spaces.high or ()))
 
 
 def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, remote_params: bool) -> LearnerSetup:
@@ -118,14 +144,14 @@ def _by_policy(config: Config, params: Sequence[dict | None]) -> tuple[dict | No
 
 
 def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | None], index: int,
-                  run_env_steps: int = 0) -> RolloutSetup:
+                  run_env_steps: int = 0, weights: dict | None = None) -> RolloutSetup:
     """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``), created once the
-    run took ``run_env_steps``; ``params`` as :func:`role_setups` takes them."""
+    run took ``run_env_steps``; ``params`` and ``weights`` as :func:`role_setups` takes them."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    exploration = algorithm_of(config).sampler_policy(config, spaces, index, run_env_steps)
-    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu", exploration) \
-        if s.inference == "inline" else None
+    exploration = sampler_exploration(config, spaces, index, run_env_steps)
+    policy = _policy_setup(config, spaces, 0, policy_params[0], c.run.seed + 1000 * index, "cpu", exploration,
+                           weights) if s.inference == "inline" else None
     return RolloutSetup(env=dataclasses.replace(c.env, env_kwargs=dict(c.env.env_kwargs)),
                         env_factory=registered_factory(c.env.env), spaces=spaces, worker_index=index,
                         num_envs=s.num_envs_per_worker, num_splits=s.num_splits(), rollout=s.rollout,
@@ -135,7 +161,24 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | Non
                         num_policies=c.policies.num_policies, snapshots=c.policies.self_play_snapshots,
                         policy_mapping=c.policies.policy_mapping,
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
-                        policy_spaces=acting_spaces(config, spaces), record_schedule=c.run.record_schedule)
+                        policy_spaces=acting_spaces(config, spaces), record_schedule=c.run.record_schedule,
+                        record_quotas=record_quotas(config, index))
+
+
+def record_quotas(config: Config, index: int) -> tuple[int, ...] | None:
+    """--record-dataset: the episodes each env of rollout worker ``index`` records. With --record-episodes N, the N
+    are shared evenly over the run's envs (the first ``N mod envs`` of them record one more), and each env records its
+    first ones: taking whichever episodes end first would favour the short ones. A worker an elastic run adds beyond
+    --num-workers records none then."""
+    r, s = config.run, config.sampler
+    if not r.record_dataset:
+        return None
+    if not r.record_episodes:
+        return (-1,) * s.num_envs_per_worker
+    envs = s.num_workers * s.num_envs_per_worker
+    first = index * s.num_envs_per_worker
+    return tuple(r.record_episodes // envs + (g < r.record_episodes % envs) if g < envs else 0
+                 for g in range(first, first + s.num_envs_per_worker))
 
 
 def _round_size(config: Config) -> int:

@@ -30,6 +30,8 @@ class Samplers:
         #: the run's env steps as of its last poll (a resumed run's at the start): a rollout worker created now
         #: explores from there (DQN's epsilon, TD3's warm-up), not from the run's beginning
         self.run_env_steps = 0
+        #: a sampling-only run's fixed weights (--init-checkpoint's {"version", "weights"}; None: initial weights)
+        self.weights: dict | None = None
 
     def all(self) -> list[ComponentHandle]:
         return self.rollout + self.inference
@@ -50,7 +52,7 @@ class Samplers:
                    acting: Sequence[dict | None]) -> ComponentHandle:
         """Rollout worker ``name`` (env seeds by ``index``) created on ``worker``, reading ``acting``'s parameter
         blocks, its slot arrays kept; not yet attached to its readers, wired, started or kept in :attr:`rollout`."""
-        setup = rollout_setup(self.config, self.spaces, list(acting), index, self.run_env_steps)
+        setup = rollout_setup(self.config, self.spaces, list(acting), index, self.run_env_steps, self.weights)
         new = self.roster.spawn(cls, name, worker, setup, Role.ROLLOUT)
         self.buffers[name] = new.call("buffers")
         return new

@@ -58,6 +58,21 @@ def check_components(config: Config) -> None:
         raise ConfigError(problems)
 
 
+def check_recordable(dataset_id: str, env: str, spaces: EnvSpaces) -> None:
+    """--record-dataset: Minari is installed, the id is free, and the env gives what a dataset of it holds here (one
+    agent, array observations, Discrete, MultiDiscrete or Box actions)."""
+    from daskrl.monitor.outputs.dataset_file import check_can_record
+
+    kinds = [(spaces.num_agents > 1, f"{env!r} is a multi-agent env"),
+             (spaces.is_dict, f"{env!r} gives Dict observations"),
+             (spaces.action_kind == "composite", f"{env!r} takes Tuple or Dict actions")]
+    problems = [f"--record-dataset records single-agent envs with array observations and array actions; {why}"
+                for bad, why in kinds if bad]
+    if problems:
+        raise ConfigError(problems)
+    check_can_record(dataset_id)
+
+
 def task_profile(config: Config) -> TaskProfile | None:
     """The task's profile where the env's family has rules that read it (measured once per env: cached)."""
     if not needs_profile(config):
@@ -92,6 +107,8 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         from daskrl.monitor.outputs.video import check_can_record
 
         check_can_record(config.env.env, config.env.env_kwargs)  # the env renders frames, imageio is there
+    if config.run.record_dataset:
+        check_recordable(config.run.record_dataset, config.env.env, spaces)
     if config.run.wandb_project:
         from daskrl.monitor.outputs.wandb_log import check_wandb_installed
 

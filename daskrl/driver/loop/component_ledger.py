@@ -72,5 +72,5 @@ def account_retired(run: Any, handle: ComponentHandle, final: dict) -> None:
     run.state.episodes.extend(trained)
     run.book.add_episodes(trained)
     run.ledger.keep([final] if final.get("name") else [])
-    run.outputs.schedule.take(final)  # --record-schedule: the slots it filled since the last poll
+    run.outputs.take_news(final)  # the slots it filled and the episodes it recorded since the last poll
     run.state.tally.lose(handle.name)

@@ -167,7 +167,7 @@ class Run:
         if self.fleet.roster.role_of(s["name"]) is Role.LEARNER:
             self.book.note_learner(self.fleet.roster.policy_of(s["name"]), s)
         self.count_steps_and_episodes(s)
-        self.outputs.schedule.take(s)
+        self.outputs.take_news(s)
 
     def count_steps_and_episodes(self, s: dict) -> None:
         """A component's steps (a sampler's running total) and the episodes it finished since its last report."""
@@ -188,6 +188,7 @@ class Run:
         state.incidents = merge_incidents(self.incidents.snapshot(), last)
         state.messages_dropped = messages_dropped(last)
         state.replay = replay_shards(self.ledger.last_stats)
+        state.recorded_episodes = self.outputs.dataset.episodes
         target = self.config.run.stop_at_return
         if target is not None and state.reached_return_at is None and state.episodes.full \
                 and state.episodes.mean_return >= target:

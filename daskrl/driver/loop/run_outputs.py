@@ -1,7 +1,8 @@
 """Where a run's numbers go: every report's row (``metrics.csv``, TensorBoard mirrored to W&B,
 ``time_breakdown.jsonl``, the console, the rows a run handle shows) and the changes made from outside the loop
 (``events.csv``, TensorBoard's text and ``event/`` scalars), the dashboard's events, through the scheduler's
-event log, and with --record-schedule the run's schedule (``schedule/``)."""
+event log, with --record-schedule the run's schedule (``schedule/``) and with --record-dataset the episodes its
+rollout workers recorded (a Minari dataset)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from daskrl.config import Config
 from daskrl.driver.loop.policy_book import PolicyBook
 from daskrl.monitor.console import ConsoleView, shows
 from daskrl.monitor.outputs.csv_log import CsvLog
+from daskrl.monitor.outputs.dataset_file import DatasetWriter, NoDataset
 from daskrl.monitor.outputs.machine_manifest import machine_manifest
 from daskrl.monitor.outputs.schedule_file import NoSchedule, ScheduleWriter
 from daskrl.monitor.outputs.tensorboard_log import TensorBoardLog
@@ -46,10 +48,21 @@ class RunOutputs:
         #: --record-schedule: the components' fills and training steps, for `daskrl replay`
         self.schedule = ScheduleWriter(config.experiment_dir, config, machine_manifest()) \
             if config.run.record_schedule else NoSchedule()
+        #: --record-dataset: the episodes the rollout workers recorded, into a Minari dataset
+        self.dataset = DatasetWriter(config.run.record_dataset, config.env.env, config.env.env_kwargs,
+                                     f"daskrl experiment {config.run.experiment}: {config.algo.algo} on "
+                                     f"{config.env.env}", config.run.record_episodes) \
+            if config.run.record_dataset else NoDataset()
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
         self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
                                    None if shown else io.StringIO(), window=config.run.stop_window)
+
+    def take_news(self, stats: dict[str, Any]) -> None:
+        """What one component's collected statistics bring for the run's recordings: its filled slots and training
+        steps (--record-schedule), its recorded episodes (--record-dataset)."""
+        self.schedule.take(stats)
+        self.dataset.take(stats)
 
     def write(self, row: dict[str, Any], state: RunState, book: PolicyBook) -> None:
         """A report's row everywhere it goes, with each policy's rows."""
@@ -94,6 +107,7 @@ class RunOutputs:
         """Close every log; the W&B run ends as failed or not (after the observers stopped: a video recorded at the
         stop is in it)."""
         self.console.close()
+        self.dataset.close()  # every recorded episode written before the run returns
         if self.events_csv is not None:
             self.events_csv.close()
         self.csv_log.close()

@@ -81,7 +81,7 @@ def _stop_sampling_then_learning(run: Run, fleet: Fleet) -> list[str]:
     consumers = stop_stages(consumer_stages(fleet))
     run.ledger.keep([s for s in consumers if "error" not in s])  # their last word: a replay shard's after the drain
     for s in consumers:
-        run.outputs.schedule.take(s)  # the training steps since the last poll
+        run.outputs.take_news(s)  # the training steps since the last poll
     return problems + [s["error"] for s in consumers if "error" in s]
 
 
@@ -116,7 +116,7 @@ def count_last_steps(run: Run, final: list[dict]) -> None:
     for s in final:
         if s.get("name"):
             run.count_steps_and_episodes(s)
-            run.outputs.schedule.take(s)  # the slots they filled since the last poll
+            run.outputs.take_news(s)  # the slots they filled and the episodes they recorded since the last poll
     run.state.env_steps = run.state.env_steps_offset + run.state.tally.total
 
 

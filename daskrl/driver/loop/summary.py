@@ -36,6 +36,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "data_path": run.data_path(),
         "replay_shards": replay_shards(run.ledger.last_stats),  # off-policy: each shard's numbers (none for appo)
         **({"policies": run.book.summary()} if run.book.num_policies > 1 else {}),
+        **run.outputs.dataset.summary(),  # --record-dataset: its id, episodes and steps
     }
     for observer in run.observers:
         for key, value in observer.summary().items():

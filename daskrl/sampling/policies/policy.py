@@ -59,6 +59,8 @@ class SamplingPolicy:
             self.recurrent = self.fast.recurrent
         else:
             self._build_torch_model(component, setup)
+            if setup.weights is not None:  # a sampling-only run of a trained policy: its weights, for good
+                self.take(setup.weights["version"], setup.weights["weights"])
         #: acts for the samplers: the policy's own sampling, or wrapped by its exploration (DQN's epsilon-greedy)
         self.act = exploring(self._act, setup.exploration, setup.seed)
 

@@ -1,0 +1,158 @@
+"""The episode recorder (--record-dataset) on real CartPole envs stepped into slot-shaped arrays as a rollout worker
+steps them: every recorded transition is one CartPole's physics gives, episodes span slots, each keeps its real final
+observation, quotas take each env's first episodes, and an env that raised loses its cut episode."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from daskrl.envs.vector import EnvGroup
+from daskrl.sampling.slots.episode_recorder import EpisodeRecorder, episode_recorder
+
+ROLLOUT = 8  # shorter than the episodes: most of them span several slots
+
+
+def fill_slots(group: EnvGroup, recorder: EpisodeRecorder, slots: int) -> None:
+    """Step ``group`` through ``slots`` slots of one split, telling ``recorder`` what the rollout worker tells it.
+    Each action is a function of its env's observation that looks random (an env's episodes do not depend on which
+    group steps it)."""
+    n = group.num_envs
+    obs = np.zeros((ROLLOUT + 1, n, 4), np.float32)
+    group.reset(obs[0])
+    for _ in range(slots):
+        actions = np.zeros((ROLLOUT, n), np.int64)
+        rewards = np.zeros((ROLLOUT, n), np.float32)
+        terminated, truncated = (np.zeros((ROLLOUT, n), np.uint8) for _ in range(2))
+        for t in range(ROLLOUT):
+            actions[t] = (np.abs(obs[t, :, 0]) * 1e4).astype(np.int64) % 2
+            group.step(actions[t], obs[t + 1], rewards[t], terminated[t], truncated[t])
+            recorder.step_taken(0, t)
+            for failure in group.pop_failures():
+                recorder.env_failed(0, t, failure.env_index)
+        recorder.slot_filled(0, obs, actions, rewards, terminated, truncated)
+        obs[0] = obs[ROLLOUT]
+
+
+def physics_problems(episode: tuple) -> list[str]:
+    """Where a recorded CartPole episode differs from what CartPole's physics gives from each recorded state."""
+    observations, actions, rewards, terminated, truncated = episode
+    env = gym.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    problems = []
+    for t, action in enumerate(actions):
+        env.state = observations[t].astype(np.float64)
+        obs, reward, ended, _, _ = env.step(int(action))
+        if not np.allclose(obs, observations[t + 1], atol=1e-5) or reward != rewards[t]:
+            problems.append(f"step {t}: {observations[t]} -> {observations[t + 1]}, physics gives {obs}")
+        last = t == len(actions) - 1
+        if bool(terminated[t]) != (ended and last):
+            problems.append(f"step {t}: terminated {terminated[t]}, physics says {ended}")
+    if not (terminated[-1] or truncated[-1]) or truncated[:-1].any():
+        problems.append("the episode does not end at its last step only")
+    return problems
+
+
+def test_recorded_episodes_follow_the_physics_across_slots_with_their_final_observations():
+    group = EnvGroup.from_spec("CartPole-v1", 3, seed=1, env_kwargs={"max_episode_steps": 20})
+    recorder = EpisodeRecorder([group], [-1] * 3)
+    fill_slots(group, recorder, slots=30)
+    episodes = recorder.news()["dataset_episodes"]
+    assert len(episodes) >= 10
+    assert sum(truncated[-1] for *_, truncated in episodes) >= 1, "no episode met the 20-step time limit"
+    assert sum(terminated[-1] for *_, terminated, _ in episodes) >= 1
+    assert any(len(episode[2]) > ROLLOUT for episode in episodes), "no episode spanned two slots"
+    for episode in episodes:
+        assert len(episode[0]) == len(episode[1]) + 1  # the final observation
+        assert physics_problems(episode) == []
+    assert recorder.news()["dataset_episodes"] == []  # handed over once
+
+
+def test_quotas_record_each_envs_first_episodes_only():
+    group = EnvGroup.from_spec("CartPole-v1", 3, seed=2, env_kwargs={"max_episode_steps": 12})
+    recorder = EpisodeRecorder([group], [2, 0, 1])
+    fill_slots(group, recorder, slots=12)
+    recorded = recorder.news()["dataset_episodes"]
+    firsts = []  # each env alone (the same seed as in the group), every episode it played, in order
+    for env, quota in enumerate([2, 0, 1]):
+        alone = EnvGroup.from_spec("CartPole-v1", 1, seed=2, first_env_index=env, env_kwargs={"max_episode_steps": 12})
+        everything = EpisodeRecorder([alone], [-1])
+        fill_slots(alone, everything, slots=12)
+        played = everything.news()["dataset_episodes"]
+        assert len(played) > quota
+        firsts += played[:quota]
+    assert len(recorded) == len(firsts) == 3
+    key = sorted(episode[0].tobytes() for episode in recorded)
+    assert key == sorted(episode[0].tobytes() for episode in firsts)
+
+
+class RaisesAtStep(gym.Wrapper):
+    """CartPole that raises at its 5th step after each reset (only while ``armed``)."""
+
+    armed = True
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        self.steps += 1
+        if RaisesAtStep.armed and self.steps == 5:
+            RaisesAtStep.armed = False
+            raise RuntimeError("the simulator lost its state")
+        return self.env.step(action)
+
+
+def test_an_env_that_raised_loses_its_cut_episode_and_the_others_stay_whole():
+    RaisesAtStep.armed = True  # the first env to reach its 5th step raises there, once
+    envs = [RaisesAtStep(gym.make("CartPole-v1", max_episode_steps=15)) for _ in range(2)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    group = EnvGroup(envs, rebuild=lambda i: RaisesAtStep(gym.make("CartPole-v1", max_episode_steps=15)),
+                     max_consecutive_failures=3)
+    recorder = EpisodeRecorder([group], [-1, -1])
+    fill_slots(group, recorder, slots=10)
+    news = recorder.news()
+    assert news["dataset_dropped"] == 1
+    assert news["dataset_episodes"]
+    for episode in news["dataset_episodes"]:
+        assert physics_problems(episode) == []
+
+
+def test_no_recorder_when_no_dataset_is_recorded():
+    group = EnvGroup.from_spec("CartPole-v1", 1, seed=0)
+    recorder = episode_recorder([group], None)
+    assert recorder.news() == {} and group.recorded_finals is None
+
+
+def test_the_dataset_options_are_refused_where_they_cannot_act():
+    from daskrl.config import Config, ConfigError
+
+    for values, problem in [
+        ({"sampling_epsilon": 0.1}, "--sampling-epsilon acts in a sampling-only run"),
+        ({"sampling_deterministic": True}, "--sampling-deterministic acts in a sampling-only run"),
+        ({"record_episodes": 10}, "--record-episodes counts the episodes of --record-dataset"),
+        ({"record_dataset": "a/b/c-v0", "env_backend": "envpool"}, "--env-backend gymnasium"),
+        ({"record_dataset": "no version"}, "--record-dataset must be a Minari dataset id"),
+    ]:
+        with pytest.raises(ConfigError, match=problem):
+            Config().replace(**values).validate()
+    Config().replace(record_dataset="mine/cartpole/expert-v0", record_episodes=5).validate()
+    Config().replace(sampling_only=True, sampling_epsilon=0.2, sampling_deterministic=True).validate()
+
+
+def test_a_multi_agent_or_dict_env_is_refused_before_a_dataset_is_recorded(tmp_path, monkeypatch):
+    from daskrl.config import ConfigError
+    from daskrl.driver.launch.preflight import check_recordable
+    from daskrl.envs import probe_env
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
+    check_recordable("mine/cartpole/a-v0", "CartPole-v1", probe_env("CartPole-v1"))
+    with pytest.raises(ConfigError, match="Dict observations"):
+        check_recordable("mine/dict/a-v0", "daskrl.testing.environments.envs:cue",
+                         probe_env("daskrl.testing.environments.envs:cue"))
+    (tmp_path / "mine" / "cartpole" / "a-v0").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="a dataset with that id exists"):
+        check_recordable("mine/cartpole/a-v0", "CartPole-v1", probe_env("CartPole-v1"))
