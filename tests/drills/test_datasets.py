@@ -71,8 +71,12 @@ def test_record_plays_the_trained_policy_into_a_dataset_a_fresh_interpreter_load
     found = json.loads(check.stdout.strip().splitlines()[-1])
     assert (found["episodes"], found["steps"], found["counted"]) == (6, 1200, 1200)
     assert found["env"] == "Pendulum-v1" and found["obs_shape"] == [3] and found["truncated"]
+    # each episode is what enjoy's policy plays from its first state (the observation's float32 rounding of the
+    # angle may move a return by a little: 200 expert episodes differed by 0.03% at the median, 1.4% at most)
     for recorded, replayed in zip(found["recorded"], found["replayed"], strict=True):
-        assert abs(recorded - replayed) <= 0.01 * abs(replayed), (found["recorded"], found["replayed"])
+        assert abs(recorded - replayed) <= 0.05 * abs(replayed), (found["recorded"], found["replayed"])
+    mean_recorded, mean_replayed = (sum(found[k]) / 6 for k in ("recorded", "replayed"))
+    assert abs(mean_recorded - mean_replayed) <= 0.01 * abs(mean_replayed)
     assert len(set(found["recorded"])) == 6  # six envs' own first states, not one episode six times
     # what training sampled: every whole episode, the same dataset format
     replay = subprocess.run([sys.executable, "-c", "import minari, sys; d = minari.load_dataset(sys.argv[1]); "
