@@ -156,3 +156,37 @@ def test_a_multi_agent_or_dict_env_is_refused_before_a_dataset_is_recorded(tmp_p
     (tmp_path / "mine" / "cartpole" / "a-v0").mkdir(parents=True)
     with pytest.raises(ConfigError, match="a dataset with that id exists"):
         check_recordable("mine/cartpole/a-v0", "CartPole-v1", probe_env("CartPole-v1"))
+
+
+def test_a_trained_policy_played_by_a_sampling_run_takes_enjoys_actions_with_the_noise_asked():
+    from daskrl.config import Config
+    from daskrl.driver.fleet.role_setups import sampler_exploration
+    from daskrl.envs import probe_env
+    from daskrl.sampling.policies.exploration import NoisyActing, exploring
+    from daskrl.setups import EpsilonGreedy, SamplingNoise
+
+    cartpole, pendulum = probe_env("CartPole-v1"), probe_env("Pendulum-v1")
+    dqn = Config().replace(env="CartPole-v1", algo="dqn")
+    assert isinstance(sampler_exploration(dqn, cartpole, 0, 0), EpsilonGreedy)  # training: its own exploration
+    played = sampler_exploration(dqn.replace(sampling_only=True, init_checkpoint="x.pt", sampling_epsilon=0.25),
+                                 cartpole, 0, 0)
+    assert played == SamplingNoise(True, 0.25, 2, (), ())  # DQN plays greedily, as enjoy does
+    sac = Config().replace(env="Pendulum-v1", algo="sac", sampling_only=True, init_checkpoint="x.pt")
+    assert sampler_exploration(sac, pendulum, 0, 0) == SamplingNoise(False, 0.0, 0, (-2.0,), (2.0,))
+
+    asked = []
+
+    def policy(obs, state=None, deterministic=False):
+        asked.append(deterministic)
+        return np.full((len(obs), 1), 0.5, np.float32), np.zeros(len(obs), np.float32), None
+
+    greedy = exploring(policy, SamplingNoise(True, 0.0, 0, (-2.0,), (2.0,)), seed=0)
+    assert isinstance(greedy, NoisyActing) and np.all(greedy(np.zeros((64, 3)))[0] == 0.5) and asked == [True]
+    noisy = exploring(policy, SamplingNoise(False, 0.5, 0, (-2.0,), (2.0,)), seed=0)
+    actions = noisy(np.zeros((4000, 3)))[0]
+    replaced = actions != 0.5
+    assert asked[-1] is False and 0.45 < replaced.mean() < 0.55
+    assert actions.min() >= -2.0 and actions.max() <= 2.0 and actions[replaced].std() > 1.0  # uniform in the box
+    discrete = exploring(lambda obs, state=None, deterministic=False: (np.zeros(len(obs), np.int64),) * 2 + (None,),
+                         SamplingNoise(True, 1.0, 3, (), ()), seed=0)
+    assert set(np.unique(discrete(np.zeros((300, 4)))[0])) == {0, 1, 2}
