@@ -3,17 +3,20 @@ sampling-only run and write N whole episodes into a Minari dataset (docs/offline
 
 The run is the experiment's own setup (env, its wrappers and defaults, model, workers) with the learner taken out:
 every rollout worker acts with the checkpoint's weights (--init-checkpoint of a sampling-only run) as ``daskrl
-enjoy`` plays them, most likely or sampled actions, with --epsilon's uniformly random ones mixed in. Its own small
-experiment folder beside the trained one keeps its log and metrics.
+enjoy`` plays them, most likely or sampled actions, with --epsilon's uniformly random ones mixed in. Its log and
+metrics go to ``<experiment>/records/<dataset id>/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import re
 from typing import Any
 
 from daskrl.config import Config, ConfigError
+from daskrl.config.options import RunConfig
 
 
 def add_record_parser(sub: Any) -> None:
@@ -48,10 +51,17 @@ def record_config(args: argparse.Namespace) -> Config:
                            f"{config.policies.num_policies}"])
     if args.episodes < 1:
         raise ConfigError([f"--episodes must be at least 1, got {args.episodes}"])
+    pattern = next(f.metadata["pattern"] for f in dataclasses.fields(RunConfig) if f.name == "record_dataset")
+    if not re.fullmatch(pattern, args.dataset_id):
+        raise ConfigError([f"--dataset-id must be a Minari dataset id (NAMESPACE/ENV/NAME-vN, such as "
+                           f"mine/pendulum/expert-v0), got {args.dataset_id!r}"])
     sampler = {k: v for k, v in (("num_workers", args.num_workers), ("num_envs_per_worker", args.num_envs_per_worker))
                if v is not None}
     return config.replace(
-        experiment=f"{args.experiment}_record", train_dir=args.train_dir, overwrite=True, resume=False,
+        # its log and metrics in the trained experiment's records/, a folder named by the dataset id, which is new
+        # (an id taken is refused before the run starts): nothing of another run is overwritten
+        experiment=args.dataset_id.replace("/", "_"), train_dir=os.path.join(experiment_dir, "records"),
+        overwrite=True, resume=False,
         sampling_only=True, init_checkpoint=checkpoint_path(experiment_dir, config, args.checkpoint),
         sampling_deterministic=args.deterministic, sampling_epsilon=args.epsilon, record_dataset=args.dataset_id,
         record_episodes=args.episodes, seed=args.seed, scheduler=args.scheduler, train_for_env_steps=0,

@@ -55,8 +55,8 @@ def test_record_plays_the_trained_policy_into_a_dataset_a_fresh_interpreter_load
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "datasets")}
     train_dir = str(tmp_path / "runs")
     out = run(["train", "--env", "Pendulum-v1", "--algo", "sac", "--train-for-env-steps", "800",
-               "--learning-starts", "400", "--num-workers", "1", "--num-envs-per-worker", "4", "--train-dir",
-               train_dir, "--experiment", "pendulum", "--record-dataset", "test/pendulum/replay-v0",
+               "--learning-starts", "400", "--replay-ratio", "0.05", "--num-workers", "1", "--num-envs-per-worker",
+               "4", "--train-dir", train_dir, "--experiment", "pendulum", "--record-dataset", "test/pendulum/replay-v0",
                "--dashboard-address", ""], env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "into Minari dataset test/pendulum/replay-v0" in out.stdout

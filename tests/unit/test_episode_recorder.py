@@ -142,7 +142,7 @@ def test_the_dataset_options_are_refused_where_they_cannot_act():
     Config().replace(sampling_only=True, sampling_epsilon=0.2, sampling_deterministic=True).validate()
 
 
-def test_a_multi_agent_or_dict_env_is_refused_before_a_dataset_is_recorded(tmp_path, monkeypatch):
+def test_a_multi_agent_env_or_a_taken_id_is_refused_before_a_dataset_is_recorded(tmp_path, monkeypatch):
     from daskrl.config import ConfigError
     from daskrl.driver.launch.preflight import check_recordable
     from daskrl.envs import probe_env
@@ -150,9 +150,9 @@ def test_a_multi_agent_or_dict_env_is_refused_before_a_dataset_is_recorded(tmp_p
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
     pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
     check_recordable("mine/cartpole/a-v0", "CartPole-v1", probe_env("CartPole-v1"))
-    with pytest.raises(ConfigError, match="Dict observations"):
-        check_recordable("mine/dict/a-v0", "daskrl.testing.environments.envs:cue",
-                         probe_env("daskrl.testing.environments.envs:cue"))
+    with pytest.raises(ConfigError, match="is a multi-agent env"):
+        check_recordable("mine/two/a-v0", "daskrl.testing.environments.envs:twin_cartpoles",
+                         probe_env("daskrl.testing.environments.envs:twin_cartpoles"))
     (tmp_path / "mine" / "cartpole" / "a-v0").mkdir(parents=True)
     with pytest.raises(ConfigError, match="a dataset with that id exists"):
         check_recordable("mine/cartpole/a-v0", "CartPole-v1", probe_env("CartPole-v1"))

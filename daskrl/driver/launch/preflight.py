@@ -60,13 +60,12 @@ def check_components(config: Config) -> None:
 
 def check_recordable(dataset_id: str, env: str, spaces: EnvSpaces) -> None:
     """--record-dataset: Minari is installed, the id is free, and the env gives what a dataset of it holds here (one
-    agent, array observations, Discrete, MultiDiscrete or Box actions)."""
+    agent; array or Dict observations; Discrete, MultiDiscrete or Box actions)."""
     from daskrl.monitor.outputs.dataset_file import check_can_record
 
     kinds = [(spaces.num_agents > 1, f"{env!r} is a multi-agent env"),
-             (spaces.is_dict, f"{env!r} gives Dict observations"),
              (spaces.action_kind == "composite", f"{env!r} takes Tuple or Dict actions")]
-    problems = [f"--record-dataset records single-agent envs with array observations and array actions; {why}"
+    problems = [f"--record-dataset records single-agent envs with array actions; {why}"
                 for bad, why in kinds if bad]
     if problems:
         raise ConfigError(problems)

@@ -49,7 +49,7 @@ class RunOutputs:
         self.schedule = ScheduleWriter(config.experiment_dir, config, machine_manifest()) \
             if config.run.record_schedule else NoSchedule()
         #: --record-dataset: the episodes the rollout workers recorded, into a Minari dataset
-        self.dataset = DatasetWriter(config.run.record_dataset, config.env.env, config.env.env_kwargs,
+        self.dataset = DatasetWriter(config.run.record_dataset, config.env,
                                      f"daskrl experiment {config.run.experiment}: {config.algo.algo} on "
                                      f"{config.env.env}", config.run.record_episodes) \
             if config.run.record_dataset else NoDataset()

@@ -5,7 +5,8 @@ The dataset is created with the first episodes to arrive and grows at every poll
 long run does not hold its data in the driver's memory and a run that stops early leaves every episode it finished.
 Its spaces are the env's as daskrl makes it (wrappers of the env's family included, such as Atari's frame stack); the
 env's spec is kept when gymnasium knows the id and makes the same spaces, so ``dataset.recover_environment()`` works
-there. Box actions are written as the env received them (clipped into the box) and every array in the space's dtype.
+there. Dict observations are written as a Dict of the keys daskrl keeps (those of a fixed shape), each in its
+space's dtype; Box actions as the env received them (clipped into the box).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import os
 import queue
 import threading
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from daskrl.config import EnvConfig
+from daskrl.envs.layouts.dict_obs import ObsKey, unpack
 from daskrl.errors import ConfigError, TrainingError
 
 #: the install command named where Minari is missing
@@ -44,19 +48,22 @@ class DatasetWriter:
     """Writes the recorded episodes in the components' statistics into the dataset (see the module docstring), on a
     thread of its own: Minari writes an episode in milliseconds, and the run's loop must not wait on it."""
 
-    def __init__(self, dataset_id: str, env_id: str, env_kwargs: dict[str, Any], description: str,
-                 limit: int = 0) -> None:
+    def __init__(self, dataset_id: str, env: EnvConfig, description: str, limit: int = 0) -> None:
         """``limit``: the episodes to write at most (--record-episodes; 0: all): a rollout worker recreated after a
         fault starts its envs' quotas again."""
-        from daskrl.envs import make_env
+        from daskrl.envs import make_env, probe_env
 
         self.dataset_id, self.description, self.limit = dataset_id, description, limit
-        env = make_env(env_id, env_kwargs=env_kwargs)
+        #: Dict observations: the keys the slots' packed records hold (daskrl drops keys of no fixed shape)
+        self.keys = probe_env(env.env, env.env_kwargs, env.obs_keys, env.action_mask_key).obs_keys
+        made = make_env(env.env, env_kwargs=env.env_kwargs)
         try:
-            self.observation_space, self.action_space = env.observation_space, env.action_space
+            self.observation_space = kept_keys_space(made.observation_space, self.keys) if self.keys \
+                else made.observation_space
+            self.action_space = made.action_space
         finally:
-            env.close()
-        self.env_spec = _gymnasium_spec(env_id, env_kwargs, self.observation_space, self.action_space)
+            made.close()
+        self.env_spec = _gymnasium_spec(env.env, env.env_kwargs, self.observation_space, self.action_space)
         self.dataset: Any = None  # created with the first episodes
         self.episodes = 0  # taken from the components (each is written, in order)
         self.steps = 0
@@ -112,7 +119,12 @@ class DatasetWriter:
         observations, actions, rewards, terminated, truncated = episode
         if hasattr(self.action_space, "low"):  # a Box: the action the env was given
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        return EpisodeBuffer(observations=observations.astype(self.observation_space.dtype, copy=False),
+        if self.keys:  # packed records: each key's arrays, in its space's dtype
+            observations = {name: values.astype(self.observation_space[name].dtype, copy=False)
+                            for name, values in unpack(observations, self.keys).items()}
+        else:
+            observations = observations.astype(self.observation_space.dtype, copy=False)
+        return EpisodeBuffer(observations=observations,
                              actions=actions.astype(self.action_space.dtype, copy=False),
                              rewards=rewards.astype(np.float64), terminations=terminated.astype(bool),
                              truncations=truncated.astype(bool))
@@ -136,6 +148,19 @@ class NoDataset:
 
     def summary(self) -> dict[str, Any]:
         return {}
+
+
+def kept_keys_space(space: Any, keys: Sequence[ObsKey]) -> Any:
+    """The Dict space of the keys the slots hold (a nested key ``outer/inner`` under its full name)."""
+    import gymnasium as gym
+
+    def subspace(name: str) -> Any:
+        if name in space.spaces:
+            return space[name]
+        outer, _, inner = name.partition("/")
+        return space[outer][inner]
+
+    return gym.spaces.Dict({key.name: subspace(key.name) for key in keys})
 
 
 def _gymnasium_spec(env_id: str, env_kwargs: dict[str, Any], observation_space: Any, action_space: Any) -> Any:

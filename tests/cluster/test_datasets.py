@@ -1,0 +1,40 @@
+"""--record-dataset on a run in this process: a sampling run of a Dict-observation env writes a Minari dataset key by
+key, each episode whole (its final observation included), each env's first episodes only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskrl import train
+
+from ..helpers import run_config
+
+minari = pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
+
+#: CueEnv: 8 steps, then truncated; ``clock`` is t / 8, every ``view`` pixel 10 t, ``cue`` fixed for the episode and
+#: rewarded when the action equals it; ``note`` (Text) has no fixed shape and is dropped
+CUE = "daskrl.testing.environments.envs:cue"
+
+
+def test_a_sampling_run_records_dict_observations_key_by_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    summary = train(run_config(tmp_path, "cue", env=CUE, sampling_only=True, num_workers=1, num_envs_per_worker=4,
+                               rollout=4, train_for_env_steps=0, record_dataset="test/cue/sampled-v0",
+                               record_episodes=10))
+    assert summary["dataset_episodes"] == 10 and summary["dataset_steps"] == 80
+    assert summary["stop_reason"].startswith("recorded 10 episodes")
+    dataset = minari.load_dataset("test/cue/sampled-v0")
+    assert dataset.total_episodes == 10 and dataset.total_steps == 80
+    assert sorted(dataset.observation_space.spaces) == ["clock", "cue", "view"]
+    firsts = set()
+    for episode in dataset.iterate_episodes():
+        obs = episode.observations
+        assert len(episode.rewards) == 8 and episode.truncations[-1] and not episode.terminations.any()
+        np.testing.assert_allclose(obs["clock"][:, 0], np.arange(9) / 8)  # the real final observation last
+        assert (obs["view"][:, 0, 0, 0] == 10 * np.arange(9)).all() and obs["view"].dtype == np.uint8
+        cue = obs["cue"]
+        assert (cue == cue[0]).all() and 0 <= cue[0] < 3
+        np.testing.assert_array_equal(episode.rewards, (episode.actions == cue[0]).astype(float))
+        firsts.add(int(cue[0]))
+    assert len(firsts) > 1  # the envs' own cues, not one episode ten times
