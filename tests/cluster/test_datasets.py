@@ -38,3 +38,20 @@ def test_a_sampling_run_records_dict_observations_key_by_key(tmp_path, monkeypat
         np.testing.assert_array_equal(episode.rewards, (episode.actions == cue[0]).astype(float))
         firsts.add(int(cue[0]))
     assert len(firsts) > 1  # the envs' own cues, not one episode ten times
+
+
+def test_frames_are_recorded_exactly_as_the_env_gave_them(tmp_path, monkeypatch):
+    """32 x 32 frames, which Minari would JPEG-encode by default: every frame keeps one quadrant at 255 and the rest
+    at 0, and each reward says whether the action named the lit quadrant of the frame before it."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    train(run_config(tmp_path, "frames", env="daskrl.testing.environments.envs:bright_quadrant",
+                     env_kwargs={"size": 32}, sampling_only=True, num_workers=1, num_envs_per_worker=2, rollout=4,
+                     train_for_env_steps=0, record_dataset="test/quadrant/sampled-v0", record_episodes=4))
+    dataset = minari.load_dataset("test/quadrant/sampled-v0")
+    assert dataset.total_episodes == 4
+    for episode in dataset.iterate_episodes():
+        frames = episode.observations
+        assert frames.shape == (9, 32, 32, 1) and frames.dtype == np.uint8
+        assert set(np.unique(frames)) == {0, 255} and ((frames == 255).sum(axis=(1, 2, 3)) == 16 * 16).all()
+        lit = np.array([2 * (f[:16].max() == 0) + (f[:, :16].max() == 0) for f in frames[:-1, ..., 0]])
+        np.testing.assert_array_equal(episode.rewards, (episode.actions == lit).astype(float))

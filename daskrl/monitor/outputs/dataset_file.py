@@ -6,7 +6,8 @@ long run does not hold its data in the driver's memory and a run that stops earl
 Its spaces are the env's as daskrl makes it (wrappers of the env's family included, such as Atari's frame stack); the
 env's spec is kept when gymnasium knows the id and makes the same spaces, so ``dataset.recover_environment()`` works
 there. Dict observations are written as a Dict of the keys daskrl keeps (those of a fixed shape), each in its
-space's dtype; Box actions as the env received them (clipped into the box).
+space's dtype; Box actions as the env received them (clipped into the box); image observations as they were, not
+JPEG-encoded (Minari's default for frames of 32 x 32 pixels or more, which loses detail).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class DatasetWriter:
                 warnings.simplefilter("ignore", UserWarning)
                 self.dataset = minari.create_dataset_from_buffers(
                     self.dataset_id, buffers, env=self.env_spec, observation_space=self.observation_space,
-                    action_space=self.action_space, algorithm_name="daskrl", description=self.description)
+                    action_space=self.action_space, algorithm_name="daskrl", description=self.description,
+                    jpeg_encoding=False)  # frames exactly as the env gave them (Minari's default encodes them lossily)
         else:
             self.dataset.update_dataset_from_buffer(buffers)
 
