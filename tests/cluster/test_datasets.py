@@ -55,3 +55,14 @@ def test_frames_are_recorded_exactly_as_the_env_gave_them(tmp_path, monkeypatch)
         assert set(np.unique(frames)) == {0, 255} and ((frames == 255).sum(axis=(1, 2, 3)) == 16 * 16).all()
         lit = np.array([2 * (f[:16].max() == 0) + (f[:, :16].max() == 0) for f in frames[:-1, ..., 0]])
         np.testing.assert_array_equal(episode.rewards, (episode.actions == lit).astype(float))
+
+
+def test_infos_that_are_numbers_are_kept_as_minari_keeps_them(tmp_path, monkeypatch):
+    """InfoReportingEnv reports ``distance`` (t / 10) at every step, nothing at its reset (NaN there)."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    train(run_config(tmp_path, "infos", env="daskrl.testing.environments.envs:info_reporting", env_kwargs={"limit": 6},
+                     sampling_only=True, num_workers=1, num_envs_per_worker=2, rollout=4, train_for_env_steps=0,
+                     record_dataset="test/infos/sampled-v0", record_episodes=4))
+    dataset = minari.load_dataset("test/infos/sampled-v0")
+    for episode in dataset.iterate_episodes():
+        np.testing.assert_allclose(episode.infos["distance"], [np.nan, *(np.arange(1, 7) / 10)])

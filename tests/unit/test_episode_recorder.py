@@ -10,6 +10,7 @@ import pytest
 
 from daskrl.envs.vector import EnvGroup
 from daskrl.sampling.slots.episode_recorder import EpisodeRecorder, episode_recorder
+from daskrl.testing.environments.envs import InfoReportingEnv
 
 ROLLOUT = 8  # shorter than the episodes: most of them span several slots
 
@@ -37,7 +38,7 @@ def fill_slots(group: EnvGroup, recorder: EpisodeRecorder, slots: int) -> None:
 
 def physics_problems(episode: tuple) -> list[str]:
     """Where a recorded CartPole episode differs from what CartPole's physics gives from each recorded state."""
-    observations, actions, rewards, terminated, truncated = episode
+    observations, actions, rewards, terminated, truncated, _ = episode
     env = gym.make("CartPole-v1").unwrapped
     env.reset(seed=0)
     problems = []
@@ -60,8 +61,8 @@ def test_recorded_episodes_follow_the_physics_across_slots_with_their_final_obse
     fill_slots(group, recorder, slots=30)
     episodes = recorder.news()["dataset_episodes"]
     assert len(episodes) >= 10
-    assert sum(truncated[-1] for *_, truncated in episodes) >= 1, "no episode met the 20-step time limit"
-    assert sum(terminated[-1] for *_, terminated, _ in episodes) >= 1
+    assert sum(episode[4][-1] for episode in episodes) >= 1, "no episode met the 20-step time limit"
+    assert sum(episode[3][-1] for episode in episodes) >= 1
     assert any(len(episode[2]) > ROLLOUT for episode in episodes), "no episode spanned two slots"
     for episode in episodes:
         assert len(episode[0]) == len(episode[1]) + 1  # the final observation
@@ -85,6 +86,35 @@ def test_quotas_record_each_envs_first_episodes_only():
     assert len(recorded) == len(firsts) == 3
     key = sorted(episode[0].tobytes() for episode in recorded)
     assert key == sorted(episode[0].tobytes() for episode in firsts)
+
+
+def test_infos_are_arrays_over_the_reset_and_the_steps_and_an_episode_begun_by_a_rebuilt_env_has_none():
+    """InfoReportingEnv reports ``distance`` (t / 10) at every step and a nested dict at an episode's end; its
+    reset reports nothing (NaN there). The env that raised loses its cut episode and has no infos for the next one."""
+    RaisesAtStep.armed = True
+    group = EnvGroup([RaisesAtStep(InfoReportingEnv(limit=12)) for _ in range(2)],
+                     rebuild=lambda i: InfoReportingEnv(limit=12), max_consecutive_failures=3)
+    recorder = EpisodeRecorder([group], [-1, -1])
+    obs = np.zeros((ROLLOUT + 1, 2, 1), np.float32)
+    group.reset(obs[0])  # as the rollout worker does before its first step (the envs are tapped by now)
+    for _ in range(8):
+        actions = np.zeros((ROLLOUT, 2), np.int64)
+        rewards = np.zeros((ROLLOUT, 2), np.float32)
+        terminated, truncated = (np.zeros((ROLLOUT, 2), np.uint8) for _ in range(2))
+        for t in range(ROLLOUT):
+            group.step(actions[t], obs[t + 1], rewards[t], terminated[t], truncated[t])
+            recorder.step_taken(0, t)
+            for failure in group.pop_failures():
+                recorder.env_failed(0, t, failure.env_index)
+        recorder.slot_filled(0, obs, actions, rewards, terminated, truncated)
+        obs[0] = obs[ROLLOUT]
+    episodes = recorder.news()["dataset_episodes"]
+    with_infos = [e for e in episodes if e[5] is not None]
+    assert len(episodes) - len(with_infos) == 1  # the rebuilt env's first episode
+    assert len(with_infos) >= 4
+    for *_, infos in with_infos:
+        assert list(infos) == ["distance"]  # the nested episode_extra_stats is no array over the episode
+        np.testing.assert_allclose(infos["distance"], [np.nan, *(np.arange(1, 13) / 10)])
 
 
 class RaisesAtStep(gym.Wrapper):

@@ -118,7 +118,7 @@ class DatasetWriter:
     def _buffer(self, episode: tuple) -> Any:
         from minari.data_collector import EpisodeBuffer
 
-        observations, actions, rewards, terminated, truncated = episode
+        observations, actions, rewards, terminated, truncated, infos = episode
         if hasattr(self.action_space, "low"):  # a Box: the action the env was given
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         if self.keys:  # packed records: each key's arrays, in its space's dtype
@@ -129,7 +129,7 @@ class DatasetWriter:
         return EpisodeBuffer(observations=observations,
                              actions=actions.astype(self.action_space.dtype, copy=False),
                              rewards=rewards.astype(np.float64), terminations=terminated.astype(bool),
-                             truncations=truncated.astype(bool))
+                             truncations=truncated.astype(bool), infos=infos or None)
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says of the dataset."""

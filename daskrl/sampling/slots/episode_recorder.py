@@ -7,18 +7,46 @@ episode's real final observation, which the env group keeps for it (once an epis
 episode's first observation). The pieces are copied once per filled slot, not per step, so recording costs a cheap
 env a few percent of its sampling. An env that raised is rebuilt and its cut episode is dropped, as it is from the
 statistics. Each env records at most its quota of episodes, its first ones (``daskrl record --episodes N``).
+
+Infos come through a wrapper on each env (:class:`InfoTap`, only while a dataset is recorded), as Minari keeps them:
+an array per key over the reset and every step, for the keys every step reports with a number or an array of one
+shape (a key the reset does not report is NaN there). An episode an env began after it was rebuilt has no infos.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 #: one episode as it travels to the driver: observations (its steps' and the final one), actions, rewards,
-#: terminations, truncations, each an array over the episode's steps
-RecordedEpisode = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: terminations, truncations, each an array over the episode's steps, and its infos ({key: array over the reset and
+#: the steps}; None: not known whole)
+RecordedEpisode = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray] | None]
+#: the infos of one episode as they come: the reset's, then each step's (None first: the reset's is not known)
+Infos = list[dict | None]
+
+
+class InfoTap(gym.Wrapper):
+    """Hands the info of every reset and step of env ``index`` of a split to the recorder, in order: ``(index,
+    True, info)`` for a reset, ``(index, False, info)`` for a step."""
+
+    def __init__(self, env: gym.Env, index: int, events: list) -> None:
+        super().__init__(env)
+        self.index, self.events = index, events
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        self.events.append((self.index, True, info))
+        return obs, info
+
+    def step(self, action: Any) -> tuple:
+        out = self.env.step(action)
+        self.events.append((self.index, False, out[4]))
+        return out
 
 
 class EpisodeRecorder:
@@ -37,8 +65,18 @@ class EpisodeRecorder:
         self.failed: list[set[tuple[int, int]]] = [set() for _ in widths]  # (step, env) where an env raised
         self.finished: list[RecordedEpisode] = []
         self.dropped = 0  # episodes an env's failure cut short
-        for group in self.groups:
+        self.tapped: list[list] = [[] for _ in widths]  # each split's infos as its InfoTaps hand them
+        self.infos: list[list[Infos]] = [[[] for _ in range(w)] for w in widths]  # each env's open episode's
+        self.ended_infos: list[list[deque[Infos | None]]] = [[deque() for _ in range(w)] for w in widths]
+        for s, group in enumerate(self.groups):
             group.recorded_finals = []
+            for env in range(group.num_envs):
+                self._tap(s, env)
+
+    def _tap(self, s: int, env: int) -> None:
+        """Wrap env ``env`` of split ``s`` (again, after it was rebuilt) in an :class:`InfoTap`."""
+        group = self.groups[s]
+        group.envs[env] = InfoTap(group.envs[env], env, self.tapped[s])
 
     def step_taken(self, s: int, t: int) -> None:
         """Split ``s`` took its step ``t`` of the slot: keep the final observations of the episodes that ended."""
@@ -47,10 +85,27 @@ class EpisodeRecorder:
             for env, obs in group.recorded_finals:
                 self.finals[s][(t, env)] = obs
             group.recorded_finals.clear()
+        events = self.tapped[s]
+        for env, reset, info in events:
+            if reset:  # an episode ended at this step (or the run began): the next one starts here
+                self._infos_end(s, env, info)
+            else:
+                self.infos[s][env].append(info)
+        events.clear()
+
+    def _infos_end(self, s: int, env: int, reset_info: dict | None) -> None:
+        """Env ``env``'s episode ends: its infos wait for :meth:`_finish`; the next episode's begin with
+        ``reset_info``."""
+        if self.infos[s][env]:  # (none yet at the run's first reset)
+            self.ended_infos[s][env].append(self.infos[s][env])
+        self.infos[s][env] = [reset_info]
 
     def env_failed(self, s: int, t: int, env: int) -> None:
-        """Env ``env`` of split ``s`` raised at step ``t`` and was rebuilt: the episode that ended there is dropped."""
+        """Env ``env`` of split ``s`` raised at step ``t`` and was rebuilt: the episode that ended there is dropped,
+        and the next one's reset info is not known (the rebuilt env was reset before it was tapped again)."""
         self.failed[s].add((t, env))
+        self._infos_end(s, env, None)
+        self._tap(s, env)
 
     def slot_filled(self, s: int, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
                     truncated: np.ndarray) -> None:
@@ -79,12 +134,14 @@ class EpisodeRecorder:
         """Env ``env``'s episode ended at ``step`` of the slot: join its pieces with its final observation (dropped
         when the env raised there)."""
         pieces, self.pieces[s][env] = self.pieces[s][env], []
+        infos = self.ended_infos[s][env].popleft() if self.ended_infos[s][env] else None
         final = self.finals[s].get((step, env))
         if final is None or (step, env) in self.failed[s]:
             self.dropped += 1
             return
         observations = np.concatenate([*(p[0] for p in pieces), final[None]])
-        self.finished.append((observations, *(np.concatenate([p[k] for p in pieces]) for k in range(1, 5))))
+        self.finished.append((observations, *(np.concatenate([p[k] for p in pieces]) for k in range(1, 5)),
+                              stacked_infos(infos)))
         if self.left[s][env] > 0:
             self.left[s][env] -= 1
 
@@ -92,6 +149,22 @@ class EpisodeRecorder:
         """The episodes finished since the last call (and how many were dropped so far), for the driver."""
         finished, self.finished = self.finished, []
         return {"dataset_episodes": finished, "dataset_dropped": self.dropped}
+
+
+def stacked_infos(infos: Infos | None) -> dict[str, np.ndarray] | None:
+    """An episode's infos as Minari keeps them (see the module docstring); None when they are not known whole."""
+    if not infos or any(info is None for info in infos):
+        return None
+    reset, steps = infos[0], infos[1:]
+    out = {}
+    for key in set(steps[0]).intersection(*steps[1:]) if steps else ():
+        values = [np.asarray(step[key]) for step in steps]
+        if values[0].dtype.kind not in "biuf" or any(v.shape != values[0].shape for v in values):
+            continue  # text, nested dicts, ragged values: not an array over the episode
+        first = np.asarray(reset[key]) if key in reset else np.full(values[0].shape, np.nan)
+        if first.shape == values[0].shape and first.dtype.kind in "biuf":
+            out[key] = np.stack([first, *values])
+    return dict(sorted(out.items()))
 
 
 class NoEpisodeRecorder:
