@@ -250,13 +250,15 @@ def checkpoint_file(path: str) -> str:
     return os.path.join(folder, found[-1])
 
 
-def initial_weights(path: str) -> dict[str, Any]:
-    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from, as
-    ``{"version": 0, "weights": {name: array}}``; says which checkpoint it took."""
+def initial_weights(path: str, sampling: bool = False) -> dict[str, Any]:
+    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from, or a
+    sampling-only run acts with (``sampling``), as ``{"version": 0, "weights": {name: array}}``; says which checkpoint
+    it took."""
     from daskrl.monitor.console import say
 
     path = checkpoint_file(path)
     state = _torch().load(path, map_location="cpu", weights_only=True)
-    say(f"daskrl: starting from the weights of {path} ({int(state.get('env_steps', 0)):,} env steps, policy version "
-        f"{state.get('policy_version', 0)} there); the optimizer starts afresh")
+    which = f"{path} ({int(state.get('env_steps', 0)):,} env steps, policy version {state.get('policy_version', 0)} there)"
+    say(f"daskrl: sampling with the policy of {which}" if sampling
+        else f"daskrl: starting from the weights of {which}; the optimizer starts afresh")
     return {"version": 0, "weights": {k: v.numpy() for k, v in state["model"].items()}}

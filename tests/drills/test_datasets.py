@@ -64,6 +64,7 @@ def test_record_plays_the_trained_policy_into_a_dataset_a_fresh_interpreter_load
                "test/pendulum/expert-v0", "--deterministic", "--num-envs-per-worker", "4"], env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "wrote 6 episodes (1,200 steps) into Minari dataset test/pendulum/expert-v0" in out.stdout
+    assert "daskrl: sampling with the policy of" in out.stdout
     check = subprocess.run([sys.executable, "-c", CHECK, "test/pendulum/expert-v0",
                             os.path.join(train_dir, "pendulum")], capture_output=True, text=True, env=env,
                            timeout=120)

@@ -295,7 +295,8 @@ def _prepare(config: Config, spaces: EnvSpaces) -> _Prepared:
     if resume_state is not None:
         starts = [LearnerStart.from_checkpoint(state) for state in resume_state]
     elif config.run.init_checkpoint:  # every policy from the same weights
-        starts = [LearnerStart.from_weights(initial_weights(config.run.init_checkpoint))] * book.num_policies
+        starts = [LearnerStart.from_weights(initial_weights(config.run.init_checkpoint, config.run.sampling_only))
+                  ] * book.num_policies
     else:
         starts = [LearnerStart()] * book.num_policies
     return _Prepared(book, resume_state, starts)
