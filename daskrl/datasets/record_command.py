@@ -83,6 +83,9 @@ def checkpoint_path(experiment_dir: str, config: Config, which: str) -> str:
 
 
 def describe_dataset(summary: dict[str, Any]) -> str:
-    """The line ``daskrl record`` ends with."""
-    return (f"daskrl record: wrote {summary['dataset_episodes']:,} episodes ({summary['dataset_steps']:,} steps) into "
+    """The line a run that recorded a dataset ends with (``daskrl record``'s, ``daskrl train --record-dataset``'s)."""
+    if not summary["dataset_episodes"]:
+        return (f"daskrl: no episode ended whole before the run stopped (one still running at the stop is not "
+                f"recorded): Minari dataset {summary['dataset']} was not created")
+    return (f"daskrl: wrote {summary['dataset_episodes']:,} episodes ({summary['dataset_steps']:,} steps) into "
             f"Minari dataset {summary['dataset']}; load it with minari.load_dataset({summary['dataset']!r})")

@@ -54,7 +54,7 @@ def run(args: list[str], env: dict, timeout: float = 240) -> subprocess.Complete
 def test_record_plays_the_trained_policy_into_a_dataset_a_fresh_interpreter_loads(tmp_path):
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "datasets")}
     train_dir = str(tmp_path / "runs")
-    out = run(["train", "--env", "Pendulum-v1", "--algo", "sac", "--train-for-env-steps", "800",
+    out = run(["train", "--env", "Pendulum-v1", "--algo", "sac", "--train-for-env-steps", "1200",
                "--learning-starts", "400", "--replay-ratio", "0.05", "--num-workers", "1", "--num-envs-per-worker",
                "4", "--train-dir", train_dir, "--experiment", "pendulum", "--record-dataset", "test/pendulum/replay-v0",
                "--dashboard-address", ""], env)
@@ -83,6 +83,7 @@ def test_record_plays_the_trained_policy_into_a_dataset_a_fresh_interpreter_load
     replay = subprocess.run([sys.executable, "-c", "import minari, sys; d = minari.load_dataset(sys.argv[1]); "
                              "print(d.total_episodes, d.total_steps)", "test/pendulum/replay-v0"],
                             capture_output=True, text=True, env=env, timeout=60)
+    assert replay.returncode == 0, replay.stderr[-2000:]
     episodes, steps = map(int, replay.stdout.split())
     assert episodes >= 4 and steps == 200 * episodes  # each of the 4 envs finished its first episode at least
     # a dataset id already taken: refused in one line before anything starts, the dataset untouched

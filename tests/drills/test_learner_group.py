@@ -364,7 +364,8 @@ def test_asking_for_cuda_without_a_gpu_fails_fast_in_one_line(tmp_path):
     assert len(errors) == 1, done.stderr
     assert "--learner-device cuda" in errors[0] and "has no CUDA device" in errors[0] and "worker" in errors[0]
     assert "Traceback" not in done.stdout + done.stderr
-    assert seconds < 10, f"took {seconds:.1f} s"
+    # fast: no wait for a cluster's timeouts (a minute and more); 10.3 s once beside another test file's run
+    assert seconds < 20, f"took {seconds:.1f} s"
     # refused before anything was written: the experiment is free for the corrected command
     assert not (tmp_path / "gpu" / "config.json").exists() and not (tmp_path / "gpu" / "metrics.csv").exists()
 

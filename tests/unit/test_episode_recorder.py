@@ -220,3 +220,12 @@ def test_a_trained_policy_played_by_a_sampling_run_takes_enjoys_actions_with_the
     discrete = exploring(lambda obs, state=None, deterministic=False: (np.zeros(len(obs), np.int64),) * 2 + (None,),
                          SamplingNoise(True, 1.0, 3, (), ()), seed=0)
     assert set(np.unique(discrete(np.zeros((300, 4)))[0])) == {0, 1, 2}
+
+
+def test_the_last_line_says_when_no_episode_ended_whole_and_no_dataset_was_created():
+    from daskrl.datasets.record_command import describe_dataset
+
+    summary = {"dataset": "me/cartpole/x-v0", "dataset_episodes": 0, "dataset_steps": 0}
+    assert "Minari dataset me/cartpole/x-v0 was not created" in describe_dataset(summary)
+    summary.update(dataset_episodes=3, dataset_steps=60)
+    assert describe_dataset(summary).startswith("daskrl: wrote 3 episodes (60 steps) into Minari dataset me/cartpole")
