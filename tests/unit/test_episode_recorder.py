@@ -84,6 +84,7 @@ def test_quotas_record_each_envs_first_episodes_only():
         assert len(played) > quota
         firsts += played[:quota]
     assert len(recorded) == len(firsts) == 3
+    assert recorder.infos[0][1] == [] and sum(map(len, recorder.ended_infos[0])) == 0  # nothing kept past a quota
     key = sorted(episode[0].tobytes() for episode in recorded)
     assert key == sorted(episode[0].tobytes() for episode in firsts)
 

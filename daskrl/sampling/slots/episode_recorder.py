@@ -87,6 +87,8 @@ class EpisodeRecorder:
             group.recorded_finals.clear()
         events = self.tapped[s]
         for env, reset, info in events:
+            if self.left[s][env] == 0:  # its quota is recorded: nothing of it is kept any more
+                continue
             if reset:  # an episode ended at this step (or the run began): the next one starts here
                 self._infos_end(s, env, info)
             else:
