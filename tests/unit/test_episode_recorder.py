@@ -20,8 +20,8 @@ def fill_slots(group: EnvGroup, recorder: EpisodeRecorder, slots: int) -> None:
     Each action is a function of its env's observation that looks random (an env's episodes do not depend on which
     group steps it)."""
     n = group.num_envs
-    obs = np.zeros((ROLLOUT + 1, n, 4), np.float32)
-    group.reset(obs[0])
+    obs = np.zeros((ROLLOUT + 1, n, *group.spaces.obs_shape), np.float32)
+    group.reset(obs[0])  # as the rollout worker does before its first step (the envs are tapped by now)
     for _ in range(slots):
         actions = np.zeros((ROLLOUT, n), np.int64)
         rewards = np.zeros((ROLLOUT, n), np.float32)
@@ -96,19 +96,7 @@ def test_infos_are_arrays_over_the_reset_and_the_steps_and_an_episode_begun_by_a
     group = EnvGroup([RaisesAtStep(InfoReportingEnv(limit=12)) for _ in range(2)],
                      rebuild=lambda i: InfoReportingEnv(limit=12), max_consecutive_failures=3)
     recorder = EpisodeRecorder([group], [-1, -1])
-    obs = np.zeros((ROLLOUT + 1, 2, 1), np.float32)
-    group.reset(obs[0])  # as the rollout worker does before its first step (the envs are tapped by now)
-    for _ in range(8):
-        actions = np.zeros((ROLLOUT, 2), np.int64)
-        rewards = np.zeros((ROLLOUT, 2), np.float32)
-        terminated, truncated = (np.zeros((ROLLOUT, 2), np.uint8) for _ in range(2))
-        for t in range(ROLLOUT):
-            group.step(actions[t], obs[t + 1], rewards[t], terminated[t], truncated[t])
-            recorder.step_taken(0, t)
-            for failure in group.pop_failures():
-                recorder.env_failed(0, t, failure.env_index)
-        recorder.slot_filled(0, obs, actions, rewards, terminated, truncated)
-        obs[0] = obs[ROLLOUT]
+    fill_slots(group, recorder, slots=8)
     episodes = recorder.news()["dataset_episodes"]
     with_infos = [e for e in episodes if e[5] is not None]
     assert len(episodes) - len(with_infos) == 1  # the rebuilt env's first episode
