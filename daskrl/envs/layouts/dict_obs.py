@@ -150,6 +150,16 @@ def pack_into(row: np.ndarray, obs: Mapping[str, Any], keys: Sequence[ObsKey]) -
     return row
 
 
+def pack_rows(obs: Mapping[str, Any], keys: Sequence[ObsKey], count: int) -> np.ndarray:
+    """``count`` dict observations given key by key ({key: [count, *shape]}, a dataset's columns) as records
+    [count, record_size] uint8: :func:`unpack`'s inverse."""
+    rows = np.zeros((count, record_size(keys)), np.uint8)
+    for key in keys:
+        field = rows[:, key.offset:key.offset + key.nbytes].view(key.dtype)
+        field[...] = np.asarray(_leaf(obs, key.name), dtype=key.dtype).reshape(count, -1)
+    return rows
+
+
 def unpack(rows: np.ndarray, keys: Sequence[ObsKey]) -> dict[str, np.ndarray]:
     """Records [..., record_size] uint8 -> {key: array [..., *shape]} (views where numpy allows, for reading)."""
     lead = rows.shape[:-1]

@@ -52,18 +52,9 @@ class DatasetWriter:
     def __init__(self, dataset_id: str, env: EnvConfig, description: str, limit: int = 0) -> None:
         """``limit``: the episodes to write at most (--record-episodes; 0: all): a rollout worker recreated after a
         fault starts its envs' quotas again."""
-        from daskrl.envs import make_env, probe_env
-
         self.dataset_id, self.description, self.limit = dataset_id, description, limit
         #: Dict observations: the keys the slots' packed records hold (daskrl drops keys of no fixed shape)
-        self.keys = probe_env(env.env, env.env_kwargs, env.obs_keys, env.action_mask_key).obs_keys
-        made = make_env(env.env, env_kwargs=env.env_kwargs)
-        try:
-            self.observation_space = kept_keys_space(made.observation_space, self.keys) if self.keys \
-                else made.observation_space
-            self.action_space = made.action_space
-        finally:
-            made.close()
+        self.observation_space, self.action_space, self.keys = dataset_spaces(env)
         self.env_spec = _gymnasium_spec(env.env, env.env_kwargs, self.observation_space, self.action_space)
         self.dataset: Any = None  # created with the first episodes
         self.episodes = 0  # taken from the components (each is written, in order)
@@ -150,6 +141,21 @@ class NoDataset:
 
     def summary(self) -> dict[str, Any]:
         return {}
+
+
+def dataset_spaces(env: EnvConfig) -> tuple[Any, Any, tuple[ObsKey, ...]]:
+    """The observation and action spaces of a dataset of this env as daskrl makes it (its family's wrappers
+    included; Dict observations as the keys daskrl keeps), and those keys (none for array observations): what a
+    dataset recorded here holds, and what one loaded here must hold."""
+    from daskrl.envs import make_env, probe_env
+
+    keys = probe_env(env.env, env.env_kwargs, env.obs_keys, env.action_mask_key).obs_keys
+    made = make_env(env.env, env_kwargs=env.env_kwargs)
+    try:
+        observation_space = kept_keys_space(made.observation_space, keys) if keys else made.observation_space
+        return observation_space, made.action_space, keys
+    finally:
+        made.close()
 
 
 def kept_keys_space(space: Any, keys: Sequence[ObsKey]) -> Any:
