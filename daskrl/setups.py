@@ -173,6 +173,23 @@ class LearnerSetup:
 
 
 @dataclass(frozen=True)
+class DatasetShare:
+    """One replay shard's part of ``--dataset`` (:mod:`daskrl.replay.dataset_share`): episodes ``[first, stop)`` of
+    the Minari dataset in ``path``."""
+
+    dataset_id: str
+    path: str  # the dataset's folder, as the driver found it (a worker's MINARI_DATASETS_PATH may differ)
+    first: int
+    stop: int
+    transitions: int  # the steps of those episodes: what the shard holds
+    fraction: float  # the share of every minibatch drawn from it (--dataset-fraction)
+
+    @property
+    def episodes(self) -> int:
+        return self.stop - self.first
+
+
+@dataclass(frozen=True)
 class ReplaySetup:
     """A replay shard: what it stores (the slots' spaces), how much, and how it serves draws."""
 
@@ -185,6 +202,7 @@ class ReplaySetup:
     reward_clip: float
     batch_size: int
     seed: int
+    dataset: DatasetShare | None = None  # its part of --dataset (None: no dataset, or a shard added later)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,11 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
     """Options that do not fit the chosen ``--algo``: those an algorithm that trains on replay cannot use yet (none
     for one that trains on fresh slots, as APPO does)."""
     a = config.algo
-    if found or ALGO_SOURCES[a.algo] != "replay":
+    if found:
         return []
+    if ALGO_SOURCES[a.algo] != "replay":
+        return [f"--dataset preloads the replay shards of an off-policy algorithm, and --algo {a.algo} has none: "
+                "use --algo sac, td3 or dqn"] if a.dataset else []
     name, out = f"--algo {a.algo}", []
     unsupported = [
         (config.sampler.inference != "inline", "acts inline in the rollout workers (an epsilon per worker): use "

@@ -414,6 +414,15 @@ class AlgoConfig(Section):
                                  "policy's entropy near -action_dim)", low=0, low_open=True)
     exploration_fraction: float = opt(0.1, "dqn: each worker's epsilon falls linearly from 1 to its own over this "
                                            "fraction of --train-for-env-steps (0: from the start)", low=0, high=1)
+    dataset: str = opt("", "off-policy: preload the replay shards with this Minari dataset (minari:NAMESPACE/ENV/"
+                           "NAME-vN, in $MINARI_DATASETS_PATH or ~/.minari/datasets; the shards' workers must see it), "
+                           "split by episode over the shards; every minibatch then takes --dataset-fraction of its "
+                           "rows from it and the rest from new experience (RLPD's symmetric sampling; "
+                           "docs/offline.md)",
+                       pattern=r"minari:([\w.-]+/)?([\w.-]+/)?[\w.-]+-v\d+",
+                       pattern_help="minari: and a Minari dataset id, such as minari:mine/pendulum/expert-v0")
+    dataset_fraction: float = opt(0.5, "with --dataset: the share of every minibatch drawn from the dataset (RLPD's "
+                                       "0.5; the rest comes from the run's own experience)", low=0, high=1)
 
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,

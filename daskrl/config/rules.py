@@ -98,6 +98,13 @@ def _dataset_problems(config: Config) -> list[str]:
     problems = [f"{flag} acts in a sampling-only run (daskrl sample, daskrl record): add --sampling-only or leave it "
                 "out" for flag, given in (("--sampling-deterministic", r.sampling_deterministic),
                                           ("--sampling-epsilon", r.sampling_epsilon > 0)) if given and not r.sampling_only]
+    fraction_set = config.algo.dataset_fraction != AlgoConfig().dataset_fraction  # a saved config.json names it
+    if fraction_set and not config.algo.dataset:
+        problems.append("--dataset-fraction is the share of each minibatch drawn from --dataset: name the dataset "
+                        "too (--dataset minari:ID)")
+    if config.algo.dataset and r.sampling_only:
+        problems.append("--dataset preloads what a learner trains on, and a sampling-only run has no learner: leave "
+                        "out --sampling-only or --dataset")
     if r.record_episodes and not r.record_dataset:
         problems.append("--record-episodes counts the episodes of --record-dataset: name the dataset too")
     if r.record_dataset and config.env.env_backend != "gymnasium":

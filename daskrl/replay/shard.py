@@ -21,6 +21,11 @@ buffer. And it hands copied slots back only while the learner keeps up: the roll
 slots (the batcher's back-pressure, here), so a run makes the gradient updates per env step it asked for.
 
 A shard lost with its worker loses only its own transitions: the runner recreates it, empty, and it fills again.
+
+With ``--dataset`` each shard also holds its part of a Minari dataset apart from the ring
+(:class:`~daskrl.replay.dataset_share.DatasetPart`), and every minibatch takes ``--dataset-fraction`` of its rows from
+it (RLPD's symmetric sampling). The ratio and ``learning_starts`` still count the ring's new transitions only: the
+dataset does not let the learner run ahead of the fleet. A recreated shard reads its part of the dataset again.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from daskrl.protocol import (
     pack,
     unpack,
 )
+from daskrl.replay.dataset_share import DATASET_ROW, DatasetPart
 from daskrl.replay.n_step import slot_transitions
 from daskrl.replay.persistence import load_shard, save_shard
 from daskrl.replay.ratio import ReplayRatio
@@ -90,6 +96,9 @@ class ReplayShard(Component):
         self.copies = {"shm": 0, "comms": 0}
         self.copy_s = {"shm": 0.0, "comms": 0.0}
         self.slots_by_worker: dict[str, int] = {}
+        #: its part of --dataset, drawn beside the ring (None: no dataset)
+        self.dataset = DatasetPart(setup.dataset, s, a.n_step, setup.gamma, setup.reward_scale, setup.reward_clip,
+                                   setup.seed + 1) if setup.dataset is not None else None
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running. A
@@ -175,9 +184,11 @@ class ReplayShard(Component):
     def on_priorities(self, payload: PriorityUpdate) -> None:
         if payload["inc"] != self.incarnation:  # about an earlier incarnation's transitions
             return
-        positions = unpack(payload["positions"], "int64")
-        keep = self.store.current(positions, unpack(payload["stamps"], "int64"))  # not overwritten since
-        self.counters["priorities_dropped"] += int((~keep).sum())
+        positions, stamps = unpack(payload["positions"], "int64"), unpack(payload["stamps"], "int64")
+        ring = positions != DATASET_ROW  # the dataset's rows have no priority
+        keep = ring.copy()
+        keep[ring] = self.store.current(positions[ring], stamps[ring])  # not overwritten since
+        self.counters["priorities_dropped"] += int((ring & ~keep).sum())
         self.counters["priorities_kept"] += int(keep.sum())
         with self.timing("priorities"):
             self.sampler.update(positions[keep], unpack(payload["td_errors"], "float32")[keep])
@@ -215,13 +226,18 @@ class ReplayShard(Component):
         """Draw ``count`` minibatches (each stratified on its own) into half ``id % 2`` of the batch block; the
         answer that says where they are."""
         buffer = request["id"] % BUFFERS
-        draw = self.sampler.draw(self.store.size, self.batch_size, count)
-        rows = count * self.batch_size
-        self.store.read_into(draw.positions, {name: block.array[buffer, :count].reshape(rows, *block.shape[3:])
-                                              for name, block in self.batch.items()})
+        if self.dataset is not None and self.dataset.rows(self.batch_size):
+            positions, stamps, weights = self.dataset.draw_beside(
+                self.store, self.sampler, count, {name: block.array[buffer, :count] for name, block in self.batch.items()})
+        else:
+            draw = self.sampler.draw(self.store.size, self.batch_size, count)
+            rows = count * self.batch_size
+            self.store.read_into(draw.positions, {name: block.array[buffer, :count].reshape(rows, *block.shape[3:])
+                                                  for name, block in self.batch.items()})
+            positions, stamps, weights = draw.positions, self.store.stamps[draw.positions], draw.weights
         return {"shard": self.name, "inc": self.incarnation, "id": request["id"], "buffer": buffer,
-                "count": count, "batch": self.batch_size, "positions": pack(draw.positions, "int64"),
-                "stamps": pack(self.store.stamps[draw.positions], "int64"), "weights": pack(draw.weights, "float32"),
+                "count": count, "batch": self.batch_size, "positions": pack(positions, "int64"),
+                "stamps": pack(stamps, "int64"), "weights": pack(weights, "float32"),
                 "size": self.store.size, "added": self.store.added}
 
     def extra_stats(self) -> dict:
@@ -229,7 +245,8 @@ class ReplayShard(Component):
         return {"replay": {"served": served, "size": self.store.size, "capacity": self.store.capacity,
                            "added": self.store.added, "waiting_requests": len(self.pending), "held_slots": len(self.held),
                            "answers": int(self.counters.get("answers", 0)), "batches_per_request": self.depth,
-                           "prioritized": self.sampler.prioritized, "incarnation": self.incarnation},
+                           "prioritized": self.sampler.prioritized, "incarnation": self.incarnation,
+                           **(self.dataset.stats() if self.dataset is not None else {})},
                 "batcher": {"slots_shm": self.copies["shm"], "slots_comms": self.copies["comms"],
                             "copy_s_shm": self.copy_s["shm"], "copy_s_comms": self.copy_s["comms"],
                             "slots_by_worker": dict(self.slots_by_worker),

@@ -1,6 +1,8 @@
 """Off-policy (``--algo dqn``, ``sac``): the replay shards, where rollout workers' full slots go instead of the
 learner, and which rollout worker hands its slots to which shard (:func:`~daskrl.driver.fleet.replay_hosts.route`:
-its host's under ``--replay-shards auto``, a new shard when its host has none).
+its host's under ``--replay-shards auto``, a new shard when its host has none). With ``--dataset`` the shards the run
+starts with each preload their part of the dataset (:func:`~daskrl.replay.dataset_share.dataset_shares`: split by
+episode); one added later holds none.
 
 The fleet holds one :class:`ReplayTier` (empty under an on-policy algorithm) and hands it what it needs of the rest
 of the fleet at each call: the learner the shards serve and the rollout workers' slot arrays.
@@ -17,8 +19,10 @@ from daskrl.driver.fleet.replay_hosts import route, shard_workers
 from daskrl.driver.fleet.role_setups import replay_setup
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.protocol import wire_replay
+from daskrl.replay.dataset_share import dataset_shares
 from daskrl.replay.shard import ReplayShard
 from daskrl.runtime.actors.handles import ComponentHandle
+from daskrl.setups import DatasetShare
 
 #: how the fleet creates a component and files it under its role: (class, name, worker, setup, role) -> handle
 Spawn = Callable[[type, str, str, Any, Role], ComponentHandle]
@@ -32,6 +36,7 @@ class ReplayTier:
         self.shards: list[ComponentHandle] = []
         self.shard_of: dict[str, int] = {}  # rollout worker name -> the shard its slots go to
         self.initial = 0  # shards the run started with: each keeps --replay-capacity / this many
+        self.datasets: list[DatasetShare] = []  # each first shard's part of --dataset (by index; empty: none)
         #: called with each shard added while the run goes on (a host joined), before any slot reaches it
         self.on_added: list[Callable[[ComponentHandle], None]] = []
 
@@ -43,6 +48,8 @@ class ReplayTier:
             return
         where = shard_workers(self.config.algo.replay_shards, list(rollout_workers))
         self.initial = len(where)
+        a = self.config.algo
+        self.datasets = dataset_shares(a.dataset, a.dataset_fraction, self.initial) if a.dataset else []
         self.shards = spawn_all([(ReplayShard, f"replay_{j}", worker, self._setup(j)) for j, worker in
                                  enumerate(where)])
 
@@ -100,4 +107,5 @@ class ReplayTier:
         return j
 
     def _setup(self, index: int) -> Any:
-        return replay_setup(self.config, self.spaces, index, self.initial)
+        dataset = self.datasets[index] if index < len(self.datasets) else None
+        return replay_setup(self.config, self.spaces, index, self.initial, dataset)

@@ -2,9 +2,10 @@
 
 The CLI calls it before it starts the worker forkserver, and ``train()`` calls it first: every option (type, range,
 NaN), the env (built once, for its spaces; once more to render, when videos are asked for), that wandb is installed
-for --wandb-project, and, for an embedded cluster, whether the run's memory fits this machine. It also puts the
-defaults of the env's family (daskrl/config/env_defaults.py) in place of options left unset. It imports nothing heavy
-(no Dask, no torch, no wandb), so checking costs the user no start-up time.
+for --wandb-project, that --dataset names a dataset of this env, and, for an embedded cluster, whether the run's
+memory fits this machine. It also puts the defaults of the env's family (daskrl/config/env_defaults.py) in place of
+options left unset. It imports nothing heavy (no Dask, no torch, no wandb), so checking costs the user no start-up
+time.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         check_can_record(config.env.env, config.env.env_kwargs)  # the env renders frames, imageio is there
     if config.run.record_dataset:
         check_recordable(config.run.record_dataset, config.env.env, spaces)
+    if config.algo.dataset:
+        from daskrl.replay.dataset_share import dataset_problems
+
+        if problems := dataset_problems(config.algo.dataset, config.env):
+            raise ConfigError(problems)
     if config.run.wandb_project:
         from daskrl.monitor.outputs.wandb_log import check_wandb_installed
 
