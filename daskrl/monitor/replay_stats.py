@@ -11,8 +11,9 @@ from typing import Any
 
 from daskrl.runtime.memory.shm import host_of
 
-#: the per-shard numbers, as ``ReplayShard.extra_stats()["replay"]`` names them
-SHARD_FIELDS = ("size", "capacity", "added", "served", "waiting_requests", "held_slots")
+#: the per-shard numbers, as ``ReplayShard.extra_stats()["replay"]`` names them (the dataset's: 0 without --dataset)
+SHARD_FIELDS = ("size", "capacity", "added", "served", "waiting_requests", "held_slots", "dataset_size",
+                "dataset_episodes", "dataset_rows_drawn")
 
 
 def _order(name: str) -> tuple[str, int]:
@@ -41,8 +42,10 @@ def replay_shards(last_stats: dict[str, dict]) -> list[dict[str, Any]]:
 
 def replay_totals(shards: list[dict[str, Any]]) -> dict[str, int]:
     """The run's row columns: shards, transitions held, capacity, transitions added and minibatches served, over
-    every shard (none for a run without shards)."""
+    every shard, and the dataset's transitions and episodes they hold with --dataset (none for a run without
+    shards)."""
     if not shards:
         return {}
-    return {"replay_shards": len(shards), **{f"replay_{k}": sum(s[k] for s in shards)
-                                             for k in ("size", "capacity", "added", "served")}}
+    totals = ("size", "capacity", "added", "served", "dataset_size", "dataset_episodes")
+    return {"replay_shards": len(shards), **{f"replay_{k}": sum(s[k] for s in shards) for k in totals
+                                             if not k.startswith("dataset") or any(s[k] for s in shards)}}
