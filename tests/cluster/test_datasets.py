@@ -1,5 +1,6 @@
 """--record-dataset on a run in this process: a sampling run of a Dict-observation env writes a Minari dataset key by
-key, each episode whole (its final observation included), each env's first episodes only."""
+key, each episode whole (its final observation included), each env's first episodes only, and a DQN run trains with
+it preloaded (--dataset)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def test_a_sampling_run_records_dict_observations_key_by_key(tmp_path, monkeypat
         np.testing.assert_array_equal(episode.rewards, (episode.actions == cue[0]).astype(float))
         firsts.add(int(cue[0]))
     assert len(firsts) > 1  # the envs' own cues, not one episode ten times
+    # trained on: DQN (prioritized replay) with the dataset preloaded, its Dict observations packed as the slots pack
+    # them; the TD errors of the dataset's rows come back with the ring's, and the shard drops them
+    summary = train(run_config(tmp_path, "cue_dqn", env=CUE, algo="dqn", num_workers=1, num_envs_per_worker=4,
+                               rollout=4, batch_size=32, learning_starts=64, replay_ratio=0.25,
+                               train_for_env_steps=512, dataset="minari:test/cue/sampled-v0"))
+    [shard] = summary["replay_shards"]
+    assert (shard["dataset_size"], shard["dataset_episodes"]) == (80, 10)
+    assert shard["served"] > 0 and shard["dataset_rows_drawn"] == shard["served"] * 16
+    assert summary["policy_version"] > 0  # trained (a shard that failed on a priority would have failed the run)
 
 
 def test_frames_are_recorded_exactly_as_the_env_gave_them(tmp_path, monkeypatch):
