@@ -52,21 +52,24 @@ class Emitter(Component):
 @dataclass(frozen=True)
 class RecorderSetup:
     fail_on: int | None = None  # the item number whose delivery raises (a failing slot)
+    work_s: float = 0.0  # seconds each delivery keeps the component's thread busy (a learner's step, say)
 
 
 class Recorder(Component):
     """Records what arrives at its slots, with arrival times."""
 
     def on_configure(self, setup: RecorderSetup | None) -> None:
-        fail_on = setup.fail_on if setup is not None else None
+        setup = setup or RecorderSetup()
         self.items: list = []
         self.latencies: list[float] = []
-        self.fail_on = fail_on
+        self.fail_on, self.work_s = setup.fail_on, setup.work_s
 
     @slot
     def on_tick(self, payload: dict) -> None:
         if self.fail_on is not None and payload.get("i") == self.fail_on:
             raise ValueError(f"refusing item {payload['i']}")
+        if self.work_s:
+            time.sleep(self.work_s)
         self.latencies.append(time.time() - payload["t"])
         self.items.append([payload["src"], payload["i"]])
 

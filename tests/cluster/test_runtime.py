@@ -164,6 +164,21 @@ def test_heartbeat_counts_from_start_not_from_a_long_configure(session, workers)
     stop_all(handle)
 
 
+def test_a_loop_kept_busy_by_queued_messages_still_beats(session, workers):
+    """Forty messages of 50 ms each, all queued at once: the loop handles them a turn of about 0.1 s at a time, so
+    its heartbeat stays fresh while they are handled (in one turn, the age would reach 2 s)."""
+    emitter = start(session, Emitter, workers[0])
+    busy = start(session, Recorder, workers[1], RecorderSetup(work_s=0.05))
+    connect(emitter.tick, busy.on_tick, session.client)
+    emitter.call("burst", 40)
+    ages = []
+    while len(busy.call("received")) < 40:
+        ages.append(busy.call("stats")["heartbeat_age_s"])
+        time.sleep(0.05)
+    assert len(ages) > 10 and max(ages) < 0.5, ages
+    stop_all(emitter, busy)
+
+
 def test_spawn_all_configures_components_at_the_same_time(session, workers):
     """Rollout workers build their envs in configure: created together, those builds overlap in time."""
     specs = [(SlowToConfigure, f"slow{next(_ids)}", worker, SlowSetup(seconds=1.5)) for worker in workers[:2]]

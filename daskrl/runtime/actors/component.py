@@ -55,6 +55,11 @@ class Component:
 
     #: seconds a slot-less component waits for messages before re-checking timers and the stop flag
     idle_wait_s = 0.1
+    #: seconds of queued messages one turn of the loop handles at most: then ``run_once``, the timers and the
+    #: heartbeat get their turn. A component whose next message is always queued (a learner whose replay shards
+    #: answer while it trains on their last answer) would otherwise handle up to ``limit`` messages in one turn:
+    #: minutes without a timer, reported as silent though it works all the while
+    turn_s = 0.1
     #: a loop turn longer than this is reported with the thread's current stack in ``stats()``; kept below any
     #: sensible ``--heartbeat-timeout``, or the runner's "silent" warning would come without the stack
     stack_after_s = 1.0
@@ -282,9 +287,10 @@ class Component:
             if wait > 0:
                 self.timing.add("waiting", wait)
             return
+        turn_ends = time.monotonic() + self.turn_s
         for n in range(limit):
-            if n and self._stopping:  # fail() or stop(): nothing more runs, queued or not
-                return
+            if n and (self._stopping or time.monotonic() > turn_ends):  # fail() or stop(): nothing more runs, queued
+                return  # or not; or the turn is over: the rest stays queued for the next one
             if n:
                 try:
                     item = inbox.get_nowait()
