@@ -71,6 +71,23 @@ def cluster_workers(client: Any) -> dict[str, dict]:
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
+def nanny_answers(address: str | None, timeout: float = 1.0) -> bool:
+    """Whether the nanny at ``address`` (``tcp://host:port``) still accepts connections: a worker process that died
+    under a live nanny comes back under its name in seconds, one whose nanny went with it (a batch job cancelled, a
+    machine lost) never does. A plain TCP connect, closed at once; anything but ``tcp://`` (or no nanny): False."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not address or not address.startswith("tcp://"):
+        return False
+    parts = urlsplit(address)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _retirement_time(dask_worker: Any) -> float | None:
     """When this worker closes itself (``dask worker --lifetime``), as a Unix time; None: it does not. Dask keeps only
     the lifetime in seconds (stagger included) and counts it from the worker's construction, which comes after its

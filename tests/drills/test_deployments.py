@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from daskrl import Observer
 from daskrl.runtime.cleanup.segments import list_segments, owner_pid, pid_alive
 from daskrl.runtime.memory.shm import host_of
 from daskrl.testing.hosts.netns import pids_in
@@ -155,22 +156,39 @@ def test_deploy_slurm_show_prints_the_job_script_and_starts_nothing(tmp_path):
     assert not (tmp_path / "run").exists()  # nothing started, nothing written
 
 
+class StopOnceTheLearnerIsBack(Observer):
+    """Stops the run once the learner, restarted after a loss, has published a few versions of its own."""
+
+    def __init__(self) -> None:
+        self.back_at: int | None = None  # the policy version when the restart was first seen
+
+    def on_report(self, run, row) -> None:
+        restarted = any(r["component"] == "learner" for r in run.care.recovery.recoveries)
+        if restarted and self.back_at is None:
+            self.back_at = row["policy_version"]
+        if self.back_at is not None and row["policy_version"] >= self.back_at + 5:
+            run.request_stop("the restarted learner trains")
+
+
 @slow("SLURM jobs: a run on a SLURMCluster whose learner's job is cancelled with scancel halfway")
 def test_a_cancelled_learner_job_is_a_loss_the_run_recovers_from_its_newest_checkpoint(slurm, tmp_path, capsys):
     """scancel: SIGTERM, then SIGKILL after KillWait; the learner's worker goes without notice (no lifetime), so its
-    learner restarts from the newest checkpoint on a worker that stays, and the run ends as asked."""
+    learner restarts from the newest checkpoint on a worker that stays, and trains on (the run is stopped once it
+    published five versions: at the latest, it ends at its budget)."""
     import daskrl
 
     with slurm_jobs(slurm, tmp_path, 4) as (cluster, client):
         config = run_config(tmp_path, "cancel", env="CartPole-v1", num_workers=2, elastic=True,
-                            train_for_seconds=40.0, train_for_env_steps=0, checkpoint_interval=3.0)
-        handle = daskrl.start(config, client=client)
+                            train_for_seconds=60.0, train_for_env_steps=0, checkpoint_interval=3.0,
+                            report_interval=0.5)
+        handle = daskrl.start(config, client=client, observers=[StopOnceTheLearnerIsBack()])
         wait_for(lambda: list((tmp_path / "cancel" / "checkpoints").glob("checkpoint_*.pt")), timeout=60,
                  what="the run's first checkpoint")
         time.sleep(3)  # a few training steps past it
         job = learner_job(client, cluster)
         subprocess.run(["scancel", job], check=True, timeout=30)
         summary = handle.wait(timeout=180)  # raises if the run failed
+    assert summary["stop_reason"] == "the restarted learner trains", summary["stop_reason"]
     learner = [r for r in summary["recoveries"] if r["component"] == "learner"]
     assert len(learner) == 1 and learner[0]["worker"], summary["recoveries"]
     assert "learner restarts from checkpoint_" in capsys.readouterr().out

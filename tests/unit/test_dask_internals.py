@@ -47,3 +47,28 @@ def test_nannies_poll_for_their_workers_start_at_the_interval_daskrl_sets():
         assert WorkerProcess._init_msg_interval == dask_internals.NANNY_START_POLL_S
     finally:
         WorkerProcess._init_msg_interval = before
+
+
+def test_a_nanny_answers_while_its_port_listens():
+    """What decides whether a lost learner waits for its worker to come back under its name: a live nanny (here a
+    listening socket) answers; a closed port, no nanny, or an in-process worker's address does not."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        assert dask_internals.nanny_answers(address)
+    assert not dask_internals.nanny_answers(address)  # closed: refused at once
+    assert not dask_internals.nanny_answers(None) and not dask_internals.nanny_answers("inproc://127.0.0.1/1/2")
+
+
+def test_a_placement_knows_each_workers_name_and_nanny():
+    from daskrl.config import Config
+    from daskrl.driver.fleet.placement import place
+
+    workers = {"tcp://h:1": {"name": "a", "nanny": "tcp://h:11"}, "tcp://h:2": {"name": "b"},
+               "tcp://h:3": {"name": "c", "nanny": "tcp://h:13"}}
+    placement = place(workers, Config.from_flat({"num_workers": 1}))
+    assert placement.names == {"tcp://h:1": "a", "tcp://h:2": "b", "tcp://h:3": "c"}
+    assert placement.nannies == {"tcp://h:1": "tcp://h:11", "tcp://h:3": "tcp://h:13"}  # a worker without: none

@@ -86,7 +86,7 @@ class ElasticGrowth(Observer):
                     self.run.say(f"daskrl: worker {address} joined; kept idle for a learner whose worker retires soon")
                 continue  # looked at again once no learner waits
             self.seen.add(address)
-            self.fleet.placement.names[address] = str(workers[address].get("name", address))
+            self.fleet.placement.know(address, workers[address])
             self._place(address, shares)
         self._publish_wanted(shares)
 

@@ -191,8 +191,11 @@ class Recovery:
         """The restarted worker with the lost one's name if it comes back in time, else an idle live worker,
         else any live worker (sharing a process beats stopping the run), or with ``only_idle`` None."""
         names = self.fleet.placement.names
-        # a worker that retired as planned (a batch job's) never comes back under its name: take another at once
-        name = None if self.gone_for_good(handle.address) else names.get(handle.address)
+        # a worker that retired as planned (a batch job's), or whose nanny went with it (a job cancelled: scancel),
+        # never comes back under its name: take another at once instead of waiting for it
+        nanny = self.fleet.placement.nannies.get(handle.address)
+        back = not self.gone_for_good(handle.address) and dask_internals.nanny_answers(nanny)
+        name = names.get(handle.address) if back else None
         deadline = time.monotonic() + wait_s
         while True:
             workers = dask_internals.cluster_workers(self.fleet.client)

@@ -47,6 +47,15 @@ class Placement:
     rollout: list[str]
     inference: list[str]  # by policy, then index
     names: dict[str, str] = field(default_factory=dict)  # address -> worker name (stable across restarts)
+    #: address -> its nanny's address (none for a worker without one): whether a lost worker may come back
+    nannies: dict[str, str] = field(default_factory=dict)
+
+    def know(self, address: str, info: dict) -> None:
+        """Remember worker ``address``'s name and nanny (``info``: its entry of the scheduler's workers), as the
+        run starts to use it."""
+        self.names[address] = str(info.get("name", address))
+        if info.get("nanny"):
+            self.nannies[address] = str(info["nanny"])
 
     @property
     def learner(self) -> str | None:
@@ -76,7 +85,7 @@ def place(workers: dict[str, dict], config: Config, held: dict[str, str] | None 
     counts = role_counts(config)
     need = sum(counts.values())
     held = held or {}
-    names = {a: str(workers[a].get("name", a)) for a in workers}
+    every = dict(workers)
     workers = {a: w for a, w in workers.items() if a not in held}
     if len(workers) < need:
         raise ConfigError([too_few_workers(len(workers) + len(held), held, counts)])
@@ -104,7 +113,10 @@ def place(workers: dict[str, dict], config: Config, held: dict[str, str] | None 
                 break
             chosen[role].append(address)
             free.remove(address)
-    return Placement(chosen["learner"], chosen["rollout"], chosen["inference"], names)
+    placement = Placement(chosen["learner"], chosen["rollout"], chosen["inference"])
+    for address, info in every.items():
+        placement.know(address, info)
+    return placement
 
 
 def too_few_workers(total: int, held: dict[str, str], counts: dict[str, int]) -> str:

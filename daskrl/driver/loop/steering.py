@@ -176,7 +176,7 @@ def _free_worker(run: Run) -> str | None:
     for address in sorted(workers, key=lambda a: str(workers[a].get("name", a))):
         if address not in busy and address not in held and workers[address].get("status", "running") == "running" \
                 and not run.control.claim.claim([address]):
-            run.fleet.placement.names[address] = str(workers[address].get("name", address))
+            run.fleet.placement.know(address, workers[address])
             return address
     return None
 
