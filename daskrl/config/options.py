@@ -234,6 +234,10 @@ class PolicyConfig(Section):
                                    high=1)
 
 
+#: a Minari dataset id (NAMESPACE/ENV/NAME-vN; the namespace parts are optional, the version is not)
+MINARI_ID = r"([\w.-]+/)?([\w.-]+/)?[\w.-]+-v\d+"
+
+
 @dataclass
 class RunConfig(Section):
     experiment: str = opt("", "experiment name (default: the env id and a timestamp)")
@@ -272,8 +276,7 @@ class RunConfig(Section):
     record_dataset: str = opt("", "write every whole episode the rollout workers play into this Minari dataset "
                                   "(NAMESPACE/ENV/NAME-vN, in $MINARI_DATASETS_PATH or ~/.minari/datasets; needs "
                                   "the datasets extra: pip install 'daskrl[datasets]'; docs/offline.md)",
-                              pattern=r"([\w.-]+/)?([\w.-]+/)?[\w.-]+-v\d+",
-                              pattern_help="a Minari dataset id such as mine/pendulum/expert-v0")
+                              pattern=MINARI_ID, pattern_help="a Minari dataset id such as mine/pendulum/expert-v0")
     record_episodes: int = opt(0, "with --record-dataset: stop once this many episodes are recorded, the first ones "
                                   "of every env in equal shares, so that short episodes are not favoured (0: record "
                                   "until the run stops)", low=0)
@@ -419,7 +422,7 @@ class AlgoConfig(Section):
                            "split by episode over the shards; every minibatch then takes --dataset-fraction of its "
                            "rows from it and the rest from new experience (RLPD's symmetric sampling; "
                            "docs/offline.md)",
-                       pattern=r"minari:([\w.-]+/)?([\w.-]+/)?[\w.-]+-v\d+",
+                       pattern=f"minari:{MINARI_ID}",
                        pattern_help="minari: and a Minari dataset id, such as minari:mine/pendulum/expert-v0")
     dataset_fraction: float = opt(0.5, "with --dataset: the share of every minibatch drawn from the dataset (RLPD's "
                                        "0.5; the rest comes from the run's own experience)", low=0, high=1)

@@ -10,13 +10,12 @@ metrics go to ``<experiment>/records/<dataset id>/``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 from typing import Any
 
 from daskrl.config import Config, ConfigError
-from daskrl.config.options import RunConfig
+from daskrl.config.options import MINARI_ID
 
 
 def add_record_parser(sub: Any) -> None:
@@ -51,8 +50,7 @@ def record_config(args: argparse.Namespace) -> Config:
                            f"{config.policies.num_policies}"])
     if args.episodes < 1:
         raise ConfigError([f"--episodes must be at least 1, got {args.episodes}"])
-    pattern = next(f.metadata["pattern"] for f in dataclasses.fields(RunConfig) if f.name == "record_dataset")
-    if not re.fullmatch(pattern, args.dataset_id):
+    if not re.fullmatch(MINARI_ID, args.dataset_id):
         raise ConfigError([f"--dataset-id must be a Minari dataset id (NAMESPACE/ENV/NAME-vN, such as "
                            f"mine/pendulum/expert-v0), got {args.dataset_id!r}"])
     sampler = {k: v for k, v in (("num_workers", args.num_workers), ("num_envs_per_worker", args.num_envs_per_worker))

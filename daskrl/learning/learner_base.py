@@ -25,7 +25,7 @@ from daskrl.runtime.actors.signals import signal
 from daskrl.runtime.memory import heap
 from daskrl.setups import LearnerSetup
 
-__all__ = ["LearnerBase", "build_trainer"]
+__all__ = ["LearnerBase", "build_learning", "build_trainer"]
 
 #: training steps whose hyperparameters the learner's statistics show
 STEP_HYPERPARAMS_KEPT = 64
@@ -48,15 +48,12 @@ class LearnerBase(Component):
 
         from daskrl.learning.group.group_member import role_for
         from daskrl.learning.snapshots import snapshots_for
-        from daskrl.models.actor_critic import build_model
 
         torch.set_num_threads(setup.learner.learner_threads)
         heap.keep_freed_memory()  # a step's large tensors stay mapped for the next step (daskrl/runtime/memory/heap.py)
         self.device = devices.resolve(setup.learner.learner_device, f"worker {self.worker.name} ({self.worker.address})",
                                       "--learner-device")
-        install_components(setup.components)  # the user's encoders and cores, registered where the run started
-        self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = build_trainer(self.model, setup, self.device)
+        self.model, self.trainer = build_learning(setup, self.device)
         self.role = role_for(rank, world)
         self.publication = self.role.publication(self, self.model, setup.remote_params)
         self.snapshots = snapshots_for(self, self.model, snapshots, snapshot_every, setup.remote_params)
@@ -223,6 +220,17 @@ class LearnerBase(Component):
             "obs_mean": np.asarray(self.trainer.obs_rms.mean).tolist() if self.trainer.obs_rms else None,
             "time": time.time(),
         }
+
+
+def build_learning(setup: LearnerSetup, device: Any) -> tuple[Any, Any]:
+    """The model and its trainer, built as every learner of the run builds them (a replay's too): the user's model
+    components registered first (they were registered in the process that started the run), then the model from the
+    run's seed, then its algorithm's trainer."""
+    from daskrl.models.actor_critic import build_model
+
+    install_components(setup.components)
+    model = build_model(setup.spaces, setup.model, setup.seed)
+    return model, build_trainer(model, setup, device)
 
 
 def build_trainer(model: Any, setup: LearnerSetup, device: Any) -> Any:

@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 
 from daskrl.learning.learner import seed_step
-from daskrl.learning.learner_base import build_trainer
+from daskrl.learning.learner_base import build_learning
 from daskrl.learning.slot_reader import SlotReader, reader_for
 from daskrl.learning.training_state import export_state
-from daskrl.models.registry import install_components
 from daskrl.setups import LearnerSetup
 
 
@@ -25,16 +24,13 @@ class ScheduledLearner:
     def __init__(self, setup: LearnerSetup, first_version: int) -> None:
         import torch
 
-        from daskrl.models.actor_critic import build_model
         from daskrl.models.inputs.activations import pin_standard_tanh
 
         pin_standard_tanh()  # as the run's learner did, before the model and its kernels are built
         torch.set_num_threads(setup.learner.learner_threads)
         self.setup = setup
         self.device = torch.device("cpu")  # where the recorded learner trained (a replay refuses another device)
-        install_components(setup.components)
-        self.model = build_model(setup.spaces, setup.model, setup.seed)
-        self.trainer = build_trainer(self.model, setup, self.device)
+        self.model, self.trainer = build_learning(setup, self.device)
         self.reader: SlotReader = reader_for(setup.policy_index, setup.tagged, setup.cut, self.model.recurrent)
         self.version = first_version
         self.weights: dict[int, dict[str, np.ndarray]] = {first_version: self.model.state_dict_numpy()}

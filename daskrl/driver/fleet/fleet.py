@@ -39,8 +39,9 @@ class Fleet:
     """The components of one run (see the module docstring). ``create`` starts them all; ``recreate`` one."""
 
     def __init__(self, session: ClusterSession, config: Config, spaces: EnvSpaces, placement: Placement,
-                 warn: Callable[[str], None]) -> None:
-        """``warn`` tells the user about a problem that does not stop the run (a sampler that missed an update)."""
+                 warn: Callable[[str], None], env_steps_offset: int = 0) -> None:
+        """``warn`` tells the user about a problem that does not stop the run (a sampler that missed an update);
+        ``env_steps_offset``: the env steps a resumed run starts from (its samplers explore on from there)."""
         self.config, self.spaces, self.placement, self.warn = config, spaces, placement, warn
         self.roster = Roster(session.client, session.run_id, config)
         # readers on another host than the learner need the parameters over Dask comms too
@@ -51,6 +52,7 @@ class Fleet:
         #: off-policy: the replay shards, where full slots go instead of the learner (no shard for APPO)
         self.replay = ReplayTier(config, spaces, session.client, self.roster.spawn)
         self.samplers = Samplers(self.roster, config, spaces)
+        self.took(env_steps_offset)
         # a parameter relay per host without a learner
         self.relays = Relays(config, session.client, self.roster.spawn, warn)
 
@@ -62,6 +64,11 @@ class Fleet:
         """Every role's setup as of now (a parameter block changes when a learner restarts)."""
         return role_setups(self.config, self.spaces, self._acting_params(), self.teams.remote_params,
                            self.samplers.run_env_steps, self.samplers.weights)
+
+    def took(self, env_steps: int) -> None:
+        """The run has taken ``env_steps`` so far: a rollout worker created from now on (a recovered or added one)
+        explores from there (DQN's epsilon, TD3's warm-up), not from the run's beginning."""
+        self.samplers.run_env_steps = env_steps
 
     def _acting_params(self) -> list[dict | None]:
         """Every acting policy's parameter block as samplers attach it (with its host relays' blocks)."""

@@ -92,8 +92,8 @@ class Run:
         link = dashboard_page(self.client)
         say(f"daskrl: experiment {c.experiment_dir} | env {c.env.env} | {len(placement.names)} Dask workers"
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
-        self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn)
-        self.fleet.samplers.run_env_steps = self.state.env_steps_offset  # a resumed run explores on from there
+        self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn,
+                           env_steps_offset=self.state.env_steps_offset)
         self.care.start(self.fleet, self.book.stores)
         self.fleet.create(starts)
         self._say_devices()
@@ -182,7 +182,7 @@ class Run:
         state, last = self.state, list(self.ledger.last_stats.values())
         state.learner = self.book.learners[0] or state.learner
         state.env_steps = state.env_steps_offset + state.tally.total
-        self.fleet.samplers.run_env_steps = state.env_steps  # where a rollout worker recreated now explores from
+        self.fleet.took(state.env_steps)
         state.fps.add(state.env_steps)
         state.shares = time_shares(stats)
         state.incidents = merge_incidents(self.incidents.snapshot(), last)
