@@ -55,7 +55,7 @@ def test_each_hosts_shard_holds_half_the_dataset_and_the_learner_trains_from_bot
                                               (1, "b-r1", ["--resources", "rollout=1"])]) as hosts:
         h1, h2 = hosts["net"].hosts
         summary = train(run_config(tmp_path, "offline", scheduler=hosts["address"], env="Pendulum-v1", algo="sac",
-                                   num_workers=2, num_envs_per_worker=4, train_for_env_steps=800,
+                                   num_workers=2, num_envs_per_worker=4, train_for_env_steps=400,
                                    dataset="minari:test/pendulum/random-v0", report_interval=0.5, elastic=False))
     shards = summary["replay_shards"]
     assert [s["host"] for s in shards] == [h1, h2], shards
