@@ -227,8 +227,8 @@ class ReplayShard(Component):
         answer that says where they are."""
         buffer = request["id"] % BUFFERS
         if self.dataset is not None and self.dataset.rows(self.batch_size):
-            positions, stamps, weights = self.dataset.draw_beside(
-                self.store, self.sampler, count, {name: block.array[buffer, :count] for name, block in self.batch.items()})
+            half = {name: block.array[buffer, :count] for name, block in self.batch.items()}
+            positions, stamps, weights = self.dataset.draw_beside(self.store, self.sampler, count, half)
         else:
             draw = self.sampler.draw(self.store.size, self.batch_size, count)
             rows = count * self.batch_size

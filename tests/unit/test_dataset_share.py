@@ -34,7 +34,8 @@ def test_each_part_holds_whole_episodes_in_order_within_one_episode_of_an_equal_
         parts = int(rng.integers(1, 6))
         ranges = split_by_episode(lengths, parts)
         assert len(ranges) == parts and ranges[0][0] == 0 and ranges[-1][1] == len(lengths)
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # contiguous, in order, nothing twice
+        # contiguous, in order, nothing twice
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
         steps = [int(lengths[first:stop].sum()) for first, stop in ranges]
         assert all(abs(s - lengths.sum() / parts) <= lengths.max() for s in steps), (lengths, ranges)
     assert split_by_episode([200, 200], 2) == [(0, 1), (1, 2)]
@@ -117,6 +118,21 @@ def test_each_minibatch_takes_its_share_of_rows_from_the_dataset_and_the_rest_fr
     assert (positions == DATASET_ROW).all() and (out["obs"] == -1.0).all()
 
 
+def test_a_shards_part_of_the_dataset_must_fit_its_worker():
+    from daskrl.driver.launch.sizing import dataset_memory_problems as memory_problems
+    from daskrl.driver.launch.sizing import transition_bytes
+    from daskrl.envs import probe_env
+
+    spaces = probe_env("Pendulum-v1", {}, (), None)
+    assert transition_bytes(spaces) == 3 * 4 * 2 + 4 + 4 + 4  # obs and next obs, action, reward, discount
+    config = Config.from_flat({"algo": "sac", "dataset": "minari:a/b-v0"})
+    [line] = memory_problems(config, spaces, 10_000, 1_000)  # one shard on this machine: 36,000 bytes
+    assert "a replay shard would hold 1,000 of its transitions" in line and "--replay-shards" in line
+    split = Config.from_flat({"algo": "sac", "dataset": "minari:a/b-v0", "replay_shards": 4, "num_workers": 4})
+    assert memory_problems(split, spaces, 10_000, 1_000) == []  # 250 each: 9,000 bytes
+    assert memory_problems(config, spaces, None, 1_000) == []  # no limit known
+
+
 # ---- with Minari: a real dataset, read by episode ----
 
 minari = pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
@@ -146,7 +162,8 @@ def test_shards_read_only_their_own_episodes(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
     _write("t/pendulum/parts-v0", "Pendulum-v1", [10, 30, 20, 25, 15])
     shares = dataset_shares("minari:t/pendulum/parts-v0", 0.5, 2)
-    assert [(s.first, s.stop, s.transitions) for s in shares] == [(0, 2, 40), (2, 5, 60)]  # 40 | 60: the nearer boundary
+    # steps 10 30 | 20 25 15: the boundary at 40 is as near to 50 as the one at 60, and comes first
+    assert [(s.first, s.stop, s.transitions) for s in shares] == [(0, 2, 40), (2, 5, 60)]
     spaces = probe_env("Pendulum-v1", {}, (), None)
     parts = [DatasetPart(share, spaces, 1, 0.99, 2.0, 25.0, seed=0) for share in shares]
     assert [p.size for p in parts] == [40, 60]

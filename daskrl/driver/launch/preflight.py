@@ -73,6 +73,15 @@ def check_recordable(dataset_id: str, env: str, spaces: EnvSpaces) -> None:
     check_can_record(dataset_id)
 
 
+def check_dataset(config: Config) -> int:
+    """--dataset: a Minari dataset of this env (Minari installed); returns its transitions."""
+    from daskrl.replay.dataset_share import dataset_folder, dataset_problems, episode_lengths, minari_id
+
+    if problems := dataset_problems(config.algo.dataset, config.env):
+        raise ConfigError(problems)
+    return int(episode_lengths(dataset_folder(minari_id(config.algo.dataset))).sum())
+
+
 def task_profile(config: Config) -> TaskProfile | None:
     """The task's profile where the env's family has rules that read it (measured once per env: cached)."""
     if not needs_profile(config):
@@ -109,15 +118,12 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         check_can_record(config.env.env, config.env.env_kwargs)  # the env renders frames, imageio is there
     if config.run.record_dataset:
         check_recordable(config.run.record_dataset, config.env.env, spaces)
-    if config.algo.dataset:
-        from daskrl.replay.dataset_share import dataset_problems
-
-        if problems := dataset_problems(config.algo.dataset, config.env):
-            raise ConfigError(problems)
+    dataset_steps = check_dataset(config) if config.algo.dataset else 0
     if config.run.wandb_project:
         from daskrl.monitor.outputs.wandb_log import check_wandb_installed
 
         check_wandb_installed()  # without importing it: the run imports it once the cluster starts
     if client is None and not config.run.scheduler and config.deploy.deploy == "local":  # the embedded cluster's
-        check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config))  # share
+        check_fits_this_machine(config, spaces, config.run.n_dask_workers or workers_needed(config),  # share
+                                dataset_steps)
     return spaces

@@ -47,16 +47,27 @@ def batch_bytes(config: Config, spaces: EnvSpaces) -> int:
     return BATCH_COPIES * samples * (obs + 4 * 8)  # + actions, rewards, log-probs, values, targets, ...
 
 
+def transition_bytes(spaces: EnvSpaces) -> int:
+    """One stored replay transition: its observation and next observation in the store's dtype, its action, reward
+    and discount (:func:`~daskrl.replay.store.store_shapes`)."""
+    from daskrl.replay.store import store_shapes
+
+    shapes = store_shapes(1, tuple(spaces.obs_shape), spaces.obs_dtype, tuple(spaces.action_shape),
+                          spaces.action_dtype)
+    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in shapes.values())
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
 def check_fits(config: Config, spaces: EnvSpaces, worker_limit: float | None, shm_free: float | None,
-               rollout_per_host: int) -> None:
-    """Raise :class:`ConfigError` when the slots or the learner's batch cannot fit: ``worker_limit`` is a Dask
-    worker's memory limit in bytes (None or 0: no limit), ``shm_free`` the free bytes of ``/dev/shm`` where the
-    rollout workers of one host keep their slots (``rollout_per_host`` of them)."""
-    problems = []
+               rollout_per_host: int, dataset_steps: int = 0) -> None:
+    """Raise :class:`ConfigError` when the slots, the learner's batch or a replay shard's part of ``--dataset``
+    (``dataset_steps`` transitions in all, split over the shards) cannot fit: ``worker_limit`` is a Dask worker's
+    memory limit in bytes (None or 0: no limit), ``shm_free`` the free bytes of ``/dev/shm`` where the rollout workers
+    of one host keep their slots (``rollout_per_host`` of them)."""
+    problems = dataset_memory_problems(config, spaces, worker_limit, dataset_steps)
     slots = slot_bytes(config, spaces)
     hint = "lower --num-envs-per-worker, --rollout or --slots-per-split"
     if worker_limit and slots > worker_limit:
@@ -76,7 +87,23 @@ def check_fits(config: Config, spaces: EnvSpaces, worker_limit: float | None, sh
         raise ConfigError(problems)
 
 
-def check_fits_this_machine(config: Config, spaces: EnvSpaces, n_workers: int) -> None:
+def dataset_memory_problems(config: Config, spaces: EnvSpaces, worker_limit: float | None,
+                            dataset_steps: int) -> list[str]:
+    """A replay shard holds its whole part of the dataset in its worker's memory (one shard per host on one machine,
+    or ``--replay-shards N``): the part against the worker's limit."""
+    if not dataset_steps or not worker_limit:
+        return []
+    shards = config.algo.replay_shards if isinstance(config.algo.replay_shards, int) else 1
+    part = math.ceil(dataset_steps / shards) * transition_bytes(spaces)
+    if part <= worker_limit:
+        return []
+    return [f"--dataset {config.algo.dataset}: a replay shard would hold {dataset_steps // shards:,} of its "
+            f"transitions, about {_mib(part)}, more than a Dask worker's memory limit of {_mib(worker_limit)}: run on "
+            "a cluster of several hosts (each host's shard holds its share: --scheduler), or give --replay-shards "
+            "a number (the shards split it)"]
+
+
+def check_fits_this_machine(config: Config, spaces: EnvSpaces, n_workers: int, dataset_steps: int = 0) -> None:
     """For an embedded cluster: Dask's default memory limit splits the machine's memory between the workers."""
     import psutil
 
@@ -85,7 +112,7 @@ def check_fits_this_machine(config: Config, spaces: EnvSpaces, n_workers: int) -
         shm_free = shutil.disk_usage(SHM_DIR).free
     except OSError:  # no /dev/shm here: nothing to check against
         shm_free = None
-    check_fits(config, spaces, limit, shm_free, config.sampler.num_workers)
+    check_fits(config, spaces, limit, shm_free, config.sampler.num_workers, dataset_steps)
 
 
 def check_fits_cluster(config: Config, spaces: EnvSpaces, workers: dict[str, dict]) -> None:
