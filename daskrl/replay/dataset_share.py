@@ -47,11 +47,16 @@ def dataset_folder(dataset_id: str) -> str:
     return str(get_dataset_path(dataset_id))
 
 
+def _data(path: str) -> str:
+    """Where a dataset's episodes are, inside its folder (Minari's layout)."""
+    return os.path.join(path, "data")
+
+
 def episode_lengths(path: str) -> np.ndarray:
     """[episodes] int64: the steps of each episode of the dataset in ``path``, read from its metadata alone."""
     from minari.dataset.minari_storage import MinariStorage
 
-    storage = MinariStorage.read(os.path.join(path, "data"))
+    storage = MinariStorage.read(_data(path))
     return np.array([int(m["total_steps"]) for m in storage.get_episode_metadata(range(storage.total_episodes))],
                     np.int64)
 
@@ -85,16 +90,18 @@ def dataset_problems(source: str, env: Any) -> list[str]:
         import h5py  # noqa: F401  (Minari's hdf5 storage)
         import minari
     except ImportError as exc:
-        return [f"--dataset reads a Minari dataset, and {exc.name} is not installed: pip install 'daskrl[datasets]'"]
+        from daskrl.monitor.outputs.dataset_file import INSTALL
+
+        return [f"--dataset reads a Minari dataset, and {exc.name} is not installed: {INSTALL}"]
     from daskrl.monitor.outputs.dataset_file import dataset_spaces
 
     dataset_id = minari_id(source)
     path = dataset_folder(dataset_id)
-    if not os.path.isdir(os.path.join(path, "data")):
+    if not os.path.isdir(_data(path)):
         return [f"--dataset {source}: no Minari dataset {dataset_id} at {path} (the datasets folder is "
                 "$MINARI_DATASETS_PATH, or ~/.minari/datasets): record one with daskrl record or --record-dataset, "
                 "or list what is there with: minari list local"]
-    dataset = minari.MinariDataset(os.path.join(path, "data"))
+    dataset = minari.MinariDataset(_data(path))
     if dataset.total_episodes == 0:
         return [f"--dataset {source}: the dataset holds no episode: record some into it first"]
     observation_space, action_space, _ = dataset_spaces(env)
@@ -126,7 +133,7 @@ def share_transitions(share: DatasetShare, keys: Sequence[ObsKey], n_step: int, 
     """The n-step transitions of ``share``'s episodes, one episode at a time (rewards scaled, then clipped)."""
     import minari
 
-    dataset = minari.MinariDataset(os.path.join(share.path, "data"))
+    dataset = minari.MinariDataset(_data(share.path))
     for episode in dataset.iterate_episodes(range(share.first, share.stop)):
         part = episode_part(episode, keys)
         part["rewards"] = part["rewards"] * reward_scale

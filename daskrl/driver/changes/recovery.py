@@ -205,7 +205,7 @@ class Recovery:
             if chosen is None and (name is None or time.monotonic() > deadline):
                 chosen = self._idle_or_any(live, only_idle)
             if chosen is not None and self._claimed(chosen):
-                names[chosen] = str(live[chosen].get("name", chosen))
+                self.fleet.placement.know(chosen, live[chosen])  # its name and nanny, should it be lost in turn
                 return chosen
             if chosen is None and time.monotonic() > deadline:
                 return None

@@ -289,8 +289,10 @@ class Component:
             return
         turn_ends = time.monotonic() + self.turn_s
         for n in range(limit):
-            if n and (self._stopping or time.monotonic() > turn_ends):  # fail() or stop(): nothing more runs, queued
-                return  # or not; or the turn is over: the rest stays queued for the next one
+            if n and self._stopping:  # fail() or stop(): nothing more runs, queued or not
+                return
+            if n and time.monotonic() > turn_ends:  # the turn is over: the rest waits for the next one
+                return
             if n:
                 try:
                     item = inbox.get_nowait()
