@@ -82,17 +82,33 @@ def session_pids(proc: subprocess.Popen) -> set[int]:
 def kill_run(proc: subprocess.Popen, ours: set[int]) -> list[int]:
     """SIGKILL the driver (as ``kill -9 PID``); returns the pids of its session still alive 30 s later (``ours``
     gains them all: the owners of the segments the drill's runs may leave)."""
-    session = [psutil.Process(pid) for pid in session_pids(proc)]
+    session = [p for p in (_process(pid) for pid in session_pids(proc)) if p is not None]
     ours.update(p.pid for p in session)
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        alive = [p.pid for p in session if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p.pid for p in session if _alive(p)]
         if not alive:
             return []
         time.sleep(0.2)
     return alive
+
+
+def _process(pid: int) -> psutil.Process | None:
+    """The process ``pid``, or None when it ended since it was listed (a short-lived child of the run's)."""
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (a process that ends between the two questions is not alive)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _session_of(pid: int) -> int | None:

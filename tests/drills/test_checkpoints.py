@@ -17,6 +17,8 @@ def test_the_kill_drill_resumes_from_the_newest_complete_checkpoint_every_time()
     drill = Path(__file__).resolve().parents[2] / "benchmarks" / "kill_drill.py"
     out = subprocess.run([sys.executable, str(drill), "--kills", "2", "--json"], capture_output=True, text=True,
                          timeout=600)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    lines = out.stdout.strip().splitlines()
+    assert lines, f"the drill printed nothing (exit {out.returncode}): {out.stderr[-3000:]}"
+    result = json.loads(lines[-1])
     assert result["pass"] and result["kills"] == 2 and result["kills_during_write"] >= 1, out.stdout + out.stderr
     assert result["resumes_newest_complete"] == result["resumes"] == 2
