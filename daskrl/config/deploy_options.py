@@ -48,8 +48,7 @@ _OWN_FLAGS = {"slurm": ("jobs", "job_cores", "job_memory", "walltime"), "ssh": (
 def deploy_problems(deploy: DeployConfig, scheduler: str, serial: bool) -> list[str]:
     """``--deploy`` against the options it cannot go with, one line each."""
     out = []
-    defaults = DeployConfig()  # a config.json a run saved names every option: only a value set counts as given
-    given = {f for f in deploy.explicit() if getattr(deploy, f) != getattr(defaults, f)}
+    given = deploy.changed()
     for kind, flags in _OWN_FLAGS.items():
         stray = [f"--{f.replace('_', '-')}" for f in flags if f in given and deploy.deploy != kind]
         if stray:

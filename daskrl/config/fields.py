@@ -37,3 +37,9 @@ class Section:
 
     def explicit(self) -> set[str]:
         return set(self.__dict__.get("_explicit", ()))
+
+    def changed(self) -> set[str]:
+        """The options set to another value than their default: a flag the user gave, as far as a rule can tell (a
+        config.json a run saved sets every option, so :meth:`explicit` alone counts its defaults as given)."""
+        defaults = type(self)()
+        return {name for name in self.explicit() if getattr(self, name) != getattr(defaults, name)}

@@ -98,8 +98,7 @@ def _dataset_problems(config: Config) -> list[str]:
     problems = [f"{flag} acts in a sampling-only run (daskrl sample, daskrl record): add --sampling-only or leave it "
                 "out" for flag, given in (("--sampling-deterministic", r.sampling_deterministic),
                                           ("--sampling-epsilon", r.sampling_epsilon > 0)) if given and not r.sampling_only]
-    fraction_set = config.algo.dataset_fraction != AlgoConfig().dataset_fraction  # a saved config.json names it
-    if fraction_set and not config.algo.dataset:
+    if "dataset_fraction" in config.algo.changed() and not config.algo.dataset:
         problems.append("--dataset-fraction is the share of each minibatch drawn from --dataset: name the dataset "
                         "too (--dataset minari:ID)")
     if config.algo.dataset and r.sampling_only:
