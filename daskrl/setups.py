@@ -153,6 +153,8 @@ class LearnerSetup:
     model: ModelConfig
     learner: LearnerConfig
     samples_per_batch: int
+    #: the run's budget, the length of --lr-schedule linear: in env steps, or in updates for an offline algorithm
+    #: (--train-for-updates; ``offline``)
     total_env_steps: int
     seed: int
     remote_params: bool  # readers on other hosts: parameters are also published over Dask comms
@@ -170,6 +172,8 @@ class LearnerSetup:
     deterministic: bool
     #: --record-schedule: log each step's slots and metrics, and seed each step's minibatches as --deterministic does
     record_schedule: bool
+    #: an offline algorithm (trained from --dataset alone): its progress is its updates, not env steps
+    offline: bool
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,8 @@ class ReplaySetup:
     batch_size: int
     seed: int
     dataset: DatasetShare | None = None  # its part of --dataset (None: no dataset, or a shard added later)
+    #: an offline run: every draw comes from ``dataset``, served as fast as the learner asks (no ratio, no ring)
+    offline: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def feature_observers(config: Config) -> list[Observer]:
     checkpoints (an elastic run's growth and retirements are its sizing's: daskrl/driver/changes/fleet_sizing.py)."""
     observers: list[Observer] = []
     r = config.run
-    if not r.sampling_only and (r.eval_interval_env_steps or r.save_video_every_env_steps):
+    if not r.sampling_only and (r.eval_interval_env_steps or r.eval_interval_updates or r.save_video_every_env_steps):
         from daskrl.evaluation.evaluator import Evaluation  # torch: imported only by runs that evaluate
 
         observers.append(Evaluation())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from daskrl.config.checks import as_option
-from daskrl.config.options import ALGO_SOURCES
+from daskrl.config.options import ALGO_SOURCES, OFFLINE_ALGOS
 
 
 def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
@@ -22,7 +22,7 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
         return []
     if ALGO_SOURCES[a.algo] != "replay":
         return [f"--dataset preloads the replay shards of an off-policy algorithm, and --algo {a.algo} has none: "
-                "use --algo sac, td3 or dqn"] if a.dataset else []
+                "use --algo sac, td3 or dqn (or an offline one: bc, iql, cql)"] if a.dataset else []
     name, out = f"--algo {a.algo}", []
     unsupported = [
         (config.sampler.inference != "inline", "acts inline in the rollout workers (an epsilon per worker): use "
@@ -44,8 +44,13 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
          "learns a state-dependent std: leave out --gaussian-std parameter"),
         (a.algo == "td3" and "gaussian_std" in config.explicit() and config.model.gaussian_std != "parameter",
          "explores with one fixed noise (--init-log-std): leave out --gaussian-std state"),
+        (a.algo in OFFLINE_ALGOS and a.algo in ACTORS and "gaussian_std" in config.explicit()
+         and config.model.gaussian_std != ACTORS[a.algo]["gaussian_std"],
+         f"learns with --gaussian-std {ACTORS.get(a.algo, {}).get('gaussian_std')}: leave out --gaussian-std"),
     ]
     out += [f"{name} {why}" for bad, why in unsupported if bad]
+    if a.algo in OFFLINE_ALGOS:
+        return out + offline_problems(config)
     if a.learning_starts > a.replay_capacity:
         out.append(f"--learning-starts {a.learning_starts} exceeds --replay-capacity {a.replay_capacity}: training "
                    "would never start (try --learning-starts 1000)")
@@ -53,6 +58,42 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
         out.append(f"--replay-shards {a.replay_shards} is more than --num-workers {config.sampler.num_workers}: a "
                    "shard takes the slots of the rollout workers wired to it, so some would stay empty")
     return out
+
+
+def offline_problems(config: Any) -> list[str]:
+    """What an offline algorithm (trained from --dataset alone) cannot use: a run with no dataset, and the options
+    that count env steps or act on sampled episodes (nothing is sampled: progress is counted in learner updates)."""
+    a, r, explicit = config.algo, config.run, config.explicit()
+    name = f"--algo {a.algo}"
+    if not a.dataset:
+        return [f"{name} trains from a dataset alone: give --dataset minari:ID (`daskrl record` writes one from a "
+                "trained policy; docs/offline.md)"]
+    counted_in_env_steps = [
+        ("train_for_env_steps" in explicit, "--train-for-env-steps", "--train-for-updates (or --train-for-seconds)"),
+        (r.eval_interval_env_steps > 0, "--eval-interval-env-steps", "--eval-interval-updates"),
+        (r.keep_checkpoint_every_env_steps > 0, "--keep-checkpoint-every-env-steps", "--checkpoint-interval"),
+        (r.save_video_every_env_steps > 0, "--save-video-every-env-steps", "`daskrl enjoy --save-video` after it"),
+    ]
+    out = [f"{name} takes no env steps, so {flag} never comes: use {fix}" for bad, flag, fix in counted_in_env_steps
+           if bad]
+    samples = [("dataset_fraction" in explicit, "--dataset-fraction (every row comes from the dataset)"),
+               (bool(r.record_dataset), "--record-dataset (nothing is sampled to record)"),
+               (r.sampling_only, "--sampling-only"), (bool(r.elastic or r.adapt), "--elastic and --adapt (an "
+                                                                                  "offline run has no rollout "
+                                                                                  "workers to grow)")]
+    return out + [f"{name} samples nothing: leave out {what}" for bad, what in samples if bad]
+
+
+def online_budget_problems(config: Any) -> list[str]:
+    """The options that count learner updates belong to the offline algorithms: an online run's budget is in env
+    steps."""
+    if config.algo.algo in OFFLINE_ALGOS:
+        return []
+    r = config.run
+    return [f"{flag} counts the updates of an offline algorithm (--algo {', '.join(sorted(OFFLINE_ALGOS))}): use "
+            f"{fix} for --algo {config.algo.algo}" for flag, given, fix in
+            (("--train-for-updates", r.train_for_updates, "--train-for-env-steps"),
+             ("--eval-interval-updates", r.eval_interval_updates, "--eval-interval-env-steps")) if given]
 
 
 def algo_space_problems(algo: str, action_kinds: tuple[str, ...], action_kind: str, bounded: bool = True) -> list[str]:
@@ -95,6 +136,14 @@ _SAC_LEARNING = {"prioritized_replay": False, "learning_starts": 100, "learning_
 #: -600: the control cost) and stayed there, since a saturated tanh passes no gradient
 _TD3_LEARNING = {"prioritized_replay": False, "learning_starts": 10_000, "learning_rate": 1e-3,
                  "init_log_std": -2.302585, "hidden_sizes": [400, 300], "batch_size": 256}
+#: how the offline algorithms learn where the user gave no option: one-step transitions drawn uniformly from the
+#: dataset only, no observation normalization, two layers of 256 (the IQL paper's MuJoCo networks, d3rlpy's
+#: default), minibatches of 256 and 100,000 updates. The rates are the papers': IQL 3e-4 for every network (Kostrikov
+#: et al. 2021, appendix B; the paper's cosine decay of the actor's rate is --lr-schedule linear's job here); CQL 3e-4
+#: for the critics and 1e-4 for the actor (Kumar et al. 2020's code for gym MuJoCo); BC 1e-3 (d3rlpy's BC)
+_OFFLINE = {"n_step": 1, "prioritized_replay": False, "normalize_obs": False,
+            "activation": "relu", "hidden_sizes": [256, 256], "batch_size": 256, "max_grad_norm": 0.0,
+            "value_encoder": "shared", "train_for_updates": 100_000}
 #: what an off-policy algorithm trains with where the user gave no option: the shared defaults are APPO's (a
 #: 512-sample minibatch, tanh, gradient clipping at 0.5); these are SB3's and rl-zoo's usual ones for each.
 #: DQN and TD3 do not normalize observations (SB3's do not either): the learner's running statistics count every
@@ -112,11 +161,19 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
             "value_encoder": "shared"},
     "td3": {**_OFF_POLICY_SLOTS, **_TD3_LEARNING, "activation": "relu", "max_grad_norm": 0.0, "n_step": 1,
             "replay_ratio": 1.0, "normalize_obs": False, "value_encoder": "shared"},
+    "bc": {**_OFFLINE, "learning_rate": 1e-3},
+    "iql": {**_OFFLINE, "learning_rate": 3e-4},
+    "cql": {**_OFFLINE, "learning_rate": 3e-4, "actor_learning_rate": 1e-4},
 }
 #: what each continuous off-policy algorithm's actor must be (set whatever the user gave: the rules refuse another
 #: value given explicitly): SAC's std depends on the state; TD3's is one log-std its loss never moves (its noise)
 ACTORS = {"sac": {"action_bounds": "squash", "gaussian_std": "state"},
-          "td3": {"action_bounds": "squash_mean", "gaussian_std": "parameter"}}
+          "td3": {"action_bounds": "squash_mean", "gaussian_std": "parameter"},
+          # IQL's policy in its paper's code for MuJoCo: a tanh-squashed mean, a state-independent std; BC's the same
+          # (its mode is the action it regresses); CQL's is SAC's
+          "bc": {"action_bounds": "squash_mean", "gaussian_std": "parameter"},
+          "iql": {"action_bounds": "squash_mean", "gaussian_std": "parameter"},
+          "cql": {"action_bounds": "squash", "gaussian_std": "state"}}
 
 
 def apply_algo_model(config: Any) -> dict[str, Any]:
@@ -128,7 +185,7 @@ def apply_algo_model(config: Any) -> dict[str, Any]:
     for name, value in wanted.items():
         if name in explicit:
             continue
-        section = next(getattr(config, s) for s in ("sampler", "learner", "model", "algo")
+        section = next(getattr(config, s) for s in ("sampler", "learner", "model", "algo", "run")
                        if hasattr(getattr(config, s), name))
         object.__setattr__(section, name, list(value) if isinstance(value, list) else value)  # not set by the user
         applied[name] = value

@@ -245,6 +245,8 @@ class RunConfig(Section):
     seed: int = opt(0, "base random seed (envs, model init)", low=0, high=2**32 - 1)
     train_for_env_steps: int = opt(1_000_000, "stop after this many env steps (0 = no limit)", low=0)
     train_for_seconds: float = opt(0.0, "stop after this many seconds (0 = no limit)", low=0)
+    train_for_updates: int = opt(0, "offline algorithms (bc, iql, cql), which take no env steps: stop after this "
+                                    "many learner updates (0 = no limit; their default: 100,000)", low=0)
     stop_at_return: float | None = opt(None, "stop once the mean return of the last --stop-window episodes reaches "
                                              "this (judged only once that many have finished)")
     stop_window: int = opt(100, "episodes in the mean return that --stop-at-return, the best checkpoint and the "
@@ -289,7 +291,10 @@ class RunConfig(Section):
     eval_interval_env_steps: int = opt(0, "every this many env steps, run --eval-episodes evaluation episodes with the "
                                           "newest weights on envs of their own in the driver, logged as "
                                           "eval_return_mean (0: no evaluation)", low=0)
-    eval_episodes: int = opt(10, "episodes per evaluation (--eval-interval-env-steps)", low=1)
+    eval_interval_updates: int = opt(0, "offline algorithms: every this many learner updates, run --eval-episodes "
+                                        "evaluation episodes as --eval-interval-env-steps does (0: no evaluation)",
+                                     low=0)
+    eval_episodes: int = opt(10, "episodes per evaluation (--eval-interval-env-steps, --eval-interval-updates)", low=1)
     eval_deterministic: bool = opt(True, "evaluation episodes (and videos) take the most likely action; "
                                          "--no-eval-deterministic samples actions as training does")
     save_video_every_env_steps: int = opt(0, "every this many env steps, record one episode of the newest policy to "
@@ -356,14 +361,22 @@ class RunConfig(Section):
 #: the algorithms of ``--algo`` and where each one's learner takes its data ("fresh slots" or "replay"), which decides
 #: the rules it is checked by (daskrl/driver/fleet/algorithms.py names what each one is made of; its
 #: ``register_algorithm`` adds one here, so this dict is also the option's choices)
-ALGO_SOURCES: dict[str, str] = {"appo": "fresh slots", "dqn": "replay", "sac": "replay", "td3": "replay"}
+ALGO_SOURCES: dict[str, str] = {"appo": "fresh slots", "dqn": "replay", "sac": "replay", "td3": "replay",
+                                "bc": "replay", "iql": "replay", "cql": "replay"}
+#: the algorithms that train from --dataset alone: an offline run has no rollout workers, its replay shards hold only
+#: the dataset and serve as fast as the learner asks, and its progress is counted in learner updates
+#: (--train-for-updates), not env steps (``register_algorithm`` adds one registered with ``offline=True``)
+OFFLINE_ALGOS: set[str] = {"bc", "iql", "cql"}
 
 
 @dataclass
 class AlgoConfig(Section):
     algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner), "
                             "'dqn' (off-policy, Discrete actions), 'sac' or 'td3' (off-policy, Box actions): for "
-                            "these three slots go to replay shards and the learner draws minibatches from them",
+                            "these three slots go to replay shards and the learner draws minibatches from them; "
+                            "offline, from --dataset alone (no env steps, docs/offline.md): 'bc' (behaviour "
+                            "cloning), 'iql' (implicit Q-learning, Box actions), 'cql' (conservative Q-learning, "
+                            "Box actions)",
                     choices=ALGO_SOURCES)
     replay_shards: int | str = opt("auto", "off-policy: replay shards, each holding in shared memory the transitions "
                                            "of the rollout workers wired to it. 'auto': one per host that runs "

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from daskrl.config.algo_rules import algo_problems
+from daskrl.config.algo_rules import algo_problems, online_budget_problems
 from daskrl.config.deploy_options import deploy_problems
 from daskrl.config.options import (
+    OFFLINE_ALGOS,
     RECURRENT_MINIBATCH_TARGETS,
     AlgoConfig,
     EnvConfig,
@@ -54,6 +55,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
     problems += algo_problems(config, found)
+    problems += online_budget_problems(config)
     problems += deploy_problems(config.deploy, config.run.scheduler, config.run.serial)
     return problems
 
@@ -98,7 +100,8 @@ def _dataset_problems(config: Config) -> list[str]:
     problems = [f"{flag} acts in a sampling-only run (daskrl sample, daskrl record): add --sampling-only or leave it "
                 "out" for flag, given in (("--sampling-deterministic", r.sampling_deterministic),
                                           ("--sampling-epsilon", r.sampling_epsilon > 0)) if given and not r.sampling_only]
-    if "dataset_fraction" in config.algo.changed() and not config.algo.dataset:
+    if "dataset_fraction" in config.algo.changed() and not config.algo.dataset \
+            and config.algo.algo not in OFFLINE_ALGOS:  # their own rule asks for the dataset
         problems.append("--dataset-fraction is the share of each minibatch drawn from --dataset: name the dataset "
                         "too (--dataset minari:ID)")
     if config.algo.dataset and r.sampling_only:

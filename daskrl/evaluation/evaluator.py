@@ -1,4 +1,5 @@
-"""Evaluation episodes and videos while training (``--eval-interval-env-steps``, ``--save-video-every-env-steps``).
+"""Evaluation episodes and videos while training (``--eval-interval-env-steps``, ``--save-video-every-env-steps``;
+an offline run, which takes no env steps, evaluates every ``--eval-interval-updates`` learner updates).
 
 Why in the driver, on a thread: evaluation needs the newest weights, its own envs and a few hundred forward passes
 every so often, nothing the sampling graph should carry. A component of its own would hold a Dask worker (and,
@@ -10,10 +11,10 @@ consistent) and hands it to a thread, which plays the episodes on an env built f
 the policy (one torch thread), while the run goes on; videos are recorded the same way on a second thread, so a
 slow video (rendering, encoding) never delays an evaluation. What it costs the run is what its envs and forward
 passes cost the machine. The result goes into the next report's row (``eval_return_mean`` ...), stamped with the
-env steps at which its weights were taken (``eval_env_steps``). One evaluation runs at a time: when one takes
-longer than the interval, the multiples that pass meanwhile are skipped, not queued. A failure (an env that
-raises) is one warning and an incident, and training goes on. A multi-agent run's games are played by
-:mod:`.multi_agent_eval`: every acting policy's weights are taken, and each agent gets its own mean return.
+env steps and learner updates at which its weights were taken (``eval_env_steps``, ``eval_updates``). One evaluation
+runs at a time: when one takes longer than the interval, the multiples that pass meanwhile are skipped, not queued.
+A failure (an env that raises) is one warning and an incident, and training goes on. A multi-agent run's games are
+played by :mod:`.multi_agent_eval`: every acting policy's weights are taken, and each agent gets its own mean return.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from daskrl.config import Config
+from daskrl.config.options import OFFLINE_ALGOS
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
 from daskrl.errors import ComponentError
@@ -47,11 +49,12 @@ EVAL_SEED_OFFSET = 7_919
 
 class _Task:
     """One kind of work (evaluating or recording) on a thread of its own: one at a time, at multiples of
-    ``every`` env steps, with its own env and its own copy of the policy."""
+    ``every`` steps of the run's progress (env steps, or an offline run's updates), with its own env and its own
+    copy of the policy."""
 
-    def __init__(self, kind: str, every: int, env_steps: int) -> None:
+    def __init__(self, kind: str, every: int, progress: int) -> None:
         self.kind, self.every = kind, every
-        self.next_at = _next_multiple(env_steps, every)
+        self.next_at = _next_multiple(progress, every)
         self.thread: threading.Thread | None = None
         self.model = None
         self.env = None
@@ -60,21 +63,22 @@ class _Task:
     def busy(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
-    def due(self, env_steps: int) -> bool:
-        return bool(self.every) and env_steps >= self.next_at and not self.busy
+    def due(self, progress: int) -> bool:
+        return bool(self.every) and progress >= self.next_at and not self.busy
 
 
 class Evaluator:
     """Runs evaluation episodes and records videos on threads of the driver (see the module docstring)."""
 
-    def __init__(self, config: Config, spaces: EnvSpaces, env_steps: int, incidents: Incidents,
+    def __init__(self, config: Config, spaces: EnvSpaces, progress: int, incidents: Incidents,
                  warn: Callable[[str], None]) -> None:
+        """``progress``: where the run starts, in its progress unit (a resumed run's env steps, or updates)."""
         r = config.run
         self.config, self.spaces, self.incidents, self.warn = config, spaces, incidents, warn
         self.multi_agent = spaces.num_agents > 1  # games of every acting policy (multi_agent_eval.py)
         # two tasks, so a slow video (rendering, encoding) never delays an evaluation
-        self.tasks = [_Task("eval", r.eval_interval_env_steps, env_steps),
-                      _Task("video", r.save_video_every_env_steps, env_steps)]
+        self.tasks = [_Task("eval", eval_interval(config), progress),
+                      _Task("video", r.save_video_every_env_steps, progress)]
         self.video_dir = os.path.join(config.experiment_dir, "videos")
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()  # the run is stopping: an evaluation in progress ends at its next step
@@ -85,7 +89,7 @@ class Evaluator:
         result, self._result = self._result, None
         if result is not None:
             state.pending_evals.append(result)
-        steps = state.env_steps
+        steps = state.progress  # env steps, or an offline run's updates
         due = [task for task in self.tasks if task.due(steps)]
         if not due or not learners or any(learner is None for learner in learners):
             return
@@ -97,7 +101,7 @@ class Evaluator:
             return
         for task in due:
             task.next_at = _next_multiple(steps, task.every)
-            task.thread = threading.Thread(target=self._run, args=(task, weights, steps),
+            task.thread = threading.Thread(target=self._run, args=(task, weights, state.env_steps, state.updates),
                                            name=f"daskrl-{task.kind}", daemon=True)
             task.thread.start()
 
@@ -113,7 +117,7 @@ class Evaluator:
 
     # ---- on the threads ----
 
-    def _run(self, task: _Task, weights: dict | list[dict], env_steps: int) -> None:
+    def _run(self, task: _Task, weights: dict | list[dict], env_steps: int, updates: int) -> None:
         try:
             model = self._policy(task, weights)
             deterministic = self.config.run.eval_deterministic
@@ -128,7 +132,8 @@ class Evaluator:
                 if self._closing.is_set():
                     return
                 stats = episode_stats(returns, lengths)
-                self._result = {**{f"eval_{k}": v for k, v in stats.items()}, "eval_env_steps": env_steps}
+                self._result = {**{f"eval_{k}": v for k, v in stats.items()}, "eval_env_steps": env_steps,
+                                "eval_updates": updates}
             else:
                 self._record(task, model, env_steps, deterministic)
         except Exception as exc:  # a view of the run: one warning, an incident, and training goes on
@@ -137,7 +142,8 @@ class Evaluator:
             self.incidents.note(kind, exc)
             if first:
                 what = "evaluation" if task.kind == "eval" else "video"
-                self.warn(f"{what} at {env_steps:,} env steps failed ({type(exc).__name__}: {exc}); "
+                at = f"{updates:,} updates" if self.config.algo.algo in OFFLINE_ALGOS else f"{env_steps:,} env steps"
+                self.warn(f"{what} at {at} failed ({type(exc).__name__}: {exc}); "
                           "training goes on")
             logger.info("%s failed", task.kind, exc_info=exc)
             self._drop_env(task)  # built afresh for the next multiple: this one may be in a broken state
@@ -192,6 +198,13 @@ class Evaluator:
         write_video(os.path.join(self.video_dir, f"video_{env_steps}.mp4"), frames, video_fps(env))
 
 
+def eval_interval(config: Config) -> int:
+    """How often the run evaluates, in its progress unit: --eval-interval-updates offline, else
+    --eval-interval-env-steps (0: never)."""
+    r = config.run
+    return r.eval_interval_updates if config.algo.algo in OFFLINE_ALGOS else r.eval_interval_env_steps
+
+
 def _next_multiple(steps: int, every: int) -> float:
     """The first multiple of ``every`` above ``steps`` (never, when ``every`` is 0)."""
     return (steps // every + 1) * every if every else math.inf
@@ -204,11 +217,11 @@ class Evaluation(Observer):
         self.evaluator: Evaluator | None = None
 
     def on_start(self, run: Run) -> None:
-        if run.config.run.eval_interval_env_steps:
+        if eval_interval(run.config):
             run.state.pending_evals = []  # the row gets the evaluation columns from the first report on
             if run.spaces.num_agents > 1:
                 run.state.eval_agent_columns = agent_columns(run.spaces.agent_ids)
-        self.evaluator = Evaluator(run.config, run.spaces, run.state.env_steps_offset, run.incidents, run.warn)
+        self.evaluator = Evaluator(run.config, run.spaces, run.state.progress, run.incidents, run.warn)
 
     def on_poll(self, run: Run) -> None:
         self.evaluator.poll(run.state, run.fleet.teams.leaders)

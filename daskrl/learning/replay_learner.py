@@ -57,6 +57,7 @@ class ReplayLearner(LearnerBase):
         self.replay_seen: dict[str, dict[str, int]] = {}  # shard -> size and transitions added, as last answered
         self.batches_per_request = max(1, setup.algo.replay_batches_per_request)  # resolved by the setup
         self.total_env_steps = setup.total_env_steps  # the length of --lr-schedule linear
+        self.offline = setup.offline  # progress in updates (no env steps)
         self.add_timer(1.0, self._ask_again)
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
@@ -113,14 +114,22 @@ class ReplayLearner(LearnerBase):
         self.replay_seen[payload["shard"]] = {"size": payload["size"], "added": payload["added"]}
         self._ask(payload["shard"])  # the shard draws the next minibatches while these train
         before = self.trainer.train_steps
-        with self.timing("train"):
-            metrics, td_errors, applied = self.trainer.train_many(batches, weights, self._env_steps(),
-                                                                  self.total_env_steps)
+        try:
+            with self.timing("train"):
+                metrics, td_errors, applied = self.trainer.train_many(batches, weights, self._progress(),
+                                                                      self.total_env_steps)
+        except Exception as exc:  # a trainer that raises once raises on every minibatch: stop the run, do not spin
+            self.fail("training", exc)
+            return
         if metrics["updates"]:
             self.put(priorities_queue(payload["shard"]), _priorities(payload, td_errors, applied))
         self._publish(before)
         metrics["policy_lag_max"] = 0.0
         self._account(metrics, steps=count)
+
+    def _progress(self) -> int:
+        """How far the run is, for the learning-rate schedule: its updates in an offline run, else its env steps."""
+        return self.trainer.train_steps if self.offline else self._env_steps()
 
     def _env_steps(self) -> int:
         """How far the run is, for the learning-rate schedule: the transitions the shards have taken in (each an env

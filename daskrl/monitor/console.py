@@ -79,26 +79,44 @@ def episodes_note(row: dict[str, Any], window: int) -> str:
     return f"{total} ep" if in_mean >= window else f"{in_mean} of {window} ep"
 
 
-def progress_line(row: dict[str, Any], window: int = 100) -> str:
-    """The plain progress line of one report (``[  12.0s] env steps  123,456 | fps ... | return ...``)."""
+#: the column a run's progress is read from, and its name on the console: env steps, or an offline run's updates
+ENV_STEPS, UPDATES = ("env_steps", "env steps"), ("learner_updates", "updates")
+
+
+def progress_line(row: dict[str, Any], window: int = 100, counted: tuple[str, str] = ENV_STEPS,
+                  evaluation: dict[str, Any] | None = None) -> str:
+    """The plain progress line of one report (``[  12.0s] env steps  123,456 | fps ... | return ...``). An offline
+    run's (``counted``: :data:`UPDATES`) plays no episodes: it shows its newest ``evaluation`` row instead."""
     ret, lag = as_number(row.get("episode_return_mean")), as_number(row.get("policy_lag"))
     ret_s = "n/a" if math.isnan(ret) else f"{ret:.1f}±{as_number(row.get('episode_return_std')):.1f}"
-    return (f"[{as_number(row.get('time_s'), 0.0):7.1f}s] env steps {int(as_number(row.get('env_steps'), 0)):>11,} | "
-            f"fps {as_number(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({episodes_note(row, window)}) | "
-            f"version {row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
+    column, label = counted
+    played = evaluation_note(evaluation) if counted == UPDATES else \
+        f"fps {as_number(row.get('fps'), 0.0):>9,.0f} | return {ret_s} ({episodes_note(row, window)})"
+    return (f"[{as_number(row.get('time_s'), 0.0):7.1f}s] {label} {int(as_number(row.get(column), 0)):>11,} | "
+            f"{played} | version {row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" | lag {lag:.1f}"))
+
+
+def evaluation_note(evaluation: dict[str, Any] | None) -> str:
+    """An offline run's newest evaluation (--eval-interval-updates), or that there is none yet."""
+    if not evaluation:
+        return "eval return n/a"
+    return (f"eval return {as_number(evaluation.get('eval_return_mean')):.1f}"
+            f"±{as_number(evaluation.get('eval_return_std')):.1f} at {int(evaluation.get('eval_updates', 0)):,} updates")
 
 
 class ConsoleView:
     """Shows each report: live (rich) when ``stream`` is a terminal, a plain line per report otherwise.
 
     ``total_env_steps`` and ``total_seconds`` are the run's budgets (0 = none), compared with the rows'
-    ``env_steps`` and ``time_s``; the bar shows whichever is closer to its end.
+    ``env_steps`` and ``time_s``; the bar shows whichever is closer to its end. An offline run counts its
+    ``learner_updates`` instead (``counted``: :data:`UPDATES`, its budget then in updates).
     """
 
     def __init__(self, total_env_steps: int, total_seconds: float, stream: TextIO | None = None,
-                 window: int = 100) -> None:
+                 window: int = 100, counted: tuple[str, str] = ENV_STEPS) -> None:
         """``window``: the episodes a full mean covers (--stop-window); a mean of fewer says so."""
-        self.window = window
+        self.window, self.counted = window, counted
+        self.evaluation: dict[str, Any] | None = None  # the newest row with an evaluation (an offline run shows it)
         self.total_env_steps = int(total_env_steps or 0)
         self.total_seconds = float(total_seconds or 0.0)
         self.stream = sys.stdout if stream is None else stream
@@ -127,8 +145,10 @@ class ConsoleView:
 
     def update(self, row: dict[str, Any]) -> None:
         """Show one report (a row of metrics.csv)."""
+        if not math.isnan(as_number(row.get("eval_return_mean"))):
+            self.evaluation = row
         if not self.live:
-            self.stream.write(progress_line(row, self.window) + "\n")
+            self.stream.write(progress_line(row, self.window, self.counted, self.evaluation) + "\n")
             self.stream.flush()
             return
         fraction = self.fraction(row)
@@ -140,7 +160,7 @@ class ConsoleView:
         """Share of the budget used (the nearer of steps and seconds), None without a budget."""
         parts = []
         if self.total_env_steps:
-            parts.append(as_number(row.get("env_steps"), 0.0) / self.total_env_steps)
+            parts.append(as_number(row.get(self.counted[0]), 0.0) / self.total_env_steps)
         if self.total_seconds:
             parts.append(as_number(row.get("time_s"), 0.0) / self.total_seconds)
         return min(1.0, max(parts)) if parts else None
@@ -156,14 +176,15 @@ class ConsoleView:
         return min(left) if left else None
 
     def live_text(self, row: dict[str, Any]) -> str:
-        steps = int(as_number(row.get("env_steps"), 0))
+        steps = int(as_number(row.get(self.counted[0]), 0))
         ret, lag = as_number(row.get("episode_return_mean")), as_number(row.get("policy_lag"))
         eta = self.eta(row)
-        parts = [f"{steps:,}" + (f"/{self.total_env_steps:,}" if self.total_env_steps else "") + " steps",
-                 f"{as_number(row.get('fps'), 0.0):,.0f} fps",
-                 "return n/a" if math.isnan(ret)
-                 else f"return {ret:.1f}±{as_number(row.get('episode_return_std')):.1f} "
-                      f"({episodes_note(row, self.window)})",
+        played = [evaluation_note(self.evaluation)] if self.counted == UPDATES else [
+            f"{as_number(row.get('fps'), 0.0):,.0f} fps",
+            "return n/a" if math.isnan(ret)
+            else f"return {ret:.1f}±{as_number(row.get('episode_return_std')):.1f} ({episodes_note(row, self.window)})"]
+        parts = [f"{steps:,}" + (f"/{self.total_env_steps:,}" if self.total_env_steps else "")
+                 + (" updates" if self.counted == UPDATES else " steps"), *played,
                  f"v{row.get('policy_version', 0)}" + ("" if math.isnan(lag) else f" lag {lag:.1f}"),
                  f"{as_number(row.get('time_s'), 0.0):,.0f}s" + ("" if eta is None else f" ETA {_clock(eta)}")]
         return " | ".join(parts)

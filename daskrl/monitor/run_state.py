@@ -17,7 +17,8 @@ from daskrl.runtime.memory.shm import host_of
 
 #: the row's evaluation columns (daskrl/evaluation/evaluator.py): set in the first row after an evaluation ends, NaN
 #: in others
-EVAL_COLUMNS = ("eval_return_mean", "eval_return_std", "eval_length_mean", "eval_episodes", "eval_env_steps")
+EVAL_COLUMNS = ("eval_return_mean", "eval_return_std", "eval_length_mean", "eval_episodes", "eval_env_steps",
+                "eval_updates")
 
 
 class EnvStepTally:
@@ -67,6 +68,18 @@ class RunState:
     pending_evals: list[dict] | None = None
     # a multi-agent run's evaluation columns per agent (eval_return/<agent>), logged beside EVAL_COLUMNS
     eval_agent_columns: tuple[str, ...] = ()
+    #: an offline run (--algo bc|iql|cql): it takes no env steps, and its progress is the learner's updates
+    counts_updates: bool = False
+
+    @property
+    def updates(self) -> int:
+        """The learner's updates so far (a resumed learner counts on from its checkpoint's)."""
+        return int(self.learner.get("train_steps", 0))
+
+    @property
+    def progress(self) -> int:
+        """How far the run is in the unit of its budget and evaluation interval: updates offline, else env steps."""
+        return self.updates if self.counts_updates else self.env_steps
 
     def add_extras(self, extras: list[dict[str, float]]) -> None:
         for numbers in extras:
@@ -89,6 +102,7 @@ class RunState:
             "episodes": self.episodes.total,
             "episodes_in_mean": len(self.episodes.returns),
             "policy_version": self.learner.get("policy_version", 0),
+            "learner_updates": self.updates,
             "policy_lag": m.get("version_diff", math.nan),
             "loss": m.get("loss", math.nan),
             "policy_loss": m.get("policy_loss", math.nan),

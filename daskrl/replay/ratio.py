@@ -40,6 +40,21 @@ class ReplayRatio:
         return served + 1 < self.replay_ratio * (added - self.learning_starts)
 
 
+@dataclass(frozen=True)
+class DatasetOnly:
+    """An offline run's shard (:class:`ReplayRatio`'s interface): every draw comes from its part of the dataset,
+    whole from the start, and no env step ever adds to it, so it serves what the learner asks for as soon as it
+    holds any of the dataset (``dataset_size`` transitions), and nothing is ever held back."""
+
+    dataset_size: int
+
+    def draws_allowed(self, size: int, added: int, served: int, most: int) -> int:
+        return max(0, most) if self.dataset_size else 0
+
+    def behind(self, size: int, added: int, served: int) -> bool:
+        return False
+
+
 def batches_per_request(option: int, replay_ratio: float, slot_steps: int) -> int:
     """Minibatches one learner request may carry: ``option`` when given (``--replay-batches-per-request``), else
     (0) the updates one trajectory slot of ``slot_steps`` env steps allows, between 1 and :data:`AUTO_MAX_BATCHES`

@@ -25,7 +25,9 @@ A shard lost with its worker loses only its own transitions: the runner recreate
 With ``--dataset`` each shard also holds its part of a Minari dataset apart from the ring
 (:class:`~daskrl.replay.dataset_share.DatasetPart`), and every minibatch takes ``--dataset-fraction`` of its rows from
 it (RLPD's symmetric sampling). The ratio and ``learning_starts`` still count the ring's new transitions only: the
-dataset does not let the learner run ahead of the fleet. A recreated shard reads its part of the dataset again.
+dataset does not let the learner run ahead of the fleet. A recreated shard reads its part of the dataset again. An
+offline run's shard (``--algo bc|iql|cql``) has no rollout workers and no ring: it draws every row from its part
+and serves as fast as the learner asks (:class:`~daskrl.replay.ratio.DatasetOnly`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from daskrl.protocol import (
 from daskrl.replay.dataset_share import DATASET_ROW, DatasetPart
 from daskrl.replay.n_step import slot_transitions
 from daskrl.replay.persistence import load_shard, save_shard
-from daskrl.replay.ratio import ReplayRatio
+from daskrl.replay.ratio import DatasetOnly, ReplayRatio
 from daskrl.replay.sampler import PrioritizedSampler, UniformSampler
 from daskrl.replay.store import TransitionStore, store_shapes
 from daskrl.runtime.actors.component import Component
@@ -85,7 +87,7 @@ class ReplayShard(Component):
         self.n_step, self.gamma, self.batch_size = a.n_step, setup.gamma, setup.batch_size
         self.reward_scale, self.reward_clip = setup.reward_scale, setup.reward_clip
         self.learning_starts, self.replay_ratio = max(setup.learning_starts, 1), a.replay_ratio
-        self.ratio = ReplayRatio(self.learning_starts, a.replay_ratio)
+        self.ratio: ReplayRatio | DatasetOnly = ReplayRatio(self.learning_starts, a.replay_ratio)
         self.workers: dict[str, dict[str, Any]] = {}  # rollout worker -> its attached slot arrays
         self.worker_inc: dict[str, str] = {}
         self.pending: deque[SampleRequest] = deque()  # requests waiting for data
@@ -99,6 +101,8 @@ class ReplayShard(Component):
         #: its part of --dataset, drawn beside the ring (None: no dataset)
         self.dataset = DatasetPart(setup.dataset, s, a.n_step, setup.gamma, setup.reward_scale, setup.reward_clip,
                                    setup.seed + 1) if setup.dataset is not None else None
+        if setup.offline:
+            self.ratio = DatasetOnly(self.dataset.store.size if self.dataset is not None else 0)
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running. A

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from daskrl.config import MAX_ROLLOUT_WORKERS, Config
+from daskrl.config.options import OFFLINE_ALGOS
 from daskrl.driver.fleet.placement import workers_needed
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.runtime import dask_internals
@@ -33,9 +34,10 @@ CHECK_EVERY_S = 1.0
 def elastic_enabled(config: Config) -> bool:
     """``--elastic`` as given, else on for a run on an existing cluster (``--scheduler``), with ``--adapt`` or on a
     cluster it deploys (``--deploy``: batch jobs start late and end at their walltime); never
-    with ``--sync`` (a training step takes every slot of a fixed set) nor ``--serial`` (nothing joins)."""
+    with ``--sync`` (a training step takes every slot of a fixed set), ``--serial`` (nothing joins) nor an offline
+    algorithm (no rollout workers to grow)."""
     r = config.run
-    if config.learner.sync or r.serial:
+    if config.learner.sync or r.serial or config.algo.algo in OFFLINE_ALGOS:
         return False
     return bool(r.elastic) if r.elastic is not None else bool(r.scheduler or r.adapt or config.deploy.deploy != "local")
 

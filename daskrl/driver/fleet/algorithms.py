@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.config.options import ALGO_SOURCES
+from daskrl.config.options import ALGO_SOURCES, OFFLINE_ALGOS
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.lazy_names import class_at
 from daskrl.setups import EpsilonGreedy, UniformWarmup
@@ -64,6 +64,9 @@ class Algorithm:
     #: its policy is evaluated by its most likely action whatever ``enjoy`` is asked (a Q-network's head holds
     #: advantages, not a distribution to sample)
     acts_greedily: bool = False
+    #: it trains from --dataset alone: no rollout workers, shards that hold only the dataset and serve as fast as
+    #: the learner asks, progress in learner updates (--train-for-updates)
+    offline: bool = False
 
     @property
     def uses_replay(self) -> bool:
@@ -90,6 +93,14 @@ ALGORITHMS = {
     # deterministic action (the mode)
     "td3": Algorithm("td3", uniform_warmup, "replay", "daskrl.algo.td3.trainer:TD3Trainer",
                      ("box",), acts_greedily=True),
+    # the offline algorithms: nothing samples during their runs (their sampler policy is never asked for); their
+    # evaluation and enjoy take the most likely action, as the papers evaluate them
+    "bc": Algorithm("bc", samples_its_policy, "replay", "daskrl.algo.bc.trainer:BCTrainer",
+                    ("discrete", "box"), acts_greedily=True, offline=True),
+    "iql": Algorithm("iql", samples_its_policy, "replay", "daskrl.algo.iql.trainer:IQLTrainer",
+                     ("box",), acts_greedily=True, offline=True),
+    "cql": Algorithm("cql", samples_its_policy, "replay", "daskrl.algo.cql.trainer:CQLTrainer",
+                     ("box",), acts_greedily=True, offline=True),
 }
 
 
@@ -108,3 +119,5 @@ def register_algorithm(algorithm: Algorithm) -> None:
         raise ValueError(f"an algorithm named {algorithm.name!r} is registered already: give yours another name")
     ALGORITHMS[algorithm.name] = algorithm
     ALGO_SOURCES[algorithm.name] = algorithm.data_source
+    if algorithm.offline:
+        OFFLINE_ALGOS.add(algorithm.name)

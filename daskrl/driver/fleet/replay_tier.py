@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskrl.config import Config
+from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.driver.fleet.placement import Role
 from daskrl.driver.fleet.replay_hosts import route, shard_workers
 from daskrl.driver.fleet.role_setups import replay_setup
@@ -49,7 +50,8 @@ class ReplayTier:
         where = shard_workers(self.config.algo.replay_shards, list(rollout_workers))
         self.initial = len(where)
         a = self.config.algo
-        self.datasets = dataset_shares(a.dataset, a.dataset_fraction, self.initial) if a.dataset else []
+        fraction = 1.0 if algorithm_of(self.config).offline else a.dataset_fraction  # offline: nothing else to draw
+        self.datasets = dataset_shares(a.dataset, fraction, self.initial) if a.dataset else []
         self.shards = spawn_all([(ReplayShard, f"replay_{j}", worker, self._setup(j)) for j, worker in
                                  enumerate(where)])
 

@@ -16,7 +16,7 @@ from daskrl.envs.registry import registered_factory
 from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
-from daskrl.replay.ratio import batches_per_request
+from daskrl.replay.ratio import AUTO_MAX_BATCHES, batches_per_request
 from daskrl.sampling.policies.policy_map import slots_tagged
 from daskrl.sampling.policies.policy_spaces import policy_spaces
 from daskrl.setups import (
@@ -68,12 +68,12 @@ def replay_setup(config: Config, spaces: EnvSpaces, index: int, initial: int,
     a = config.algo
     if not algorithm_of(config).uses_replay or config.run.sampling_only:
         return None
-    share = max(initial, 1)
-    return ReplaySetup(spaces=spaces, capacity=-(-a.replay_capacity // share),
+    share, offline = max(initial, 1), algorithm_of(config).offline
+    return ReplaySetup(spaces=spaces, capacity=1 if offline else -(-a.replay_capacity // share),  # no ring offline
                        learning_starts=-(-a.learning_starts // share), algo=_algo(config),
                        gamma=config.learner.gamma, reward_scale=config.learner.reward_scale,
                        reward_clip=config.learner.reward_clip, batch_size=config.learner.batch_size,
-                       seed=config.run.seed + 7919 * index, dataset=dataset)
+                       seed=config.run.seed + 7919 * index, dataset=dataset, offline=offline)
 
 
 def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None, seed: int,
@@ -102,22 +102,28 @@ def sampler_exploration(config: Config, spaces: EnvSpaces, index: int,
 def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, remote_params: bool) -> LearnerSetup:
     """Policy ``policy``'s learner of rank ``rank`` in its group (0: the leader, which keeps the self-play
     snapshots of policy 0)."""
-    c, own = config, acting_spaces(config, spaces)[policy]
+    c, own, offline = config, acting_spaces(config, spaces)[policy], algorithm_of(config).offline
     return LearnerSetup(
         spaces=own, cut=spaces.cut_for(own), model=_model(c), learner=dataclasses.replace(c.learner),
         samples_per_batch=_round_size(c) if c.learner.sync else c.learner.batch_size * c.learner.num_batches_per_epoch,
-        total_env_steps=c.run.train_for_env_steps, seed=c.run.seed + 1009 * policy, remote_params=remote_params,
+        total_env_steps=c.run.train_for_updates if offline else c.run.train_for_env_steps,
+        seed=c.run.seed + 1009 * policy, remote_params=remote_params,
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
         tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
         snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c),
-        trainer=algorithm_of(c).trainer_path, deterministic=c.run.deterministic, record_schedule=c.run.record_schedule)
+        trainer=algorithm_of(c).trainer_path, deterministic=c.run.deterministic, record_schedule=c.run.record_schedule,
+        offline=offline)
 
 
 def _algo(config: Config):
     """A copy of the algorithm's options with ``--replay-batches-per-request`` resolved (0: from the ratio and the
-    slot size), so that the shards and the learner agree on it."""
+    slot size; offline, where no ratio holds draws back, the most a request carries), so that the shards and the
+    learner agree on it."""
     s = config.sampler
     slot_steps = s.num_envs_per_worker // s.num_splits() * s.rollout
+    if algorithm_of(config).offline:
+        return dataclasses.replace(config.algo, replay_batches_per_request=config.algo.replay_batches_per_request
+                                   or AUTO_MAX_BATCHES)
     return dataclasses.replace(config.algo, replay_batches_per_request=batches_per_request(
         config.algo.replay_batches_per_request, config.algo.replay_ratio, slot_steps))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from daskrl.config import Config
+from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.driver.fleet.placement import Placement, Role
 from daskrl.driver.fleet.role_setups import rollout_setup
 from daskrl.driver.fleet.roster import Roster
@@ -37,7 +38,10 @@ class Samplers:
         return self.rollout + self.inference
 
     def create(self, placement: Placement, setups: RoleSetups) -> None:
-        """The run's first rollout workers, then each policy's inference workers, all at once per role."""
+        """The run's first rollout workers, then each policy's inference workers, all at once per role (none in an
+        offline run: its learner trains from the dataset in its replay shards alone)."""
+        if algorithm_of(self.config).offline:
+            return
         self.roster.spawn_all([(RolloutWorker, f"rollout_{i}", host, setup) for i, (host, setup)
                                in enumerate(zip(placement.rollout, setups.rollout, strict=True))],
                               [(Role.ROLLOUT, 0)] * len(setups.rollout), created=self.rollout)

@@ -27,6 +27,7 @@ from daskrl.config.env_defaults import describe as describe_env_defaults
 from daskrl.driver.changes.elastic import ElasticGrowth, adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.changes.fleet_sizing import ElasticSizing, FleetSizing
 from daskrl.driver.changes.retirements import PlannedRetirements
+from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.driver.fleet.placement import Placement, place_claimed, workers_needed
 from daskrl.driver.launch.deployment import deploy_spec
 from daskrl.driver.launch.experiment import open_experiment, run_log_path
@@ -239,7 +240,8 @@ def _wait_for_workers(client: Any, count: int, timeout: float) -> None:
 def _resumed_state(prepared: _Prepared) -> RunState:
     """What the run knows at its start: the env steps and seconds of the runs it resumes (every policy's checkpoint
     is of the same moment)."""
-    state = RunState(episodes=EpisodeWindow(prepared.book.config.run.stop_window))
+    config = prepared.book.config
+    state = RunState(episodes=EpisodeWindow(config.run.stop_window), counts_updates=algorithm_of(config).offline)
     if prepared.resume_state is not None:
         state.env_steps_offset = int(prepared.resume_state[0].get("env_steps", 0))
         state.elapsed_offset = float(prepared.resume_state[0].get("elapsed_s", 0.0))

@@ -1,7 +1,7 @@
 """What tells a live run to change or stop from outside its loop: a run handle's requests (:class:`Steering`), the
 cluster's run registry (the run's :class:`~daskrl.runtime.access.runs.RunClaim`: each beat tells it the run is alive
 and brings back what an attached handle asked), a stop request (Ctrl-C, an observer, a handle), and the stop rules
-the run was started with (env steps, seconds, a mean return, episodes recorded)."""
+the run was started with (env steps, learner updates, seconds, a mean return, episodes recorded)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,8 @@ def stop_rule_met(config: Config, state: RunState) -> str:
     r = config.run
     if r.train_for_env_steps and state.env_steps >= r.train_for_env_steps:
         return f"reached {state.env_steps:,} env steps (--train-for-env-steps {r.train_for_env_steps:,})"
+    if r.train_for_updates and state.updates >= r.train_for_updates:
+        return f"reached {state.updates:,} learner updates (--train-for-updates {r.train_for_updates:,})"
     if r.train_for_seconds and state.elapsed >= r.train_for_seconds:
         return f"trained for {state.elapsed:.0f} s (--train-for-seconds {r.train_for_seconds:g})"
     if r.record_episodes and state.recorded_episodes >= r.record_episodes:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
 from daskrl.driver.loop.policy_book import PolicyBook
-from daskrl.monitor.console import ConsoleView, shows
+from daskrl.monitor.console import ENV_STEPS, UPDATES, ConsoleView, shows
 from daskrl.monitor.outputs.csv_log import CsvLog
 from daskrl.monitor.outputs.dataset_file import DatasetWriter, NoDataset
 from daskrl.monitor.outputs.machine_manifest import machine_manifest
@@ -44,7 +44,7 @@ class RunOutputs:
         self.csv_log = CsvLog(os.path.join(self.config.experiment_dir, "metrics.csv"), append=config.run.resume)
         self.wandb_log = wandb_log
         self.tb_log = TensorBoardLog(os.path.join(self.config.experiment_dir, "tensorboard"), mirror=wandb_log,
-                                     config=config)
+                                     config=config, by_updates=state.counts_updates)
         #: --record-schedule: the components' fills and training steps, for `daskrl replay`
         self.schedule = ScheduleWriter(config.experiment_dir, config, machine_manifest()) \
             if config.run.record_schedule else NoSchedule()
@@ -55,8 +55,10 @@ class RunOutputs:
             if config.run.record_dataset else NoDataset()
         seconds = config.run.train_for_seconds  # counted from this run's start; rows' time_s includes resumed time
         shown = progress and shows(logging.INFO)  # --log-level warning keeps the progress lines off the console too
-        self.console = ConsoleView(config.run.train_for_env_steps, seconds + state.elapsed_offset if seconds else 0.0,
-                                   None if shown else io.StringIO(), window=config.run.stop_window)
+        budget, counted = (config.run.train_for_updates, UPDATES) if state.counts_updates else \
+            (config.run.train_for_env_steps, ENV_STEPS)
+        self.console = ConsoleView(budget, seconds + state.elapsed_offset if seconds else 0.0,
+                                   None if shown else io.StringIO(), window=config.run.stop_window, counted=counted)
 
     def take_news(self, stats: dict[str, Any]) -> None:
         """What one component's collected statistics bring for the run's recordings: its filled slots and training

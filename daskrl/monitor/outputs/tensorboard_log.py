@@ -26,6 +26,7 @@ TAGS = {
     "episode_return_std": "episode/return_std",
     "episode_length_mean": "episode/length_mean",
     "policy_version": "learner/policy_version",
+    "learner_updates": "learner/updates",
     "loss": "learner/loss",
     "policy_loss": "learner/policy_loss",
     "value_loss": "learner/value_loss",
@@ -98,19 +99,23 @@ class _Tee:
 
 
 class TensorBoardLog:
-    def __init__(self, log_dir: str, mirror: Mirror | None = None, config: Any = None) -> None:
+    def __init__(self, log_dir: str, mirror: Mirror | None = None, config: Any = None,
+                 by_updates: bool = False) -> None:
         """``config``: the run's, whose learning options go to TensorBoard's HParams view (:func:`run_hparams`); a
-        mirror has the config already (W&B's run config)."""
+        mirror has the config already (W&B's run config). ``by_updates``: an offline run, which takes no env steps,
+        is drawn over its learner updates."""
         from daskrl.monitor.outputs.tb_events import EventWriter
 
+        self.step_column, self.eval_step_column = ("learner_updates", "eval_updates") if by_updates else \
+            ("env_steps", "eval_env_steps")
         writer = EventWriter(log_dir)
         if config is not None:
             writer.add_session_start(*run_hparams(config))
         self.writer = writer if mirror is None else _Tee(writer, mirror)
 
     def write(self, row: dict[str, Any], shares: dict[str, dict[str, float]] | None = None) -> None:
-        step = int(row["env_steps"])
-        eval_step = row.get("eval_env_steps")
+        step = int(row[self.step_column])
+        eval_step = row.get(self.eval_step_column)
         eval_step = int(eval_step) if isinstance(eval_step, (int, float)) and not math.isnan(eval_step) else step
         for column, tag in TAGS.items():
             value = row.get(column)
