@@ -26,6 +26,10 @@ LEARNING_SECTIONS = ("sampler", "model", "learner", "policies", "algo")
 #: options of those sections that do nothing at their defaults (a feature that is off until its option is given):
 #: left out of the digest, so adding one does not void the test tables of runs that never give it
 OFF_UNTIL_GIVEN = {"algo": ("dataset", "dataset_fraction")}
+#: options only some algorithms read (the offline learners'): in those algorithms' digests alone, so adding one does
+#: not void the test tables of runs of an algorithm that never reads it
+READ_ONLY_BY = {"algo": {"iql_expectile": ("iql",), "iql_temperature": ("iql",), "iql_max_weight": ("iql",),
+                         "cql_weight": ("cql",), "cql_actions": ("cql",), "actor_learning_rate": ("iql", "cql")}}
 #: one profile of each kind the rules tell apart (a task that falls at once, and one that runs to its time limit)
 _PROFILES = {"falls at once": TaskProfile(horizon=1000, random_length=20.0, terminated_share=1.0),
              "runs to its limit": TaskProfile(horizon=1000, random_length=1000.0, terminated_share=0.0)}
@@ -34,7 +38,8 @@ _PROFILES = {"falls at once": TaskProfile(horizon=1000, random_length=20.0, term
 def learning_defaults(algo: str) -> dict[str, Any]:
     """What a run of ``algo`` takes from daskrl where the user gave no option, as plain data."""
     globals_ = {s: {name: value for name, value in dataclasses.asdict(SECTIONS[s]()).items()
-                    if name not in OFF_UNTIL_GIVEN.get(s, ())} for s in LEARNING_SECTIONS}
+                    if name not in OFF_UNTIL_GIVEN.get(s, ()) and algo in READ_ONLY_BY.get(s, {}).get(name, (algo,))}
+                for s in LEARNING_SECTIONS}
     out: dict[str, Any] = {"global": globals_, "algo": ALGO_DEFAULTS.get(algo, {}), "actor": ACTORS.get(algo, {})}
     if algo == "appo":  # only APPO takes the env families' settings (docs/offpolicy.md)
         out["families"] = {f.name: {"pattern": f.pattern, **{kind: f.settings(p) for kind, p in _PROFILES.items()}}

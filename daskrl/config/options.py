@@ -439,6 +439,20 @@ class AlgoConfig(Section):
                        pattern_help="minari: and a Minari dataset id, such as minari:mine/pendulum/expert-v0")
     dataset_fraction: float = opt(0.5, "with --dataset: the share of every minibatch drawn from the dataset (RLPD's "
                                        "0.5; the rest comes from the run's own experience)", low=0, high=1)
+    iql_expectile: float = opt(0.7, "iql: the expectile tau the state value V(s) regresses min Q(s, a) at (Kostrikov et "
+                                    "al. 2021's MuJoCo setting; 0.5: the mean, towards 1: the best dataset action)",
+                               low=0, high=0.999, low_open=True)
+    iql_temperature: float = opt(3.0, "iql: the inverse temperature beta of the actor's advantage-weighted regression, "
+                                      "weights exp(beta (Q - V)) (Kostrikov et al. 2021's MuJoCo setting)", low=0)
+    iql_max_weight: float = opt(100.0, "iql: those weights are clipped at this (the official code's 100)",
+                                low=0, low_open=True)
+    cql_weight: float = opt(5.0, "cql: the weight of the conservative penalty on each critic (Kumar et al. 2020's "
+                                 "official code, gym MuJoCo, without Lagrange tuning)", low=0)
+    cql_actions: int = opt(10, "cql: actions of each kind (uniform in the box, the policy's at s, at s') the "
+                               "penalty's log-sum-exp takes per state (the official code's 10)", low=1, high=1000)
+    actor_learning_rate: float = opt(0.0, "iql, cql: the actor's (and cql's temperature's) learning rate, kept as its "
+                                          "ratio to --learning-rate under --lr-schedule; 0: --learning-rate itself "
+                                          "(cql's paper: 1e-4 beside the critics' 3e-4)", low=0)
 
 
 SECTIONS = {"env": EnvConfig, "sampler": SamplerConfig, "model": ModelConfig, "learner": LearnerConfig,

@@ -57,6 +57,19 @@ def grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
 
 
+#: a parameter group's rate as a multiple of the step's --learning-rate (1 where absent): an optimizer with a rate of
+#: its own (CQL's actor) keeps it through the schedule and the hyperparameter steering that set every group's rate
+LR_SCALE = "lr_scale"
+
+
+def own_learning_rate(optimizer: torch.optim.Optimizer, rate: float, learning_rate: float) -> None:
+    """Give ``optimizer`` the rate ``rate`` (0: ``learning_rate`` itself), kept as its ratio to ``learning_rate``, so
+    :meth:`ReplayTrainer.train_many` scales it as it scales the others."""
+    scale = rate / learning_rate if rate > 0 else 1.0
+    for group in optimizer.param_groups:
+        group[LR_SCALE], group["lr"] = scale, learning_rate * scale
+
+
 def skipped_metrics(count: int) -> dict[str, float]:
     """The metrics of ``count`` minibatches none of which updated the networks."""
     return {"updates": 0, "skipped_updates": count}
@@ -111,7 +124,7 @@ class ReplayTrainer(PolicyTrainer):
         self.step_hp["learning_rate"] = scheduled_lr(self.cfg, self.hp["learning_rate"], env_steps, total_env_steps)
         for optimizer in self.optimizers():
             for group in optimizer.param_groups:
-                group["lr"] = self.step_hp["learning_rate"]
+                group["lr"] = self.step_hp["learning_rate"] * group.get(LR_SCALE, 1.0)
         count, size = weights.shape
         finite = finite_rows(batches, self.finite_fields)
         t = {k: torch.as_tensor(v, device=self.device) for k, v in batches.items()}

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from daskrl.algo.common.optimizers import load_moments
 from daskrl.algo.common.replay_steps import ReplayTrainer
-from daskrl.algo.sac.loss import SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
+from daskrl.algo.sac.loss import CriticLoss, SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
 from daskrl.models.q_critics import TwinQ
 
 if TYPE_CHECKING:
@@ -82,17 +82,35 @@ class SACTrainer(ReplayTrainer):
         """Critics, then actor and temperature, then the target critics, on one minibatch of tensors; its metrics
         (0-d tensors) and TD errors, or None where the critics' loss was not finite (nothing applied)."""
         alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_actions, next_log_prob = squashed_sample(self.model, t["next_obs"])
-            tq1, tq2 = self.target(self.model.prepare(t["next_obs"])[0], next_actions)
-            targets = sac_targets(t["rewards"].float(), t["discounts"].float(), tq1, tq2, next_log_prob, alpha)
         inputs = self.model.prepare(t["obs"])[0]
-        critic = critic_loss(*self.critics(inputs, t["actions"]), targets, w)
+        critic, critic_metrics = self.critic_objective(t, w, inputs, alpha)
         if not bool(torch.isfinite(critic.loss)):
             return None
         critic_norm = self.step_into(self.critic_optimizer, critic.loss, self.critic_params)
         # the actor and the temperature follow the critics just updated (as SB3 and the paper's code order them)
-        actions, log_prob = squashed_sample(self.model, t["obs"])
+        policy, log_prob, q_pi = self.actor_step(t["obs"], inputs, alpha)
+        self.soft_update(self.algo.target_tau)
+        self.train_steps += 1
+        self.samples_trained += len(w)
+        metrics = {"loss": critic.loss, "policy_loss": policy, "alpha": alpha, "entropy": -log_prob.detach().mean(),
+                   "q_mean": q_pi.detach().mean(), "td_abs_mean": critic.td_errors.abs().mean(),
+                   "grad_norm": critic_norm, "importance_weight_mean": w.mean(), **critic_metrics}
+        return metrics, critic.td_errors
+
+    def critic_objective(self, t: dict[str, torch.Tensor], w: torch.Tensor, inputs: torch.Tensor,
+                         alpha: torch.Tensor) -> tuple[CriticLoss, dict[str, torch.Tensor]]:
+        """The critics' loss on soft n-step targets, and metrics of its own (none): what CQL extends."""
+        with torch.no_grad():
+            next_actions, next_log_prob = squashed_sample(self.model, t["next_obs"])
+            tq1, tq2 = self.target(self.model.prepare(t["next_obs"])[0], next_actions)
+            targets = sac_targets(t["rewards"].float(), t["discounts"].float(), tq1, tq2, next_log_prob, alpha)
+        return critic_loss(*self.critics(inputs, t["actions"]), targets, w), {}
+
+    def actor_step(self, obs: torch.Tensor, inputs: torch.Tensor, alpha: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of the actor and the temperature on fresh actions at ``obs`` (skipped, and counted, where a loss
+        is not finite); -> the policy's loss, the actions' log-probs and the first critic's values of them."""
+        actions, log_prob = squashed_sample(self.model, obs)
         q1_pi, q2_pi = self.critics(inputs, actions)
         policy = actor_loss(q1_pi, q2_pi, log_prob, alpha)
         temperature = alpha_loss(self.log_alpha, log_prob, self.target_entropy)
@@ -101,14 +119,7 @@ class SACTrainer(ReplayTrainer):
             self.step_into(self.alpha_optimizer, temperature, [self.log_alpha])
         else:
             self.skipped_steps += 1
-        self.soft_update(self.algo.target_tau)
-        self.train_steps += 1
-        self.samples_trained += len(w)
-        metrics = {"loss": critic.loss, "policy_loss": policy, "alpha": alpha, "entropy": -log_prob.detach().mean(),
-                   "q_mean": q1_pi.detach().mean(), "td_abs_mean": critic.td_errors.abs().mean(),
-                   "grad_norm": critic_norm, "importance_weight_mean": w.mean()}
-        return metrics, critic.td_errors
-
+        return policy, log_prob, q1_pi
 
     # ---- checkpoints ----
 
