@@ -2,6 +2,7 @@
 that must fit together (:mod:`.rules`), all of them as one :class:`Config` (:mod:`.configuration`), and the defaults
 of env families (:mod:`.env_defaults`). ``from daskrl.config import Config`` is the public path."""
 
+from daskrl.config.algo_options import AlgoConfig
 from daskrl.config.checks import check_field, flag
 from daskrl.config.configuration import Config
 from daskrl.config.options import (
@@ -12,7 +13,6 @@ from daskrl.config.options import (
     RECURRENT_MINIBATCH_TARGETS,
     SECTIONS,
     TARGETS_FROM,
-    AlgoConfig,
     EnvConfig,
     LearnerConfig,
     ModelConfig,

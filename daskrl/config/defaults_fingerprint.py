@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Any
 
-from daskrl.config.algo_rules import ACTORS, ALGO_DEFAULTS
+from daskrl.config.algo_options import ACTORS, ALGO_DEFAULTS
 from daskrl.config.env_defaults import FAMILIES
 from daskrl.config.options import SECTIONS
 from daskrl.config.task_profile import FALLS_AT_ONCE_SHARE, TaskProfile

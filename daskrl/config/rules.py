@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from daskrl.config.algo_rules import algo_problems, online_budget_problems
+from daskrl.config.algo_options import OFFLINE_ALGOS, AlgoConfig, algo_problems, online_budget_problems
 from daskrl.config.deploy_options import deploy_problems
 from daskrl.config.options import (
-    OFFLINE_ALGOS,
     RECURRENT_MINIBATCH_TARGETS,
-    AlgoConfig,
     EnvConfig,
     LearnerConfig,
     ModelConfig,

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from daskrl.config import Config, ConfigError
-from daskrl.config.options import MINARI_ID
+from daskrl.config.algo_options import MINARI_ID
 
 
 def add_record_parser(sub: Any) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from daskrl.config import Config
-from daskrl.config.options import OFFLINE_ALGOS
+from daskrl.config.algo_options import OFFLINE_ALGOS
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
 from daskrl.errors import ComponentError

@@ -14,7 +14,7 @@ import torch
 
 import daskrl
 from daskrl.config import Config, ConfigError
-from daskrl.config.options import ALGO_SOURCES
+from daskrl.config.algo_options import ALGO_SOURCES
 from daskrl.driver.fleet.algorithms import ALGORITHMS
 
 from ..helpers import SMALL_CARTPOLE, run_config, slow

@@ -180,7 +180,7 @@ def test_a_resume_trains_the_network_its_experiment_saved_whatever_the_defaults_
     """A DQN experiment saved before ``--value-encoder`` existed trained two MLPs; today's DQN default shares one
     trunk. Its resume builds the saved network (the learner could not load the checkpoint otherwise), other model
     options left out come from its config.json too, and one given that differs is refused, naming the fix."""
-    from daskrl.config.algo_rules import describe_algo_defaults
+    from daskrl.config.algo_options import describe_algo_defaults
     from daskrl.config.env_defaults import describe as describe_env_defaults
     from daskrl.driver.launch.preflight import preflight
 

@@ -245,7 +245,7 @@ def test_the_q_network_is_the_actor_critic_read_as_dueling_streams():
 
 
 def test_dqn_has_defaults_of_its_own_where_none_is_given(tmp_path):
-    from daskrl.config.algo_rules import describe_algo_defaults
+    from daskrl.config.algo_options import describe_algo_defaults
     from daskrl.driver.launch.preflight import preflight
 
     config = run_config(tmp_path, algo="dqn", batch_size=32)

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from daskrl.config import algo_rules, defaults_fingerprint, env_defaults
+from daskrl.config import algo_options, defaults_fingerprint, env_defaults
 from daskrl.config.defaults_fingerprint import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_the_digest_moves_with_a_family_setting_a_rule_an_algorithm_default_and_
     monkeypatch.setattr(env_defaults, "_FALLS_AT_ONCE", {**env_defaults._FALLS_AT_ONCE, "num_epochs": 4})
     assert fingerprint("appo") != before["appo"], "the falls-at-once rule's settings are not in the digest"
     monkeypatch.undo()
-    monkeypatch.setitem(algo_rules.ALGO_DEFAULTS["sac"], "learning_rate", 3e-4)
+    monkeypatch.setitem(algo_options.ALGO_DEFAULTS["sac"], "learning_rate", 3e-4)
     assert fingerprint("sac") != before["sac"] and fingerprint("appo") == before["appo"]
     monkeypatch.undo()
     from daskrl.config.options import LearnerConfig

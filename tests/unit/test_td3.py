@@ -146,7 +146,7 @@ def test_td3_samplers_act_uniformly_for_their_share_of_learning_starts_then_samp
 def test_sac_and_td3_refuse_an_action_box_with_an_infinite_bound():
     import gymnasium as gym
 
-    from daskrl.config.algo_rules import algo_space_problems
+    from daskrl.config.algo_options import algo_space_problems
     from daskrl.envs.layouts.spaces import EnvSpaces
 
     obs = gym.spaces.Box(-1.0, 1.0, (3,))

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from daskrl.config import MAX_ROLLOUT_WORKERS, Config
-from daskrl.config.options import OFFLINE_ALGOS
+from daskrl.config.algo_options import OFFLINE_ALGOS
 from daskrl.driver.fleet.placement import workers_needed
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.runtime import dask_internals

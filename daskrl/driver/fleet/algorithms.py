@@ -13,7 +13,7 @@ An algorithm is three choices, made once when the run is set up:
 
 APPO's path is the one it always had: no exploration wrapper, no shards, the same learner. An algorithm of daskrl's
 own is one entry here, its trainer in ``daskrl/algo/``, a learner component if its data source needs one, and its
-rules in ``daskrl/config/algo_rules.py``; one of a user's package is its folder and one :func:`register_algorithm`
+rules in ``daskrl/config/algo_options.py``; one of a user's package is its folder and one :func:`register_algorithm`
 call there (docs/offpolicy.md, "Adding an algorithm").
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config import Config
-from daskrl.config.options import ALGO_SOURCES, OFFLINE_ALGOS
+from daskrl.config.algo_options import ALGO_SOURCES, OFFLINE_ALGOS
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.lazy_names import class_at
 from daskrl.setups import EpsilonGreedy, UniformWarmup

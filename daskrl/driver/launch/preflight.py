@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from daskrl.config import Config
-from daskrl.config.algo_rules import algo_space_problems, apply_algo_model
+from daskrl.config.algo_options import algo_space_problems, apply_algo_model
 from daskrl.config.env_defaults import apply_env_defaults, needs_profile
 from daskrl.config.task_profile import TaskProfile
 from daskrl.driver.fleet.algorithms import algorithm_of

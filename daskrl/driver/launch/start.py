@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daskrl.config import Config
-from daskrl.config.algo_rules import describe_algo_defaults
+from daskrl.config.algo_options import describe_algo_defaults
 from daskrl.config.env_defaults import describe as describe_env_defaults
 from daskrl.driver.changes.elastic import ElasticGrowth, adapt_range, adaptive_start, elastic_enabled
 from daskrl.driver.changes.fleet_sizing import ElasticSizing, FleetSizing

@@ -1,4 +1,6 @@
-"""What each algorithm of ``--algo`` combines with (checked with the other rules, before anything starts).
+"""The algorithms' options (:class:`AlgoConfig`: ``--algo`` and what the off-policy and offline learners read) and
+what each algorithm combines with (checked with the other rules, before anything starts), as the deployment's options
+and rules live together in :mod:`.deploy_options`.
 
 DQN and SAC act inline in the rollout workers (DQN epsilon-greedily, an epsilon per worker) and learn with one
 feed-forward learner of one policy; the options they cannot use yet are refused with the fix in one line. The action
@@ -8,10 +10,110 @@ a squashed Gaussian with a state-dependent std: :func:`apply_algo_model` sets th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from daskrl.config.checks import as_option
-from daskrl.config.options import ALGO_SOURCES, OFFLINE_ALGOS
+from daskrl.config.fields import Section, opt
+
+#: a Minari dataset id (NAMESPACE/ENV/NAME-vN; the namespace parts are optional, the version is not)
+MINARI_ID = r"([\w.-]+/)?([\w.-]+/)?[\w.-]+-v\d+"
+
+#: the algorithms of ``--algo`` and where each one's learner takes its data ("fresh slots" or "replay"), which decides
+#: the rules it is checked by (daskrl/driver/fleet/algorithms.py names what each one is made of; its
+#: ``register_algorithm`` adds one here, so this dict is also the option's choices)
+ALGO_SOURCES: dict[str, str] = {"appo": "fresh slots", "dqn": "replay", "sac": "replay", "td3": "replay",
+                                "bc": "replay", "iql": "replay", "cql": "replay"}
+#: the algorithms that train from --dataset alone: an offline run has no rollout workers, its replay shards hold only
+#: the dataset and serve as fast as the learner asks, and its progress is counted in learner updates
+#: (--train-for-updates), not env steps (``register_algorithm`` adds one registered with ``offline=True``)
+OFFLINE_ALGOS: set[str] = {"bc", "iql", "cql"}
+
+
+@dataclass
+class AlgoConfig(Section):
+    algo: str = opt("appo", "the algorithm: 'appo' (on-policy, V-trace; rollout workers' slots go to the learner), "
+                            "'dqn' (off-policy, Discrete actions), 'sac' or 'td3' (off-policy, Box actions): for "
+                            "these three slots go to replay shards and the learner draws minibatches from them; "
+                            "offline, from --dataset alone (no env steps, docs/offline.md): 'bc' (behaviour "
+                            "cloning), 'iql' (implicit Q-learning, Box actions), 'cql' (conservative Q-learning, "
+                            "Box actions)",
+                    choices=ALGO_SOURCES)
+    replay_shards: int | str = opt("auto", "off-policy: replay shards, each holding in shared memory the transitions "
+                                           "of the rollout workers wired to it. 'auto': one per host that runs "
+                                           "rollout workers, beside the first of them; each rollout worker hands its "
+                                           "slots to its own host's shard, and an elastic run adds a shard on each "
+                                           "host that joins. A number: that many, fixed (shard j beside rollout "
+                                           "worker j, rollout worker i hands its slots to shard i mod N)",
+                                    low=1, high=1024, pattern="auto", pattern_help="'auto' or a number of shards")
+    replay_capacity: int = opt(100_000, "off-policy: transitions kept in all by the shards the run starts with, "
+                                        "split evenly over them (the oldest are overwritten); a shard added later "
+                                        "(a host that joins, under --replay-shards auto) gets the same share, so "
+                                        "the total grows with the hosts", low=1)
+    learning_starts: int = opt(1_000, "off-policy: transitions held before the learner trains (split evenly over the "
+                                      "shards the run starts with; a shard added later waits for the same share): "
+                                      "no over-training of a nearly empty buffer", low=0)
+    replay_ratio: float = opt(0.25, "off-policy: minibatch updates per env step collected (the update-to-data ratio; "
+                                    "a shard serves no more draws than this allows, so a fast learner waits for data)",
+                              low=0, low_open=True)
+    replay_batches_per_request: int = opt(0, "off-policy: minibatches a replay shard may serve per learner request "
+                                             "(the learner trains them one after another and sends their priorities "
+                                             "back at once; the ratio still decides how many are served). 0 = auto: "
+                                             "the updates one trajectory slot allows, at most 16", low=0, high=64)
+    prioritized_replay: bool = opt(True, "off-policy: draw transitions in proportion to |TD error|^alpha (with "
+                                         "importance weights), not uniformly")
+    priority_alpha: float = opt(0.6, "prioritized replay: the priority exponent (0: uniform)", low=0)
+    priority_beta: float = opt(0.4, "prioritized replay: the importance-weight exponent (1: fully corrected)",
+                               low=0, high=1)
+    n_step: int = opt(3, "off-policy: rewards summed before bootstrapping (n-step returns)", low=1, high=1000)
+    target_update_interval: int = opt(500, "dqn: minibatch updates between two copies of the online network into "
+                                           "the target network", low=1)
+    double_q: bool = opt(True, "dqn: the online network picks the bootstrap action, the target network rates it")
+    dueling: bool = opt(True, "dqn: Q = V + A - mean(A) from the model's value and action heads; without it the "
+                              "action head's outputs are the Q-values")
+    exploration_eps: float = opt(0.05, "dqn: the epsilon of epsilon-greedy exploration that rollout worker 0 ends "
+                                       "at; worker i of N ends at eps^(1 + exploration_alpha i / (N - 1)) (Ape-X's "
+                                       "scheme, which uses 0.4 over hundreds of actors)", low=0, high=1)
+    exploration_alpha: float = opt(7.0, "dqn: the spread of the rollout workers' epsilons (see --exploration-eps)",
+                                   low=0)
+    checkpoint_replay: bool = opt(False, "off-policy: each checkpoint also saves every shard's transitions and "
+                                         "priorities under <experiment>/replay/ (large: 84x84x4 frames take 56 KB a "
+                                         "transition), and --resume refills the shards from them; the shards' "
+                                         "workers must see the experiment directory (one host, or a shared file "
+                                         "system)")
+    target_tau: float = opt(0.005, "sac, td3: the target networks move this fraction of the way to the online ones "
+                                   "after each update (td3: each actor update)", low=0, high=1, low_open=True)
+    policy_delay: int = opt(2, "td3: critic updates per actor (and target) update", low=1)
+    target_policy_noise: float = opt(0.2, "td3: the std of the noise on the target actor's action, in half-widths "
+                                          "of the action box (target policy smoothing)", low=0)
+    target_noise_clip: float = opt(0.5, "td3: that noise is clipped to +-this many half-widths", low=0)
+    init_alpha: float = opt(1.0, "sac: the entropy temperature alpha at the start (it is then tuned to keep the "
+                                 "policy's entropy near -action_dim)", low=0, low_open=True)
+    exploration_fraction: float = opt(0.1, "dqn: each worker's epsilon falls linearly from 1 to its own over this "
+                                           "fraction of --train-for-env-steps (0: from the start)", low=0, high=1)
+    dataset: str = opt("", "off-policy: preload the replay shards with this Minari dataset (minari:NAMESPACE/ENV/"
+                           "NAME-vN, in $MINARI_DATASETS_PATH or ~/.minari/datasets; the shards' workers must see it), "
+                           "split by episode over the shards; every minibatch then takes --dataset-fraction of its "
+                           "rows from it and the rest from new experience (RLPD's symmetric sampling; "
+                           "docs/offline.md)",
+                       pattern=f"minari:{MINARI_ID}",
+                       pattern_help="minari: and a Minari dataset id, such as minari:mine/pendulum/expert-v0")
+    dataset_fraction: float = opt(0.5, "with --dataset: the share of every minibatch drawn from the dataset (RLPD's "
+                                       "0.5; the rest comes from the run's own experience)", low=0, high=1)
+    iql_expectile: float = opt(0.7, "iql: the expectile tau the state value V(s) regresses min Q(s, a) at (Kostrikov et "
+                                    "al. 2021's MuJoCo setting; 0.5: the mean, towards 1: the best dataset action)",
+                               low=0, high=0.999, low_open=True)
+    iql_temperature: float = opt(3.0, "iql: the inverse temperature beta of the actor's advantage-weighted regression, "
+                                      "weights exp(beta (Q - V)) (Kostrikov et al. 2021's MuJoCo setting)", low=0)
+    iql_max_weight: float = opt(100.0, "iql: those weights are clipped at this (the official code's 100)",
+                                low=0, low_open=True)
+    cql_weight: float = opt(5.0, "cql: the weight of the conservative penalty on each critic (Kumar et al. 2020's "
+                                 "official code, gym MuJoCo, without Lagrange tuning)", low=0)
+    cql_actions: int = opt(10, "cql: actions of each kind (uniform in the box, the policy's at s, at s') the "
+                               "penalty's log-sum-exp takes per state (the official code's 10)", low=1, high=1000)
+    actor_learning_rate: float = opt(0.0, "iql, cql: the actor's (and cql's temperature's) learning rate, kept as its "
+                                          "ratio to --learning-rate under --lr-schedule; 0: --learning-rate itself "
+                                          "(cql's paper: 1e-4 beside the critics' 3e-4)", low=0)
 
 
 def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
