@@ -358,14 +358,34 @@ def _runs(address: str, timeout: float) -> int:
     return 0
 
 
+def _print_offline_summary(summary: dict) -> None:
+    """An offline run plays no episode while it trains: its updates, and its newest evaluation if it made any."""
+    evaluation = summary.get("last_evaluation")
+    judged = (f"last evaluation {evaluation['eval_return_mean']:.1f} over {evaluation['eval_episodes']:.0f} "
+              f"episodes at {evaluation['eval_updates']:,.0f} updates" if evaluation
+              else "no evaluation (--eval-interval-updates; or `daskrl enjoy` now)")
+    print(f"daskrl: made {summary['learner_updates']:,} learner updates in {summary['elapsed_s']:.1f} s from "
+          f"{summary_dataset(summary)}; {judged}; results in {summary['experiment_dir']}")
+
+
+def summary_dataset(summary: dict) -> str:
+    """The dataset an offline run trained from, as its shards held it."""
+    shards = summary.get("replay_shards") or []
+    size = sum(int(s.get("dataset_size", 0)) for s in shards)
+    return f"{size:,} transitions in {len(shards)} shard{'s' * (len(shards) != 1)}"
+
+
 def _print_summary(summary: dict, sampling: bool) -> None:
-    what = "sampled" if sampling else "trained"
-    episodes = summary.get("episodes_in_mean", 0)
-    returns = (f"mean return {summary['episode_return_mean']:.1f} over the last {episodes} episodes" if episodes
-               else "no episode ended")  # a short run, or a resume that ended before its first episode
-    print(f"daskrl: {what} {summary['env_steps']:,} env steps in {summary['elapsed_s']:.1f} s "
-          f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); {returns}; results "
-          f"in {summary['experiment_dir']}")
+    if summary.get("offline"):
+        _print_offline_summary(summary)
+    else:
+        what = "sampled" if sampling else "trained"
+        episodes = summary.get("episodes_in_mean", 0)
+        returns = (f"mean return {summary['episode_return_mean']:.1f} over the last {episodes} episodes" if episodes
+                   else "no episode ended")  # a short run, or a resume that ended before its first episode
+        print(f"daskrl: {what} {summary['env_steps']:,} env steps in {summary['elapsed_s']:.1f} s "
+              f"({summary['mean_fps']:,.0f} frames/s on average, {summary['fps']:,.0f} at the end); {returns}; "
+              f"results in {summary['experiment_dir']}")
     startup = summary.get("startup") or {}
     if startup.get("first_step_s") is not None:
         print(f"daskrl: first training step {startup['first_step_s']:.2f} s after launch (components ready at "

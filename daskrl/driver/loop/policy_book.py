@@ -213,7 +213,8 @@ class PolicyBook:
             checkpoint.update(self.checkpoint_meta(policy, state))
         if best:
             self.best[policy] = mean
-        self.stores[policy].save(checkpoint, state.env_steps, tag_best=best, score=mean if best else None,
+        # named by the run's progress: env steps, or an offline run's updates (its env steps stay 0)
+        self.stores[policy].save(checkpoint, state.progress, tag_best=best, score=mean if best else None,
                                  milestone=milestone)
 
     def _is_best(self, policy: int) -> bool:

@@ -3,9 +3,11 @@ components' last statistics, its recoveries and departures, and what each observ
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from daskrl.monitor.replay_stats import replay_shards
+from daskrl.monitor.run_state import EVAL_COLUMNS
 
 
 def run_summary(run: Any) -> dict[str, Any]:
@@ -22,6 +24,9 @@ def run_summary(run: Any) -> dict[str, Any]:
         "episodes": state.episodes.total,
         "episodes_in_mean": len(state.episodes.returns),
         "policy_version": state.learner.get("policy_version", 0),
+        "learner_updates": state.updates,
+        "offline": state.counts_updates,  # trained from --dataset alone: no env steps, progress in updates
+        "last_evaluation": last_evaluation(run.outputs.rows),
         "max_policy_lag": state.learner.get("max_policy_lag_seen"),  # the oldest sample trained on, in versions
         "train_step_ms": state.learner.get("metrics", {}).get("train_step_ms"),
         "reached_return_at_s": state.reached_return_at,
@@ -42,6 +47,15 @@ def run_summary(run: Any) -> dict[str, Any]:
         for key, value in observer.summary().items():
             out[key] = out[key] + value if isinstance(out.get(key), list) and isinstance(value, list) else value
     return out
+
+
+def last_evaluation(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest evaluation's columns (--eval-interval-env-steps or --eval-interval-updates), None if none ended."""
+    for row in reversed(rows):
+        value = row.get("eval_return_mean")
+        if isinstance(value, (int, float)) and not math.isnan(value):  # NaN: no evaluation ended before this row
+            return {key: row[key] for key in EVAL_COLUMNS if key in row}
+    return None
 
 
 def _component_summary(last_stats: dict[str, dict]) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""Offline runs on the embedded cluster: a dataset recorded by a sampling run, then --algo iql, cql and bc trained
+from it alone (no rollout worker, no env step), stopped by --train-for-updates, evaluated every
+--eval-interval-updates, resumed from their checkpoints and played by enjoy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from daskrl import train
+from daskrl.evaluation.episodes import enjoy
+
+from ..helpers import run_config
+
+pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
+
+#: small networks and minibatches: what is tested is the run, not how well it learns (benchmarks/ measures that)
+SMALL = {"hidden_sizes": [32, 32], "batch_size": 64, "report_interval": 0.5}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    """Random Pendulum and CartPole episodes recorded by sampling runs (an untrained policy), once per module."""
+    root = tmp_path_factory.mktemp("offline")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MINARI_DATASETS_PATH", str(root / "datasets"))
+        for env, dataset in (("Pendulum-v1", "test/pendulum/random-v0"), ("CartPole-v1", "test/cartpole/random-v0")):
+            train(run_config(root, f"record_{env}", env=env, sampling_only=True, num_workers=1,
+                             num_envs_per_worker=4, rollout=16, train_for_env_steps=0, record_dataset=dataset,
+                             record_episodes=8))
+    return root
+
+
+def test_iql_trains_from_the_dataset_alone_and_resumes_in_updates(datasets, tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
+    options = {**SMALL, "env": "Pendulum-v1", "algo": "iql", "dataset": "minari:test/pendulum/random-v0",
+               "eval_interval_updates": 150, "eval_episodes": 2}
+    summary = train(run_config(tmp_path, "iql", train_for_updates=400, **options))
+    assert summary["offline"] and summary["env_steps"] == 0 and summary["episodes"] == 0
+    assert summary["stop_reason"].startswith("reached") and summary["learner_updates"] >= 400
+    [shard] = summary["replay_shards"]
+    assert shard["dataset_size"] == 1600 and shard["added"] == 0 and shard["rollout_workers"] == []
+    assert shard["dataset_rows_drawn"] == shard["served"] * 64  # every row from the dataset
+    evaluation = summary["last_evaluation"]
+    assert evaluation["eval_updates"] >= 150 and evaluation["eval_env_steps"] == 0
+    assert evaluation["eval_episodes"] == 2 and math.isfinite(evaluation["eval_return_mean"])
+    assert not [name for name in summary["data_path"]["components"] if name.startswith(("rollout", "inference"))]
+    resumed = train(run_config(tmp_path, "iql", train_for_updates=700, resume=True, **options))
+    assert 700 <= resumed["learner_updates"] < 700 + 16 * 8  # on from the checkpoint's count, not from 0
+    names = sorted(path.name for path in (tmp_path / "iql" / "checkpoints").glob("checkpoint_*.pt"))
+    assert names[-1] == f"checkpoint_{resumed['learner_updates']:012d}.pt"  # named by updates: none overwritten
+
+
+def test_cql_and_discrete_bc_train_and_enjoy_plays_them(datasets, tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
+    cql = train(run_config(tmp_path, "cql", env="Pendulum-v1", algo="cql", dataset="minari:test/pendulum/random-v0",
+                           train_for_updates=100, **SMALL))
+    assert cql["learner_updates"] >= 100 and cql["policy_version"] > 1
+    bc = train(run_config(tmp_path, "bc", env="CartPole-v1", algo="bc", dataset="minari:test/cartpole/random-v0",
+                          train_for_updates=100, **SMALL))
+    assert bc["learner_updates"] >= 100
+    played = enjoy(bc["experiment_dir"], episodes=2)
+    assert len(played["returns"]) == 2 and played["checkpoint"] == "latest"
