@@ -37,7 +37,7 @@ def a2c(monkeypatch):
 
 
 def test_an_unregistered_algorithm_is_refused_with_the_choices():
-    with pytest.raises(ConfigError, match="--algo must be one of appo, dqn, sac, td3, got 'a2c'"):
+    with pytest.raises(ConfigError, match="--algo must be one of appo, dqn, sac, td3, bc, iql, cql, got 'a2c'"):
         Config.from_flat({"algo": "a2c"}).validate()
 
 
