@@ -268,9 +268,11 @@ def _enjoy(args: argparse.Namespace) -> int:
         for line in describe(result):
             print(f"daskrl enjoy: {line}")
     else:
+        trained = f"{result['updates_trained']:,} updates from its dataset" if result.get("offline") else \
+            f"{result['env_steps_trained']:,} env steps"
         print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
-              f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
-              f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint)")
+              f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for {trained}, "
+              f"{result['checkpoint']} checkpoint)")
     if result["video"]:
         print(f"daskrl enjoy: wrote {result['video']} ({result['video_frames']:,} frames)")
     return 0

@@ -207,7 +207,8 @@ class ReplaySetup:
     batch_size: int
     seed: int
     dataset: DatasetShare | None = None  # its part of --dataset (None: no dataset, or a shard added later)
-    #: an offline run: every draw comes from ``dataset``, served as fast as the learner asks (no ratio, no ring)
+    #: every draw comes from ``dataset``, served as fast as the learner asks: an offline run's shard (it then has
+    #: no ring), or --online-after's until the run starts sampling (``go_online``)
     offline: bool = False
 
 

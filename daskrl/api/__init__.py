@@ -18,14 +18,19 @@ Row = dict[str, Any]
 
 
 def feature_observers(config: Config) -> list[Observer]:
-    """The observers the config asks for: evaluation and videos while training, PBT, replay saved with the
-    checkpoints (an elastic run's growth and retirements are its sizing's: daskrl/driver/changes/fleet_sizing.py)."""
+    """The observers the config asks for: evaluation and videos while training, --online-after's switch, PBT, replay
+    saved with the checkpoints (an elastic run's growth and retirements are its sizing's:
+    daskrl/driver/changes/fleet_sizing.py)."""
     observers: list[Observer] = []
     r = config.run
     if not r.sampling_only and (r.eval_interval_env_steps or r.eval_interval_updates or r.save_video_every_env_steps):
         from daskrl.evaluation.evaluator import Evaluation  # torch: imported only by runs that evaluate
 
         observers.append(Evaluation())
+    if config.algo.online_after and not r.sampling_only:
+        from daskrl.driver.loop.online_switch import OnlineSwitch
+
+        observers.append(OnlineSwitch())
     if config.policies.pbt:
         from daskrl.pbt.driver import PBTDriver
 

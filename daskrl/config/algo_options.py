@@ -100,6 +100,10 @@ class AlgoConfig(Section):
                        pattern_help="minari: and a Minari dataset id, such as minari:mine/pendulum/expert-v0")
     dataset_fraction: float = opt(0.5, "with --dataset: the share of every minibatch drawn from the dataset (RLPD's "
                                        "0.5; the rest comes from the run's own experience)", low=0, high=1)
+    online_after: int = opt(0, "sac, td3, dqn with --dataset: train this many learner updates from the dataset "
+                               "alone first (offline: nothing sampled), then start the rollout workers and draw "
+                               "--dataset-fraction of each minibatch from the dataset, the rest from new experience "
+                               "(0: sample from the start)", low=0)
     iql_expectile: float = opt(0.7, "iql: the expectile tau the state value V(s) regresses min Q(s, a) at (Kostrikov et "
                                     "al. 2021's MuJoCo setting; 0.5: the mean, towards 1: the best dataset action)",
                                low=0, high=0.999, low_open=True)
@@ -133,6 +137,8 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
          "trains one policy: leave out --num-policies, --self-play-snapshots and --pbt"),
         (config.learner.num_learners > 1, "trains with one learner: use --num-learners 1"),
         (config.learner.sync, "is off-policy: leave out --sync"),
+        (a.algo in OFFLINE_ALGOS and a.online_after > 0,
+         "trains from the dataset alone throughout: --online-after is for --algo sac, td3 or dqn with --dataset"),
         (config.model.rnn != "none", "has no recurrent replay yet: leave out --rnn"),
         (config.learner.lr_schedule == "kl_adaptive" or config.learner.optimizer != "adam"
          or config.learner.kl_coef > 0,

@@ -102,6 +102,9 @@ def _dataset_problems(config: Config) -> list[str]:
             and config.algo.algo not in OFFLINE_ALGOS:  # their own rule asks for the dataset
         problems.append("--dataset-fraction is the share of each minibatch drawn from --dataset: name the dataset "
                         "too (--dataset minari:ID)")
+    if config.algo.online_after and not config.algo.dataset:
+        problems.append("--online-after counts the updates trained from --dataset before sampling: name the dataset "
+                        "too (--dataset minari:ID)")
     if config.algo.dataset and r.sampling_only:
         problems.append("--dataset preloads what a learner trains on, and a sampling-only run has no learner: leave "
                         "out --sampling-only or --dataset")

@@ -71,6 +71,7 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
         env.close()
     return {"episodes": episodes, "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
             "length_mean": float(np.mean(lengths)), "env_steps_trained": int(state.get("env_steps", 0)),
+            "updates_trained": int(state.get("train_steps", 0)), "offline": algorithm_of(config).offline,
             "checkpoint": which, "returns": returns, "video": video, "video_frames": len(frames or [])}
 
 

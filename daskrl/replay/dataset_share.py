@@ -155,6 +155,9 @@ class DatasetPart:
             self.store.add(transitions)
         self.sampler = UniformSampler(self.store.capacity, seed=seed)
         self.drawn = 0  # rows drawn from it, in all
+        #: the share of a minibatch drawn from it: --dataset-fraction, or 1 while a run trains from it alone
+        #: (an offline run throughout; --online-after until it starts sampling)
+        self.fraction = share.fraction
 
     @property
     def size(self) -> int:
@@ -162,7 +165,7 @@ class DatasetPart:
 
     def rows(self, batch: int) -> int:
         """How many rows of a ``batch``-row minibatch come from the dataset (none while it is empty)."""
-        return int(round(batch * self.share.fraction)) if self.store.size else 0
+        return int(round(batch * self.fraction)) if self.store.size else 0
 
     def draw_beside(self, ring: TransitionStore, sampler: Any, count: int, out: dict[str, np.ndarray]
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -93,6 +93,7 @@ class ReplayShard(Component):
         self.pending: deque[SampleRequest] = deque()  # requests waiting for data
         self.held: deque[tuple[str, int, str]] = deque()  # slots copied but not yet handed back (back-pressure)
         self.served = 0
+        self.offline_served = 0  # draws served from the dataset alone, before --online-after's switch
         #: slots copied in place from shared memory ("shm") or over Dask comms ("comms"), the seconds each way,
         #: and per rollout worker: the run's data-path accounting reads them as it reads the batcher's
         self.copies = {"shm": 0, "comms": 0}
@@ -103,6 +104,21 @@ class ReplayShard(Component):
                                    setup.seed + 1) if setup.dataset is not None else None
         if setup.offline:
             self.ratio = DatasetOnly(self.dataset.store.size if self.dataset is not None else 0)
+            if self.dataset is not None:
+                self.dataset.fraction = 1.0  # nothing else to draw (an offline run's share says 1 already)
+
+    async def go_online(self) -> int:
+        """--online-after's switch: serve by the update-to-data ratio from now on, counting only the draws served
+        from here on, with --dataset-fraction of each minibatch from the dataset; returns the draws served before."""
+
+        def switch() -> int:
+            self.ratio = ReplayRatio(self.learning_starts, self.replay_ratio)
+            self.offline_served = self.served
+            if self.dataset is not None:
+                self.dataset.fraction = self.dataset.share.fraction
+            return self.offline_served
+
+        return await self.on_own_thread(switch)
 
     async def attach_workers(self, buffers: dict[str, dict]) -> list[str]:
         """Attach the slot arrays of these rollout workers ({name: buffers()}); may be called while running. A
@@ -200,12 +216,12 @@ class ReplayShard(Component):
     def allowed(self, most: int = 1) -> int:
         """How many of ``most`` further draws may be served now: enough transitions, and the update-to-data ratio
         not exceeded (one draw at ``learning_starts`` transitions, then ``replay_ratio`` per transition added)."""
-        return self.ratio.draws_allowed(self.store.size, self.store.added, self.served, most)
+        return self.ratio.draws_allowed(self.store.size, self.store.added, self.served - self.offline_served, most)
 
     def behind(self) -> bool:
         """Whether the learner has drawn fewer minibatches than the update-to-data ratio asks for the transitions
         added so far (while the shard fills up to ``learning_starts``, never)."""
-        return self.ratio.behind(self.store.size, self.store.added, self.served)
+        return self.ratio.behind(self.store.size, self.store.added, self.served - self.offline_served)
 
     def _release(self) -> None:
         """Hand copied slots back unless the learner is behind: the rollout workers then wait for free slots, so

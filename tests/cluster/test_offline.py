@@ -62,3 +62,23 @@ def test_cql_and_discrete_bc_train_and_enjoy_plays_them(datasets, tmp_path, monk
     assert bc["learner_updates"] >= 100
     played = enjoy(bc["experiment_dir"], episodes=2)
     assert len(played["returns"]) == 2 and played["checkpoint"] == "latest"
+
+
+def test_online_after_trains_from_the_dataset_alone_then_samples(datasets, tmp_path, monkeypatch):
+    """--online-after 150: no env step until the learner made 150 updates, then the rollout workers sample and
+    each minibatch draws half its rows from the dataset, half from the new experience."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
+    rows = []
+    summary = train(run_config(tmp_path, "online", env="Pendulum-v1", algo="sac", num_workers=1,
+                               dataset="minari:test/pendulum/random-v0", online_after=150, train_for_env_steps=512,
+                               learning_starts=64, **SMALL), on_report=rows.append)
+    switched = summary["online_after_updates"]
+    assert switched >= 150 and summary["env_steps"] >= 512
+    assert all(row["env_steps"] == 0 for row in rows if row["learner_updates"] < 150)  # nothing sampled before
+    assert any(row["env_steps"] > 0 for row in rows)
+    [shard] = summary["replay_shards"]
+    assert shard["added"] >= 512 and shard["rollout_workers"] == ["rollout_0"]
+    # each draw before the switch took all 64 rows from the dataset, each one after it 32: so many were before
+    offline_draws = shard["dataset_rows_drawn"] // 32 - shard["served"]
+    assert abs(offline_draws - switched) <= 32  # the learner's count, up to the requests in flight at the switch
+    assert shard["served"] - offline_draws > 0 and summary["learner_updates"] > switched  # trained on after it

@@ -95,6 +95,7 @@ class FixedPart(DatasetPart):
 
         self.share = DatasetShare("t/x/y-v0", "", 0, 1, store.size, fraction)
         self.store, self.sampler, self.drawn = store, UniformSampler(store.capacity, seed=1), 0
+        self.fraction = fraction
 
 
 def test_each_minibatch_takes_its_share_of_rows_from_the_dataset_and_the_rest_from_the_ring():

@@ -90,3 +90,11 @@ def test_the_console_shows_an_offline_runs_updates_and_newest_evaluation():
     view = ConsoleView(4096, 0.0, stream=None, counted=UPDATES)
     view.live = False
     assert view.fraction(row) == 0.5
+
+
+def test_online_after_needs_a_dataset_and_an_online_algorithm():
+    assert "--online-after counts the updates trained from --dataset before sampling" in " ".join(
+        problems(algo="sac", env="Pendulum-v1", online_after=1000))
+    assert "--online-after is for --algo sac, td3 or dqn with --dataset" in " ".join(
+        problems(algo="iql", env="Pendulum-v1", dataset=DATASET, online_after=1000))
+    Config.from_flat({"algo": "dqn", "dataset": "minari:me/cartpole/expert-v0", "online_after": 500}).validate()

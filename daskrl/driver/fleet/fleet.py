@@ -105,8 +105,9 @@ class Fleet:
             self.replay.connect(self.replay.shards, self.teams.leaders[0], self.samplers.buffers)
         wire_learner_group(self.client, self.teams.leaders[:1], self.teams.members)
         self.teams.form_group()
-        for handle in [*self.consumers(), *self.teams.members, *self.samplers.inference, *self.samplers.rollout]:
+        for handle in [*self.consumers(), *self.teams.members]:
             handle.call("start")
+        self.samplers.start([*self.samplers.inference, *self.samplers.rollout])  # unless held (--online-after)
 
     def _create_samplers(self, setups: RoleSetups) -> None:
         """Rollout workers, then each policy's inference workers, every one wired to its queues and consumers."""
@@ -131,7 +132,7 @@ class Fleet:
         consumers = self._consumer_slots(new.name, index, worker)  # first: it names (or adds) the worker's shard
         self._attach_slots(new.name)
         wire_rollout(self.client, new, consumers)
-        new.call("start")
+        self.samplers.start([new])
         return new
 
     def add_inference(self, worker: str) -> ComponentHandle:
@@ -143,7 +144,7 @@ class Fleet:
         new = self._inference_on(worker, name, InferenceWorker, policy)
         self.samplers.inference.append(new)
         wire_inference(self.client, new, policy_queue(policy))
-        new.call("start")
+        self.samplers.start([new])
         return new
 
     # ---- recreating after a fault ----
@@ -173,7 +174,10 @@ class Fleet:
             self.teams.form_group()
         else:
             raise ValueError(f"{handle.name!r} is a {role}: recreate_learner() restarts a learner")
-        new.call("start")
+        if role in (Role.ROLLOUT, Role.INFERENCE):
+            self.samplers.start([new])  # unless sampling is still held back (--online-after)
+        else:
+            new.call("start")
         if role is Role.SINK:  # the slots the dead sink held are never coming back
             call_each(self.samplers.rollout, "reclaim_slots", warn=self.warn)
         if role is Role.REPLAY:  # what the dead shard held of its own rollout workers' slots, likewise

@@ -40,6 +40,9 @@ class ReplayTier:
         self.datasets: list[DatasetShare] = []  # each first shard's part of --dataset (by index; empty: none)
         #: called with each shard added while the run goes on (a host joined), before any slot reaches it
         self.on_added: list[Callable[[ComponentHandle], None]] = []
+        #: whether the shards draw from the dataset alone: an offline algorithm's throughout, --online-after's until
+        #: the run starts sampling (:meth:`go_online`); a shard recreated meanwhile starts the same way
+        self.dataset_only = algorithm_of(config).offline or config.algo.online_after > 0
 
     def create(self, rollout_workers: Sequence[str], spawn_all: Callable[[list], list[ComponentHandle]]) -> None:
         """The run's first shards, each on a rollout worker's Dask worker (one per host, or shard j beside rollout
@@ -110,4 +113,11 @@ class ReplayTier:
 
     def _setup(self, index: int) -> Any:
         dataset = self.datasets[index] if index < len(self.datasets) else None
-        return replay_setup(self.config, self.spaces, index, self.initial, dataset)
+        return replay_setup(self.config, self.spaces, index, self.initial, dataset, self.dataset_only)
+
+    def go_online(self) -> None:
+        """--online-after's moment: every shard serves by the update-to-data ratio from now on, drawing
+        --dataset-fraction of each minibatch from the dataset and the rest from what the samplers now add."""
+        self.dataset_only = False
+        for shard in self.shards:
+            shard.call("go_online")

@@ -60,11 +60,12 @@ def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None]
 
 
 def replay_setup(config: Config, spaces: EnvSpaces, index: int, initial: int,
-                 dataset: DatasetShare | None = None) -> ReplaySetup | None:
+                 dataset: DatasetShare | None = None, dataset_only: bool = False) -> ReplaySetup | None:
     """Replay shard ``index``'s setup, in a run that started with ``initial`` shards (None for an on-policy
     algorithm or a sampling-only run). Each shard keeps ``--replay-capacity / initial`` transitions and waits for
     ``--learning-starts / initial`` of them; a shard added later (a host that joined) gets the same share.
-    ``dataset``: its part of --dataset, if any."""
+    ``dataset``: its part of --dataset, if any; ``dataset_only``: it serves from that part alone for now (an
+    offline run, or --online-after before sampling starts)."""
     a = config.algo
     if not algorithm_of(config).uses_replay or config.run.sampling_only:
         return None
@@ -73,7 +74,7 @@ def replay_setup(config: Config, spaces: EnvSpaces, index: int, initial: int,
                        learning_starts=-(-a.learning_starts // share), algo=_algo(config),
                        gamma=config.learner.gamma, reward_scale=config.learner.reward_scale,
                        reward_clip=config.learner.reward_clip, batch_size=config.learner.batch_size,
-                       seed=config.run.seed + 7919 * index, dataset=dataset, offline=offline)
+                       seed=config.run.seed + 7919 * index, dataset=dataset, offline=dataset_only)
 
 
 def _policy_setup(config: Config, spaces: EnvSpaces, k: int, params: dict | None, seed: int,

@@ -33,6 +33,21 @@ class Samplers:
         self.run_env_steps = 0
         #: a sampling-only run's fixed weights (--init-checkpoint's {"version", "weights"}; None: initial weights)
         self.weights: dict | None = None
+        #: --online-after: the samplers are created and wired but not started until the learner has trained that
+        #: many updates from the dataset alone (:meth:`release`)
+        self.held = config.algo.online_after > 0
+
+    def start(self, handles: Sequence[ComponentHandle]) -> None:
+        """Start these samplers, unless sampling is held back (they then start with :meth:`release`)."""
+        if not self.held:
+            for handle in handles:
+                handle.call("start")
+
+    def release(self) -> None:
+        """Start every sampler held back so far (--online-after's switch): the inference workers first, as at a
+        run's start, so that a rollout worker's first request finds one."""
+        self.held = False
+        self.start([*self.inference, *self.rollout])
 
     def all(self) -> list[ComponentHandle]:
         return self.rollout + self.inference
