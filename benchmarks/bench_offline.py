@@ -123,13 +123,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_offline_") as root:
         data_path = os.path.join(root, "dataset.npz")
         np.savez(data_path, **data)
+        frameworks = ["daskrl", "d3rlpy"] if args.d3rlpy_venv else ["daskrl"]
         for algo in args.algos:
             for seed in args.seeds:
-                frameworks = [("daskrl", lambda: run_daskrl(args, algo, seed, root))]
-                if args.d3rlpy_venv:
-                    frameworks.append(("d3rlpy", lambda: run_d3rlpy(args, algo, seed, data_path)))
-                for framework, run in frameworks:
-                    out = {"framework": framework, "algo": algo, "seed": seed, **run()}
+                for framework in frameworks:
+                    run = run_daskrl(args, algo, seed, root) if framework == "daskrl" else \
+                        run_d3rlpy(args, algo, seed, data_path)
+                    out = {"framework": framework, "algo": algo, "seed": seed, **run}
                     out["score"] = score(out["return_mean"])
                     results.append(out)
                     print(f"{framework:7} {algo:4} seed {seed}: return {out['return_mean']:8.1f}  normalized "
