@@ -288,7 +288,7 @@ def test_an_encoder_registered_here_trains_in_worker_processes(cluster, tmp_path
     # the evaluator (threads of this process, here called directly: a run this short may end before its result is
     # logged) and enjoy build it with the trained weights too
     evaluator = Evaluator(config, CARTPOLE, 0, Incidents(logging.getLogger(__name__)), warn=print)
-    evaluator._run(evaluator.tasks[0], saved, 4_000)
+    evaluator._run(evaluator.tasks[0], saved, 4_000, 0)
     assert evaluator._result["eval_episodes"] == 2 and isinstance(evaluator.tasks[0].model.encoder, ResidualMlp)
     evaluator.close()
     assert len(enjoy(summary["experiment_dir"], episodes=2)["returns"]) == 2
