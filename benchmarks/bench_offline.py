@@ -99,7 +99,7 @@ def run_d3rlpy(args: argparse.Namespace, algo: str, seed: int, data_path: str) -
     python = os.path.join(args.d3rlpy_venv, "bin", "python")
     done = subprocess.run([python, os.path.join(HERE, "d3rlpy_offline.py"), data_path, algo, str(seed),
                            str(args.updates), str(args.episodes), args.env], capture_output=True, text=True,
-                          check=True)
+                          check=True, cwd=os.path.dirname(data_path))  # d3rlpy writes d3rlpy_logs/ where it runs
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
