@@ -105,7 +105,7 @@ class ReplayShard(Component):
         if setup.offline:
             self.ratio = DatasetOnly(self.dataset.store.size if self.dataset is not None else 0)
             if self.dataset is not None:
-                self.dataset.fraction = 1.0  # nothing else to draw (an offline run's share says 1 already)
+                self.dataset.fraction = 1.0  # nothing else to draw until go_online (an offline run: ever)
 
     async def go_online(self) -> int:
         """--online-after's switch: serve by the update-to-data ratio from now on, counting only the draws served

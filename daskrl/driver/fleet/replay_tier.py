@@ -53,8 +53,9 @@ class ReplayTier:
         where = shard_workers(self.config.algo.replay_shards, list(rollout_workers))
         self.initial = len(where)
         a = self.config.algo
-        fraction = 1.0 if algorithm_of(self.config).offline else a.dataset_fraction  # offline: nothing else to draw
-        self.datasets = dataset_shares(a.dataset, fraction, self.initial) if a.dataset else []
+        # the fraction a shard draws once it samples; while it draws from the dataset alone (an offline run
+        # throughout, --online-after until then) the shard takes every row from it (ReplaySetup.offline)
+        self.datasets = dataset_shares(a.dataset, a.dataset_fraction, self.initial) if a.dataset else []
         self.shards = spawn_all([(ReplayShard, f"replay_{j}", worker, self._setup(j)) for j, worker in
                                  enumerate(where)])
 
