@@ -11,9 +11,10 @@ from typing import Any
 
 from daskrl.runtime.memory.shm import host_of
 
-#: the per-shard numbers, as ``ReplayShard.extra_stats()["replay"]`` names them (the dataset's: 0 without --dataset)
+#: the per-shard numbers, as ``ReplayShard.extra_stats()["replay"]`` names them (the dataset's: 0 without --dataset;
+#: ``offline_served``: the draws served from the dataset alone before --online-after's switch)
 SHARD_FIELDS = ("size", "capacity", "added", "served", "waiting_requests", "held_slots", "dataset_size",
-                "dataset_episodes", "dataset_rows_drawn")
+                "dataset_episodes", "dataset_rows_drawn", "offline_served")
 
 
 def _order(name: str) -> tuple[str, int]:

@@ -265,6 +265,7 @@ class ReplayShard(Component):
         return {"replay": {"served": served, "size": self.store.size, "capacity": self.store.capacity,
                            "added": self.store.added, "waiting_requests": len(self.pending), "held_slots": len(self.held),
                            "answers": int(self.counters.get("answers", 0)), "batches_per_request": self.depth,
+                           "offline_served": self.offline_served,
                            "prioritized": self.sampler.prioritized, "incarnation": self.incarnation,
                            **(self.dataset.stats() if self.dataset is not None else {})},
                 "batcher": {"slots_shm": self.copies["shm"], "slots_comms": self.copies["comms"],
