@@ -256,6 +256,7 @@ def _show_deployment(config: Config) -> int:
 
 def _enjoy(args: argparse.Namespace) -> int:
     from daskrl.evaluation import enjoy
+    from daskrl.evaluation.episodes import trained_for
     from daskrl.publish.bundle import bundle_dir
 
     directory = bundle_dir(args.bundle) if args.bundle else os.path.join(args.train_dir, args.experiment)
@@ -268,10 +269,9 @@ def _enjoy(args: argparse.Namespace) -> int:
         for line in describe(result):
             print(f"daskrl enjoy: {line}")
     else:
-        trained = f"{result['updates_trained']:,} updates from its dataset" if result.get("offline") else \
-            f"{result['env_steps_trained']:,} env steps"
         print(f"daskrl enjoy: {result['episodes']} episodes, return {result['return_mean']:.2f} ± "
-              f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for {trained}, "
+              f"{result['return_std']:.2f} (mean length {result['length_mean']:.1f}; policy trained for "
+              f"{trained_for(result)}, "
               f"{result['checkpoint']} checkpoint)")
     if result["video"]:
         print(f"daskrl enjoy: wrote {result['video']} ({result['video_frames']:,} frames)")
@@ -279,13 +279,13 @@ def _enjoy(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from daskrl.evaluation.episodes import trained_for
     from daskrl.evaluation.export import export_policy
 
     result = export_policy(os.path.join(args.train_dir, args.experiment), args.format, policy=args.policy,
                            which=args.which, output=args.output)
     print(f"daskrl export: wrote {result['path']} ({result['format']}; policy {result['policy']} trained for "
-          f"{result['env_steps_trained']:,} env steps, {result['checkpoint']} checkpoint; checked against the "
-          "torch policy)")
+          f"{trained_for(result)}, {result['checkpoint']} checkpoint; checked against the torch policy)")
     for what in ("inputs", "outputs"):
         print(f"  {what + ':':8} " + ", ".join(f"{t['name']} [{', '.join(map(str, t['shape']))}] {t['dtype']}"
                                                for t in result[what]))

@@ -59,13 +59,15 @@ class RunHandle:
         return rows_table(rows) if frame else rows
 
     def status(self) -> dict[str, Any]:
-        """Where the run stands: its phase (starting, running, stopping, finished, failed), env steps, frames/s,
-        recent mean return, its components' counts and workers, and why it stopped."""
+        """Where the run stands: its phase (starting, running, stopping, finished, failed), env steps, learner
+        updates (an offline run's progress), frames/s, recent mean return, its components' counts and workers, and
+        why it stopped."""
         run, state = self._run, self._run.state
         fleet = run.fleet
         phase = "failed" if self._live.error is not None else "finished" if self._live.finished.is_set() \
             else run.phase
-        return {"name": self.name, "phase": phase, "env_steps": state.env_steps, "fps": state.fps.rate,
+        return {"name": self.name, "phase": phase, "env_steps": state.env_steps, "learner_updates": state.updates,
+                "fps": state.fps.rate,
                 "episode_return_mean": state.episodes.mean_return, "episodes": state.episodes.total,
                 "elapsed_s": state.elapsed, "policy_version": state.learner.get("policy_version", 0),
                 "rollout_workers": len(fleet.samplers.rollout) if fleet else 0,

@@ -31,6 +31,20 @@ def load_policy(experiment_dir: str, which: str = "latest", policy: int = 0):
     return config, policy_model(config, spaces, state["model"], policy), state
 
 
+def training_done(config: Config, state: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint was trained for: env steps, learner updates, and whether its run was offline (it took no
+    env step: its progress is its updates)."""
+    return {"env_steps_trained": int(state.get("env_steps", 0)), "updates_trained": int(state.get("train_steps", 0)),
+            "offline": algorithm_of(config).offline}
+
+
+def trained_for(result: dict[str, Any]) -> str:
+    """How the CLI and a model card say what a policy was trained for (``result``: :func:`training_done`'s keys)."""
+    if result.get("offline"):
+        return f"{result['updates_trained']:,} updates from its dataset"
+    return f"{result['env_steps_trained']:,} env steps"
+
+
 def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render: bool = False,
           deterministic: bool = False, seed: int = 12345, max_steps: int = 100_000,
           video: str | None = None, policy: int | None = None, opponent: str | None = None,
@@ -70,9 +84,8 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
     finally:
         env.close()
     return {"episodes": episodes, "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
-            "length_mean": float(np.mean(lengths)), "env_steps_trained": int(state.get("env_steps", 0)),
-            "updates_trained": int(state.get("train_steps", 0)), "offline": algorithm_of(config).offline,
-            "checkpoint": which, "returns": returns, "video": video, "video_frames": len(frames or [])}
+            "length_mean": float(np.mean(lengths)), **training_done(config, state), "checkpoint": which,
+            "returns": returns, "video": video, "video_frames": len(frames or [])}
 
 
 def run_episodes(env, model, episodes: int, deterministic: bool, max_steps: int = 100_000,

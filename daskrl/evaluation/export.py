@@ -35,7 +35,7 @@ from daskrl.config import Config, ConfigError
 from daskrl.envs import make_env
 from daskrl.envs.layouts.agent_spaces import is_multi_agent
 from daskrl.errors import ExportError, one_line
-from daskrl.evaluation.episodes import load_policy
+from daskrl.evaluation.episodes import load_policy, training_done
 from daskrl.evaluation.export_graph import PolicyGraph, graph_inputs
 from daskrl.models.actor_critic import ActorCritic
 from daskrl.sampling.policies.policy_map import resolve_mapping
@@ -74,7 +74,7 @@ def export_policy(experiment_dir: str, format: str = "onnx", policy: int = 0, wh
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     description = {"format": format, "env": config.env.env, "env_kwargs": config.env.env_kwargs,
                    "experiment": os.path.basename(os.path.normpath(experiment_dir)), "policy": policy,
-                   "checkpoint": which, "env_steps_trained": int(state.get("env_steps", 0)),
+                   "checkpoint": which, **training_done(config, state),
                    "state_size": model.state_size, "action_kind": model.spaces.action_kind,
                    "inputs": [t.describe() for t in graph.inputs], "outputs": [t.describe() for t in graph.outputs]}
     if agents:  # a multi-agent experiment: a file per policy, and who plays which

@@ -36,7 +36,7 @@ MANIFEST = "manifest.json"
 SWEEP_SPEC = "sweep.json"
 #: what a checkpoint in a bundle keeps of the experiment's: the network (its normalizer statistics included) and
 #: what it was trained for
-KEPT_STATE = ("model", "env_steps", "policy_version")
+KEPT_STATE = ("model", "env_steps", "train_steps", "policy_version")
 
 
 def check_output(output: str, overwrite: bool) -> None:

@@ -86,7 +86,7 @@ def body(facts: CardFacts) -> str:
     actions = "the most likely action" if how.deterministic else "actions sampled from the policy"
     lines = [f"# {facts.algo.upper()} on {facts.env}, trained with daskrl", "",
              f"A policy trained by daskrl ({facts.algo}) on `{facts.env}` for "
-             f"{mine.env_steps_trained:,} env steps, in the Hugging Face Hub's model layout.", "",
+             f"{mine.trained_for}, in the Hugging Face Hub's model layout.", "",
              "## Evaluation", "",
              f"{how.episodes} episodes with {actions}, env seed {how.seed}, as `{how.enjoy_command()}` plays them: mean "
              f"return **{mine.return_mean:.2f}** (std {mine.return_std:.2f}, mean length {mine.length_mean:.1f}).", ""]
@@ -109,8 +109,8 @@ def _seeds_section(facts: CardFacts) -> list[str]:
         lines += [f"The configuration is sweep `{s['sweep']}`'s choice, configuration {s['configuration']} "
                   f"({', '.join(f'{k}={v}' for k, v in s['params'].items())}): IQM of its seeds' final training "
                   f"returns {s['final_training_return_iqm']:.2f} [{low:.2f}, {high:.2f}].", ""]
-    lines += ["| run seed | mean return | std | env steps | bundled |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {r.run_seed} | {r.return_mean:.2f} | {r.return_std:.2f} | {r.env_steps_trained:,} | "
+    lines += ["| run seed | mean return | std | trained for | bundled |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r.run_seed} | {r.return_mean:.2f} | {r.return_std:.2f} | {r.trained_for} | "
               f"{'yes' if r is facts.bundled else ''} |" for r in facts.seeds]
     return [*lines, "", f"(each seed: {how.episodes} episodes)", ""]
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.evaluation import enjoy
+from daskrl.evaluation.episodes import trained_for
 from daskrl.sweep.results import RESAMPLES, iqm, stratified_bootstrap_ci
 
 
@@ -43,11 +44,18 @@ class SeedResult:
     length_mean: float
     env_steps_trained: int
     returns: list[float] = field(default_factory=list)
+    updates_trained: int = 0
+    offline: bool = False  # trained from a dataset alone: its updates say what it was trained for
 
     def as_dict(self) -> dict[str, Any]:
         return {"experiment": os.path.basename(os.path.normpath(self.experiment_dir)), "run_seed": self.run_seed,
                 "return_mean": self.return_mean, "return_std": self.return_std, "length_mean": self.length_mean,
-                "env_steps_trained": self.env_steps_trained, "returns": self.returns}
+                "env_steps_trained": self.env_steps_trained, "updates_trained": self.updates_trained,
+                "offline": self.offline, "returns": self.returns}
+
+    @property
+    def trained_for(self) -> str:
+        return trained_for(self.as_dict())
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,8 @@ def evaluate(experiment_dir: str, run_seed: int, how: Evaluation) -> SeedResult:
     """Play ``how.episodes`` episodes of the experiment's policy as ``daskrl enjoy`` does."""
     result = enjoy(experiment_dir, how.episodes, how.checkpoint, deterministic=how.deterministic, seed=how.seed)
     return SeedResult(experiment_dir, run_seed, result["return_mean"], result["return_std"], result["length_mean"],
-                      result["env_steps_trained"], [float(r) for r in result["returns"]])
+                      result["env_steps_trained"], [float(r) for r in result["returns"]], result["updates_trained"],
+                      result["offline"])
 
 
 def across_seeds(results: list[SeedResult]) -> AcrossSeeds:

@@ -1,6 +1,7 @@
 """Offline runs on the embedded cluster: a dataset recorded by a sampling run, then --algo iql, cql and bc trained
 from it alone (no rollout worker, no env step), stopped by --train-for-updates, evaluated every
---eval-interval-updates, resumed from their checkpoints and played by enjoy."""
+--eval-interval-updates, resumed from their checkpoints, steered, exported and played by enjoy; and SAC and DQN
+trained from a dataset alone before they sample (--online-after)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import math
 
 import pytest
 
+import daskrl
 from daskrl import train
-from daskrl.evaluation.episodes import enjoy
+from daskrl.evaluation.episodes import enjoy, trained_for
+from daskrl.evaluation.export import export_policy
 
-from ..helpers import run_config
+from ..helpers import run_config, wait_for
 
 pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
 
@@ -52,26 +55,45 @@ def test_iql_trains_from_the_dataset_alone_and_resumes_in_updates(datasets, tmp_
     assert names[-1] == f"checkpoint_{resumed['learner_updates']:012d}.pt"  # named by updates: none overwritten
 
 
-def test_cql_and_discrete_bc_train_and_enjoy_plays_them(datasets, tmp_path, monkeypatch):
+def test_cql_is_steered_and_exported_and_discrete_bc_is_played(datasets, tmp_path, monkeypatch):
+    """A live CQL run takes a new learning rate between two updates and refuses rollout workers it has no use for;
+    its export and a BC policy's enjoy say what they were trained for in updates."""
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
-    cql = train(run_config(tmp_path, "cql", env="Pendulum-v1", algo="cql", dataset="minari:test/pendulum/random-v0",
-                           train_for_updates=100, **SMALL))
-    assert cql["learner_updates"] >= 100 and cql["policy_version"] > 1
+    with daskrl.start(run_config(tmp_path, "cql", env="Pendulum-v1", algo="cql", train_for_updates=1_000_000,
+                                 dataset="minari:test/pendulum/random-v0", **SMALL)) as run:
+        wait_for(lambda: run.status()["learner_updates"] >= 50, timeout=60, what="50 updates")
+        with pytest.raises(ValueError, match="offline run .* no rollout workers"):
+            run.scale(rollout_workers=2)
+        after = run.set(learning_rate=0.00123)["after_train_step"]
+        learner = run._run.fleet.teams.leaders[0]
+        wait_for(lambda: [s for s in learner.call("stats")["step_hyperparams"] if s[0] > after + 2], timeout=60,
+                 what="updates after the change")
+        for step, hp in learner.call("stats")["step_hyperparams"]:
+            assert (hp["learning_rate"] == 0.00123) == (step > after), (step, hp, after)
+        cql = run.stop()
+    assert cql["env_steps"] == 0 and cql["policy_version"] > 1
+    exported = export_policy(cql["experiment_dir"], "pt2")  # checked against the torch policy as it is written
+    assert exported["offline"] and exported["updates_trained"] >= cql["learner_updates"] - 16
+    assert trained_for(exported) == f"{exported['updates_trained']:,} updates from its dataset"
     bc = train(run_config(tmp_path, "bc", env="CartPole-v1", algo="bc", dataset="minari:test/cartpole/random-v0",
                           train_for_updates=100, **SMALL))
     assert bc["learner_updates"] >= 100
     played = enjoy(bc["experiment_dir"], episodes=2)
     assert len(played["returns"]) == 2 and played["checkpoint"] == "latest"
+    assert played["offline"] and played["env_steps_trained"] == 0 and played["updates_trained"] >= 100
 
 
-def test_online_after_trains_from_the_dataset_alone_then_samples(datasets, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("algo", "env", "dataset"), [("sac", "Pendulum-v1", "test/pendulum/random-v0"),
+                                                      ("dqn", "CartPole-v1", "test/cartpole/random-v0")])
+def test_online_after_trains_from_the_dataset_alone_then_samples(datasets, tmp_path, monkeypatch, algo, env,
+                                                                 dataset):
     """--online-after 150: no env step until the learner made 150 updates, then the rollout workers sample and
     each minibatch draws half its rows from the dataset, half from the new experience."""
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
     rows = []
-    summary = train(run_config(tmp_path, "online", env="Pendulum-v1", algo="sac", num_workers=1,
-                               dataset="minari:test/pendulum/random-v0", online_after=150, train_for_env_steps=512,
-                               learning_starts=64, **SMALL), on_report=rows.append)
+    summary = train(run_config(tmp_path, "online", env=env, algo=algo, num_workers=1, dataset=f"minari:{dataset}",
+                               online_after=150, train_for_env_steps=512, learning_starts=64, **SMALL),
+                    on_report=rows.append)
     switched = summary["online_after_updates"]
     assert switched >= 150 and summary["env_steps"] >= 512
     assert all(row["env_steps"] == 0 for row in rows if row["learner_updates"] < 150)  # nothing sampled before

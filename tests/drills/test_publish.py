@@ -105,7 +105,7 @@ def test_the_bundle_holds_its_files_and_a_manifest_that_names_them(bundle):
     assert manifest["machine"]["cpu_count"] and manifest["machine"]["python"]
     assert len(manifest["evaluation"]["bundled"]["returns"]) == EPISODES
     state = torch.load(next(bundle.glob("checkpoints/*.pt")), weights_only=True)
-    assert set(state) == {"model", "env_steps", "policy_version"}  # no optimizer, nothing unpickled as code
+    assert set(state) == {"model", "env_steps", "train_steps", "policy_version"}  # no optimizer, no code unpickled
 
 
 def test_the_bundles_onnx_file_plays_without_daskrl(bundle):

@@ -214,6 +214,10 @@ def test_cql_steps_its_actor_at_its_own_rate_through_the_schedule_and_a_resume()
     resumed.load_state_dict(trainer.state_dict())
     resumed.train_many(*stacked([dataset_minibatch(1)]))
     assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(2e-4)  # the resuming run's option wins
+    resumed.set_hyperparams({"learning_rate": 6e-4})  # steered (run.set, PBT): the actor keeps its ratio to it
+    resumed.train_many(*stacked([dataset_minibatch(2)]))
+    rates = [optimizer.param_groups[0]["lr"] for optimizer in resumed.optimizers()]
+    assert rates == pytest.approx([4e-4, 6e-4, 4e-4])
 
 
 def test_iql_and_cql_refuse_discrete_actions():

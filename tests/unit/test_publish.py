@@ -67,6 +67,20 @@ def test_a_card_of_one_seed_has_no_iqm(tmp_path):
     assert "No video: env 'x' cannot render." in card.text and "--deterministic" in card.text
 
 
+def test_a_card_of_an_offline_policy_says_it_was_trained_for_updates_from_its_dataset(tmp_path):
+    pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (pip install 'daskrl[publish]')")
+    from huggingface_hub import ModelCard
+
+    from daskrl.publish.card import CardFacts, write_card
+
+    seeds = [SeedResult(f"/runs/s{s}", s, -140.0 - s, 3.0, 200.0, 0, [-140.0], 20_000 + s, True) for s in range(3)]
+    write_card(tmp_path, CardFacts("Pendulum-v1", "iql", Evaluation(20, 1, True, "latest"), seeds[0], seeds,
+                                   across_seeds(seeds)))
+    text = ModelCard.load(tmp_path / "README.md").text
+    assert "for 20,000 updates from its dataset, in the Hugging Face Hub" in text and "0 env steps" not in text
+    assert "| 2 | -142.00 | 3.00 | 20,002 updates from its dataset |  |" in text
+
+
 def test_the_iqm_over_seeds_drops_the_outlying_quarters_and_the_bundle_carries_the_seed_nearest_it():
     results = [seed_result(s, m) for s, m in enumerate([10.0, 20.0, 30.0, 50.0, 1000.0])]
     summary = across_seeds(results)

@@ -140,6 +140,9 @@ def adopt_training_state(run: Run, state: dict, values: dict[str, float], source
 def scale_rollout(run: Run, target: int) -> dict[str, Any]:
     """Grow to (or shrink to) ``target`` rollout workers, as far as the cluster's free workers allow; returns
     ``{"rollout_workers", "asked", "added", "removed"}``."""
+    if run.state.counts_updates:
+        raise ValueError(f"an offline run (--algo {run.config.algo.algo}) trains from its dataset alone: it has no "
+                         "rollout workers to scale")
     if target < 1:
         raise ValueError(f"a run needs at least one rollout worker (asked for {target})")
     fleet = run.fleet
