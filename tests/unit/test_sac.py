@@ -5,6 +5,7 @@ observation and action, and a checkpoint of the earlier layout resumes into that
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 import pytest
 import torch
@@ -142,8 +143,9 @@ def test_several_minibatches_in_one_call_train_exactly_as_one_call_each():
     many = trainer()
     _, td, applied = many.train_many(batches, weights)
     assert applied.all() and np.array_equal(td, np.stack(singles))
-    for part in ("model", "critics", "target"):
-        for a, b in zip(getattr(one, part).state_dict().values(), getattr(many, part).state_dict().values(), strict=True):
+    for part in ("model", "critics.net", "critics.target"):
+        for a, b in zip(attrgetter(part)(one).state_dict().values(), attrgetter(part)(many).state_dict().values(),
+                        strict=True):
             assert torch.equal(a, b), part
     assert one.log_alpha.item() == many.log_alpha.item()
 
@@ -158,7 +160,7 @@ def _pendulum_trainer(**critic_layout):
     trainer = SACTrainer(build_model(probe_env("Pendulum-v1"), model_cfg, 0), model_cfg, LearnerConfig(),
                          AlgoConfig(algo="sac", n_step=1))
     if critic_layout:
-        trainer._build_critics(**critic_layout)
+        trainer.critics = trainer._new_critics(**critic_layout)
     return trainer
 
 
@@ -170,7 +172,7 @@ def test_mlp_critics_are_one_mlp_of_observation_and_action_as_the_papers():
     from daskrl.envs import probe_env
     from daskrl.models.q_critics import TwinQ
 
-    critics = _pendulum_trainer().critics
+    critics = _pendulum_trainer().critics.net
     shapes = [tuple(v.shape) for k, v in critics.state_dict().items() if k.startswith(("encoders.0.", "heads.0."))
               and k.endswith("weight")]
     assert critics.joint and shapes == [(32, 4), (32, 32), (1, 32)]
@@ -191,14 +193,15 @@ def test_a_checkpoint_with_critics_of_the_earlier_layout_resumes_into_that_layou
     resumed = _pendulum_trainer()
     resumed.load_own_state(state)
     assert not resumed.critics.joint
-    for a, b in zip(resumed.target.state_dict().values(), old.target.state_dict().values(), strict=True):
+    for a, b in zip(resumed.critics.target.state_dict().values(), old.critics.target.state_dict().values(),
+                    strict=True):
         assert torch.equal(a, b)
     rng = np.random.default_rng(0)
     batch = {"obs": rng.normal(size=(8, 3)).astype(np.float32), "actions": rng.uniform(-2, 2, (8, 1)).astype(np.float32),
              "rewards": rng.normal(size=8).astype(np.float32), "next_obs": rng.normal(size=(8, 3)).astype(np.float32),
              "discounts": np.full(8, 0.99, np.float32)}
-    before = [p.detach().clone() for p in resumed.critics.parameters()]
+    before = [p.detach().clone() for p in resumed.critics.params]
     assert resumed.train(batch, np.ones(8, np.float32))[0]["updates"] == 1
-    assert all(p is q for p, q in zip(resumed.critic_optimizer.param_groups[0]["params"], resumed.critics.parameters(),
-                                      strict=True))
-    assert any(not torch.equal(b, p) for b, p in zip(before, resumed.critics.parameters(), strict=True))
+    assert all(p is q for p, q in zip(resumed.critics.optimizer.param_groups[0]["params"],
+                                      resumed.critics.net.parameters(), strict=True))
+    assert any(not torch.equal(b, p) for b, p in zip(before, resumed.critics.net.parameters(), strict=True))

@@ -4,6 +4,8 @@ log-std) is never trained, a checkpoint resumes to the same trainer, and the opt
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import pytest
 import torch
@@ -49,16 +51,18 @@ def test_the_actor_and_the_targets_move_every_second_update_and_the_noise_never(
     trainer = pendulum_trainer()
     log_std = trainer.model.actor.log_std.detach().clone() if hasattr(trainer.model.actor, "log_std") else None
     snapshot = lambda module: [p.detach().clone() for p in module.parameters()]  # noqa: E731
-    actor, target_actor, target = snapshot(trainer.model), snapshot(trainer.target_actor), snapshot(trainer.target)
+    actor, target_actor = snapshot(trainer.model), snapshot(trainer.target_actor)
+    target = snapshot(trainer.critics.target)
 
     def moved(before: list[torch.Tensor], module: torch.nn.Module) -> bool:
         return any(not torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
 
     trainer.train(*minibatch(1))
     assert not moved(actor, trainer.model) and not moved(target_actor, trainer.target_actor)
-    assert not moved(target, trainer.target)  # the critics moved; their targets wait for the actor's update
+    assert not moved(target, trainer.critics.target)  # the critics moved; their targets wait for the actor's update
     trainer.train(*minibatch(2))
-    assert moved(actor, trainer.model) and moved(target_actor, trainer.target_actor) and moved(target, trainer.target)
+    assert moved(actor, trainer.model) and moved(target_actor, trainer.target_actor)
+    assert moved(target, trainer.critics.target)
     noise = [p for name, p in trainer.model.named_parameters() if "log_std" in name]
     assert noise and all(torch.allclose(p, torch.full_like(p, -2.302585)) for p in noise), "the noise was trained"
     assert log_std is None or torch.equal(log_std, trainer.model.actor.log_std)
@@ -70,8 +74,8 @@ def test_a_checkpoint_resumes_to_the_same_trainer():
         first.train(*minibatch(seed))
     second = pendulum_trainer(seed=5)
     second.load_state_dict(first.state_dict())  # what a checkpoint saves and --resume loads
-    for part in ("model", "target_actor", "critics", "target"):
-        for a, b in zip(getattr(first, part).state_dict().values(), getattr(second, part).state_dict().values(),
+    for part in ("model", "target_actor", "critics.net", "critics.target"):
+        for a, b in zip(attrgetter(part)(first).state_dict().values(), attrgetter(part)(second).state_dict().values(),
                         strict=True):
             assert torch.equal(a, b), part
     data, weights = minibatch(7)

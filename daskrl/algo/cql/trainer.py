@@ -60,7 +60,7 @@ class CQLTrainer(SACTrainer):
         half the weight, as SAC's critic loss halves the squared errors: the official code's ratio of the two)."""
         with torch.no_grad():
             next_actions, _ = squashed_sample(self.model, t["next_obs"])
-            tq1, tq2 = self.target(self.model.prepare(t["next_obs"])[0], next_actions)
+            tq1, tq2 = self.critics.target(self.model.prepare(t["next_obs"])[0], next_actions)
             targets = sac_targets(t["rewards"].float(), t["discounts"].float(), tq1, tq2, torch.zeros_like(tq1), 0.0)
         q1, q2 = self.critics(inputs, t["actions"])
         fitted = critic_loss(q1, q2, targets, w)

@@ -13,7 +13,6 @@ regresses on an expectile of the target critics' ``min Q(s, a)``; the actor on t
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,8 +20,8 @@ import torch
 from daskrl.algo.common.optimizers import load_moments
 from daskrl.algo.common.replay_steps import ReplayTrainer, own_learning_rate
 from daskrl.algo.iql.loss import awr_actor_loss, awr_weights, expectile_loss
-from daskrl.algo.sac.loss import SoftUpdate, critic_loss
-from daskrl.models.q_critics import TwinQ
+from daskrl.algo.sac.critics import TargetedCritics
+from daskrl.algo.sac.loss import critic_loss
 from daskrl.models.state_value import StateValue
 
 if TYPE_CHECKING:
@@ -52,17 +51,13 @@ class IQLTrainer(ReplayTrainer):
         self.optimizer = self.kernels.adam(model.parameters(), lr=lr)  # the actor's: "optimizer" in checkpoints
         own_learning_rate(self.optimizer, algo.actor_learning_rate, lr)
         self.actor_params = list(model.parameters())
-        self.critics = TwinQ(model.spaces, model_cfg).to(self.device)
-        self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.critic_optimizer = self.kernels.adam(self.critics.parameters(), lr=lr)
-        self.critic_params = list(self.critics.parameters())
-        self.soft_update = SoftUpdate(self.target, self.critics)
+        self.critics = TargetedCritics(model.spaces, model_cfg, self.kernels.adam, lr, self.device)
         self.value = StateValue(model.spaces, model_cfg).to(self.device)
         self.value_optimizer = self.kernels.adam(self.value.parameters(), lr=lr)
         self.value_params = list(self.value.parameters())
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.optimizer, self.critic_optimizer, self.value_optimizer]
+        return [self.optimizer, self.critics.optimizer, self.value_optimizer]
 
     def update(self, t: dict[str, torch.Tensor], w: torch.Tensor
                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
@@ -71,7 +66,7 @@ class IQLTrainer(ReplayTrainer):
         inputs, next_inputs = self.model.prepare(t["obs"])[0], self.model.prepare(t["next_obs"])[0]
         actions = t["actions"].reshape(len(w), -1).float()
         with torch.no_grad():
-            target_q = torch.minimum(*self.target(inputs, actions))
+            target_q = torch.minimum(*self.critics.target(inputs, actions))
         value_loss = expectile_loss(target_q - self.value(inputs), self.algo.iql_expectile, w)
         if not bool(torch.isfinite(value_loss)):
             return None
@@ -84,10 +79,10 @@ class IQLTrainer(ReplayTrainer):
         critic = critic_loss(*self.critics(inputs, actions), targets, w)
         critic_norm = torch.zeros((), device=self.device)
         if bool(torch.isfinite(critic.loss)):
-            critic_norm = self.step_into(self.critic_optimizer, critic.loss, self.critic_params)
+            critic_norm = self.step_into(self.critics.optimizer, critic.loss, self.critics.params)
         else:
             self.skipped_steps += 1
-        self.soft_update(self.algo.target_tau)
+        self.critics.soft_update(self.algo.target_tau)
         self.train_steps += 1
         self.samples_trained += len(w)
         metrics = {"loss": critic.loss.detach(), "value_loss": value_loss.detach(), "policy_loss": policy,
@@ -113,19 +108,16 @@ class IQLTrainer(ReplayTrainer):
     # ---- checkpoints ----
 
     def own_state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "critics": self.critics.state_dict(),
-                "target_critics": self.target.state_dict(), "value": self.value.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-                "value_optimizer": self.value_optimizer.state_dict(), "returns": None}
+        return {"model": self.model.state_dict(), **self.critics.state(), "value": self.value.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "value_optimizer": self.value_optimizer.state_dict(),
+                "returns": None}
 
     def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.critics.load_state_dict(state["critics"])
-        self.target.load_state_dict(state["target_critics"])
+        self.critics.load(state)
         self.value.load_state_dict(state["value"])
         load_moments(self.optimizer, state["optimizer"])
         own_learning_rate(self.optimizer, self.algo.actor_learning_rate, self.hp["learning_rate"])  # the run's own
-        load_moments(self.critic_optimizer, state["critic_optimizer"])
         load_moments(self.value_optimizer, state["value_optimizer"])
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:

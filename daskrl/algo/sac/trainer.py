@@ -10,7 +10,6 @@ entropy near ``-action_dim``, and the target critics move by ``--target-tau`` (:
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,8 @@ import torch.nn.functional as F
 
 from daskrl.algo.common.optimizers import load_moments
 from daskrl.algo.common.replay_steps import ReplayTrainer
-from daskrl.algo.sac.loss import CriticLoss, SoftUpdate, actor_loss, alpha_loss, critic_loss, sac_targets
-from daskrl.models.q_critics import TwinQ
+from daskrl.algo.sac.critics import TargetedCritics
+from daskrl.algo.sac.loss import CriticLoss, actor_loss, alpha_loss, critic_loss, sac_targets
 
 if TYPE_CHECKING:
     from daskrl.algo.common.policy_trainer import TrainerOptions
@@ -64,18 +63,16 @@ class SACTrainer(ReplayTrainer):
         self.alpha_optimizer = self.kernels.adam([self.log_alpha], lr=lr)
         # listed once (loading a checkpoint copies into these tensors, so the lists stay right)
         self.actor_params = list(model.parameters())
-        self._build_critics(joint=None)
+        self.critics = self._new_critics(joint=None)
 
-    def _build_critics(self, joint: bool | None) -> None:
-        """The twin critics (:class:`TwinQ`'s ``joint``), their targets and their optimizer, all new."""
-        self.critics = TwinQ(self.model.spaces, self.model_cfg, joint).to(self.device)
-        self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.critic_optimizer = self.kernels.adam(self.critics.parameters(), lr=self.hp["learning_rate"])
-        self.critic_params = list(self.critics.parameters())
-        self.soft_update = SoftUpdate(self.target, self.critics)
+    def _new_critics(self, joint: bool | None) -> TargetedCritics:
+        """The twin critics (in :class:`~daskrl.models.q_critics.TwinQ`'s ``joint`` layout), their targets and their
+        optimizer, all new."""
+        return TargetedCritics(self.model.spaces, self.model_cfg, self.kernels.adam, self.hp["learning_rate"],
+                               self.device, joint)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.optimizer, self.critic_optimizer, self.alpha_optimizer]
+        return [self.optimizer, self.critics.optimizer, self.alpha_optimizer]
 
     def update(self, t: dict[str, torch.Tensor], w: torch.Tensor
                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
@@ -86,10 +83,10 @@ class SACTrainer(ReplayTrainer):
         critic, critic_metrics = self.critic_objective(t, w, inputs, alpha)
         if not bool(torch.isfinite(critic.loss)):
             return None
-        critic_norm = self.step_into(self.critic_optimizer, critic.loss, self.critic_params)
+        critic_norm = self.step_into(self.critics.optimizer, critic.loss, self.critics.params)
         # the actor and the temperature follow the critics just updated (as SB3 and the paper's code order them)
         policy, log_prob, q_pi = self.actor_step(t["obs"], inputs, alpha)
-        self.soft_update(self.algo.target_tau)
+        self.critics.soft_update(self.algo.target_tau)
         self.train_steps += 1
         self.samples_trained += len(w)
         metrics = {"loss": critic.loss, "policy_loss": policy, "alpha": alpha, "entropy": -log_prob.detach().mean(),
@@ -102,7 +99,7 @@ class SACTrainer(ReplayTrainer):
         """The critics' loss on soft n-step targets, and metrics of its own (none): what CQL extends."""
         with torch.no_grad():
             next_actions, next_log_prob = squashed_sample(self.model, t["next_obs"])
-            tq1, tq2 = self.target(self.model.prepare(t["next_obs"])[0], next_actions)
+            tq1, tq2 = self.critics.target(self.model.prepare(t["next_obs"])[0], next_actions)
             targets = sac_targets(t["rewards"].float(), t["discounts"].float(), tq1, tq2, next_log_prob, alpha)
         return critic_loss(*self.critics(inputs, t["actions"]), targets, w), {}
 
@@ -124,22 +121,19 @@ class SACTrainer(ReplayTrainer):
     # ---- checkpoints ----
 
     def own_state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "critics": self.critics.state_dict(),
-                "target_critics": self.target.state_dict(), "log_alpha": self.log_alpha.item(),
-                "optimizer": self.optimizer.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict(), "returns": None}
+        return {"model": self.model.state_dict(), **self.critics.state(), "log_alpha": self.log_alpha.item(),
+                "optimizer": self.optimizer.state_dict(), "alpha_optimizer": self.alpha_optimizer.state_dict(),
+                "returns": None}
 
     def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        joint = not any(key.startswith("heads.0.0.") for key in state["critics"])
+        joint = TargetedCritics.saved_joint(state)
         if joint != self.critics.joint:  # saved before MLP critics read [observation, action] in one MLP
-            self._build_critics(joint)
-        self.critics.load_state_dict(state["critics"])
-        self.target.load_state_dict(state["target_critics"])
+            self.critics = self._new_critics(joint)
+        self.critics.load(state)
         with torch.no_grad():
             self.log_alpha.fill_(state["log_alpha"])
         load_moments(self.optimizer, state["optimizer"])
-        load_moments(self.critic_optimizer, state["critic_optimizer"])
         load_moments(self.alpha_optimizer, state["alpha_optimizer"])
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:

@@ -18,8 +18,8 @@ import torch
 
 from daskrl.algo.common.optimizers import load_moments
 from daskrl.algo.common.replay_steps import ReplayTrainer
+from daskrl.algo.sac.critics import TargetedCritics
 from daskrl.algo.sac.loss import SoftUpdate, critic_loss
-from daskrl.models.q_critics import TwinQ
 
 if TYPE_CHECKING:
     from daskrl.algo.common.policy_trainer import TrainerOptions
@@ -62,15 +62,12 @@ class TD3Trainer(ReplayTrainer):
         self.actor_params = list(model.parameters())
         self.target_actor = copy.deepcopy(model).requires_grad_(False)
         self.actor_soft_update = SoftUpdate(self.target_actor, model)
-        self.critics = TwinQ(model.spaces, model_cfg).to(self.device)
-        self.target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.critic_optimizer = self.kernels.adam(self.critics.parameters(), lr=self.hp["learning_rate"])
-        self.critic_params = list(self.critics.parameters())
-        self.soft_update = SoftUpdate(self.target, self.critics)
+        self.critics = TargetedCritics(model.spaces, model_cfg, self.kernels.adam, self.hp["learning_rate"],
+                                       self.device)
         self.policy_loss = torch.zeros((), device=self.device)  # the last actor update's (reported between them)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.optimizer, self.critic_optimizer]
+        return [self.optimizer, self.critics.optimizer]
 
     def update(self, t: dict[str, torch.Tensor], w: torch.Tensor
                ) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
@@ -79,13 +76,13 @@ class TD3Trainer(ReplayTrainer):
         with torch.no_grad():
             next_actions = smoothed_target_action(self.target_actor, t["next_obs"], self.algo.target_policy_noise,
                                                   self.algo.target_noise_clip)
-            tq1, tq2 = self.target(self.model.prepare(t["next_obs"])[0], next_actions)
+            tq1, tq2 = self.critics.target(self.model.prepare(t["next_obs"])[0], next_actions)
             targets = t["rewards"].float() + t["discounts"].float() * torch.minimum(tq1, tq2)
         inputs = self.model.prepare(t["obs"])[0]
         critic = critic_loss(*self.critics(inputs, t["actions"]), targets, w)
         if not bool(torch.isfinite(critic.loss)):
             return None
-        critic_norm = self.step_into(self.critic_optimizer, critic.loss, self.critic_params)
+        critic_norm = self.step_into(self.critics.optimizer, critic.loss, self.critics.params)
         self.train_steps += 1
         if self.train_steps % self.algo.policy_delay == 0:
             q1, _ = self.critics(inputs, deterministic_action(self.model, t["obs"]))
@@ -96,7 +93,7 @@ class TD3Trainer(ReplayTrainer):
             else:
                 self.skipped_steps += 1
             self.actor_soft_update(self.algo.target_tau)
-            self.soft_update(self.algo.target_tau)
+            self.critics.soft_update(self.algo.target_tau)
         self.samples_trained += len(w)
         metrics = {"loss": critic.loss, "policy_loss": self.policy_loss, "q_mean": targets.mean(),
                    "td_abs_mean": critic.td_errors.abs().mean(), "grad_norm": critic_norm,
@@ -108,17 +105,13 @@ class TD3Trainer(ReplayTrainer):
 
     def own_state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "target_actor": self.target_actor.state_dict(),
-                "critics": self.critics.state_dict(), "target_critics": self.target.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-                "returns": None}
+                **self.critics.state(), "optimizer": self.optimizer.state_dict(), "returns": None}
 
     def load_own_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.target_actor.load_state_dict(state["target_actor"])
-        self.critics.load_state_dict(state["critics"])
-        self.target.load_state_dict(state["target_critics"])
+        self.critics.load(state)
         load_moments(self.optimizer, state["optimizer"])
-        load_moments(self.critic_optimizer, state["critic_optimizer"])
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Continue from the published actor alone (a learner lost before its first checkpoint): the target actor
