@@ -1,10 +1,12 @@
 """Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4),
-the same game through envpool (``--env-backend envpool``), VizDoom (doom/basic: 128x72 RGB, 4 tics a step),
+the same game through envpool (``--env-backend envpool``), CartPole-v1 and MuJoCo's HalfCheetah-v5 through
+envpool beside the gymnasium backend, VizDoom (doom/basic: 128x72 RGB, 4 tics a step),
 CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm, the same sampler settings as cartpole; the report gives
 its rate against the feed-forward policy's) and an env with Dict observations (dict: MiniGrid-Empty-8x8, a 7x7x3 image
 and a direction index packed into one record per step).
 
-Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12] [--envs cartpole cartpole_lstm image envpool doom dict]
+Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12]
+      [--envs cartpole cartpole_envpool halfcheetah halfcheetah_envpool cartpole_lstm image envpool doom dict]
       [--inference-precision float32] [--baseline DIR]
 
 ``--baseline DIR`` also measures (b) and (c) with the daskrl of another source tree (a git worktree of an older
@@ -12,11 +14,13 @@ commit: ``git worktree add /tmp/base <commit>``), in the same rounds, each run i
 trees alike, and prints this tree's frames/s over the baseline's per line (medians of the per-round ratios).
 
 (a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris, 16 Dooms) with random
-actions; for ``envpool``, one envpool of 16 Breakouts (one C++ thread) per core, set up as daskrl's backend sets it;
+actions; for the envpool lines, one envpool of as many envs (one C++ thread) per core, set up as daskrl's backend
+sets it;
 (b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
-(c) daskrl sampling-only run with one inference worker (remote inference over the work queue; not for envpool).
-The envpool row's (b) against the image row's (b) is what decides whether the envpool backend pays: frames/s per
-core of the same game and policy (both use every core), which the table prints as "envpool (b) / image (b)".
+(c) daskrl sampling-only run with one inference worker (remote inference over the work queue; not for the envpool
+and HalfCheetah lines).
+An envpool line's (b) against its gymnasium line's (b) is what decides whether the envpool backend pays: frames/s per
+core of the same env and policy (both use every core), which the table prints as "envpool (b) / gymnasium (b)".
 Each line is measured alone, one after the other, on this machine. The samplers run with the default
 ``--inference-precision auto`` (bfloat16 for the image policy where the CPU has it natively) unless told otherwise;
 the precision they used is printed.
@@ -40,10 +44,14 @@ from common import RateProbe, stop_if_signalled  # noqa: E402
 
 ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
         "envpool": "atari/Breakout",  # the envpool extra: the same game, stepped by envpool (--env-backend envpool)
+        "cartpole_envpool": "CartPole-v1",  # CartPole stepped by envpool
+        "halfcheetah": "HalfCheetah-v5", "halfcheetah_envpool": "HalfCheetah-v5",  # the mujoco extra; envpool's
         "doom": "doom/basic",  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
         "cartpole_lstm": "CartPole-v1",  # CartPole with a recurrent policy (--rnn lstm)
         # the minigrid extra: Dict observations (a 7x7x3 image and a direction index), packed into records per step
         "dict": "minigrid:MiniGrid-Empty-8x8-v0"}
+#: each envpool line and the gymnasium line of the same env beside it
+ENVPOOL_PAIRS = {"envpool": "image", "cartpole_envpool": "cartpole", "halfcheetah_envpool": "halfcheetah"}
 
 
 def _limit_worker(env_id: str, num_envs: int, seconds: float, out, backend: str = "gymnasium") -> None:
@@ -69,17 +77,24 @@ def _envpool_limit_worker(env_id: str, num_envs: int, seconds: float, out) -> No
     import envpool
     import numpy as np
 
-    from daskrl.envs.suites.envpool_atari import envpool_options
+    from daskrl.envs.suites.envpool_group import envpool_task
 
-    task, options = envpool_options(env_id, {})
-    pool = envpool.make(task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, num_threads=1, seed=0,
-                        **options)
+    spec = envpool_task(env_id, {})
+    pool = envpool.make(spec.task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, num_threads=1,
+                        seed=0, **spec.options)
     pool.reset()
+    space = pool.action_space
     rng = np.random.default_rng(0)
+
+    def random_actions() -> np.ndarray:
+        if hasattr(space, "n"):
+            return rng.integers(0, space.n, num_envs, dtype=np.int32)
+        return rng.uniform(space.low, space.high, (num_envs, *space.shape)).astype(space.dtype)
+
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for _ in range(50):
-            pool.step(rng.integers(0, pool.action_space.n, num_envs, dtype=np.int32))
+            pool.step(random_actions())
         steps += 50 * num_envs
     out.put(steps / (time.perf_counter() - t0))
     pool.close()
@@ -224,8 +239,12 @@ def main() -> None:
               "envpool": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1,
                           "env_backend": "envpool"},
               "doom": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 1},
-              "dict": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1}}
+              "dict": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1},
+              "halfcheetah": {"num_workers": 2, "num_envs_per_worker": 64, "worker_num_splits": 1}}
     inline["cartpole_lstm"] = {**inline["cartpole"], "rnn": "lstm"}
+    for key, gymnasium_key in ENVPOOL_PAIRS.items():
+        if key != "envpool":
+            inline[key] = {**inline[gymnasium_key], "env_backend": "envpool"}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
@@ -236,11 +255,14 @@ def main() -> None:
                        "num_inference_workers": 1}}
     remote["cartpole_lstm"] = {**remote["cartpole"], "rnn": "lstm"}
     # envs per limit process
-    limit_envs = {"cartpole": 32, "image": 16, "envpool": 16, "doom": 16, "cartpole_lstm": 32, "dict": 32}
+    limit_envs = {"cartpole": 32, "image": 16, "envpool": 16, "doom": 16, "cartpole_lstm": 32, "dict": 32,
+                  "cartpole_envpool": 32, "halfcheetah": 64, "halfcheetah_envpool": 64}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
     startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0},
                "envpool": {"inline": 30.0}, "doom": {"inline": 20.0, "remote": 20.0},
-               "cartpole_lstm": {"inline": 4.0, "remote": 4.0}, "dict": {"inline": 6.0, "remote": 6.0}}
+               "cartpole_lstm": {"inline": 4.0, "remote": 4.0}, "dict": {"inline": 6.0, "remote": 6.0},
+               "cartpole_envpool": {"inline": 4.0}, "halfcheetah": {"inline": 8.0},
+               "halfcheetah_envpool": {"inline": 8.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
     if args.baseline:
@@ -284,12 +306,10 @@ def main() -> None:
             else "- | -"
         print(f"| {_label(key)} | {r['limit_fps']:,} | {r['inline_fps']:,} | "
               f"{statistics.median(r['inline_ratios']):.0%} | {remote_cells} |")
-    envpool_gain = None
-    if "envpool" in results and "image" in results:  # the same game and policy, measured in the same rounds
-        envpool_gain = [e[1] / g[1] for e, g in zip(results["envpool"]["rounds"], results["image"]["rounds"],
-                                                    strict=True) if g[1]]
-        print(f"\nenvpool (b) / image (b), per round: {', '.join(f'{x:.2f}' for x in envpool_gain)} (median "
-              f"{statistics.median(envpool_gain):.2f}; above 1: the envpool backend samples faster per core)")
+    envpool_gains = envpool_gains_of(results)
+    for key, gains in envpool_gains.items():
+        print(f"\n{_label(key)}: envpool (b) / gymnasium (b), per round: {', '.join(f'{x:.2f}' for x in gains)} "
+              f"(median {statistics.median(gains):.2f}; above 1: the envpool backend samples faster per core)")
     for key, r in results.items():
         print(f"  {_label(key)} rounds (limit, inline, remote): {r['rounds']}")
         # each round measures the three side by side, so its ratios are not skewed by the machine's slow spells
@@ -319,8 +339,15 @@ def main() -> None:
                               "inline_precision": v["inline_precision"], "remote_precision": v["remote_precision"]}
                           for k, v in results.items()}
                          | ({"sample_factory_doom": sample_factory} if sample_factory else {})
-                         | ({"envpool_inline_vs_image_inline": round(statistics.median(envpool_gain), 3)}
-                            if envpool_gain else {})))
+                         | {f"{key}_inline_vs_gymnasium_inline": round(statistics.median(gains), 3)
+                            for key, gains in envpool_gains.items()}))
+
+
+def envpool_gains_of(results: dict[str, dict]) -> dict[str, list[float]]:
+    """Per envpool line measured beside its gymnasium line: (b) envpool / (b) gymnasium in each round (the same env
+    and policy, measured in the same rounds)."""
+    return {key: [e[1] / g[1] for e, g in zip(results[key]["rounds"], results[gym_key]["rounds"], strict=True) if g[1]]
+            for key, gym_key in ENVPOOL_PAIRS.items() if key in results and gym_key in results}
 
 
 def _print_comparison(args: argparse.Namespace, lines: dict[str, dict]) -> None:
@@ -337,7 +364,7 @@ def _print_comparison(args: argparse.Namespace, lines: dict[str, dict]) -> None:
 
 
 def _label(key: str) -> str:
-    return ENVS[key] + {"envpool": " (envpool)", "cartpole_lstm": " (--rnn lstm)"}.get(key, "")
+    return ENVS[key] + (" (envpool)" if key in ENVPOOL_PAIRS else {"cartpole_lstm": " (--rnn lstm)"}.get(key, ""))
 
 
 def _one_precision(summary: dict) -> str:

@@ -42,8 +42,9 @@ class EnvConfig(Section):
                                       "rl-zoo's --gym-packages): packages that register env ids on import, such as "
                                       "minigrid; a comma-separated list works too")
     env_backend: str = opt("gymnasium", "what steps the rollout workers' envs: 'gymnasium' (one env object each), or "
-                                        "'envpool' for atari/<Game> (its C++ emulators and preprocessing, the same "
-                                        "observations; pip install 'daskrl[envpool]')",
+                                        "'envpool' (a split's envs in one C++ call) for atari/<Game> and the "
+                                        "gymnasium ids envpool shares (CartPole-v1, LunarLander-v3, HalfCheetah-v5, "
+                                        "...; pip install 'daskrl[envpool]')",
                            choices=["gymnasium", "envpool"])
 
 

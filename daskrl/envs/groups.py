@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from daskrl.config import EnvConfig
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.multi_agent import MultiAgentGroup
-from daskrl.envs.suites.envpool_atari import EnvpoolGroup
+from daskrl.envs.suites.envpool_group import EnvpoolGroup
 from daskrl.envs.vector import EnvGroup
 
 EnvGroupKind = type[EnvGroup] | type[MultiAgentGroup] | type[EnvpoolGroup]

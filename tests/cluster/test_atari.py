@@ -105,7 +105,7 @@ def test_envpool_observations_match_the_gymnasium_path_step_for_step_through_epi
     """Breakout under random actions loses its 5 lives in about 250 steps, so the 400 steps cover game overs and
     the reset in the same step (envpool's own reset comes a call later)."""
     _needs_envpool()
-    from daskrl.envs.suites.envpool_atari import EnvpoolGroup
+    from daskrl.envs.suites.envpool_group import EnvpoolGroup
 
     spaces = probe_env("atari/Breakout", DETERMINISTIC)
     gym_group = EnvGroup.from_spec("atari/Breakout", 2, seed=3, env_kwargs=DETERMINISTIC, spaces=spaces)
@@ -132,9 +132,10 @@ def test_envpool_observations_match_the_gymnasium_path_step_for_step_through_epi
 def test_envpool_keeps_the_final_observation_of_an_episode_cut_by_the_time_limit(monkeypatch):
     _needs_envpool()
     from daskrl.envs.suites import envpool_atari
+    from daskrl.envs.suites.envpool_group import EnvpoolGroup
 
     monkeypatch.setitem(envpool_atari._AS_GYMNASIUM, "max_episode_steps", 20)
-    group = envpool_atari.EnvpoolGroup.from_spec("atari/Pong", 2, seed=1, env_kwargs=DETERMINISTIC)
+    group = EnvpoolGroup.from_spec("atari/Pong", 2, seed=1, env_kwargs=DETERMINISTIC)
     obs, rew, term, trunc = _arrays(2, (84, 84, 4))
     group.reset(obs)
     first = obs.copy()
@@ -155,14 +156,17 @@ def test_envpool_keeps_the_final_observation_of_an_episode_cut_by_the_time_limit
 
 
 def test_envpool_is_refused_in_one_line_where_it_cannot_play_as_the_gymnasium_path():
-    from daskrl.envs.suites.envpool_atari import check_backend, envpool_options
+    _needs_envpool()
+    from daskrl.envs.suites.envpool_atari import envpool_options
+    from daskrl.envs.suites.envpool_group import check_backend
 
     check_backend("gymnasium", "CartPole-v1", {})  # the default backend plays anything
     task, options = envpool_options("atari/Pong", {"screen_size": 64, "sticky_actions": 0.0})
     assert task == "Pong-v5" and options["img_height"] == options["img_width"] == 64
     assert options["repeat_action_probability"] == 0.0 and not options["use_fire_reset"]
     assert not options["episodic_life"] and options["max_episode_steps"] * 4 == 108_000
-    for env, kwargs, says in (("CartPole-v1", {}, "atari/<Game> envs only"),
+    for env, kwargs, says in (("Taxi-v4", {}, "has no 'Taxi-v4'"),
+                              ("HalfCheetah-v5", {"frameskip": 2}, "cannot pass 'frameskip' of --env-kwargs"),
                               ("atari/Pong", {"frameskip": 2}, "cannot pass 'frameskip'"),
                               ("atari/Pong", {"noop_max": 0}, "at least one no-op")):
         with pytest.raises(EnvError, match=says) as err:
@@ -186,7 +190,8 @@ def test_a_sampling_run_with_the_envpool_backend_fills_slots_and_ends_episodes(t
 def test_the_cli_refuses_envpool_for_another_env_before_anything_starts(tmp_path, capsys):
     from daskrl.cli import main
 
-    code = main(["train", "--env", "CartPole-v1", "--env-backend", "envpool", "--train-dir", str(tmp_path)])
+    _needs_envpool()
+    code = main(["train", "--env", "Taxi-v4", "--env-backend", "envpool", "--train-dir", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 2 and "--env-backend envpool plays the atari/<Game> envs only" in err, err
+    assert code == 2 and "envpool" in err and "has no 'Taxi-v4'" in err, err
     assert not list(tmp_path.iterdir())  # nothing written, no experiment started
