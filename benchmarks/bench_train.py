@@ -1,6 +1,6 @@
 """Time to solve CartPole-v1 (mean return >= 475 over the last 100 episodes) from launch, daskrl vs SB3.
 
-Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2]
+Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2] [--env-backend gymnasium envpool]
       python benchmarks/bench_train.py --task cartpole_no_velocity [--limit 300]
 
 ``--task cartpole_no_velocity``: CartPole without its velocities (examples/cartpole_no_velocity.py), which needs
@@ -9,7 +9,9 @@ RecurrentPPO with rl-zoo's settings (benchmarks/sb3_recurrent_cartpole.py), each
 side.
 
 daskrl: `daskrl train --env CartPole-v1 --stop-at-return 475` with default options, one subprocess per seed,
-timed from launch until it reports the threshold. Stable-Baselines3 PPO (rl-zoo hyperparameters) runs the
+timed from launch until it reports the threshold; with ``--env-backend gymnasium envpool``, once per backend, seed
+by seed in turn, each with the machine's bound for its backend (bench_sampling's limit of that backend's stepping
+with the learner alone) and the run's share of it. Stable-Baselines3 PPO (rl-zoo hyperparameters) runs the
 same way when it is installed. Peak memory is the summed PSS of the whole process tree (driver, scheduler,
 forkserver and workers), sampled every 0.2 s. Runs go one after the other, never two at once. Both daskrl trees
 have their bytecode written first, as an installed package has (benchmarks/common.py: compile_like_an_install).
@@ -102,13 +104,16 @@ def command_module(checkout: str | None) -> str:
     return "daskrl" if (root / "daskrl" / "__main__.py").exists() else "daskrl.cli"
 
 
-def daskrl_run(seed: int, limit_s: float, checkout: str | None = None) -> dict:
-    """``checkout``: run the daskrl of another source tree (a git worktree of an older commit) instead of this one."""
+def daskrl_run(seed: int, limit_s: float, checkout: str | None = None, backend: str = "gymnasium") -> dict:
+    """``checkout``: run the daskrl of another source tree (a git worktree of an older commit) instead of this one;
+    ``backend``: its --env-backend (the default, gymnasium, is left off the command line)."""
     tmp = tempfile.mkdtemp(prefix="daskrl_bench_")
     env = None if checkout is None else {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
+    chosen = [] if backend == "gymnasium" else ["--env-backend", backend]
     return _timed_daskrl([sys.executable, "-m", command_module(checkout), "train", "--env", "CartPole-v1",
                           "--stop-at-return", "475", "--train-for-seconds", str(limit_s), "--seed", str(seed),
-                          "--train-dir", tmp, "--experiment", "bench", "--dashboard-address", ""], tmp, limit_s, env)
+                          "--train-dir", tmp, "--experiment", "bench", "--dashboard-address", "", *chosen], tmp,
+                         limit_s, env)
 
 
 def daskrl_no_velocity_run(seed: int, limit_s: float) -> dict:
@@ -155,17 +160,22 @@ def sb3_run(seed: int, limit_s: float, script: str = "sb3_cartpole.py") -> dict 
             "peak_pss_mb": run["peak_pss_mb"], "wall_s": run["wall_s"]}
 
 
-def hardware_limits() -> dict:
+def hardware_limits(backends: list[str]) -> dict:
     """What the machine allows a CartPole run, measured the way bench_sampling.py and bench_learner.py do: every core
-    stepping envs with random actions, and the learner's training step alone (4,096 samples, minibatches of 512)."""
+    stepping envs with random actions (per env backend), and the learner's training step alone (4,096 samples,
+    minibatches of 512). The top-level numbers are the first backend's."""
     from bench_learner import Step, measure
     from bench_sampling import limit_fps
 
-    env_fps = limit_fps("CartPole-v1", 5.0, 32)
     learner = measure(Step.of("mlp", gpu=False), "cpu", 1, 1, 20)
     cores = os.cpu_count() or 1
-    return {"env_fps": round(env_fps), "learner_samples_per_s": round(learner), "cores": cores,
-            "training_fps_bound": round(training_fps_bound(env_fps, learner, cores))}
+    by_backend = {}
+    for backend in backends:
+        env_fps = limit_fps("CartPole-v1", 5.0, 32, backend)
+        by_backend[backend] = {"env_fps": round(env_fps),
+                               "training_fps_bound": round(training_fps_bound(env_fps, learner, cores))}
+    return {**by_backend[backends[0]], "learner_samples_per_s": round(learner), "cores": cores,
+            "by_backend": by_backend}
 
 
 def training_fps_bound(env_fps: float, learner_samples_per_s: float, cores: int) -> float:
@@ -185,6 +195,8 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="cartpole: also run the daskrl of this source tree (e.g. "
                                                          "`git worktree add /tmp/base <commit>`), seed by seed in turn "
                                                          "with this one, and print the frames/s ratio")
+    parser.add_argument("--env-backend", nargs="+", default=["gymnasium"], choices=["gymnasium", "envpool"],
+                        help="cartpole: run daskrl with each of these --env-backend values, seed by seed in turn")
     parser.add_argument("--no-limits", action="store_true", help="cartpole: skip measuring the machine's limits (raw "
                                                                   "env stepping, the learner alone) after the runs")
     args = parser.parse_args()
@@ -194,9 +206,11 @@ def main() -> None:
         if checkout:
             compile_like_an_install(checkout)
     if args.task == "cartpole":
-        systems = {"daskrl": [], **({"daskrl_baseline": []} if args.baseline else {})}
+        systems = {system_name(b): [] for b in args.env_backend}
+        systems.update({"daskrl_baseline": []} if args.baseline else {})
         for s in args.seeds:  # in turn, so a drift of the machine's speed hits both alike
-            systems["daskrl"].append(daskrl_run(s, args.limit))
+            for backend in args.env_backend:
+                systems[system_name(backend)].append(daskrl_run(s, args.limit, backend=backend))
             if args.baseline:
                 systems["daskrl_baseline"].append(daskrl_run(s, args.limit, args.baseline))
         sb3 = [sb3_run(s, args.limit) for s in args.seeds]
@@ -239,14 +253,25 @@ def main() -> None:
         result["fps_ratio_to_baseline"] = round(ratio, 3)
         print(f"\ntraining frames/s, this tree / baseline ({args.baseline}): {ratio:.3f}")
     if args.task == "cartpole" and not args.no_limits:
-        result["limits"] = hardware_limits()
-        print(f"\nthe machine's limits, measured after the runs: raw CartPole stepping {result['limits']['env_fps']:,} "
-              f"frames/s (one process per core, 32 envs each, random actions), the learner alone "
-              f"{result['limits']['learner_samples_per_s']:,} samples/s (the default MLP, one thread, one core); "
-              f"the two together allow at most {result['limits']['training_fps_bound']:,} training frames/s on "
-              f"{result['limits']['cores']} cores")
+        limits = result["limits"] = hardware_limits(args.env_backend)
+        print(f"\nthe machine's limits, measured after the runs: the learner alone {limits['learner_samples_per_s']:,} "
+              f"samples/s (the default MLP, one thread, one core); raw CartPole stepping with random actions (one "
+              f"process per core, 32 envs each) and the training frames/s it allows with the learner on "
+              f"{limits['cores']} cores:")
+        for backend, bound in limits["by_backend"].items():
+            name = system_name(backend)
+            share = result[name]["fps"] / bound["training_fps_bound"]
+            result[name]["share_of_bound"] = round(share, 3)
+            print(f"  --env-backend {backend}: stepping {bound['env_fps']:,} frames/s, bound "
+                  f"{bound['training_fps_bound']:,} training frames/s; {name} trained at {result[name]['fps']:,} "
+                  f"({share:.0%} of it)")
     if args.json:
         print(json.dumps(result))
+
+
+def system_name(backend: str) -> str:
+    """The table's name of daskrl run with ``--env-backend backend``."""
+    return "daskrl" if backend == "gymnasium" else f"daskrl_{backend}"
 
 
 if __name__ == "__main__":
