@@ -6,6 +6,7 @@ trained from a dataset alone before they sample (--online-after)."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ from daskrl import train
 from daskrl.evaluation.episodes import enjoy, trained_for
 from daskrl.evaluation.export import export_policy
 
-from ..helpers import run_config, wait_for
+from ..helpers import Killer, recovery_of, run_config, slow, wait_for
 
 pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
 
@@ -107,3 +108,29 @@ def test_online_after_trains_from_the_dataset_alone_then_samples(datasets, tmp_p
     # being drawn while the shard's statistics were read may be counted, its draws not yet: up to 16 more)
     assert 0 <= shard["dataset_rows_drawn"] // 32 - shard["served"] - before <= 16
     assert shard["served"] - before > 0 and summary["learner_updates"] > switched  # trained on after it
+
+
+@slow("a rollout worker killed while --online-after holds sampling, recovered, then released")
+def test_a_rollout_worker_lost_while_sampling_is_held_comes_back_held(datasets, tmp_path, monkeypatch):
+    """SIGKILL of the only rollout worker before the switch: its successor starts held as it was (no env step while
+    the learner is short of --online-after's updates, after the successor is up as before), and samples from the
+    switch on."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
+    after_updates = 3000
+    killer = Killer("rollout_0", ready=lambda row: row["learner_updates"] >= 50)
+    timed: list[tuple[float, dict]] = []
+
+    def report(row: dict) -> None:
+        timed.append((time.time(), row))
+        killer(row)
+
+    summary = train(run_config(tmp_path, "held", env="Pendulum-v1", algo="sac", num_workers=1,
+                               dataset="minari:test/pendulum/random-v0", online_after=after_updates,
+                               train_for_env_steps=512, learning_starts=64, **SMALL), on_report=report)
+    killer.check()
+    recovered = recovery_of(summary, "rollout_0")
+    assert recovered["role"] == "rollout"
+    held = [row for t, row in timed if t > recovered["time"] and row["learner_updates"] < after_updates]
+    assert held, "the successor came up after the switch: nothing shows it held"
+    assert all(row["env_steps"] == 0 for _, row in timed if row["learner_updates"] < after_updates)
+    assert summary["online_after_updates"] >= after_updates and summary["env_steps"] >= 512
