@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from daskrl.envs.vector import EnvGroup
-from daskrl.sampling.slots.episode_recorder import EpisodeRecorder, episode_recorder
+from daskrl.sampling.slots.episode_recorder import EpisodeRecorder, episode_recorder, stacked_infos
 from daskrl.testing.environments.envs import InfoReportingEnv
 
 ROLLOUT = 8  # shorter than the episodes: most of them span several slots
@@ -104,6 +104,43 @@ def test_infos_are_arrays_over_the_reset_and_the_steps_and_an_episode_begun_by_a
     for *_, infos in with_infos:
         assert list(infos) == ["distance"]  # the nested episode_extra_stats is no array over the episode
         np.testing.assert_allclose(infos["distance"], [np.nan, *(np.arange(1, 13) / 10)])
+
+
+def nested_and_text_infos(steps: int) -> list[dict]:
+    """A reset's info, then each step's: a number, a nested dict (whose ``y`` the reset lacks), text, and a list
+    that grows (no array over the episode)."""
+    reset = {"t": 0, "pose": {"x": 0.0}, "note": "start"}
+    return [reset, *({"t": t, "pose": {"x": t / 2, "y": -t}, "note": f"step {t}", "seen": list(range(t))}
+                     for t in range(1, steps + 1))]
+
+
+def test_nested_dicts_and_text_in_infos_are_kept_and_ragged_values_left_out():
+    infos = stacked_infos(nested_and_text_infos(3))
+    assert list(infos) == ["note", "pose", "t"]  # "seen" grows each step: no array over the episode
+    np.testing.assert_array_equal(infos["t"], [0, 1, 2, 3])
+    np.testing.assert_array_equal(infos["pose"]["x"], [0.0, 0.5, 1.0, 1.5])
+    np.testing.assert_array_equal(infos["pose"]["y"], [np.nan, -1, -2, -3])  # the reset has none: NaN
+    assert list(infos["note"]) == ["start", "step 1", "step 2", "step 3"]
+    assert stacked_infos([None, *nested_and_text_infos(2)[1:]]) is None  # the reset's not known: no infos
+
+
+def test_a_dataset_keeps_nested_and_text_infos_that_minari_reads_back(tmp_path, monkeypatch):
+    """Through the run's writer into a real Minari dataset: the nested dict as nested arrays, the text as UTF-8."""
+    minari = pytest.importorskip("minari", reason="the datasets extra is not installed: pip install 'daskrl[datasets]'")
+    from daskrl.config import EnvConfig
+    from daskrl.monitor.outputs.dataset_file import DatasetWriter
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    steps = 3
+    episode = (np.zeros((steps + 1, 4), np.float32), np.zeros(steps, np.int64), np.ones(steps, np.float32),
+               np.array([False, False, True]), np.zeros(steps, bool), stacked_infos(nested_and_text_infos(steps)))
+    writer = DatasetWriter("test/cartpole/infos-v0", EnvConfig(env="CartPole-v1"), "nested and text infos")
+    writer.take({"dataset_episodes": [episode]})
+    writer.close()
+    assert writer.error is None, writer.error
+    read = next(minari.load_dataset("test/cartpole/infos-v0").iterate_episodes()).infos
+    np.testing.assert_array_equal(read["pose"]["x"], [0.0, 0.5, 1.0, 1.5])
+    assert [text.decode() for text in read["note"]] == ["start", "step 1", "step 2", "step 3"]
 
 
 class RaisesAtStep(gym.Wrapper):

@@ -10,7 +10,9 @@ statistics. Each env records at most its quota of episodes, its first ones (``da
 
 Infos come through a wrapper on each env (:class:`InfoTap`, only while a dataset is recorded), as Minari keeps them:
 an array per key over the reset and every step, for the keys every step reports with a number or an array of one
-shape (a key the reset does not report is NaN there). An episode an env began after it was rebuilt has no infos.
+shape (a key the reset does not report is NaN there), a string (kept as text; "" where the reset has none), or a
+dict of such values (kept as a nested dict, the keys every step's dict has). An episode an env began after it was
+rebuilt has no infos.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import numpy as np
 
 #: one episode as it travels to the driver: observations (its steps' and the final one), actions, rewards,
 #: terminations, truncations, each an array over the episode's steps, and its infos ({key: array over the reset and
-#: the steps}; None: not known whole)
-RecordedEpisode = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray] | None]
+#: the steps, or a dict of them}; None: not known whole)
+RecordedEpisode = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any] | None]
 #: the infos of one episode as they come: the reset's, then each step's (None first: the reset's is not known)
 Infos = list[dict | None]
 
@@ -153,20 +155,41 @@ class EpisodeRecorder:
         return {"dataset_episodes": finished, "dataset_dropped": self.dropped}
 
 
-def stacked_infos(infos: Infos | None) -> dict[str, np.ndarray] | None:
+def stacked_infos(infos: Infos | None) -> dict[str, Any] | None:
     """An episode's infos as Minari keeps them (see the module docstring); None when they are not known whole."""
     if not infos or any(info is None for info in infos):
         return None
-    reset, steps = infos[0], infos[1:]
-    out = {}
+    return _stacked(infos[0], infos[1:])
+
+
+def _stacked(reset: dict, steps: list[dict]) -> dict[str, Any]:
+    """The keys every step reports, each stacked over the reset and the steps where it is an array over them (a
+    nested dict: the same, one level down); others (ragged values, a key the steps report in other kinds) left out."""
+    out: dict[str, Any] = {}
     for key in set(steps[0]).intersection(*steps[1:]) if steps else ():
-        values = [np.asarray(step[key]) for step in steps]
-        if values[0].dtype.kind not in "biuf" or any(v.shape != values[0].shape for v in values):
-            continue  # text, nested dicts, ragged values: not an array over the episode
-        first = np.asarray(reset[key]) if key in reset else np.full(values[0].shape, np.nan)
-        if first.shape == values[0].shape and first.dtype.kind in "biuf":
-            out[key] = np.stack([first, *values])
+        values = [step[key] for step in steps]
+        first = reset.get(key) if isinstance(reset, dict) else None
+        if all(isinstance(v, dict) for v in values):
+            nested = _stacked(first if isinstance(first, dict) else {}, values)
+            if nested:
+                out[key] = nested
+        elif all(isinstance(v, str) for v in values):  # text: an object array Minari writes as UTF-8
+            out[key] = np.array([first if isinstance(first, str) else "", *values], dtype=object)
+        elif (array := _numbers_over_episode(first, values)) is not None:
+            out[key] = array
     return dict(sorted(out.items()))
+
+
+def _numbers_over_episode(first: Any, values: list[Any]) -> np.ndarray | None:
+    """Numbers or arrays of one shape over the reset (NaN where it reports none) and the steps, else None."""
+    arrays = [np.asarray(v) for v in values]
+    if arrays[0].dtype.kind not in "biuf" or any(a.dtype.kind not in "biuf" or a.shape != arrays[0].shape
+                                                 for a in arrays):
+        return None
+    reset = np.asarray(first) if first is not None else np.full(arrays[0].shape, np.nan)
+    if reset.shape != arrays[0].shape or reset.dtype.kind not in "biuf":
+        return None
+    return np.stack([reset, *arrays])
 
 
 class NoEpisodeRecorder:
