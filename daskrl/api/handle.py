@@ -67,8 +67,8 @@ class RunHandle:
         phase = "failed" if self._live.error is not None else "finished" if self._live.finished.is_set() \
             else run.phase
         return {"name": self.name, "phase": phase, "env_steps": state.env_steps, "learner_updates": state.updates,
-                "fps": state.fps.rate,
-                "episode_return_mean": state.episodes.mean_return, "episodes": state.episodes.total,
+                "fps": state.fps.rate, "episode_return_mean": state.episodes.mean_return,
+                "episodes": state.episodes.total,
                 "elapsed_s": state.elapsed, "policy_version": state.learner.get("policy_version", 0),
                 "rollout_workers": len(fleet.samplers.rollout) if fleet else 0,
                 "inference_workers": len(fleet.samplers.inference) if fleet else 0,

@@ -22,9 +22,6 @@ from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.models.inputs.observations import EncoderInput
 from daskrl.models.q_critics import TwinQ
 
-#: the checkpoint keys of the critics, their target and their optimizer (the same since SAC's first checkpoints)
-STATE_KEYS = ("critics", "target_critics", "critic_optimizer")
-
 
 class TargetedCritics:
     """:class:`TwinQ` critics (called as they are: ``critics(inputs, actions) -> (Q_1, Q_2)``), their ``target``,
@@ -47,9 +44,9 @@ class TargetedCritics:
         return self.net.joint
 
     def state(self) -> dict[str, Any]:
-        """The critics, their target and their optimizer under :data:`STATE_KEYS`."""
-        return dict(zip(STATE_KEYS, (self.net.state_dict(), self.target.state_dict(), self.optimizer.state_dict()),
-                        strict=True))
+        """The critics, their target and their optimizer, under the checkpoint keys SAC's first checkpoints had."""
+        return {"critics": self.net.state_dict(), "target_critics": self.target.state_dict(),
+                "critic_optimizer": self.optimizer.state_dict()}
 
     def load(self, state: dict[str, Any]) -> None:
         """Load what :meth:`state` saved (into the same tensors)."""
