@@ -15,7 +15,7 @@ Each row is measured alone, one after the other:
 
 A row that cannot run says why (no CUDA device, the atari extra missing) and the others go on. Nothing reaches the
 network: what it needs is the working tree and the packages already on the machine. The whole run is sized to take
-under 8 minutes on the lent machine; the dry run, with small batches and seconds-long rows, under a minute here
+under 8 minutes on the lent machine; the dry run, with small batches and seconds-long rows, about half a minute here
 (tests/drills/test_gpu_check.py runs it).
 """
 
@@ -50,14 +50,15 @@ class Plan:
     sampling_s: float
     training_s: float
     startup_s: float
+    warmup_s: float  # after the start-up, before a run's rate counts
 
     @classmethod
     def of(cls, dry_run: bool, training_s: float) -> Plan:
         if dry_run:
             return cls(learner_steps=1, learner_samples=256, rollout_workers=2, envs_per_worker=2, sampling_s=2.0,
-                       training_s=3.0, startup_s=6.0)
+                       training_s=3.0, startup_s=4.0, warmup_s=1.0)
         return cls(learner_steps=8, learner_samples=0, rollout_workers=8, envs_per_worker=16, sampling_s=15.0,
-                   training_s=training_s, startup_s=25.0)
+                   training_s=training_s, startup_s=25.0, warmup_s=4.0)
 
 
 def devices(dry_run: bool) -> tuple[list[str], str]:
@@ -101,14 +102,14 @@ def breakout_rows(plan: Plan, on: list[str]) -> list[dict]:
     rows = []
     for device in on:
         sampled, run = daskrl_fps("atari/Breakout", "remote", plan.sampling_s, {**base, "inference_device": device},
-                                  plan.startup_s)
+                                  plan.startup_s, warmup=plan.warmup_s)
         rows.append({"row": f"Breakout sampling, 1 inference worker for {plan.rollout_workers} rollout workers",
                      "device": device, "value": round(sampled), "unit": "frames/s",
                      "detail": f"inference precision {_precision(run)}"})
     for device in on:
         trained, run = daskrl_fps("atari/Breakout", "remote", plan.training_s,
                                   {**base, "inference_device": device, "learner_device": device}, plan.startup_s,
-                                  sampling_only=False, warmup=plan.startup_s / 2)
+                                  sampling_only=False, warmup=plan.warmup_s)
         rows.append({"row": f"Breakout training for {plan.training_s:g} s", "device": device,
                      "value": round(trained), "unit": "frames/s",
                      "detail": f"{run['env_steps']:,} env steps, return {_number(run.get('episode_return_mean'))}"})

@@ -116,7 +116,7 @@ def test_a_rollout_worker_lost_while_sampling_is_held_comes_back_held(datasets, 
     the learner is short of --online-after's updates, after the successor is up as before), and samples from the
     switch on."""
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets / "datasets"))
-    after_updates = 3000
+    after_updates = 1000  # the learner makes about 160 updates a second here: the recovery takes about 1.5 s
     killer = Killer("rollout_0", ready=lambda row: row["learner_updates"] >= 50)
     timed: list[tuple[float, dict]] = []
 
