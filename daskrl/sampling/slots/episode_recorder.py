@@ -168,7 +168,7 @@ def _stacked(reset: dict, steps: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in set(steps[0]).intersection(*steps[1:]) if steps else ():
         values = [step[key] for step in steps]
-        first = reset.get(key) if isinstance(reset, dict) else None
+        first = reset.get(key)  # the reset may lack it (None)
         if all(isinstance(v, dict) for v in values):
             nested = _stacked(first if isinstance(first, dict) else {}, values)
             if nested:
