@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from daskrl.envs.batched_records import BatchedEpisodes
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.envs.registry import env_seed
 from daskrl.envs.suites.atari import PREFIX
 from daskrl.envs.suites.envpool_atari import envpool_options
-from daskrl.envs.vector import EpisodeRecords
 from daskrl.errors import EnvError
 
 #: envpool's options that its pool, not the task, takes: the backend sets them (or the seeds do)
@@ -72,12 +72,6 @@ def envpool_task(env: str, env_kwargs: dict[str, Any] | None) -> EnvpoolTask:
     return EnvpoolTask(env, dict(env_kwargs or {}))
 
 
-def check_backend(backend: str, env: str, env_kwargs: dict[str, Any] | None) -> None:
-    """Before a run: the backend can play this env with these options (envpool installed, where it is asked for)."""
-    if backend == "envpool":
-        envpool_task(env, env_kwargs)
-
-
 def _import_envpool() -> Any:
     try:
         import envpool
@@ -87,7 +81,7 @@ def _import_envpool() -> Any:
     return envpool
 
 
-class EnvpoolGroup(EpisodeRecords):
+class EnvpoolGroup(BatchedEpisodes):
     """The envs of one rollout-worker split as one envpool (the interface of :class:`daskrl.envs.vector.EnvGroup`):
     ``step`` writes observations, rewards and episode ends into the slot's arrays, and an env whose episode ended
     already holds its next episode's first observation, as in EnvGroup."""
@@ -102,20 +96,14 @@ class EnvpoolGroup(EpisodeRecords):
         # one C++ thread: a rollout worker is one busy process per core already
         self.pool = envpool.make(spec.task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs,
                                  num_threads=1, **seeding, **spec.options)
-        self.num_envs = num_envs
+        super().__init__(num_envs, info_keys)
         shape = tuple(self.pool.observation_space.shape)
         self.channels_first = spec.channels_first
         self.obs_shape = shape[1:] + shape[:1] if spec.channels_first else shape
         action_space = self.pool.action_space
         self.discrete = hasattr(action_space, "n")
         self._check_spaces(env, spec.task, spaces)
-        self.info_keys = tuple(info_keys)
         self.failures: list = []  # envpool's envs do not raise into Python: nothing to rebuild
-        self.finished_episodes: list[tuple[float, int, int]] = []
-        self.episode_extras: list[dict[str, float]] = []
-        self.truncations: list[tuple[int, np.ndarray]] = []
-        self._ep_return = np.zeros(num_envs, np.float64)
-        self._ep_length = np.zeros(num_envs, np.int64)
         self._actions = np.zeros((num_envs, *action_space.shape), np.int32 if self.discrete else action_space.dtype)
         if not self.discrete:  # actions clipped into the box, as the gymnasium backend clips them
             self._low = np.asarray(action_space.low, action_space.dtype)
@@ -141,9 +129,6 @@ class EnvpoolGroup(EpisodeRecords):
         seeds = None if seed is None else [env_seed(seed, worker_index, first_env_index + i) for i in range(num_envs)]
         return cls(spec, num_envs, seeds, env_kwargs, spaces, info_keys)
 
-    def __len__(self) -> int:
-        return self.num_envs
-
     def _into_slot(self, obs: np.ndarray) -> np.ndarray:
         """envpool's observations in the slot's layout (Atari's channel-first stacks channel-last)."""
         return obs.transpose(0, 2, 3, 1) if self.channels_first else obs
@@ -151,8 +136,7 @@ class EnvpoolGroup(EpisodeRecords):
     def reset(self, obs_out: np.ndarray) -> np.ndarray:
         obs, _ = self.pool.reset()
         np.copyto(obs_out, self._into_slot(obs), casting="unsafe")
-        self._ep_return[:] = 0.0
-        self._ep_length[:] = 0
+        self.restart_episodes()
         return obs_out
 
     def step(self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
@@ -166,24 +150,15 @@ class EnvpoolGroup(EpisodeRecords):
         reward_out[:] = reward
         terminated_out[:] = terminated
         truncated_out[:] = truncated
-        self._ep_return += reward
-        self._ep_length += 1
+        self.count_step(reward)
         ended = np.flatnonzero(terminated | truncated)
         if ended.size:
-            self._end_episodes(ended, obs_out, truncated & ~terminated, info)
+            self.record_ends(ended, truncated & ~terminated, obs_out, info)
+            self._start_next_episodes(ended, obs_out)
 
-    def _end_episodes(self, ended: np.ndarray, obs_out: np.ndarray, cut: np.ndarray, info: dict) -> None:
-        """Record the episodes that ended, keep the final observations of those cut by the time limit, and start
-        the next episodes now (envpool would on the next call, taking that call's action for the reset)."""
-        for i in ended:
-            self.finished_episodes.append((float(self._ep_return[i]), int(self._ep_length[i]), int(i)))
-            extras = {k: float(np.asarray(info[k])[i]) for k in self.info_keys if k in info}
-            if extras:
-                self.episode_extras.append(extras)
-            if cut[i]:
-                self.truncations.append((int(i), obs_out[i].copy()))
-        self._ep_return[ended] = 0.0
-        self._ep_length[ended] = 0
+    def _start_next_episodes(self, ended: np.ndarray, obs_out: np.ndarray) -> None:
+        """Reset the envs whose episode ended now (envpool would on the next call, taking that call's action for
+        the reset), their first observations into ``obs_out``."""
         ignored = np.zeros((ended.size, *self._actions.shape[1:]), self._actions.dtype)
         obs, _, _, _, reset_info = self.pool.step(ignored, ended.astype(np.int32))
         obs_out[reset_info["env_id"]] = self._into_slot(obs)
