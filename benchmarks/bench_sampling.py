@@ -1,12 +1,13 @@
 """Sampling throughput against the hardware limit, for CartPole-v1, an image env (atari/Breakout: ALE, 84x84x4),
 the same game through envpool (``--env-backend envpool``), CartPole-v1 and MuJoCo's HalfCheetah-v5 through
-envpool beside the gymnasium backend, VizDoom (doom/basic: 128x72 RGB, 4 tics a step),
-CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm, the same sampler settings as cartpole; the report gives
-its rate against the feed-forward policy's) and an env with Dict observations (dict: MiniGrid-Empty-8x8, a 7x7x3 image
-and a direction index packed into one record per step).
+envpool beside the gymnasium backend, CartPole-v1 through gymnax (``--env-backend jax``), VizDoom (doom/basic:
+128x72 RGB, 4 tics a step), CartPole-v1 with a recurrent policy (cartpole_lstm: --rnn lstm, the same sampler settings
+as cartpole; the report gives its rate against the feed-forward policy's) and an env with Dict observations (dict:
+MiniGrid-Empty-8x8, a 7x7x3 image and a direction index packed into one record per step).
 
 Run:  python benchmarks/bench_sampling.py [--json] [--seconds 12]
-      [--envs cartpole cartpole_envpool halfcheetah halfcheetah_envpool cartpole_lstm image envpool doom dict]
+      [--envs cartpole cartpole_envpool cartpole_jax halfcheetah halfcheetah_envpool cartpole_lstm image envpool doom
+              dict]
       [--inference-precision float32] [--baseline DIR]
 
 ``--baseline DIR`` also measures (b) and (c) with the daskrl of another source tree (a git worktree of an older
@@ -15,11 +16,11 @@ trees alike, and prints this tree's frames/s over the baseline's per line (media
 
 (a) limit: one process per core stepping a gymnasium SyncVectorEnv (32 CartPoles, 16 Ataris, 16 Dooms) with random
 actions; for the envpool lines, one envpool of as many envs (one C++ thread) per core, set up as daskrl's backend
-sets it;
+sets it; for the jax line, one process per core stepping daskrl's JaxGroup (as many gymnax envs in one jitted call);
 (b) daskrl sampling-only run with inline inference (the policy runs in the rollout workers);
-(c) daskrl sampling-only run with one inference worker (remote inference over the work queue; not for the envpool
-and HalfCheetah lines).
-An envpool line's (b) against its gymnasium line's (b) is what decides whether the envpool backend pays: frames/s per
+(c) daskrl sampling-only run with one inference worker (remote inference over the work queue; not for the envpool,
+jax and HalfCheetah lines).
+An envpool or jax line's (b) against its gymnasium line's (b) is what decides whether that backend pays: frames/s per
 core of the same env and policy (both use every core), which the table prints as "envpool (b) / gymnasium (b)".
 Each line is measured alone, one after the other, on this machine. The samplers run with the default
 ``--inference-precision auto`` (bfloat16 for the image policy where the CPU has it natively) unless told otherwise;
@@ -45,18 +46,22 @@ from common import RateProbe, stop_if_signalled  # noqa: E402
 ENVS = {"cartpole": "CartPole-v1", "image": "atari/Breakout",  # the image env needs the atari extra
         "envpool": "atari/Breakout",  # the envpool extra: the same game, stepped by envpool (--env-backend envpool)
         "cartpole_envpool": "CartPole-v1",  # CartPole stepped by envpool
+        "cartpole_jax": "CartPole-v1",  # the jax extra and gymnax: gymnax's CartPole stepped in one jitted call
         "halfcheetah": "HalfCheetah-v5", "halfcheetah_envpool": "HalfCheetah-v5",  # the mujoco extra; envpool's
         "doom": "doom/basic",  # the doom extra (vizdoom): 128x72 RGB frames, 4 tics a step
         "cartpole_lstm": "CartPole-v1",  # CartPole with a recurrent policy (--rnn lstm)
         # the minigrid extra: Dict observations (a 7x7x3 image and a direction index), packed into records per step
         "dict": "minigrid:MiniGrid-Empty-8x8-v0"}
-#: each envpool line and the gymnasium line of the same env beside it
-ENVPOOL_PAIRS = {"envpool": "image", "cartpole_envpool": "cartpole", "halfcheetah_envpool": "halfcheetah"}
+#: each line of a batched backend (envpool, jax) and the gymnasium line of the same env beside it
+BACKEND_PAIRS = {"envpool": "image", "cartpole_envpool": "cartpole", "halfcheetah_envpool": "halfcheetah",
+                 "cartpole_jax": "cartpole"}
 
 
 def _limit_worker(env_id: str, num_envs: int, seconds: float, out, backend: str = "gymnasium") -> None:
     if backend == "envpool":
         return _envpool_limit_worker(env_id, num_envs, seconds, out)
+    if backend == "jax":
+        return _jax_limit_worker(env_id, num_envs, seconds, out)
     import gymnasium as gym
 
     from daskrl.envs import make_env
@@ -98,6 +103,29 @@ def _envpool_limit_worker(env_id: str, num_envs: int, seconds: float, out) -> No
         steps += 50 * num_envs
     out.put(steps / (time.perf_counter() - t0))
     pool.close()
+
+
+def _jax_limit_worker(env_id: str, num_envs: int, seconds: float, out) -> None:
+    """The jax backend's limit: daskrl's group of ``num_envs`` gymnax envs (one jitted, vmapped call a step) stepped
+    with random actions into arrays, as a rollout worker steps it."""
+    import numpy as np
+
+    from daskrl.envs.suites.jax_group import JaxGroup
+
+    group = JaxGroup.from_spec(env_id, num_envs, seed=0)
+    obs = np.zeros((num_envs, *group.obs_shape), np.float32)
+    reward, terminated, truncated = np.zeros(num_envs, np.float32), np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+    group.reset(obs)
+    rng = np.random.default_rng(0)
+    space = group.model.action_space(group.params)
+    group.step(rng.integers(0, space.n, num_envs), obs, reward, terminated, truncated)  # compiles the step
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(50):
+            group.step(rng.integers(0, space.n, num_envs), obs, reward, terminated, truncated)
+        steps += 50 * num_envs
+    out.put(steps / (time.perf_counter() - t0))
+    group.close()
 
 
 def limit_fps(env_id: str, seconds: float, num_envs: int, backend: str = "gymnasium") -> float:
@@ -242,9 +270,9 @@ def main() -> None:
               "dict": {"num_workers": 2, "num_envs_per_worker": 32, "worker_num_splits": 1},
               "halfcheetah": {"num_workers": 2, "num_envs_per_worker": 64, "worker_num_splits": 1}}
     inline["cartpole_lstm"] = {**inline["cartpole"], "rnn": "lstm"}
-    for key, gymnasium_key in ENVPOOL_PAIRS.items():
+    for key, gymnasium_key in BACKEND_PAIRS.items():
         if key != "envpool":
-            inline[key] = {**inline[gymnasium_key], "env_backend": "envpool"}
+            inline[key] = {**inline[gymnasium_key], "env_backend": key.split("_")[-1]}
     remote = {"cartpole": {"num_workers": 2, "num_envs_per_worker": 1024, "worker_num_splits": 2,
                            "num_inference_workers": 1},
               "image": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2,
@@ -256,12 +284,12 @@ def main() -> None:
     remote["cartpole_lstm"] = {**remote["cartpole"], "rnn": "lstm"}
     # envs per limit process
     limit_envs = {"cartpole": 32, "image": 16, "envpool": 16, "doom": 16, "cartpole_lstm": 32, "dict": 32,
-                  "cartpole_envpool": 32, "halfcheetah": 64, "halfcheetah_envpool": 64}
+                  "cartpole_envpool": 32, "cartpole_jax": 256, "halfcheetah": 64, "halfcheetah_envpool": 64}
     # rollout workers build their envs at the same time: 32 Ataris per worker start sampling ~22 s after launch
     startup = {"cartpole": {"inline": 4.0, "remote": 4.0}, "image": {"inline": 30.0, "remote": 20.0},
                "envpool": {"inline": 30.0}, "doom": {"inline": 20.0, "remote": 20.0},
                "cartpole_lstm": {"inline": 4.0, "remote": 4.0}, "dict": {"inline": 6.0, "remote": 6.0},
-               "cartpole_envpool": {"inline": 4.0}, "halfcheetah": {"inline": 8.0},
+               "cartpole_envpool": {"inline": 4.0}, "cartpole_jax": {"inline": 10.0}, "halfcheetah": {"inline": 8.0},
                "halfcheetah_envpool": {"inline": 8.0}}
     for options in (*inline.values(), *remote.values()):
         options["inference_precision"] = args.inference_precision
@@ -306,10 +334,11 @@ def main() -> None:
             else "- | -"
         print(f"| {_label(key)} | {r['limit_fps']:,} | {r['inline_fps']:,} | "
               f"{statistics.median(r['inline_ratios']):.0%} | {remote_cells} |")
-    envpool_gains = envpool_gains_of(results)
-    for key, gains in envpool_gains.items():
-        print(f"\n{_label(key)}: envpool (b) / gymnasium (b), per round: {', '.join(f'{x:.2f}' for x in gains)} "
-              f"(median {statistics.median(gains):.2f}; above 1: the envpool backend samples faster per core)")
+    backend_gains = backend_gains_of(results)
+    for key, gains in backend_gains.items():
+        backend = inline[key]["env_backend"]
+        print(f"\n{_label(key)}: {backend} (b) / gymnasium (b), per round: {', '.join(f'{x:.2f}' for x in gains)} "
+              f"(median {statistics.median(gains):.2f}; above 1: the {backend} backend samples faster per core)")
     for key, r in results.items():
         print(f"  {_label(key)} rounds (limit, inline, remote): {r['rounds']}")
         # each round measures the three side by side, so its ratios are not skewed by the machine's slow spells
@@ -340,14 +369,14 @@ def main() -> None:
                           for k, v in results.items()}
                          | ({"sample_factory_doom": sample_factory} if sample_factory else {})
                          | {f"{key}_inline_vs_gymnasium_inline": round(statistics.median(gains), 3)
-                            for key, gains in envpool_gains.items()}))
+                            for key, gains in backend_gains.items()}))
 
 
-def envpool_gains_of(results: dict[str, dict]) -> dict[str, list[float]]:
-    """Per envpool line measured beside its gymnasium line: (b) envpool / (b) gymnasium in each round (the same env
-    and policy, measured in the same rounds)."""
+def backend_gains_of(results: dict[str, dict]) -> dict[str, list[float]]:
+    """Per envpool or jax line measured beside its gymnasium line: its (b) over the gymnasium line's (b) in each
+    round (the same env and policy, measured in the same rounds)."""
     return {key: [e[1] / g[1] for e, g in zip(results[key]["rounds"], results[gym_key]["rounds"], strict=True) if g[1]]
-            for key, gym_key in ENVPOOL_PAIRS.items() if key in results and gym_key in results}
+            for key, gym_key in BACKEND_PAIRS.items() if key in results and gym_key in results}
 
 
 def _print_comparison(args: argparse.Namespace, lines: dict[str, dict]) -> None:
@@ -364,7 +393,9 @@ def _print_comparison(args: argparse.Namespace, lines: dict[str, dict]) -> None:
 
 
 def _label(key: str) -> str:
-    return ENVS[key] + (" (envpool)" if key in ENVPOOL_PAIRS else {"cartpole_lstm": " (--rnn lstm)"}.get(key, ""))
+    backend = f" ({key.split('_')[-1]})" if key.endswith(("_envpool", "_jax")) else " (envpool)" if key == "envpool" \
+        else ""
+    return ENVS[key] + backend + {"cartpole_lstm": " (--rnn lstm)"}.get(key, "")
 
 
 def _one_precision(summary: dict) -> str:

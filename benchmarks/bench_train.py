@@ -1,6 +1,6 @@
 """Time to solve CartPole-v1 (mean return >= 475 over the last 100 episodes) from launch, daskrl vs SB3.
 
-Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2] [--env-backend gymnasium envpool]
+Run:  python benchmarks/bench_train.py [--json] [--seeds 0 1 2] [--env-backend gymnasium envpool jax]
       python benchmarks/bench_train.py --task cartpole_no_velocity [--limit 300]
 
 ``--task cartpole_no_velocity``: CartPole without its velocities (examples/cartpole_no_velocity.py), which needs
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="cartpole: also run the daskrl of this source tree (e.g. "
                                                          "`git worktree add /tmp/base <commit>`), seed by seed in turn "
                                                          "with this one, and print the frames/s ratio")
-    parser.add_argument("--env-backend", nargs="+", default=["gymnasium"], choices=["gymnasium", "envpool"],
+    parser.add_argument("--env-backend", nargs="+", default=["gymnasium"], choices=["gymnasium", "envpool", "jax"],
                         help="cartpole: run daskrl with each of these --env-backend values, seed by seed in turn")
     parser.add_argument("--no-limits", action="store_true", help="cartpole: skip measuring the machine's limits (raw "
                                                                   "env stepping, the learner alone) after the runs")

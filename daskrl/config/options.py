@@ -41,11 +41,13 @@ class EnvConfig(Section):
     env_packages: list[str] = opt([], "modules to import before the env is made, here and in every worker (as "
                                       "rl-zoo's --gym-packages): packages that register env ids on import, such as "
                                       "minigrid; a comma-separated list works too")
-    env_backend: str = opt("gymnasium", "what steps the rollout workers' envs: 'gymnasium' (one env object each), or "
+    env_backend: str = opt("gymnasium", "what steps the rollout workers' envs: 'gymnasium' (one env object each); "
                                         "'envpool' (a split's envs in one C++ call) for atari/<Game> and the "
                                         "gymnasium ids envpool shares (CartPole-v1, LunarLander-v3, HalfCheetah-v5, "
-                                        "...; pip install 'daskrl[envpool]')",
-                           choices=["gymnasium", "envpool"])
+                                        "...; pip install 'daskrl[envpool]'); 'jax' (one jitted call) for the "
+                                        "gymnasium ids gymnax shares (CartPole-v1, Acrobot-v1, Pendulum-v1, ...; pip "
+                                        "install 'daskrl[jax]' and then pip install --no-deps gymnax)",
+                           choices=["gymnasium", "envpool", "jax"])
 
 
 @dataclass

@@ -157,8 +157,8 @@ def test_envpool_keeps_the_final_observation_of_an_episode_cut_by_the_time_limit
 
 def test_envpool_is_refused_in_one_line_where_it_cannot_play_as_the_gymnasium_path():
     _needs_envpool()
+    from daskrl.envs.groups import check_backend
     from daskrl.envs.suites.envpool_atari import envpool_options
-    from daskrl.envs.suites.envpool_group import check_backend
 
     check_backend("gymnasium", "CartPole-v1", {})  # the default backend plays anything
     task, options = envpool_options("atari/Pong", {"screen_size": 64, "sticky_actions": 0.0})

@@ -18,7 +18,8 @@ from ..helpers import slow
 
 pytest.importorskip("envpool", reason="envpool is not installed (pip install 'daskrl[envpool]')")
 
-from daskrl.envs.suites.envpool_group import EnvpoolGroup, check_backend  # noqa: E402
+from daskrl.envs.groups import check_backend  # noqa: E402
+from daskrl.envs.suites.envpool_group import EnvpoolGroup  # noqa: E402
 
 
 def slot_arrays(n: int, shape: tuple, dtype: str = "float32") -> tuple[np.ndarray, ...]:

@@ -21,8 +21,8 @@ from daskrl.driver.fleet.placement import workers_needed
 from daskrl.driver.launch.resumed_network import adopt_trained_network
 from daskrl.driver.launch.sizing import check_fits_this_machine
 from daskrl.envs import EnvSpaces, probe_env
+from daskrl.envs.groups import check_backend
 from daskrl.envs.packages import env_package_problems
-from daskrl.envs.suites.envpool_group import check_backend
 from daskrl.errors import ConfigError
 from daskrl.models.registry import model_name_problems
 from daskrl.sampling.policies.policy_map import check_mapping
