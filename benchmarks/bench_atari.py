@@ -27,6 +27,10 @@ What is reported, per framework:
   (shared pages split between their users: what the tree really costs the machine).
 - return: the mean game score of the last 100 episodes at the end (raw, not clipped): daskrl's
   ``episode_return_mean``, Sample Factory's "Avg episode reward".
+- the machine's bound, measured after the runs (``--no-limits`` skips it): the game stepped with random actions on
+  every core (bench_sampling.py's limit: 16 envs per process; envpool's pool where ``--daskrl-args`` chooses it), the
+  learner's training step alone (bench_learner.py: the Nature CNN on the Atari family's step, one thread), the
+  trained env steps/s the two allow together (bench_train.py's formula, benchmarks/common.py), and each run's share.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ import time
 import psutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import training_fps_bound  # noqa: E402
+
 SF_FRAMESKIP = 4  # Sample Factory counts frames (summaries_use_frameskip), 4 per env step
 
 
@@ -136,6 +143,25 @@ def run_daskrl(game: str, seconds: float, warmup: float, tmp: str, extra: list[s
             "exit_code": proc.returncode, **peaks}
 
 
+def machine_bound(game: str, extra: list[str]) -> dict:
+    """What the machine allows an Atari run to train at: stepping on every core, the learner alone, both together."""
+    from bench_learner import Step, measure
+    from bench_sampling import limit_fps
+
+    from daskrl.config import Config
+    from daskrl.config.env_defaults import apply_env_defaults
+
+    config = Config().replace(env=f"atari/{game}")
+    apply_env_defaults(config)
+    samples = config.learner.batch_size * config.learner.num_batches_per_epoch
+    learner = measure(Step.of("cnn", gpu=False, samples=samples, minibatch=config.learner.batch_size), "cpu", 1, 1, 8)
+    backend = "envpool" if "envpool" in extra else "gymnasium"
+    env_fps = limit_fps(f"atari/{game}", 5.0, 16, backend)
+    cores = os.cpu_count() or 1
+    return {"env_fps": round(env_fps), "env_backend": backend, "learner_samples_per_s": round(learner),
+            "cores": cores, "training_fps_bound": round(training_fps_bound(env_fps, learner, cores))}
+
+
 def run_sample_factory(venv: str, game: str, seconds: float, warmup: float, tmp: str, extra: list[str]) -> dict:
     """``sf_examples.atari`` (through sf_atari.py) in its venv; rates and return from its log lines."""
     from daskrl.config import Config
@@ -218,6 +244,7 @@ def main() -> None:
     parser.add_argument("--daskrl-args", default="", help="more daskrl train options (one string)")
     parser.add_argument("--sf-args", default="", help="more Sample Factory options (one string)")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--no-limits", action="store_true", help="skip measuring the machine's bound after the runs")
     args = parser.parse_args()
     sf_python = os.path.join(args.sample_factory_venv, "bin", "python")
     if args.only != "daskrl" and not os.path.exists(sf_python):
@@ -240,9 +267,18 @@ def main() -> None:
         print(f"  daskrl sampled {results['daskrl']['sampled_env_steps_per_s']:,.0f} env steps/s")
         print("  daskrl's curve (s, env steps, mean return of the last 100 episodes): "
               + ", ".join(f"{t} s {n:,} {r}" for t, n, r in results["daskrl"]["curve_time_steps_return"]))
+    bound = None if args.no_limits else machine_bound(args.game, shlex.split(args.daskrl_args))
+    if bound:
+        print(f"\nthe machine's bound, measured after the runs: stepping {bound['env_fps']:,} env steps/s "
+              f"({bound['env_backend']}, random actions, every core), the learner alone "
+              f"{bound['learner_samples_per_s']:,} samples/s (the Nature CNN, one thread), together "
+              f"{bound['training_fps_bound']:,} trained env steps/s on {bound['cores']} cores:")
+        for name, r in results.items():
+            r["share_of_bound"] = round(r["trained_env_steps_per_s"] / bound["training_fps_bound"], 3)
+            print(f"  {name} trained at {r['trained_env_steps_per_s']:,.0f} ({r['share_of_bound']:.0%} of it)")
     if args.json:
         print(json.dumps({"benchmark": "atari", "game": args.game, "seconds": args.seconds, "warmup": args.warmup,
-                          "cores": os.cpu_count(), **results}))
+                          "cores": os.cpu_count(), "bound": bound, **results}))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compile_like_an_install, tree_pss_mb  # noqa: E402
+from common import compile_like_an_install, training_fps_bound, tree_pss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -176,13 +176,6 @@ def hardware_limits(backends: list[str]) -> dict:
                                "training_fps_bound": round(training_fps_bound(env_fps, learner, cores))}
     return {**by_backend[backends[0]], "learner_samples_per_s": round(learner), "cores": cores,
             "by_backend": by_backend}
-
-
-def training_fps_bound(env_fps: float, learner_samples_per_s: float, cores: int) -> float:
-    """The most frames/s a run could train at on ``cores`` cores if stepping and learning were all it did: each
-    trained frame costs ``cores / env_fps`` core-seconds of stepping (``env_fps`` is every core's stepping) and
-    ``1 / learner_samples_per_s`` of learning (one core's); acting, messages and the driver only add to that."""
-    return cores / (cores / env_fps + 1.0 / learner_samples_per_s)
 
 
 def main() -> None:

@@ -69,3 +69,10 @@ def compile_like_an_install(checkout: str) -> None:
     is set (this project's machines set it) never caches its bytecode: every launch would compile daskrl's modules
     again, in the driver and in the worker server (about 0.09 s on the server's path to the first training step)."""
     compileall.compile_dir(os.path.join(checkout, "daskrl"), quiet=1)
+
+
+def training_fps_bound(env_fps: float, learner_samples_per_s: float, cores: int) -> float:
+    """The most frames/s a run could train at on ``cores`` cores if stepping and learning were all it did: each
+    trained frame costs ``cores / env_fps`` core-seconds of stepping (``env_fps`` is every core's stepping) and
+    ``1 / learner_samples_per_s`` of learning (one core's); acting, messages and the driver only add to that."""
+    return cores / (cores / env_fps + 1.0 / learner_samples_per_s)
