@@ -67,20 +67,25 @@ def _import_gymnax() -> Any:
 
 @contextlib.contextmanager
 def _held_to_one_core() -> Iterator[None]:
-    """Hold the calling thread to the core it runs on, then give its affinity back: JAX started inside sizes its
-    thread pools to one core (the way JAX's maintainers advise limiting its threads)."""
+    """Hold the calling thread to the core it runs on, then give its affinity back, and the same to the threads
+    started meanwhile: JAX started inside sizes its thread pools to one core (the way JAX's maintainers advise
+    limiting its threads), and its threads are not tied to the core the import happened to run on."""
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     if len(allowed) <= 1:
         yield
         return
     import psutil
 
+    before = set(os.listdir("/proc/self/task"))
     core = psutil.Process().cpu_num()
     os.sched_setaffinity(0, {core if core in allowed else min(allowed)})
     try:
         yield
     finally:
         os.sched_setaffinity(0, allowed)
+        for thread in set(os.listdir("/proc/self/task")) - before:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(thread), allowed)
 
 
 def check_jax_env(env: str, env_kwargs: dict[str, Any] | None) -> None:
