@@ -1,6 +1,7 @@
 """What the test modules share, in one place (fixtures live in ``conftest.py``; headless Chromium in ``browser.py``):
 a run's configuration, the ``slow`` marker, waiting, processes and clusters started from the command line, faults
-injected from outside (a SIGKILLed component), the dashboard's JSON endpoints and the chains of sampled slots.
+injected from outside (a SIGKILLed component), the dashboard's JSON endpoints, the chains of sampled slots and what
+every batched env backend must do at a time limit.
 
 No test module imports another test module: a helper two of them need lives here.
 """
@@ -457,3 +458,31 @@ def split_chains(slots: list[dict], num_splits: int,
         chains.append([s])
     assert len(chains) == num_splits, f"expected {num_splits} splits' chains of slots, got {len(chains)}"
     return chains
+
+
+# ---- batched env backends ----
+
+
+def assert_pendulum_cut_keeps_its_final_observation(group: Any, time_limit: int) -> None:
+    """A batched backend's group of 3 Pendulums, pushed at full torque: the step that reaches ``time_limit`` cuts every
+    episode (truncated, not terminated), keeps each one's final observation, one step on from the one before (and
+    on the unit circle), while the slot already holds the next episode's start; the records say so."""
+    obs, reward = np.zeros((3, 3), np.float32), np.zeros(3, np.float32)
+    terminated, truncated = np.zeros(3, bool), np.zeros(3, bool)
+    push = np.full((3, 1), 9.0, np.float32)  # clipped to 2
+    group.reset(obs)
+    for _ in range(time_limit - 1):
+        group.step(push, obs, reward, terminated, truncated)
+    before_end = obs.copy()
+    assert not (terminated | truncated).any()
+    group.step(push, obs, reward, terminated, truncated)
+    assert truncated.all() and not terminated.any()
+    finals = dict(group.pop_truncations())
+    assert sorted(finals) == [0, 1, 2]
+    for i, final in finals.items():
+        assert not np.array_equal(final, obs[i])
+        assert abs(final[2] - before_end[i][2]) <= (15.0 + 3 * 2.0) * 0.05 + 1e-5  # (3g/2l + 3u/ml^2) dt
+        assert np.isclose(np.hypot(final[0], final[1]), 1.0, rtol=1e-5)
+    stats = group.pop_episode_stats()
+    assert [(length, column) for _, length, column in stats] == [(time_limit, 0), (time_limit, 1), (time_limit, 2)]
+    assert all(ret < 0 for ret, _, _ in stats)  # Pendulum's costs

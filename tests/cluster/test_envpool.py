@@ -4,8 +4,6 @@ run trains on them (Atari's envpool path: tests/cluster/test_atari.py)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from daskrl.envs import probe_env
 from daskrl.envs.vector import EnvGroup
 from daskrl.errors import EnvError
 
-from ..helpers import slow
+from ..helpers import assert_pendulum_cut_keeps_its_final_observation, slow
 
 pytest.importorskip("envpool", reason="envpool is not installed (pip install 'daskrl[envpool]')")
 
@@ -81,23 +79,7 @@ def test_halfcheetah_from_the_same_state_agrees_with_gymnasiums_until_chaos_sepa
 
 def test_a_time_limit_cut_keeps_the_final_observation_and_the_next_episode_starts_at_once():
     group = EnvpoolGroup.from_spec("Pendulum-v1", 3, seed=2, env_kwargs={"max_episode_steps": 20})
-    obs, reward, terminated, truncated = slot_arrays(3, (3,))
-    group.reset(obs)
-    for _ in range(19):
-        group.step(np.full((3, 1), 9.0, np.float32), obs, reward, terminated, truncated)  # clipped to 2
-    before_end = obs.copy()
-    assert not (terminated | truncated).any()
-    group.step(np.full((3, 1), 9.0, np.float32), obs, reward, terminated, truncated)
-    assert truncated.all() and not terminated.any()
-    finals = dict(group.pop_truncations())
-    assert sorted(finals) == [0, 1, 2]
-    for i, final in finals.items():  # the last observation, one step on from the one before; the slot: a new start
-        assert not np.array_equal(final, obs[i])
-        assert abs(final[2] - before_end[i][2]) <= (15.0 + 3 * 2.0) * 0.05 + 1e-6  # (3g/2l + 3u/ml^2) dt
-        assert math.isclose(float(np.hypot(final[0], final[1])), 1.0, rel_tol=1e-5)
-    stats = group.pop_episode_stats()
-    assert [(length, column) for _, length, column in stats] == [(20, 0), (20, 1), (20, 2)]
-    assert all(ret < 0 for ret, _, _ in stats)  # Pendulum's costs
+    assert_pendulum_cut_keeps_its_final_observation(group, 20)
     group.close()
 
 

@@ -13,7 +13,7 @@ from daskrl.config import Config
 from daskrl.envs import probe_env
 from daskrl.errors import EnvError, EnvStepError
 
-from ..helpers import slow
+from ..helpers import assert_pendulum_cut_keeps_its_final_observation, slow
 
 pytest.importorskip("gymnax", reason="gymnax is not installed (pip install 'daskrl[jax]', then pip install "
                                      "--no-deps gymnax)")
@@ -88,23 +88,7 @@ def test_random_cartpole_episodes_last_as_long_as_gymnasiums():
 
 def test_a_time_limit_cut_keeps_the_final_observation_and_the_next_episode_starts_at_once():
     group = JaxGroup.from_spec("Pendulum-v1", 3, seed=2, spaces=probe_env("Pendulum-v1"))
-    obs, reward, terminated, truncated = slot_arrays(3, (3,))
-    group.reset(obs)
-    for _ in range(199):
-        group.step(np.full((3, 1), 9.0, np.float32), obs, reward, terminated, truncated)  # clipped to 2
-    before_end = obs.copy()
-    assert not (terminated | truncated).any()
-    group.step(np.full((3, 1), 9.0, np.float32), obs, reward, terminated, truncated)
-    assert truncated.all() and not terminated.any()
-    finals = dict(group.pop_truncations())
-    assert sorted(finals) == [0, 1, 2]
-    for i, final in finals.items():  # the last observation, one step on from the one before; the slot: a new start
-        assert not np.array_equal(final, obs[i])
-        assert abs(final[2] - before_end[i][2]) <= (15.0 + 3 * 2.0) * 0.05 + 1e-5  # (3g/2l + 3u/ml^2) dt
-        assert math.isclose(float(np.hypot(final[0], final[1])), 1.0, rel_tol=1e-5)
-    stats = group.pop_episode_stats()
-    assert [(length, column) for _, length, column in stats] == [(200, 0), (200, 1), (200, 2)]
-    assert all(ret < 0 for ret, _, _ in stats)  # Pendulum's costs
+    assert_pendulum_cut_keeps_its_final_observation(group, 200)
     group.close()
 
 

@@ -98,7 +98,7 @@ def test_a_handle_watches_scales_sets_and_stops_a_run(shared, tmp_path):
         assert evaluation["episodes"] == 2 and evaluation["return_mean"] > 0
         with pytest.raises(ValueError):
             run.set(learning_rate=-1.0)
-        wait_for(lambda: any(r["learning_rate"] == 0.00123 for r in run.metrics()), what="the new rate in a row")
+        wait_for(lambda: any(r["learning_rate"] == 0.00123 for r in run.metrics(frame=False)), what="the new rate in a row")
         summary = run.stop(timeout=120)
     assert started_in < 30 and summary["stop_reason"] == "stopped by its handle"
     assert run.status()["phase"] == "finished" and run.done

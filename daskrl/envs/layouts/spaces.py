@@ -167,6 +167,18 @@ class EnvSpaces:
         )
 
 
+def spaces_differ(spaces: EnvSpaces, obs_shape: tuple[int, ...], action_space: Any) -> tuple[str, str] | None:
+    """Where a batched backend's spaces (``obs_shape``, its ``action_space``) are not the run's (the gymnasium env's,
+    which the policy was built for): its observation shape and action count, then the run's, each as a phrase for
+    the backend's one-line refusal; None where they agree."""
+    discrete = hasattr(action_space, "n")
+    actions = int(action_space.n) if discrete else int(np.prod(action_space.shape))
+    expected = spaces.num_actions if discrete else spaces.action_dim
+    if tuple(spaces.obs_shape) == tuple(obs_shape) and actions == expected:
+        return None
+    return f"{tuple(obs_shape)} with {actions} actions", f"{tuple(spaces.obs_shape)} with {expected}"
+
+
 def _unsupported(role: str, space: gym.Space, hint: str) -> EnvError:
     return EnvError(f"Unsupported {role} space {space!r} ({type(space).__name__}): {hint}")
 

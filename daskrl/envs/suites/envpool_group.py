@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.envs.batched_records import BatchedEpisodes
-from daskrl.envs.layouts.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces, spaces_differ
 from daskrl.envs.registry import env_seed
 from daskrl.envs.suites.atari import PREFIX
 from daskrl.envs.suites.envpool_atari import envpool_options
@@ -111,14 +111,10 @@ class EnvpoolGroup(BatchedEpisodes):
 
     def _check_spaces(self, env: str, task: str, spaces: EnvSpaces | None) -> None:
         """envpool's spaces are the gymnasium env's (what the run's policy was built for), or one line says not."""
-        if spaces is None:
-            return
-        action_space = self.pool.action_space
-        actions = action_space.n if self.discrete else int(np.prod(action_space.shape))
-        expected = spaces.num_actions if self.discrete else spaces.action_dim
-        if tuple(spaces.obs_shape) != self.obs_shape or actions != expected:
-            raise EnvError(f"envpool's {task} observes {self.obs_shape} with {actions} actions, and {env} with these "
-                           f"options {tuple(spaces.obs_shape)} with {expected}: use --env-backend gymnasium")
+        if spaces is not None and (differ := spaces_differ(spaces, self.obs_shape, self.pool.action_space)):
+            theirs, ours = differ
+            raise EnvError(f"envpool's {task} observes {theirs}, and {env} with these options {ours}: use "
+                           "--env-backend gymnasium")
 
     @classmethod
     def from_spec(cls, spec: str, num_envs: int, seed: int | None = None, worker_index: int = 0,

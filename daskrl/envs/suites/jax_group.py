@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from daskrl.envs.batched_records import BatchedEpisodes
-from daskrl.envs.layouts.spaces import EnvSpaces
+from daskrl.envs.layouts.spaces import EnvSpaces, spaces_differ
 from daskrl.envs.registry import env_seed
 from daskrl.envs.vector import EnvFailure, count_failure
 from daskrl.errors import EnvError
@@ -159,13 +159,10 @@ class JaxGroup(BatchedEpisodes):
 
     def _check_spaces(self, spaces: EnvSpaces | None, action_space: Any) -> None:
         """gymnax's spaces are the gymnasium env's (what the run's policy was built for), or one line says not."""
-        if spaces is None:
-            return
-        actions = action_space.n if self.discrete else int(np.prod(action_space.shape))
-        expected = spaces.num_actions if self.discrete else spaces.action_dim
-        if tuple(spaces.obs_shape) != self.obs_shape or actions != expected:
-            raise EnvError(f"gymnax's {self.env} observes {self.obs_shape} with {actions} actions, and the gymnasium "
-                           f"env {tuple(spaces.obs_shape)} with {expected}: use --env-backend gymnasium")
+        if spaces is not None and (differ := spaces_differ(spaces, self.obs_shape, action_space)):
+            theirs, ours = differ
+            raise EnvError(f"gymnax's {self.env} observes {theirs}, and the gymnasium env {ours}: use --env-backend "
+                           "gymnasium")
 
     @classmethod
     def from_spec(cls, spec: str, num_envs: int, seed: int | None = None, worker_index: int = 0,
