@@ -132,6 +132,8 @@ class RolloutSetup:
     record_schedule: bool
     #: --record-dataset: how many whole episodes to record from each env of this worker (-1: every one); None: none
     record_quotas: tuple[int, ...] | None
+    #: a curriculum's task the envs start at: the level the run had reached when this worker was made
+    task_level: int
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ Row = dict[str, Any]
 
 
 def feature_observers(config: Config) -> list[Observer]:
-    """The observers the config asks for: evaluation and videos while training, --online-after's switch, PBT, replay
-    saved with the checkpoints (an elastic run's growth and retirements are its sizing's:
+    """The observers the config asks for: evaluation and videos while training, --online-after's switch, a curriculum,
+    PBT, replay saved with the checkpoints (an elastic run's growth and retirements are its sizing's:
     daskrl/driver/changes/fleet_sizing.py)."""
     observers: list[Observer] = []
     r = config.run
@@ -31,6 +31,10 @@ def feature_observers(config: Config) -> list[Observer]:
         from daskrl.driver.loop.online_switch import OnlineSwitch
 
         observers.append(OnlineSwitch())
+    if config.env.curriculum or config.env.curriculum_tasks:
+        from daskrl.curriculum.observer import CurriculumObserver
+
+        observers.append(CurriculumObserver())
     if config.policies.pbt:
         from daskrl.pbt.driver import PBTDriver
 

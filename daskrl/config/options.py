@@ -48,6 +48,22 @@ class EnvConfig(Section):
                                         "gymnasium ids gymnax shares (CartPole-v1, Acrobot-v1, Pendulum-v1, ...; pip "
                                         "install 'daskrl[jax]' and then pip install --no-deps gymnax)",
                            choices=["gymnasium", "envpool", "jax"])
+    curriculum: list[str] = opt([], "a curriculum of env ids: the tasks that follow --env's, in order (one family "
+                                    "with --env's spaces: MiniGrid-DoorKey-8x8-v0 MiniGrid-DoorKey-16x16-v0, or "
+                                    "comma-separated); every env moves on to the next task when --curriculum-rule "
+                                    "holds on the current one (docs/curriculum.md)")
+    curriculum_tasks: list[str] = opt([], "a curriculum of tasks for --env's own set_task(task) (as RLlib's "
+                                          "TaskSettableEnv), in order; each item is read as JSON where it parses "
+                                          "('3', '{\"size\": 8}') and as text otherwise")
+    curriculum_rule: str = opt("success>=0.9", "when a curriculum moves on: 'success>=X' (the share of episodes "
+                                               "with a positive return, MiniGrid's success) or 'return>=X' (the mean "
+                                               "return), over --curriculum-window episodes of the current task",
+                               pattern=r"(success|return)>=-?[0-9]+(\.[0-9]*)?",
+                               pattern_help="success>=X or return>=X, X a number")
+    curriculum_window: int = opt(100, "episodes of the current task the curriculum rule is read over (the window "
+                                      "must be full)", low=1)
+    curriculum_replay: float = opt(0.0, "the share of episodes that replay an earlier task of the curriculum "
+                                        "(drawn uniformly), to keep what was learned", low=0.0, high=1.0)
 
 
 @dataclass

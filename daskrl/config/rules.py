@@ -49,6 +49,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _policy_problems(config, found)
     problems += _deterministic_problems(config)
     problems += _record_schedule_problems(config)
+    problems += _curriculum_problems(config.env)
     problems += _dataset_problems(config)
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
@@ -89,6 +90,24 @@ def _record_schedule_problems(config: Config) -> list[str]:
         (config.run.sampling_only, "a learner (no --sampling-only: there is nothing to replay)"),
     ]
     return [f"--record-schedule needs {need}" for bad, need in unsupported if bad]
+
+
+def _curriculum_problems(env: EnvConfig) -> list[str]:
+    """A curriculum's options that cannot work together (its tasks' spaces and set_task are checked once the env is
+    probed: the preflight)."""
+    problems = []
+    if env.curriculum and env.curriculum_tasks:
+        problems.append("--curriculum (env ids) and --curriculum-tasks (tasks for --env's set_task) are two kinds of "
+                        "curriculum: give one")
+    if (env.curriculum or env.curriculum_tasks) and env.env_backend != "gymnasium":
+        problems.append(f"a curriculum switches each env's task on its own, which --env-backend {env.env_backend} "
+                        "(one call for all envs) cannot: use --env-backend gymnasium")
+    given = [f"--{name.replace('_', '-')}" for name in ("curriculum_rule", "curriculum_window", "curriculum_replay")
+             if name in env.changed()]
+    if given and not (env.curriculum or env.curriculum_tasks):
+        problems.append(f"{', '.join(given)} shape a curriculum: name its tasks too (--curriculum ID,ID or "
+                        "--curriculum-tasks TASK TASK)")
+    return problems
 
 
 def _dataset_problems(config: Config) -> list[str]:

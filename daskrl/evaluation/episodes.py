@@ -16,6 +16,7 @@ import torch
 from daskrl.config import Config, ConfigError
 from daskrl.driver.fleet.algorithms import algorithm_of
 from daskrl.envs import make_env
+from daskrl.envs.curriculum_env import reached_task
 from daskrl.envs.layouts.dict_obs import pack_into
 from daskrl.evaluation.loading import experiment_spaces, load_state, policy_model, read_config
 from daskrl.models.actor_critic import build_model
@@ -51,7 +52,8 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
           seat: str | None = None) -> dict[str, Any]:
     """Run ``episodes`` with a trained policy (``policy``: which of several); with ``video``, record them all to
     that .mp4 file. A multi-agent env's games are played by :func:`daskrl.evaluation.multi_agent_enjoy.enjoy_games`
-    (``opponent`` and ``seat`` apply to two-player games there)."""
+    (``opponent`` and ``seat`` apply to two-player games there). A curriculum's experiment plays the task its
+    checkpoint had reached."""
     config = read_config(experiment_dir)
     spaces = experiment_spaces(config)
     if spaces.num_agents > 1:
@@ -70,10 +72,12 @@ def enjoy(experiment_dir: str, episodes: int = 10, which: str = "latest", render
     if video:
         from daskrl.monitor.outputs.video import make_render_env
 
-        env = make_render_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs)
+        env = reached_task(config.env, state.get("curriculum"),
+                           lambda spec: make_render_env(spec, seed=seed, env_kwargs=config.env.env_kwargs))
     else:
-        env = make_env(config.env.env, seed=seed, env_kwargs=config.env.env_kwargs,
-                       render_mode="human" if render else None)
+        env = reached_task(config.env, state.get("curriculum"),
+                           lambda spec: make_env(spec, seed=seed, env_kwargs=config.env.env_kwargs,
+                                                 render_mode="human" if render else None))
     frames: list[np.ndarray] | None = [] if video else None
     try:
         returns, lengths = run_episodes(env, model, episodes, deterministic, max_steps, frames)

@@ -70,6 +70,11 @@ class RunState:
     eval_agent_columns: tuple[str, ...] = ()
     #: an offline run (--algo bc|iql|cql): it takes no env steps, and its progress is the learner's updates
     counts_updates: bool = False
+    #: a curriculum's progress (daskrl/curriculum/): the task reached and the tasks passed, kept in checkpoints so a
+    #: resume goes on from there; None: the run has no curriculum
+    curriculum: dict | None = None
+    #: who wants every finished episode's info numbers as they arrive (a curriculum reads each task's returns)
+    extras_readers: list = field(default_factory=list)
 
     @property
     def updates(self) -> int:
@@ -82,6 +87,8 @@ class RunState:
         return self.updates if self.counts_updates else self.env_steps
 
     def add_extras(self, extras: list[dict[str, float]]) -> None:
+        for reader in self.extras_readers:
+            reader(extras)
         for numbers in extras:
             for key, value in numbers.items():
                 self.pending_extras.setdefault(key, []).append(value)
@@ -118,6 +125,7 @@ class RunState:
             **replay_totals(self.replay),
             **self._eval_row(),
             **self._info_columns(),
+            **({} if self.curriculum is None else {"curriculum_task": self.curriculum["level"]}),
         }
 
     def _eval_row(self) -> dict[str, Any]:

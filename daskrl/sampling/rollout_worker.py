@@ -56,7 +56,7 @@ class RolloutWorker(Component):
         self.incarnation = os.urandom(4).hex()  # tells this worker's slots from a predecessor's after a restart
         self.rollout = setup.rollout
         self.groups = split_groups(setup.env, setup.spaces, setup.num_envs, setup.num_splits, setup.seed,
-                                   setup.worker_index, setup.env_failure_limit, setup.info_keys)
+                                   setup.worker_index, setup.env_failure_limit, setup.info_keys, setup.task_level)
         self.agents_per_env = setup.spaces.num_agents  # a multi-agent env's group has a column per agent
         self._create_slots(setup)
         #: free slots, the most recently freed taken first (``pop``): slots beyond what sampling and the learner keep
@@ -128,6 +128,14 @@ class RolloutWorker(Component):
     async def policy_weights(self, policy: int = 0) -> dict | None:
         """The version and weights the inline policy acts with (None with remote inference)."""
         return await self.on_own_thread(self.acting.weights, policy)
+
+    async def set_task_level(self, level: int) -> None:
+        """A curriculum moved on: every env plays task ``level`` from its next episode on (no episode is cut)."""
+        await self.on_own_thread(self._set_task_level, level)
+
+    def _set_task_level(self, level: int) -> None:
+        for group in self.groups:
+            group.set_task_level(level)
 
     async def drain(self, timeout: float = 10.0) -> dict:
         """Leave without losing a sample (the worker is going away gracefully): finish the slots being filled,

@@ -63,7 +63,7 @@ class Fleet:
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (a parameter block changes when a learner restarts)."""
         return role_setups(self.config, self.spaces, self._acting_params(), self.teams.remote_params,
-                           self.samplers.run_env_steps, self.samplers.weights)
+                           self.samplers.run_env_steps, self.samplers.weights, self.samplers.task_level)
 
     def took(self, env_steps: int) -> None:
         """The run has taken ``env_steps`` so far: a rollout worker created from now on (a recovered or added one)

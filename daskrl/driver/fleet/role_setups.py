@@ -34,17 +34,19 @@ from daskrl.setups import (
 
 
 def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
-                remote_params: bool = False, run_env_steps: int = 0, weights: dict | None = None) -> RoleSetups:
+                remote_params: bool = False, run_env_steps: int = 0, weights: dict | None = None,
+                task_level: int = 0) -> RoleSetups:
     """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
     (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
     exist, and in sampling-only runs: the samplers keep their initial weights). The replay shards' are those of a
     number given to ``--replay-shards`` (none for ``auto``, whose count the placement decides: the fleet builds
     each shard's with :func:`replay_setup`). ``run_env_steps``: the run's env steps so far (a resumed run's), where
     the samplers' exploration goes on from. ``weights``: what a sampling-only run acts with (``{"version",
-    "weights"}``: --init-checkpoint's; None: the initial weights)."""
+    "weights"}``: --init-checkpoint's; None: the initial weights). ``task_level``: the task a curriculum has reached
+    (a resumed run's), where the envs start."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps, weights)
+    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps, weights, task_level)
                     for index in range(s.num_workers))
     inference = tuple(InferenceSetup(policy_queue(k), _policy_setup(
         config, spaces, k, policy_params[k], c.run.seed + 1009 * k, s.inference_device,
@@ -154,9 +156,10 @@ def _by_policy(config: Config, params: Sequence[dict | None]) -> tuple[dict | No
 
 
 def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | None], index: int,
-                  run_env_steps: int = 0, weights: dict | None = None) -> RolloutSetup:
+                  run_env_steps: int = 0, weights: dict | None = None, task_level: int = 0) -> RolloutSetup:
     """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``), created once the
-    run took ``run_env_steps``; ``params`` and ``weights`` as :func:`role_setups` takes them."""
+    run took ``run_env_steps`` and its curriculum reached task ``task_level``; ``params`` and ``weights`` as
+    :func:`role_setups` takes them."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
     exploration = sampler_exploration(config, spaces, index, run_env_steps)
@@ -172,7 +175,7 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | Non
                         policy_mapping=c.policies.policy_mapping,
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
                         policy_spaces=acting_spaces(config, spaces), record_schedule=c.run.record_schedule,
-                        record_quotas=record_quotas(config, index))
+                        record_quotas=record_quotas(config, index), task_level=task_level)
 
 
 def record_quotas(config: Config, index: int) -> tuple[int, ...] | None:

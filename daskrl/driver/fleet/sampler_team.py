@@ -36,6 +36,8 @@ class Samplers:
         #: --online-after: the samplers are created and wired but not started until the learner has trained that
         #: many updates from the dataset alone (:meth:`release`)
         self.held = config.algo.online_after > 0
+        #: the task a curriculum has reached (daskrl/curriculum/): a rollout worker created now starts its envs there
+        self.task_level = 0
 
     def start(self, handles: Sequence[ComponentHandle]) -> None:
         """Start these samplers, unless sampling is held back (they then start with :meth:`release`)."""
@@ -71,7 +73,8 @@ class Samplers:
                    acting: Sequence[dict | None]) -> ComponentHandle:
         """Rollout worker ``name`` (env seeds by ``index``) created on ``worker``, reading ``acting``'s parameter
         blocks, its slot arrays kept; not yet attached to its readers, wired, started or kept in :attr:`rollout`."""
-        setup = rollout_setup(self.config, self.spaces, list(acting), index, self.run_env_steps, self.weights)
+        setup = rollout_setup(self.config, self.spaces, list(acting), index, self.run_env_steps, self.weights,
+                              self.task_level)
         new = self.roster.spawn(cls, name, worker, setup, Role.ROLLOUT)
         self.buffers[name] = new.call("buffers")
         return new

@@ -21,6 +21,7 @@ from daskrl.driver.fleet.placement import workers_needed
 from daskrl.driver.launch.resumed_network import adopt_trained_network
 from daskrl.driver.launch.sizing import check_fits_this_machine
 from daskrl.envs import EnvSpaces, probe_env
+from daskrl.envs.curriculum_env import check_curriculum
 from daskrl.envs.groups import check_backend
 from daskrl.envs.packages import env_package_problems
 from daskrl.errors import ConfigError
@@ -105,6 +106,7 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     apply_env_defaults(config, task_profile(config))
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)
+    check_curriculum(config.env, spaces)
     check_policies(config, spaces)
     apply_algo_model(config)
     adopt_trained_network(config)  # a resume trains the network it saved, whatever today's defaults are

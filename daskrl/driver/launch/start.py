@@ -245,6 +245,8 @@ def _resumed_state(prepared: _Prepared) -> RunState:
     if prepared.resume_state is not None:
         state.env_steps_offset = int(prepared.resume_state[0].get("env_steps", 0))
         state.elapsed_offset = float(prepared.resume_state[0].get("elapsed_s", 0.0))
+        if config.env.curriculum or config.env.curriculum_tasks:  # where the curriculum given again goes on from
+            state.curriculum = prepared.resume_state[0].get("curriculum")
     return state
 
 

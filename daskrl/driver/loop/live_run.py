@@ -94,6 +94,7 @@ class Run:
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn,
                            env_steps_offset=self.state.env_steps_offset)
+        self.fleet.samplers.task_level = (self.state.curriculum or {}).get("level", 0)  # a resumed curriculum's
         self.care.start(self.fleet, self.book.stores)
         self.fleet.create(starts)
         self._say_devices()

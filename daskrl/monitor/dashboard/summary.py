@@ -22,6 +22,8 @@ def summary_html(hist: RunHistory) -> str:
     evaluated = next((r for r in reversed(hist.rows) if not math.isnan(as_number(r.get("eval_return_mean")))), None)
     if evaluated is not None:
         parts.append(f"evaluation return {as_number(evaluated['eval_return_mean']):.1f}")
+    if row.get("curriculum_task") is not None:  # a curriculum's task now (its moves: the events below)
+        parts.append(f"curriculum task {int(as_number(row['curriculum_task'], 0))}")
     parts += [f"{html.escape(k)} {as_number(v):.3g}" for k, v in sorted(row.items()) if k.startswith("info/")]
     parts += policies_summary(hist)
     incidents = int(as_number(row.get("incidents"), 0))
