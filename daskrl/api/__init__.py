@@ -17,10 +17,10 @@ from daskrl.driver.loop.observers import Observer, ReportCallback
 Row = dict[str, Any]
 
 
-def feature_observers(config: Config) -> list[Observer]:
-    """The observers the config asks for: evaluation and videos while training, --online-after's switch, a curriculum,
-    PBT, replay saved with the checkpoints (an elastic run's growth and retirements are its sizing's:
-    daskrl/driver/changes/fleet_sizing.py)."""
+def feature_observers(config: Config, given: Sequence[Observer] = ()) -> list[Observer]:
+    """The observers the config asks for: evaluation and videos while training, --online-after's switch, a curriculum
+    (unless one of the ``given`` observers is a curriculum with a rule of its own), PBT, replay saved with the
+    checkpoints (an elastic run's growth and retirements are its sizing's: daskrl/driver/changes/fleet_sizing.py)."""
     observers: list[Observer] = []
     r = config.run
     if not r.sampling_only and (r.eval_interval_env_steps or r.eval_interval_updates or r.save_video_every_env_steps):
@@ -34,7 +34,8 @@ def feature_observers(config: Config) -> list[Observer]:
     if config.env.curriculum or config.env.curriculum_tasks:
         from daskrl.curriculum.observer import CurriculumObserver
 
-        observers.append(CurriculumObserver())
+        if not any(isinstance(o, CurriculumObserver) for o in given):
+            observers.append(CurriculumObserver())
     if config.policies.pbt:
         from daskrl.pbt.driver import PBTDriver
 
@@ -50,7 +51,7 @@ def _launch(config: Config, client: Any, observers: Sequence[Observer], on_repor
             progress: bool = True):
     from daskrl.driver.launch.start import launch
 
-    chosen = [*feature_observers(config), *observers, *([ReportCallback(on_report)] if on_report else [])]
+    chosen = [*feature_observers(config, observers), *observers, *([ReportCallback(on_report)] if on_report else [])]
     return launch(config, client, chosen, progress)
 
 

@@ -51,18 +51,24 @@ class TaskProgress:
             self.returns[task].append(float(episode_return))
             self.episodes[task] += 1
 
-    def learned(self) -> float | None:
-        """The rule's value over the current task's full window when it holds there (and a task follows it); else
-        None."""
+    @property
+    def last(self) -> bool:
+        """The current task is the last: nothing follows it."""
+        return self.level + 1 >= self.tasks
+
+    def learned(self) -> dict[str, float] | None:
+        """The rule's measure and value over the current task's full window when the rule holds there (and a task
+        follows it); else None."""
         window = self.returns[self.level]
-        if self.level + 1 >= self.tasks or len(window) < self.window:
+        if self.last or len(window) < self.window:
             return None
         value = self.rule.value(list(window))
-        return value if value >= self.rule.threshold else None
+        return {self.rule.measure: round(value, 4)} if value >= self.rule.threshold else None
 
-    def advance(self, value: float, env_steps: int) -> int:
-        """The current task was learned with ``value`` at ``env_steps``: the next one is current. Returns it."""
-        self.passed.append({"task": self.level, "env_steps": int(env_steps), str(self.rule.measure): round(value, 4)})
+    def advance(self, why: dict[str, Any], env_steps: int) -> int:
+        """The current task was learned at ``env_steps`` (``why``: what the rule read): the next one is current.
+        Returns it."""
+        self.passed.append({"task": self.level, "env_steps": int(env_steps), **why})
         self.level += 1
         return self.level
 

@@ -8,6 +8,7 @@ import csv
 from pathlib import Path
 
 from daskrl import Observer, train
+from daskrl.curriculum.observer import CurriculumObserver
 from daskrl.evaluation import enjoy
 from daskrl.learning.checkpoints import CheckpointStore
 from daskrl.monitor.dashboard import summary_html
@@ -64,6 +65,24 @@ def test_every_rollout_worker_moves_on_through_the_tasks_and_the_run_says_where_
         store.add_event(msg)
     line = summary_html(store.get("corridor"))
     assert "curriculum task 2" in line and "curriculum passed=1 success=" in line and line.endswith("task=2</p>"), line
+
+
+class EveryTwentyThousandSteps(CurriculumObserver):
+    """A rule of one's own (docs/curriculum.md's example, at a smaller scale): task k from env step k * 20,000 on."""
+
+    def ready(self, run):
+        return {"steps_per_task": 20_000} if run.state.env_steps >= (self.progress.level + 1) * 20_000 else None
+
+
+def test_a_rule_of_ones_own_takes_the_built_in_rules_place_and_moves_the_envs_alike(tmp_path):
+    rows: list[dict] = []
+    config = run_config(tmp_path, "own_rule", base=CORRIDOR_RUN, curriculum_tasks=["2", "6", "14"],
+                        curriculum_window=1, train_for_env_steps=60_000)  # the built-in rule would pass at once
+    summary = train(config, observers=[EveryTwentyThousandSteps()], on_report=rows.append)
+    passed = summary["curriculum"]["passed"]
+    assert [p["task"] for p in passed] == [0, 1] and all(p["steps_per_task"] == 20_000 for p in passed), passed
+    assert [p["env_steps"] >= 20_000 * (k + 1) for k, p in enumerate(passed)] == [True, True], passed
+    assert summary["curriculum"]["episodes"][2] > 0 and rows[-1]["curriculum_task"] == 2
 
 
 def test_a_resume_in_the_middle_of_the_curriculum_goes_on_with_the_task_it_had_reached(tmp_path):

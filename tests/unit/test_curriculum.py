@@ -98,15 +98,15 @@ def test_the_rule_reads_a_full_window_of_the_current_task_only():
         progress.add(0, r)
     assert progress.learned() is None  # 9 of 10: the window is not full
     progress.add(0, 0.0)
-    assert progress.learned() == pytest.approx(0.8)
-    assert progress.advance(0.8, 1234) == 1
+    assert progress.learned() == {"success": 0.8}
+    assert progress.advance({"success": 0.8}, 1234) == 1
     assert progress.state()["passed"] == [{"task": 0, "env_steps": 1234, "success": 0.8}]
     back = TaskProgress(3, Rule.parse("return>=5"), window=2, saved=progress.state())
     assert back.level == 1 and back.passed == progress.passed
     back.add(1, 4.0)
     back.add(1, 6.0)
-    assert back.learned() == 5.0
-    back.advance(5.0, 2000)
+    assert back.learned() == {"return": 5.0}
+    back.advance({"return": 5.0}, 2000)
     for _ in range(2):
         back.add(2, 100.0)
     assert back.learned() is None  # the last task: nothing follows it
