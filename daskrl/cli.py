@@ -213,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"daskrl: error: {exc}", file=sys.stderr)
         _point_to_log(config)
         return 1
+    except KeyboardInterrupt:  # a second Ctrl-C while the run stopped in order (the first asked for that stop)
+        print("daskrl: interrupted again: stopped without waiting for the run to stop in order; the checkpoints "
+              "written before are intact (--resume goes on from the newest)", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader of our output went away (`daskrl train | head`): stop as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # the exit status of a process ended by SIGPIPE

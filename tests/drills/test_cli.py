@@ -64,6 +64,45 @@ def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
     assert any(name.startswith("checkpoint_") for name in checkpoints)
 
 
+@slow("a CLI run stopped by two SIGINTs")
+def test_a_second_ctrl_c_stops_at_once_in_one_line_and_leaves_nothing(tmp_path):
+    """A second Ctrl-C while the run stops in order (an impatient user, or ``timeout`` forwarding a signal that the
+    process group got too) ends the command at once: one line, exit 130, no traceback, no process or shared memory
+    left."""
+    before = {name for name in os.listdir("/dev/shm") if name.startswith("daskrl_")}
+    proc = subprocess.Popen(DASKRL + ["train", "--train-dir", str(tmp_path), "--experiment", "c2",
+                                      "--train-for-seconds", "120", "--dashboard-address", ""],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            if "env steps" in line and "| fps" in line or time.monotonic() > deadline:
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert "daskrl: interrupted again: stopped without waiting for the run to stop in order" in out, out[-2000:]
+    deadline = time.monotonic() + 20  # the embedded workers end with their nanny, a moment after the driver
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not group_alive(proc.pid), "processes of the run outlived it"
+    assert {name for name in os.listdir("/dev/shm") if name.startswith("daskrl_")} <= before
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is still there."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @slow("three CLI runs")
 def test_stop_at_50k_resume_and_enjoy(tmp_path):
     train_dir = str(tmp_path)
