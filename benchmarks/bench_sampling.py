@@ -144,19 +144,19 @@ def limit_fps(env_id: str, seconds: float, num_envs: int, backend: str = "gymnas
 def daskrl_fps(env_id: str, inference: str, seconds: float, options: dict, startup_s: float,
                sampling_only: bool = True, warmup: float = 4.0) -> tuple[float, dict]:
     """Frames/s of a sampling-only run (or, with ``sampling_only=False``, a training run), measured for ``seconds``
-    after a warm-up, and the run's summary; ``startup_s`` is what the run gets to build its envs before the warm-up
-    can start."""
+    after a warm-up, and the run's summary; ``startup_s`` is the most the run gets to build its envs before the
+    warm-up can start (the probe ends the run once it has measured)."""
     from daskrl import train
     from daskrl.config import Config
 
-    probe = RateProbe(warmup)
+    probe = RateProbe(warmup, seconds)
     with tempfile.TemporaryDirectory() as tmp:
         config = Config.from_flat({
             "env": env_id, "sampling_only": sampling_only, "inference": inference, "train_dir": tmp,
             "experiment": "bench",
             "train_for_env_steps": 0, "train_for_seconds": startup_s + warmup + seconds,
             "report_interval": 1.0, "dashboard_address": "", **options})
-        summary = train(config, on_report=probe)
+        summary = train(config, observers=[probe])
     stop_if_signalled(summary)
     return probe.rate(), summary
 

@@ -10,22 +10,37 @@ import time
 
 import psutil
 
+from daskrl import Observer
 
-class RateProbe:
-    """Collects (time, env_steps) from ``train(on_report=...)`` and gives the rate after a warm-up that starts
-    with the first report showing progress (so a slow start-up, such as building many Atari envs, is not
-    counted as sampling time)."""
 
-    def __init__(self, warmup_s: float) -> None:
-        self.warmup_s = warmup_s
+class RateProbe(Observer):
+    """An observer of a run's reports that gives the rate after a warm-up that starts with the first report showing
+    progress (so a slow start-up, such as building many Atari envs, is not counted as sampling time). With
+    ``measure_s`` it ends the run once it has measured that long: the run's own time limit then only bounds a start-up
+    that never ends, instead of every run waiting out the slowest start-up it allows."""
+
+    def __init__(self, warmup_s: float, measure_s: float | None = None) -> None:
+        self.warmup_s, self.measure_s = warmup_s, measure_s
         self.points: list[tuple[float, int]] = []
         self.t0 = time.monotonic()
+        self.measured = False  # the stop was asked for: rows after it (the stopping run's last) are not counted
 
-    def __call__(self, row: dict) -> None:
-        self.points.append((time.monotonic() - self.t0, int(row["env_steps"])))
+    def on_report(self, run, row: dict) -> None:
+        if self.measured:
+            return
+        now = time.monotonic() - self.t0
+        self.points.append((now, int(row["env_steps"])))
+        started = self.started()
+        if self.measure_s is not None and started is not None and now >= started + self.warmup_s + self.measure_s:
+            self.measured = True
+            run.request_stop(f"measured {self.measure_s:g} s after the warm-up")
+
+    def started(self) -> float | None:
+        """When the first report showing progress came (None: none yet)."""
+        return next((t for t, s in self.points if s > 0), None)
 
     def rate(self) -> float:
-        started = next((t for t, s in self.points if s > 0), None)
+        started = self.started()
         if started is None:
             return 0.0
         steady = [(t, s) for t, s in self.points if t >= started + self.warmup_s]

@@ -260,13 +260,15 @@ def test_minigrid_trains_from_its_gymnasium_module_id(tmp_path):
     spaces = probe_env(env)
     assert [k.name for k in spaces.obs_keys] == ["direction", "image"] and spaces.dropped_obs_keys == ("mission",)
     rows: list[dict] = []
+    # 35k env steps: alone here the mean return went from 0.26 (its lowest once 100 episodes had ended) past 0.56 at
+    # 20k and to 0.83 at 35k (0.90 at 60k)
     summary = train(Config.from_flat({"env": env, "train_dir": str(tmp_path), "experiment": "minigrid",
-                                      "train_for_env_steps": 60_000, "train_for_seconds": 150,
+                                      "train_for_env_steps": 35_000, "train_for_seconds": 150,
                                       "report_interval": 1.0, "dashboard_address": ""}), on_report=rows.append)
     # the first reports are biased to the short (successful) episodes of the first policy: the bar is the lowest
     # mean once 100 episodes have ended (the untrained policy's)
     returns = [r["episode_return_mean"] for r in rows if r["episodes"] >= 100]
-    assert summary["env_steps"] >= 60_000
+    assert summary["env_steps"] >= 35_000
     assert returns and summary["episode_return_mean"] >= min(returns) + 0.3, (min(returns), summary)
 
 

@@ -94,7 +94,7 @@ def test_agents_of_different_spaces_train_their_own_policies(tmp_path, inference
     config = Config().replace(train_dir=str(tmp_path), experiment="adversary", dashboard_address="",
                               report_interval=0.5, env="mpe2.simple_adversary_v3:parallel_env", num_policies=2,
                               policy_mapping="daskrl.testing.mappings:by_role", inference=inference, num_workers=1,
-                              num_envs_per_worker=8, train_for_env_steps=20_000, train_for_seconds=120)
+                              num_envs_per_worker=8, train_for_env_steps=10_000, train_for_seconds=120)
     summary = train(config)
     assert summary["stop_reason"].startswith("reached"), summary
     exp = Path(config.experiment_dir)

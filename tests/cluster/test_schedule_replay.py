@@ -43,7 +43,7 @@ def run_checkpoint_steps(experiment_dir: Path) -> list[int]:
 
 #: an LSTM on Dict observations (daskrl/testing/environments: CueEnv): the torch model acts, not the numpy path
 RECURRENT_DICT = {"env": "daskrl.testing.environments.envs:cue", "rnn": "lstm", "rollout": 16, "batch_size": 256,
-                  "train_for_env_steps": 40_000}
+                  "train_for_env_steps": 20_000}
 
 
 @pytest.mark.parametrize("options", [{}, RECURRENT_DICT], ids=["mlp on the numpy path", "lstm on dict observations"])
