@@ -13,7 +13,8 @@ slow video (rendering, encoding) never delays an evaluation. What it costs the r
 passes cost the machine. The result goes into the next report's row (``eval_return_mean`` ...), stamped with the
 env steps and learner updates at which its weights were taken (``eval_env_steps``, ``eval_updates``). One evaluation
 runs at a time: when one takes longer than the interval, the multiples that pass meanwhile are skipped, not queued.
-A failure (an env that raises) is one warning and an incident, and training goes on. A multi-agent run's games are
+A failure (an env that raises) is one warning and an incident, and training goes on. A curriculum's evaluations and
+videos play the task it has reached. A multi-agent run's games are
 played by :mod:`.multi_agent_eval`: every acting policy's weights are taken, and each agent gets its own mean return.
 """
 
@@ -32,6 +33,7 @@ from daskrl.config import Config
 from daskrl.config.algo_options import OFFLINE_ALGOS
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.envs import EnvSpaces, make_env
+from daskrl.envs.curriculum_env import reached_task
 from daskrl.errors import ComponentError
 from daskrl.evaluation.episodes import episode_stats, run_episodes
 from daskrl.evaluation.multi_agent_eval import RunPolicies, acting_weights, agent_columns, eval_result
@@ -58,6 +60,7 @@ class _Task:
         self.thread: threading.Thread | None = None
         self.model = None
         self.env = None
+        self.task_level = 0  # a curriculum's task its env plays
 
     @property
     def busy(self) -> bool:
@@ -82,6 +85,7 @@ class Evaluator:
         self.video_dir = os.path.join(config.experiment_dir, "videos")
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()  # the run is stopping: an evaluation in progress ends at its next step
+        self.task_level = 0  # the task a curriculum has reached: evaluations and videos play it
 
     def poll(self, state: RunState, learners: list) -> None:
         """Hand a finished evaluation to the next row; start the tasks whose multiple has passed. ``learners``: each
@@ -99,6 +103,7 @@ class Evaluator:
         except ComponentError as exc:  # the learner is being recovered: the next poll tries again
             self.incidents.note("eval-weights-unavailable", exc)
             return
+        self.task_level = (state.curriculum or {}).get("level", 0)
         for task in due:
             task.next_at = _next_multiple(steps, task.every)
             task.thread = threading.Thread(target=self._run, args=(task, weights, state.env_steps, state.updates),
@@ -173,17 +178,21 @@ class Evaluator:
         return task.model
 
     def _env(self, task: _Task):
+        if task.env is not None and task.task_level != self.task_level:  # a curriculum moved on since it was built
+            self._drop_env(task)
         if task.env is None:
-            e, seed = self.config.env, self.config.run.seed + EVAL_SEED_OFFSET
+            e, seed, reached = self.config.env, self.config.run.seed + EVAL_SEED_OFFSET, {"level": self.task_level}
             if self.multi_agent:
                 task.env = game_group(e.env, self.spaces, seed + (task.kind == "video"), e.env_kwargs,
                                       "rgb_array" if task.kind == "video" else None)
             elif task.kind == "video":
                 from daskrl.monitor.outputs.video import make_render_env
 
-                task.env = make_render_env(e.env, seed=seed + 1, env_kwargs=e.env_kwargs)
+                task.env = reached_task(e, reached, lambda spec: make_render_env(spec, seed=seed + 1,
+                                                                                 env_kwargs=e.env_kwargs))
             else:
-                task.env = make_env(e.env, seed=seed, env_kwargs=e.env_kwargs)
+                task.env = reached_task(e, reached, lambda spec: make_env(spec, seed=seed, env_kwargs=e.env_kwargs))
+            task.task_level = self.task_level
         return task.env
 
     def _record(self, task: _Task, model, env_steps: int, deterministic: bool) -> None:

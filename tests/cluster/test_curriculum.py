@@ -91,11 +91,13 @@ def test_a_resume_in_the_middle_of_the_curriculum_goes_on_with_the_task_it_had_r
     saved = CheckpointStore(f"{first['experiment_dir']}/checkpoints").load("latest")
     assert saved["curriculum"]["level"] == 1 and saved["curriculum"]["passed"][0]["task"] == 0, saved["curriculum"]
     rows: list[dict] = []
-    second = train(run_config(tmp_path, "resumed", **options, resume=True,
-                              train_for_env_steps=first["env_steps"] + 20_000), on_report=rows.append)
+    second = train(run_config(tmp_path, "resumed", **options, resume=True, eval_interval_env_steps=5_000,
+                              eval_episodes=3, train_for_env_steps=first["env_steps"] + 20_000), on_report=rows.append)
     progress = second["curriculum"]
     assert progress["episodes"][0] == 0 and progress["episodes"][1] > 0, progress  # no episode of task 0 again
     assert progress["passed"][0] == saved["curriculum"]["passed"][0]
     assert all(row["curriculum_task"] == 1 for row in rows) and rows[0]["info/curriculum_task"] == 1.0, rows[0]
+    evaluated = [row["eval_length_mean"] for row in rows if row["eval_length_mean"] == row["eval_length_mean"]]
+    assert evaluated and min(evaluated) >= 12, evaluated  # evaluations play the task reached too (task 0: 2 cells)
     played = enjoy(second["experiment_dir"], episodes=5, deterministic=True)  # the task reached: 12 cells
     assert played["return_mean"] == 1.0 and played["length_mean"] == 12.0, played
