@@ -486,3 +486,43 @@ def assert_pendulum_cut_keeps_its_final_observation(group: Any, time_limit: int)
     stats = group.pop_episode_stats()
     assert [(length, column) for _, length, column in stats] == [(time_limit, 0), (time_limit, 1), (time_limit, 2)]
     assert all(ret < 0 for ret, _, _ in stats)  # Pendulum's costs
+
+
+def slot_arrays(n: int, shape: tuple, dtype: str = "float32") -> tuple[np.ndarray, ...]:
+    """One step's arrays of ``n`` envs, as a slot lends them to a group: observations, rewards, terminated, truncated."""
+    return np.zeros((n, *shape), dtype), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+
+
+def assert_cartpole_steps_as_gymnasiums(group: Any, n: int, atol: float, first_state_bound: float | None = None
+                                        ) -> tuple[int, int]:
+    """A batched backend's group of ``n`` CartPoles, stepped 300 times with random actions: from every state it
+    reaches, gymnasium's CartPole given that state and the same action lands on the group's next state (within
+    ``atol``) and ends alike, paying 1 a step. A batched backend draws its first states from its own generator, so the
+    two cannot start alike. With ``first_state_bound``, every first observation (the reset's, and those an ended
+    env's column holds at once) lies within it. Returns (episodes ended, steps compared); the group's records hold
+    exactly the episodes that ended, each with its return equal to its length."""
+    import gymnasium as gym
+
+    reference = gym.make("CartPole-v1").unwrapped
+    reference.reset(seed=0)
+    obs, reward, terminated, truncated = slot_arrays(n, (4,))
+    group.reset(obs)
+    if first_state_bound is not None:
+        assert np.abs(obs).max() <= first_state_bound
+    rng, ends, compared = np.random.default_rng(0), 0, 0
+    for _ in range(300):
+        before, actions = obs.copy(), rng.integers(0, 2, n)
+        group.step(actions, obs, reward, terminated, truncated)
+        for i in range(n):
+            reference.state, reference.steps_beyond_terminated = before[i].astype(np.float64), None
+            expected, r, ended, _, _ = reference.step(int(actions[i]))
+            assert terminated[i] == ended and r == reward[i] == 1.0
+            if not ended:
+                np.testing.assert_allclose(obs[i], expected, rtol=0, atol=atol)
+                compared += 1
+            elif first_state_bound is not None:  # the column already holds the next episode's first observation
+                assert np.abs(obs[i]).max() <= first_state_bound
+        ends += int(terminated.sum())
+    stats = group.pop_episode_stats()
+    assert len(stats) == ends and all(ret == length for ret, length, _ in stats)
+    return ends, compared

@@ -128,6 +128,14 @@ def env_seed(base_seed: int, worker_index: int, env_index: int) -> int:
     return (base + slot * _SEED_MULT) % _SEED_MOD
 
 
+def split_seeds(seed: int | None, worker_index: int, first_env_index: int, num_envs: int) -> list[int] | None:
+    """The seeds of a split's ``num_envs`` envs, env ``i`` of them being env ``first_env_index + i`` of its worker
+    (:func:`env_seed`), for a batched backend that seeds them all in one call; None without a seed."""
+    if seed is None:
+        return None
+    return [env_seed(seed, worker_index, first_env_index + i) for i in range(num_envs)]
+
+
 def probe_env(spec: str, env_kwargs: dict[str, Any] | None = None, obs_keys: Sequence[str] = (),
               action_mask_key: str = "") -> EnvSpaces:
     """Build one env just to read its spaces, so spec errors surface before any worker starts. Remembered per spec

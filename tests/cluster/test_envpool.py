@@ -12,7 +12,12 @@ from daskrl.envs import probe_env
 from daskrl.envs.vector import EnvGroup
 from daskrl.errors import EnvError
 
-from ..helpers import assert_pendulum_cut_keeps_its_final_observation, slow
+from ..helpers import (
+    assert_cartpole_steps_as_gymnasiums,
+    assert_pendulum_cut_keeps_its_final_observation,
+    slot_arrays,
+    slow,
+)
 
 pytest.importorskip("envpool", reason="envpool is not installed (pip install 'daskrl[envpool]')")
 
@@ -20,36 +25,12 @@ from daskrl.envs.groups import check_backend  # noqa: E402
 from daskrl.envs.suites.envpool_group import EnvpoolGroup  # noqa: E402
 
 
-def slot_arrays(n: int, shape: tuple, dtype: str = "float32") -> tuple[np.ndarray, ...]:
-    return np.zeros((n, *shape), dtype), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
-
-
 def test_cartpole_steps_as_gymnasiums_cartpole_from_each_state_and_ends_its_episodes_alike():
     """envpool draws its resets from its own generator, so the two cannot start alike; from every state envpool
     reaches, gymnasium's CartPole given that state and the same action lands on envpool's next state (float32)."""
-    import gymnasium as gym
-
-    spaces = probe_env("CartPole-v1")
-    group = EnvpoolGroup.from_spec("CartPole-v1", 4, seed=1, spaces=spaces)
-    reference = gym.make("CartPole-v1").unwrapped
-    reference.reset(seed=0)
-    obs, reward, terminated, truncated = slot_arrays(4, spaces.obs_shape)
-    group.reset(obs)
-    rng, ends, compared = np.random.default_rng(0), 0, 0
-    for _ in range(300):
-        before, actions = obs.copy(), rng.integers(0, 2, 4)
-        group.step(actions, obs, reward, terminated, truncated)
-        for i in range(4):
-            reference.state, reference.steps_beyond_terminated = before[i].astype(np.float64), None
-            expected, r, ended, _, _ = reference.step(int(actions[i]))
-            assert terminated[i] == ended and r == reward[i] == 1.0
-            if not ended:  # an ended env already holds its next episode's first observation
-                np.testing.assert_allclose(obs[i], expected, rtol=0, atol=1e-6)
-                compared += 1
-        ends += int(terminated.sum())
-    stats = group.pop_episode_stats()
-    assert ends >= 20 and compared > 1000 and len(stats) == ends
-    assert all(ret == length for ret, length, _ in stats)  # CartPole pays 1 a step
+    group = EnvpoolGroup.from_spec("CartPole-v1", 4, seed=1, spaces=probe_env("CartPole-v1"))
+    ends, compared = assert_cartpole_steps_as_gymnasiums(group, 4, atol=1e-6)
+    assert ends >= 20 and compared > 1000
     group.close()
 
 

@@ -13,7 +13,12 @@ from daskrl.config import Config
 from daskrl.envs import probe_env
 from daskrl.errors import EnvError, EnvStepError
 
-from ..helpers import assert_pendulum_cut_keeps_its_final_observation, slow
+from ..helpers import (
+    assert_cartpole_steps_as_gymnasiums,
+    assert_pendulum_cut_keeps_its_final_observation,
+    slot_arrays,
+    slow,
+)
 
 pytest.importorskip("gymnax", reason="gymnax is not installed (pip install 'daskrl[jax]', then pip install "
                                      "--no-deps gymnax)")
@@ -22,40 +27,13 @@ from daskrl.envs.groups import check_backend  # noqa: E402
 from daskrl.envs.suites.jax_group import JaxGroup  # noqa: E402
 
 
-def slot_arrays(n: int, shape: tuple) -> tuple[np.ndarray, ...]:
-    return np.zeros((n, *shape), np.float32), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
-
-
 def test_cartpole_steps_as_gymnasiums_cartpole_from_each_state_and_ends_its_episodes_alike():
     """JAX draws its first states from its own keys, so the two cannot start alike; from every state gymnax reaches,
     gymnasium's CartPole given that state and the same action lands on gymnax's next state (gymnax computes in
     float32, gymnasium in float64: agreement to float32's rounding)."""
-    import gymnasium as gym
-
-    spaces = probe_env("CartPole-v1")
-    group = JaxGroup.from_spec("CartPole-v1", 8, seed=1, spaces=spaces)
-    reference = gym.make("CartPole-v1").unwrapped
-    reference.reset(seed=0)
-    obs, reward, terminated, truncated = slot_arrays(8, spaces.obs_shape)
-    group.reset(obs)
-    assert np.abs(obs).max() <= 0.05  # CartPole's first states
-    rng, ends, compared = np.random.default_rng(0), 0, 0
-    for _ in range(300):
-        before, actions = obs.copy(), rng.integers(0, 2, 8)
-        group.step(actions, obs, reward, terminated, truncated)
-        for i in range(8):
-            reference.state, reference.steps_beyond_terminated = before[i].astype(np.float64), None
-            expected, r, ended, _, _ = reference.step(int(actions[i]))
-            assert terminated[i] == ended and r == reward[i] == 1.0
-            if ended:  # the slot already holds the next episode's first observation
-                assert np.abs(obs[i]).max() <= 0.05
-            else:
-                np.testing.assert_allclose(obs[i], expected, rtol=0, atol=1e-5)
-                compared += 1
-        ends += int(terminated.sum())
-    stats = group.pop_episode_stats()
-    assert ends >= 40 and compared > 2000 and len(stats) == ends
-    assert all(ret == length for ret, length, _ in stats)  # CartPole pays 1 a step
+    group = JaxGroup.from_spec("CartPole-v1", 8, seed=1, spaces=probe_env("CartPole-v1"))
+    ends, compared = assert_cartpole_steps_as_gymnasiums(group, 8, atol=1e-5, first_state_bound=0.05)
+    assert ends >= 40 and compared > 2000
     group.close()
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,11 +41,10 @@ def test_bad_env_and_bad_options_exit_2_with_one_readable_message(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-@slow("a CLI run stopped by SIGINT")
-def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
-    """Ctrl-C in a terminal reaches the whole foreground process group: the driver must checkpoint and exit 0,
-    the embedded workers must not die with tracebacks first."""
-    proc = subprocess.Popen(DASKRL + ["train", "--train-dir", str(tmp_path), "--experiment", "c",
+def interrupted(tmp_path: Path, experiment: str, signals: int) -> tuple[subprocess.Popen, str]:
+    """A ``daskrl train`` in a process group of its own, as a terminal runs it, sent ``signals`` SIGINTs (as Ctrl-C
+    reaches the whole foreground group) once its first row shows training; returns it, ended, and its output."""
+    proc = subprocess.Popen(DASKRL + ["train", "--train-dir", str(tmp_path), "--experiment", experiment,
                                       "--train-for-seconds", "120", "--dashboard-address", ""],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -52,11 +52,21 @@ def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
         for line in proc.stdout:
             if "env steps" in line and "| fps" in line or time.monotonic() > deadline:
                 break
-        os.killpg(proc.pid, signal.SIGINT)
+        for _ in range(signals):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.05)
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    return proc, out
+
+
+@slow("a CLI run stopped by SIGINT")
+def test_ctrl_c_checkpoints_and_exits_0(tmp_path):
+    """Ctrl-C in a terminal reaches the whole foreground process group: the driver must checkpoint and exit 0,
+    the embedded workers must not die with tracebacks first."""
+    proc, out = interrupted(tmp_path, "c", signals=1)
     assert proc.returncode == 0, out[-2000:]
     assert "stopping: SIGINT received" in out
     assert "KeyboardInterrupt" not in out
@@ -70,21 +80,7 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_leaves_nothing(tmp_path):
     process group got too) ends the command at once: one line, exit 130, no traceback, no process or shared memory
     left."""
     before = {name for name in os.listdir("/dev/shm") if name.startswith("daskrl_")}
-    proc = subprocess.Popen(DASKRL + ["train", "--train-dir", str(tmp_path), "--experiment", "c2",
-                                      "--train-for-seconds", "120", "--dashboard-address", ""],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        for line in proc.stdout:
-            if "env steps" in line and "| fps" in line or time.monotonic() > deadline:
-                break
-        os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    proc, out = interrupted(tmp_path, "c2", signals=2)
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
     assert "daskrl: interrupted again: stopped without waiting for the run to stop in order" in out, out[-2000:]
     deadline = time.monotonic() + 20  # the embedded workers end with their nanny, a moment after the driver

@@ -29,7 +29,7 @@ import numpy as np
 
 from daskrl.envs.batched_records import BatchedEpisodes
 from daskrl.envs.layouts.spaces import EnvSpaces, spaces_differ
-from daskrl.envs.registry import env_seed
+from daskrl.envs.registry import split_seeds
 from daskrl.envs.suites.atari import PREFIX
 from daskrl.envs.suites.envpool_atari import envpool_options
 from daskrl.errors import EnvError
@@ -122,7 +122,7 @@ class EnvpoolGroup(BatchedEpisodes):
                   spaces: EnvSpaces | None = None, max_consecutive_failures: int = 0,
                   info_keys: Sequence[str] = ()) -> EnvpoolGroup:
         """As :meth:`EnvGroup.from_spec`: env ``i`` gets the seed ``env_seed(seed, worker_index, first + i)``."""
-        seeds = None if seed is None else [env_seed(seed, worker_index, first_env_index + i) for i in range(num_envs)]
+        seeds = split_seeds(seed, worker_index, first_env_index, num_envs)
         return cls(spec, num_envs, seeds, env_kwargs, spaces, info_keys)
 
     def _into_slot(self, obs: np.ndarray) -> np.ndarray:

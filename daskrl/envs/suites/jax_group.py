@@ -38,7 +38,7 @@ import numpy as np
 
 from daskrl.envs.batched_records import BatchedEpisodes
 from daskrl.envs.layouts.spaces import EnvSpaces, spaces_differ
-from daskrl.envs.registry import env_seed
+from daskrl.envs.registry import split_seeds
 from daskrl.envs.vector import EnvFailure, count_failure
 from daskrl.errors import EnvError
 
@@ -171,7 +171,7 @@ class JaxGroup(BatchedEpisodes):
                   info_keys: Sequence[str] = ()) -> JaxGroup:
         """As :meth:`EnvGroup.from_spec`: env ``i`` gets the seed ``env_seed(seed, worker_index, first + i)``."""
         check_jax_env(spec, env_kwargs)
-        seeds = None if seed is None else [env_seed(seed, worker_index, first_env_index + i) for i in range(num_envs)]
+        seeds = split_seeds(seed, worker_index, first_env_index, num_envs)
         return cls(spec, num_envs, seeds, spaces, max_consecutive_failures, info_keys)
 
     def reset(self, obs_out: np.ndarray) -> np.ndarray:
