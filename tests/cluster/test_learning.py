@@ -361,7 +361,7 @@ def test_an_envs_info_metrics_reach_the_csv(tmp_path):
 def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, inference):
     summary = train(run_config(tmp_path, f"sync_{inference}", sync=True, inference=inference,
                                num_workers=2, num_envs_per_worker=8, rollout=32, slots_per_split=2,
-                               batch_size=256, train_for_env_steps=40_000, report_interval=0.5))
+                               batch_size=256, train_for_env_steps=16_000, report_interval=0.5))
     header, rows = read_csv(Path(summary["experiment_dir"]) / "metrics.csv")
     # a report whose window held no training step (a loaded machine) has no lag: nan, not a lag to check
     lags = [float(r["policy_lag"]) for r in rows if r["policy_lag"] not in ("", "nan")]
@@ -370,7 +370,7 @@ def test_sync_never_trains_on_a_sample_older_than_the_training_policy(tmp_path, 
     # asynchronous, the same settings train on older samples: the check above can fail
     asynchronous = train(run_config(tmp_path, f"async_{inference}", inference=inference, num_workers=2,
                                     num_envs_per_worker=8, rollout=32, slots_per_split=2, batch_size=256,
-                                    train_for_env_steps=40_000))
+                                    train_for_env_steps=16_000))
     assert asynchronous["max_policy_lag"] > 0
 
 
