@@ -145,3 +145,39 @@ def test_the_plan_is_plain_data_and_acting_from_it_needs_no_torch(tmp_path):
     np.testing.assert_allclose(np.array(actions).reshape(6, -1), dist.mode().numpy().reshape(6, -1), atol=1e-5)
     np.testing.assert_allclose(values, t_values.numpy(), atol=1e-5)
     assert numpy_plan(ActorCritic(probe_env("daskrl/Catch-v0"))) is None  # a CNN: its samplers build the torch model
+
+
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_dict_records_of_float_vectors_and_an_action_mask_act_as_torch_does(normalize_obs):
+    """PettingZoo's tic-tac-toe (a board and an action mask, packed into records): the numpy path reads the board
+    from the records, never draws a masked move, and computes the torch model's log-probabilities and choices."""
+    pytest.importorskip("pettingzoo")
+    from daskrl.envs.layouts.dict_obs import pack_into
+
+    spaces = probe_env("pettingzoo.classic.tictactoe.tictactoe:env")
+    torch.manual_seed(0)
+    model = ActorCritic(spaces, ModelConfig(normalize_obs=normalize_obs))
+    if normalize_obs:
+        model.set_obs_stats(np.linspace(0, 0.5, 18), np.linspace(0.1, 0.3, 18))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    model.eval()
+    assert NumpyPolicy.supports(model)
+    rng = np.random.default_rng(0)
+    masks = rng.random((300, 9)) < 0.5
+    masks[np.arange(300), rng.integers(0, 9, 300)] = True  # at least one legal move
+    records = np.stack([pack_into(np.zeros(spaces.obs_shape, np.uint8),
+                                  {"observation": rng.integers(0, 2, (3, 3, 2)).astype(np.float32),
+                                   "action_mask": mask.astype(np.float32)}, spaces.obs_keys) for mask in masks])
+    fast = NumpyPolicy.from_model(model, np.random.default_rng(1))
+    for _ in range(5):
+        actions, log_probs, values = fast.act(records)
+        assert masks[np.arange(300), actions].all(), "a masked move was drawn"
+        with torch.no_grad():
+            t_lp, _, t_values = model.evaluate(torch.from_numpy(records), torch.from_numpy(actions))
+        np.testing.assert_allclose(log_probs, t_lp.numpy(), atol=2e-5)
+        np.testing.assert_allclose(values, t_values.numpy(), atol=2e-5)
+    det, _, _ = fast.act(records, deterministic=True)
+    t_det, _, _ = model.act(records, deterministic=True)
+    np.testing.assert_array_equal(det, t_det)

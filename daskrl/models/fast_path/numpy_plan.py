@@ -15,6 +15,7 @@ from torch import nn
 
 from daskrl.models.actor_critic import ActorCritic
 from daskrl.models.heads import ClippedGaussian
+from daskrl.models.inputs.dict_encoder import DictEncoder
 from daskrl.models.inputs.encoders import MlpEncoder
 from daskrl.models.recurrent import RecurrentCore
 
@@ -23,10 +24,13 @@ ACTIVATIONS = ("Tanh", "ReLU")
 
 
 def supports(model: ActorCritic) -> bool:
-    """Whether :class:`NumpyPolicy` computes ``model``'s ``act``: MLP encoders (matching, when separate), daskrl's
-    LSTM/GRU core or none, a Discrete head or a state-independent Gaussian one (clipped or not)."""
-    if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image or model.spaces.is_dict:
-        return False  # Dict observations (packed records, per-key encoders) stay with torch
+    """Whether :class:`NumpyPolicy` computes ``model``'s ``act``: MLP encoders (matching, when separate) of flat
+    observations or of Dict records whose keys are all float vectors (concatenated, an action mask beside them),
+    daskrl's LSTM/GRU core or none, a Discrete head or a state-independent Gaussian one (clipped or not)."""
+    if model.spaces.action_kind not in ("discrete", "box") or model.spaces.is_image:
+        return False
+    if model.spaces.is_dict and not all(_flat_record_encoder(e) for e in model.encoders):
+        return False  # images, indices and keys with encoders of their own stay with torch
     if model.recurrent and (type(model.core) is not RecurrentCore or type(model.core.rnn) not in (nn.LSTM, nn.GRU)):
         return False  # a registered core: only torch knows it
     if model.spaces.action_kind == "box" and (model.actor.distribution not in (None, ClippedGaussian)
@@ -34,13 +38,20 @@ def supports(model: ActorCritic) -> bool:
         return False  # tanh squashing, and a log-std that depends on the state, stay with torch
     patterns = []
     for encoder in model.encoders:
-        if type(encoder) is not MlpEncoder:  # a registered subclass may compute otherwise: torch runs it
+        mlp = encoder.mlp if type(encoder) is DictEncoder else encoder
+        if type(mlp) is not MlpEncoder:  # a registered subclass may compute otherwise: torch runs it
             return False
-        pattern = [type(layer).__name__ for layer in encoder.net]
+        pattern = [type(layer).__name__ for layer in mlp.net]
         if any(name != "Linear" and name not in ACTIVATIONS for name in pattern):
             return False
         patterns.append(pattern)
     return all(p == patterns[0] for p in patterns)  # separate encoders fuse only when they match
+
+
+def _flat_record_encoder(encoder: nn.Module) -> bool:
+    """A :class:`DictEncoder` that concatenates float vectors into its MLP and encodes no key on its own."""
+    return type(encoder) is DictEncoder and not encoder.own and encoder.mlp is not None \
+        and all(k.kind == "box" and k.dtype == "float32" for k in encoder.mlp_keys)
 
 
 def numpy_plan(model: ActorCritic) -> dict[str, Any] | None:
@@ -56,7 +67,7 @@ def numpy_plan(model: ActorCritic) -> dict[str, Any] | None:
     encoders = []
     for encoder in model.encoders:  # the policy's, then the value's where separate
         layers: list[dict[str, Any]] = []
-        for layer in encoder.net:
+        for layer in (encoder.mlp if model.spaces.is_dict else encoder).net:
             if isinstance(layer, nn.Linear):
                 layers.append(linear(layer))
             else:
@@ -67,7 +78,7 @@ def numpy_plan(model: ActorCritic) -> dict[str, Any] | None:
         "kind": kind, "action_shape": list(model.spaces.action_shape), "encoders": encoders,
         "head": linear(model.actor.logits if kind == "discrete" else model.actor.mean), "critic": linear(model.critic),
         "obs_norm": {"mean": "obs_mean", "var": "obs_var"} if model.normalize_obs else None, "core": None,
-        "log_std": None, "bounds": None}
+        "log_std": None, "bounds": None, "record": _record_plan(model)}
     if model.recurrent:
         core = model.core
         plan["core"] = {"cell": "lstm" if isinstance(core.rnn, nn.LSTM) else "gru", "layers": core.layers,
@@ -77,3 +88,13 @@ def numpy_plan(model: ActorCritic) -> dict[str, Any] | None:
         if model.actor.distribution is ClippedGaussian:
             plan["bounds"] = [model.actor.low.tolist(), model.actor.high.tolist()]
     return plan
+
+
+def _record_plan(model: ActorCritic) -> dict[str, Any] | None:
+    """Where a Dict record's parts lie (byte offsets and sizes): the float vectors the MLP reads, in its order,
+    and the action mask (None: flat observations)."""
+    if not model.spaces.is_dict:
+        return None
+    mask = next((k for k in model.spaces.obs_keys if k.name == model.spaces.action_mask_key), None)
+    return {"fields": [[k.offset, k.nbytes] for k in model.encoder.mlp_keys],
+            "mask": None if mask is None else [mask.offset, mask.nbytes]}

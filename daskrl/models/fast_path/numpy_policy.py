@@ -5,8 +5,10 @@ rollout worker's time, and at these sizes torch's per-op overhead dominates: ``a
 observations takes several times longer in torch than here (docs/performance.md). This computes the same function, the same
 Gumbel-max sampling, the same log-probabilities and values, and is checked against the torch model in tests.
 Recurrent models with daskrl's LSTM or GRU core run their cell here too (one step, states read and written in place,
-as the samplers keep them). Models it cannot express (CNN encoders, multi-discrete heads, the heads of Tuple and Dict
-actions, custom encoders or cores, Dict observations) keep the torch path.
+as the samplers keep them). Dict observations whose keys are all float vectors (PettingZoo's classic games: a board
+and an action mask) are read from their packed records: the vectors concatenated into the MLP, the mask's forbidden
+actions never drawn. Models it cannot express (CNN encoders, multi-discrete heads, the heads of Tuple and Dict
+actions, custom encoders or cores, Dict observations with images or indices) keep the torch path.
 
 This module does not import torch: a sampler builds it from the learner's plan (:mod:`daskrl.models.fast_path.numpy_plan`,
 which names the weights of each layer) and the weights it reads from the parameter block, so a rollout worker on
@@ -61,6 +63,7 @@ class NumpyPolicy:
         self.action_shape = tuple(plan["action_shape"])
         self.recurrent = plan["core"] is not None
         self.critic = critic
+        self.record = plan.get("record")  # Dict records: where the vectors and the action mask lie
         self.load(weights)
 
     @classmethod
@@ -125,7 +128,7 @@ class NumpyPolicy:
         """As :meth:`ActorCritic.act` (values None without the critic): a recurrent model reads its states from
         ``state`` [n, S] and writes the next ones there."""
         n = obs.shape[0]
-        x = obs.reshape(n, -1)
+        x, allowed = self._read(obs) if self.record is not None else (obs.reshape(n, -1), None)
         if self.obs_mean is not None:
             x = np.subtract(x, self.obs_mean, dtype=np.float32)
             x *= self.obs_inv_std
@@ -144,6 +147,8 @@ class NumpyPolicy:
         values = out[:, k].copy() if self.critic else None
         if self.kind == "discrete":
             logits = out[:, :k]
+            if allowed is not None:  # as the torch head: forbidden logits at -inf, never drawn, probability 0
+                logits[~allowed] = -np.inf
             logits -= logits.max(axis=1, keepdims=True)
             log_norm = np.log(np.exp(logits).sum(axis=1))
             if deterministic:
@@ -171,6 +176,17 @@ class NumpyPolicy:
         if self.low is not None:
             self._clip(actions, mean, noise, log_probs)
         return actions.reshape(n, *self.action_shape), log_probs, values
+
+    def _read(self, records: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Packed Dict records [n, bytes] -> the float vectors side by side [n, features], and which actions the
+        mask allows [n, actions] (None without one)."""
+        def part(offset: int, nbytes: int) -> np.ndarray:
+            return np.ascontiguousarray(records[:, offset:offset + nbytes]).view(np.float32)
+
+        fields = [part(*where) for where in self.record["fields"]]
+        x = fields[0] if len(fields) == 1 else np.concatenate(fields, axis=1)
+        mask = self.record["mask"]
+        return x, None if mask is None else part(*mask) > 0.5
 
     def _clip(self, actions: np.ndarray, mean: np.ndarray, noise: np.ndarray, log_probs: np.ndarray) -> None:
         """Clip to the Box in place and give clipped components the probability of the tail beyond their bound, as
