@@ -181,3 +181,24 @@ def test_dict_records_of_float_vectors_and_an_action_mask_act_as_torch_does(norm
     det, _, _ = fast.act(records, deterministic=True)
     t_det, _, _ = model.act(records, deterministic=True)
     np.testing.assert_array_equal(det, t_det)
+
+
+def test_an_exponential_draw_of_zero_never_picks_a_masked_action():
+    """Gumbel-max through log(exponential draws): a draw of exactly 0 on a masked action gave -inf + inf, a NaN that
+    argmax takes (met in a 15-minute tic-tac-toe league: PettingZoo ended the game on the illegal move)."""
+    pytest.importorskip("pettingzoo")
+    from daskrl.envs.layouts.dict_obs import pack_into
+
+    spaces = probe_env("pettingzoo.classic.tictactoe.tictactoe:env")
+    model = ActorCritic(spaces, ModelConfig()).eval()
+    mask = np.array([1, 0, 0, 0, 0, 0, 0, 0, 1], np.float32)
+    record = pack_into(np.zeros(spaces.obs_shape, np.uint8), {"observation": np.zeros((3, 3, 2), np.float32),
+                                                              "action_mask": mask}, spaces.obs_keys)
+
+    class ZeroDraws:  # every draw 0 where the mask forbids, 1 elsewhere
+        def standard_exponential(self, shape, dtype):
+            return np.broadcast_to(mask, shape).astype(dtype)
+
+    fast = NumpyPolicy.from_model(model, ZeroDraws())
+    actions, log_probs, _ = fast.act(np.stack([record] * 4))
+    assert set(actions.tolist()) <= {0, 8} and np.isfinite(log_probs).all(), actions

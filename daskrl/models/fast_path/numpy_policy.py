@@ -153,11 +153,14 @@ class NumpyPolicy:
             log_norm = np.log(np.exp(logits).sum(axis=1))
             if deterministic:
                 actions = logits.argmax(axis=1)
-            else:  # Gumbel-max, as the torch Categorical does (an exponential draw of exactly 0 is harmless)
+            else:  # Gumbel-max, as the torch Categorical does
                 noise = self.rng.standard_exponential((n, k), dtype=np.float32)
-                with np.errstate(divide="ignore"):
+                with np.errstate(divide="ignore", invalid="ignore"):
                     np.log(noise, out=noise)
-                actions = np.subtract(logits, noise, out=noise).argmax(axis=1)
+                    scores = np.subtract(logits, noise, out=noise)
+                if allowed is not None:  # an exponential draw of exactly 0 makes a forbidden score -inf + inf: NaN,
+                    scores[~allowed] = -np.inf  # which argmax would take
+                actions = scores.argmax(axis=1)
             if self._rows.size != n:
                 self._rows = np.arange(n)
             log_probs = logits[self._rows, actions] - log_norm
