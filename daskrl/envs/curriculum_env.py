@@ -69,6 +69,12 @@ class Curriculum:
         """How a task is named on the console and in the summary: its env id, or its set_task value."""
         return self.ids[task] if self.tasks is None else json.dumps(self.tasks[task])
 
+    def give_task(self, env: gym.Env, task: int) -> None:
+        """Hand task ``task`` to an env of ``ids[task]`` through its ``set_task`` (an env-id curriculum's tasks are
+        their envs: nothing to hand)."""
+        if self.tasks is not None:
+            env.get_wrapper_attr("set_task")(self.tasks[task])
+
 
 class CurriculumEnv(gym.Env):
     """See the module docstring: plays task ``level`` (or, at the replay share, an earlier one) each episode."""
@@ -126,8 +132,8 @@ class CurriculumEnv(gym.Env):
             seed = None if self.base_seed is None else (self.base_seed + _TASK_SEED_STRIDE * key) % 2**31
             self.built[key] = make_env(c.ids[task], seed=seed, env_kwargs=c.env_kwargs)
         env = self.built[key]
-        if c.tasks is not None and self.task_set != task:
-            env.get_wrapper_attr("set_task")(c.tasks[task])
+        if self.task_set != task:
+            c.give_task(env, task)
             self.task_set = task
         return env
 
@@ -165,8 +171,7 @@ def reached_task(env: EnvConfig, progress: dict[str, Any] | None, make: Callable
         return make(env.env)
     level = min(int((progress or {}).get("level", 0)), len(curriculum) - 1)
     built = make(curriculum.ids[level])
-    if curriculum.tasks is not None:
-        built.get_wrapper_attr("set_task")(curriculum.tasks[level])
+    curriculum.give_task(built, level)
     return built
 
 
