@@ -246,10 +246,12 @@ PBT_TOPIC = "daskrl-pbt"
 EVENTS_TOPIC = "daskrl-events"
 #: a sweep's table of trials (status, env steps, returns), sent at every change for the dashboard page
 SWEEPS_TOPIC = "daskrl-sweeps"
+#: a league's payoff table among its current players and their Elo ratings, at every report (--league)
+LEAGUE_TOPIC = "daskrl-league"
 
 __all__ = [
-    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "EVENTS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "METRICS_TOPIC", "PBT_TOPIC",
-    "RECOVERIES_TOPIC", "SWEEPS_TOPIC",
+    "ERROR_TOPIC", "ENV_ERRORS_TOPIC", "EVENTS_TOPIC", "FAULT_TOPIC", "HEARTBEATS_TOPIC", "LEAGUE_TOPIC",
+    "METRICS_TOPIC", "PBT_TOPIC", "RECOVERIES_TOPIC", "SWEEPS_TOPIC",
     "ActionsReady", "BatchReady", "FreeSlots", "InferenceRequest", "PriorityUpdate", "SampleRequest", "SharesAssigned",
     "TrajectoryReady",
     "actions_queue", "batches_queue", "free_queue", "pack", "policy_queue", "priorities_queue", "replay_queue",

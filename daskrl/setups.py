@@ -101,6 +101,17 @@ class PolicySetup:
 
 
 @dataclass(frozen=True)
+class SamplerCourse:
+    """What the driver changes in every rollout worker while a run goes on, kept on the driver's side so that a worker
+    created later (a recovered or an added one) starts where the others are."""
+
+    task_level: int = 0  # the task a curriculum has reached (daskrl/curriculum/): the envs play it from their next reset
+    #: a league's opponent draw (daskrl/league/): by trained policy, the weight of each acting policy as its opponent;
+    #: None: no league, or none drawn yet (every other acting policy alike)
+    opponent_weights: tuple[tuple[float, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
 class RolloutSetup:
     """One rollout worker: its envs, its trajectory slots, and the policy it runs inline (None: remote inference
     answers its requests on ``policy_queue``)."""
@@ -132,8 +143,9 @@ class RolloutSetup:
     record_schedule: bool
     #: --record-dataset: how many whole episodes to record from each env of this worker (-1: every one); None: none
     record_quotas: tuple[int, ...] | None
-    #: a curriculum's task the envs start at: the level the run had reached when this worker was made
-    task_level: int
+    #: what the driver steers while the run goes on (a curriculum's task, a league's opponents), as it stood when
+    #: this worker was made
+    course: SamplerCourse
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,8 @@ class LearnerSetup:
     tagged: bool  # slots say who acted: train on this policy's steps only
     snapshots: int  # self-play: frozen past versions of this policy kept in parameter blocks (policy 0 only)
     snapshot_every: int  # policy versions between two snapshots
+    #: --frozen-opponent's weights (policy 0's leader): every snapshot holds them, and none is ever refreshed
+    frozen_opponent: dict | None
     components: Shipped  # the user's registered model components (daskrl/models/registry.py)
     cut: tuple[int, int] | None  # the policy's part of the slot rows, as PolicySetup.cut
     algo: AlgoConfig  # --algo and the off-policy options (replay, targets, exploration)

@@ -19,7 +19,7 @@ Row = dict[str, Any]
 
 def feature_observers(config: Config, given: Sequence[Observer] = ()) -> list[Observer]:
     """The observers the config asks for: evaluation and videos while training, --online-after's switch, a curriculum
-    (unless one of the ``given`` observers is a curriculum with a rule of its own), PBT, replay saved with the
+    (unless one of the ``given`` observers is a curriculum with a rule of its own), a league, PBT, replay saved with the
     checkpoints (an elastic run's growth and retirements are its sizing's: daskrl/driver/changes/fleet_sizing.py)."""
     observers: list[Observer] = []
     r = config.run
@@ -36,6 +36,10 @@ def feature_observers(config: Config, given: Sequence[Observer] = ()) -> list[Ob
 
         if not any(isinstance(o, CurriculumObserver) for o in given):
             observers.append(CurriculumObserver())
+    if config.policies.league:
+        from daskrl.league.observer import LeagueObserver
+
+        observers.append(LeagueObserver())
     if config.policies.pbt:
         from daskrl.pbt.driver import PBTDriver
 

@@ -133,8 +133,9 @@ def algo_problems(config: Any, found: dict[str, str]) -> list[str]:
     unsupported = [
         (config.sampler.inference != "inline", "acts inline in the rollout workers (an epsilon per worker): use "
                                                "--inference inline"),
-        (config.policies.num_policies > 1 or config.policies.self_play_snapshots > 0 or config.policies.pbt,
-         "trains one policy: leave out --num-policies, --self-play-snapshots and --pbt"),
+        (config.policies.num_policies > 1 or config.policies.self_play_snapshots > 0 or config.policies.pbt
+         or config.policies.league, "trains one policy: leave out --num-policies, --self-play-snapshots, --pbt and "
+                                    "--league"),
         (config.learner.num_learners > 1, "trains with one learner: use --num-learners 1"),
         (config.learner.sync, "is off-policy: leave out --sync"),
         (a.algo in OFFLINE_ALGOS and a.online_after > 0,

@@ -86,6 +86,7 @@ class Config:
 
     def validate(self) -> Config:
         """Raise :class:`ConfigError` listing every problem (one line each); return self when all is well."""
+        self.policies.apply_opponent_defaults()  # the checks below count the policies and snapshots
         found = {f.name: problem for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
                  if (problem := check_field(f, typing.get_type_hints(cls)[f.name],
                                             getattr(getattr(self, section), f.name)))}

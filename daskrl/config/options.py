@@ -231,6 +231,10 @@ class LearnerConfig(Section):
                              low=1)
 
 
+#: frozen past versions each league member keeps as league players, unless --self-play-snapshots says otherwise
+LEAGUE_SNAPSHOTS = 4
+
+
 @dataclass
 class PolicyConfig(Section):
     num_policies: int = opt(1, "policies trained side by side, each with its own learner (one Dask worker), "
@@ -239,11 +243,34 @@ class PolicyConfig(Section):
                                       "'round_robin' (agents, and episodes, spread over the policies), 'self_play' "
                                       "(one seat per env to a trained policy, the others to self-play snapshots), "
                                       "'module:function' (called as function(agent_id, episode_index) -> policy "
-                                      "index), or 'auto' (self_play with snapshots, round_robin with several "
-                                      "policies, else shared)", low=1)
-    self_play_snapshots: int = opt(0, "two-player envs: keep this many frozen past versions of policy 0 as "
-                                      "opponents (0: none; opponents are the other policies)", low=0, high=64)
+                                      "index), or 'auto' (league with --league, self_play with snapshots, "
+                                      "round_robin with several policies, else shared)", low=1)
+    self_play_snapshots: int = opt(0, "two-player envs: keep this many frozen past versions of policy 0 (of every "
+                                      "member, with --league) as opponents (0: none; opponents are the other "
+                                      "policies)", low=0, high=64)
     self_play_snapshot_every: int = opt(50, "policy versions between two self-play snapshots", low=1)
+    frozen_opponent: str = opt("", "two-player games: the other seat of every game is the policy of this checkpoint "
+                                   "(a .pt file, or a folder of checkpoints such as an experiment's "
+                                   "checkpoints/policy_0), which never trains: train an exploiter of it, e.g. to "
+                                   "measure how exploitable a league's main agent is (with it: --self-play-snapshots "
+                                   "1)")
+    league: bool = opt(False, "two-player games: train a league in the manner of AlphaStar's: main agents, main "
+                              "exploiters and league exploiters (the --num-policies policies, by role), each keeping "
+                              "--self-play-snapshots frozen past versions as league players, opponents drawn by "
+                              "prioritized fictitious self-play from a payoff table (payoff.csv, Elo ratings); "
+                              "defaults with it: --num-policies 3, --self-play-snapshots 4")
+    league_main_exploiters: int = opt(1, "league members that train against the main agents only", low=0, high=16)
+    league_league_exploiters: int = opt(1, "league members that train against every frozen player of the league",
+                                        low=0, high=16)
+    league_pfsp: str = opt("hard", "how main agents and league exploiters weigh an opponent they win against at rate "
+                                   "p: 'hard' (1-p)^2, 'even' p(1-p), 'uniform' (fictitious self-play)",
+                           choices=["hard", "even", "uniform"])
+    league_self_play: float = opt(0.35, "share of a main agent's games against the current main agents (the rest "
+                                        "by --league-pfsp over every player of the league)", low=0, high=1)
+    league_snapshot_win_rate: float = opt(0.7, "a member adds a snapshot of itself to the league as soon as it wins "
+                                               "this share of its recent games against its opponents (and at least "
+                                               "every --self-play-snapshot-every versions)", low=0, high=1,
+                                          low_open=True)
     pbt: bool = opt(False, "population-based training over the --num-policies policies (needs 2 or more)")
     pbt_period_env_steps: int = opt(200_000, "env steps (of the whole run) between two PBT rounds", low=1)
     pbt_replace_fraction: float = opt(0.25, "worst fraction of the population replaced in each PBT round",
@@ -252,6 +279,16 @@ class PolicyConfig(Section):
                                     low_open=True)
     pbt_mutation_rate: float = opt(0.5, "chance that each hyperparameter of a replaced policy is mutated", low=0,
                                    high=1)
+
+    def apply_opponent_defaults(self) -> None:
+        """The sizes the user did not give: with --league one main agent beside the exploiters and 4 snapshots of
+        each member, with --frozen-opponent the one snapshot that holds it. Set as an env family's defaults are
+        (not counted as given), so that the user's win."""
+        explicit = self.explicit()
+        if self.league and "num_policies" not in explicit:
+            object.__setattr__(self, "num_policies", 1 + self.league_main_exploiters + self.league_league_exploiters)
+        if "self_play_snapshots" not in explicit and (self.league or self.frozen_opponent):
+            object.__setattr__(self, "self_play_snapshots", LEAGUE_SNAPSHOTS if self.league else 1)
 
 
 @dataclass

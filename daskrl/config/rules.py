@@ -50,6 +50,7 @@ def cross_option_problems(config: Config, found: dict[str, str]) -> list[str]:
     problems += _deterministic_problems(config)
     problems += _record_schedule_problems(config)
     problems += _curriculum_problems(config.env)
+    problems += _league_problems(config)
     problems += _dataset_problems(config)
     problems += _wandb_problems(config.run)
     problems += _optimizer_problems(config, found)
@@ -108,6 +109,33 @@ def _curriculum_problems(env: EnvConfig) -> list[str]:
         problems.append(f"{', '.join(given)} shape a curriculum: name its tasks too (--curriculum ID,ID or "
                         "--curriculum-tasks TASK TASK)")
     return problems
+
+
+def _league_problems(config: Config) -> list[str]:
+    """--frozen-opponent alone; --league: members for every role, snapshots to be the league's past players, and what
+    it does not combine with (its own mapping draws the opponents; a single-agent env is refused once the env's
+    agents are known)."""
+    p = config.policies
+    if p.frozen_opponent and (p.league or p.num_policies > 1):
+        return [f"--frozen-opponent trains one policy against a fixed one: leave out "
+                f"{'--league' if p.league else '--num-policies'}"]
+    if not p.league:
+        return []
+    out = []
+    exploiters = p.league_main_exploiters + p.league_league_exploiters
+    if p.num_policies <= exploiters:
+        out.append(f"--league with {p.league_main_exploiters} main exploiter(s) and {p.league_league_exploiters} "
+                   f"league exploiter(s) needs a main agent too: --num-policies {exploiters + 1} or more (got "
+                   f"{p.num_policies})")
+    if not p.self_play_snapshots:
+        out.append("--league keeps frozen past versions of its members as players: --self-play-snapshots 1 or more "
+                   "(4 when left out)")
+    if p.policy_mapping not in ("auto", "league"):
+        out.append(f"--league draws every game's opponent itself: leave out --policy-mapping (got "
+                   f"{p.policy_mapping!r})")
+    if p.pbt:
+        out.append("--league and --pbt are two ways of running a population: choose one")
+    return out
 
 
 def _dataset_problems(config: Config) -> list[str]:
@@ -180,11 +208,12 @@ def _policy_problems(config: Config, found: dict[str, str]) -> list[str]:
     if n > 1 and config.learner.sync:
         out.append(f"--sync trains one policy in lockstep with its samplers; with --num-policies {n} leave it off")
     mapping = p.policy_mapping
-    if mapping not in ("auto", "shared", "round_robin", "self_play") and (
+    if mapping not in ("auto", "shared", "round_robin", "self_play", "league") and (
             ":" not in mapping or mapping.startswith(":") or mapping.endswith(":")):
         out.append(f"--policy-mapping must be auto, shared, round_robin, self_play or module:function, got {mapping!r}")
     if p.self_play_snapshots and config.sampler.inference == "remote":
-        out.append("--self-play-snapshots act inline in the rollout workers; use --inference inline")
+        out.append(f"--{'league' if p.league else 'self-play-snapshots'}: snapshots act inline in the rollout workers; "
+                   "use --inference inline")
     return out
 
 

@@ -12,6 +12,7 @@ every checkpoint the progress, so that ``--resume`` goes on with the task it had
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from daskrl.config import ConfigError
@@ -35,7 +36,8 @@ class CurriculumObserver(Observer):
         assert self.progress is not None
         return self.progress.learned()
 
-    def on_start(self, run: Run) -> None:
+    def before_components(self, run: Run) -> None:
+        """The progress a resumed run kept, or a new one; the rollout workers start at its task."""
         env = run.config.env
         curriculum = Curriculum.of(env)
         if curriculum is None:
@@ -49,6 +51,8 @@ class CurriculumObserver(Observer):
         where = "resumed at" if self.progress.level else "starts with"
         run.say(f"daskrl: curriculum of {len(curriculum)} tasks {where} task {self.progress.level} "
                 f"({curriculum.label(self.progress.level)})")
+        samplers = run.fleet.samplers
+        samplers.course = dataclasses.replace(samplers.course, task_level=self.progress.level)
 
     def take_episodes(self, extras: list[dict[str, float]]) -> None:
         """Finished episodes' info numbers (see RunState.extras_readers): those of a curriculum env count."""
@@ -68,8 +72,9 @@ class CurriculumObserver(Observer):
         assert self.progress is not None
         passed = self.progress.level
         level = self.progress.advance(why, run.state.env_steps)
-        run.fleet.samplers.task_level = level  # before the calls: a worker recreated meanwhile starts there
-        call_each(run.fleet.samplers.rollout, "set_task_level", level, warn=run.warn)
+        samplers = run.fleet.samplers  # kept there before the calls: a worker recreated meanwhile starts there
+        samplers.course = dataclasses.replace(samplers.course, task_level=level)
+        call_each(samplers.rollout, "set_task_level", level, warn=run.warn)
         run.state.curriculum = self.progress.state()
         reason = ", ".join(f"{name} {value:.3g}" if isinstance(value, float) else f"{name} {value}"
                            for name, value in why.items())

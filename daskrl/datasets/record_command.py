@@ -65,7 +65,7 @@ def record_config(args: argparse.Namespace) -> Config:
         record_episodes=args.episodes, seed=args.seed, scheduler=args.scheduler, train_for_env_steps=0,
         train_for_seconds=0.0, stop_at_return=None, eval_interval_env_steps=0, save_video_every_env_steps=0,
         record_schedule=False, deterministic=False, wandb_project="", keep_checkpoint_every_env_steps=0, pbt=False,
-        self_play_snapshots=0, **sampler)
+        self_play_snapshots=0, league=False, **sampler)
 
 def checkpoint_path(experiment_dir: str, config: Config, which: str) -> str:
     """The file of the experiment's ``which`` checkpoint ('latest', 'best' or a path)."""

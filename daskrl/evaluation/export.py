@@ -38,7 +38,7 @@ from daskrl.errors import ExportError, one_line
 from daskrl.evaluation.episodes import load_policy, training_done
 from daskrl.evaluation.export_graph import PolicyGraph, graph_inputs
 from daskrl.models.actor_critic import ActorCritic
-from daskrl.sampling.policies.policy_map import resolve_mapping
+from daskrl.sampling.policies.policy_map import mapping_of, resolve_mapping
 from daskrl.sampling.policies.policy_spaces import CHECKED_EPISODES
 
 #: the formats, and the file suffix of each
@@ -78,7 +78,7 @@ def export_policy(experiment_dir: str, format: str = "onnx", policy: int = 0, wh
                    "state_size": model.state_size, "action_kind": model.spaces.action_kind,
                    "inputs": [t.describe() for t in graph.inputs], "outputs": [t.describe() for t in graph.outputs]}
     if agents:  # a multi-agent experiment: a file per policy, and who plays which
-        description.update(agents=agents, policy_mapping=config.policies.policy_mapping,
+        description.update(agents=agents, policy_mapping=mapping_of(config.policies),
                            num_policies=config.policies.num_policies)
     with torch.no_grad():
         write(graph, graph.example(space, 2, seed=0), path, json.dumps(description))
@@ -133,7 +133,7 @@ def _agent_of(config: Config, agents: list[str], policy: int) -> int:
     """The position of an agent policy ``policy`` plays: any, under a built-in mapping (its policies' agents share
     their spaces); the first a custom mapping gives it in the episodes it is checked on."""
     p = config.policies
-    _, mapping = resolve_mapping(p.policy_mapping, p.num_policies, p.self_play_snapshots)
+    _, mapping = resolve_mapping(mapping_of(p), p.num_policies, p.self_play_snapshots)
     if mapping is None:
         return 0
     for episode in range(CHECKED_EPISODES):

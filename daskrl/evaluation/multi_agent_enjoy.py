@@ -26,7 +26,7 @@ from daskrl.errors import ConfigError
 from daskrl.evaluation.loading import load_state, policy_model
 from daskrl.evaluation.multi_agent_play import Seats, game_group, game_stats, play_games
 from daskrl.evaluation.players import Player, PolicyPlayer, RandomPlayer
-from daskrl.sampling.policies.policy_map import PolicyMap, resolve_mapping
+from daskrl.sampling.policies.policy_map import PolicyMap, mapping_of, resolve_mapping, snapshot_owners
 
 #: each game's seats (the players, seat by seat, and the measured player's seat), by game number
 SeatsFn = Callable[[int], Seats]
@@ -73,23 +73,35 @@ class Loader:
             self.players["policy", k] = PolicyPlayer(f"policy {k}", model, self.spaces, self.deterministic)
         return self.players["policy", k]
 
+    def saved_snapshots(self) -> list[tuple[int, int, dict]]:
+        """Every self-play snapshot the checkpoints hold, as the acting policies number them: ``(policy, version,
+        weights)``, policy 0's (or with a league each member's in turn)."""
+        out = []
+        for policy in dict.fromkeys(snapshot_owners(self.config.policies)):
+            saved = self.state(policy).get("self_play_snapshots") or {}
+            out += [(policy, int(v), w) for v, w in zip(saved.get("versions", []), saved.get("weights", []),
+                                                       strict=True)]
+        return out
+
     def snapshot(self, j: int | None = None, version: int | None = None) -> Player:
-        """Self-play snapshot block ``j``, or the one holding policy version ``version``."""
-        saved = self.state(0).get("self_play_snapshots")
+        """Self-play snapshot ``j`` (as the acting policies number them), or policy 0's that holds policy version
+        ``version``."""
+        saved = self.saved_snapshots()
         if not saved:
             raise ConfigError([f"experiment {self.dir!r} has no self-play snapshots in its {self.which} checkpoint "
                                "(trained without --self-play-snapshots, or before daskrl saved them): seat random "
                                "or a trained policy instead (--opponent random, --opponent policy:0)"])
-        versions = [int(v) for v in saved["versions"]]
         if version is not None:
+            versions = [v for policy, v, _ in saved if policy == 0]
             if version not in versions:
                 raise ConfigError([f"--opponent snapshot:{version}: the {self.which} checkpoint holds the snapshots "
                                    f"of versions {', '.join(map(str, versions))}"])
             j = versions.index(version)
         if ("snapshot", j) not in self.players:
-            n = self.config.policies.num_policies
-            model = policy_model(self.config, self.spaces, saved["weights"][j], n + j)
-            self.players["snapshot", j] = PolicyPlayer(f"snapshot of version {versions[j]}", model, self.spaces,
+            policy, held, weights = saved[j]
+            model = policy_model(self.config, self.spaces, weights, self.config.policies.num_policies + j)
+            owner = f" of policy {policy}" if policy else ""
+            self.players["snapshot", j] = PolicyPlayer(f"snapshot{owner} of version {held}", model, self.spaces,
                                                        self.deterministic)
         return self.players["snapshot", j]
 
@@ -102,7 +114,7 @@ class Loader:
 def mapped_seats(loader: Loader) -> SeatsFn:
     """Seats as the run's mapping gives them, game by game (one env: its games are episodes 0, 1, 2, ...)."""
     p, ids = loader.config.policies, loader.spaces.agent_ids
-    pmap = PolicyMap(p.policy_mapping, p.num_policies, ids, [0], 1, p.self_play_snapshots)
+    pmap = PolicyMap(mapping_of(p), p.num_policies, ids, [0], 1, len(snapshot_owners(p)))
 
     def seats(game: int) -> Seats:
         if game:
@@ -173,7 +185,7 @@ def enjoy_games(experiment_dir: str, config: Config, spaces: EnvSpaces, episodes
         elif policy is not None:
             seats, who = every_seat(loader, policy), f"policy {policy} in every seat"
         else:
-            kind, _ = resolve_mapping(config.policies.policy_mapping, config.policies.num_policies,
+            kind, _ = resolve_mapping(mapping_of(config.policies), config.policies.num_policies,
                                       config.policies.self_play_snapshots)
             seats, who = mapped_seats(loader), f"each agent by the run's policy mapping ({kind})"
         games = play_games(group, seats, episodes, frames, max_steps=max_steps)

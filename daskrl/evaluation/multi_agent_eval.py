@@ -19,7 +19,7 @@ from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.evaluation.multi_agent_play import Game, Seats, game_stats
 from daskrl.evaluation.players import PolicyPlayer
 from daskrl.models.actor_critic import build_model
-from daskrl.sampling.policies.policy_map import PolicyMap
+from daskrl.sampling.policies.policy_map import PolicyMap, mapping_of, snapshot_owners
 
 
 def agent_columns(agent_ids: Sequence[str]) -> tuple[str, ...]:
@@ -29,10 +29,11 @@ def agent_columns(agent_ids: Sequence[str]) -> tuple[str, ...]:
 
 def acting_weights(learners: Sequence[Any], timeout: float = 120) -> list[dict]:
     """The newest weights of each acting policy: every trained policy's (its learner's ``checkpoint_state``), then
-    the self-play snapshots' (held by policy 0's learner)."""
+    the self-play snapshots' (each held by its policy's learner: policy 0's, or every league member's), learner by
+    learner as the acting policies number them."""
     states = [learner.call("checkpoint_state", timeout=timeout) for learner in learners]
-    snapshots = states[0].get("self_play_snapshots") or {}
-    return [state["model"] for state in states] + list(snapshots.get("weights", []))
+    snapshots = [w for state in states for w in (state.get("self_play_snapshots") or {}).get("weights", [])]
+    return [state["model"] for state in states] + snapshots
 
 
 class RunPolicies:
@@ -56,7 +57,7 @@ class RunPolicies:
     def seats(self) -> Callable[[int], Seats]:
         """Each game's seats, from a fresh mapping: every evaluation plays the same seatings."""
         p = self.config.policies
-        pmap = PolicyMap(p.policy_mapping, p.num_policies, self.spaces.agent_ids, [0], 1, p.self_play_snapshots)
+        pmap = PolicyMap(mapping_of(p), p.num_policies, self.spaces.agent_ids, [0], 1, len(snapshot_owners(p)))
 
         def seats(game: int) -> Seats:
             if game:

@@ -236,29 +236,30 @@ def checkpoint_dirs(experiment_dir: str, num_policies: int) -> list[str]:
     return [root] if num_policies == 1 else [os.path.join(root, f"policy_{k}") for k in range(num_policies)]
 
 
-def checkpoint_file(path: str) -> str:
-    """The checkpoint ``--init-checkpoint`` names: a file, or the newest checkpoint of an experiment directory (a
-    bundle of ``daskrl publish`` is one: its ``checkpoints/`` holds the checkpoint it publishes)."""
+def checkpoint_file(path: str, option: str = "--init-checkpoint") -> str:
+    """The checkpoint ``option`` names: a file, or the newest checkpoint of an experiment directory (a bundle of
+    ``daskrl publish`` is one: its ``checkpoints/`` holds the checkpoint it publishes) or of a folder of them."""
     if os.path.isfile(path):
         return path
     folder = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
     found = sorted(n for n in os.listdir(folder) if n.startswith("checkpoint_") and n.endswith(".pt")) \
         if os.path.isdir(folder) else []
     if not found:
-        raise ConfigError([f"--init-checkpoint {path!r} is neither a checkpoint file nor an experiment directory (or "
-                           "bundle) with checkpoints"])
+        raise ConfigError([f"{option} {path!r} is neither a checkpoint file nor an experiment directory (or bundle, "
+                           "or a folder such as checkpoints/policy_0) with checkpoints"])
     return os.path.join(folder, found[-1])
 
 
-def initial_weights(path: str, sampling: bool = False) -> dict[str, Any]:
-    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from, or a
-    sampling-only run acts with (``sampling``), as ``{"version": 0, "weights": {name: array}}``; says which checkpoint
-    it took."""
+def initial_weights(path: str, sampling: bool = False, opponent: bool = False) -> dict[str, Any]:
+    """``--init-checkpoint``: the weights (with their normalizer statistics) a new experiment starts from, a
+    sampling-only run acts with (``sampling``) or every game is played against (``opponent``: --frozen-opponent), as
+    ``{"version": 0, "weights": {name: array}}``; says which checkpoint it took."""
     from daskrl.monitor.console import say
 
-    path = checkpoint_file(path)
+    path = checkpoint_file(path, "--frozen-opponent" if opponent else "--init-checkpoint")
     state = _torch().load(path, map_location="cpu", weights_only=True)
     which = f"{path} ({int(state.get('env_steps', 0)):,} env steps, policy version {state.get('policy_version', 0)} there)"
     say(f"daskrl: sampling with the policy of {which}" if sampling
+        else f"daskrl: every game against the frozen policy of {which}" if opponent
         else f"daskrl: starting from the weights of {which}; the optimizer starts afresh")
     return {"version": 0, "weights": {k: v.numpy() for k, v in state["model"].items()}}

@@ -56,7 +56,8 @@ class LearnerBase(Component):
         self.model, self.trainer = build_learning(setup, self.device)
         self.role = role_for(rank, world)
         self.publication = self.role.publication(self, self.model, setup.remote_params)
-        self.snapshots = snapshots_for(self, self.model, snapshots, snapshot_every, setup.remote_params)
+        self.snapshots = snapshots_for(self, self.model, snapshots, snapshot_every, setup.remote_params,
+                                       setup.frozen_opponent)
         self.policy_index = setup.policy_index
         self.metrics: dict[str, float] = {}
         #: the hyperparameters each recent training step trained with (train step, values): a change made between
@@ -81,6 +82,11 @@ class LearnerBase(Component):
     async def snapshot_descs(self) -> list[dict]:
         """The self-play snapshots' parameter blocks, as samplers attach them (empty without self-play)."""
         return self.snapshots.descs()
+
+    async def take_snapshot(self) -> None:
+        """Keep the next version published as a self-play snapshot (a league member that beats its opponents joins
+        the league's past players now rather than at its next --self-play-snapshot-every)."""
+        self.snapshots.take_next()
 
     async def enable_remote_params(self) -> dict:
         """Also publish every version over Dask comms from now on (a reader joined on another host: an elastic run

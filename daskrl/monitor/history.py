@@ -32,6 +32,8 @@ class RunHistory:
     policy_set: set[int] = field(default_factory=set)  # the policies the run reported rows of
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
     replay: list[dict[str, Any]] = field(default_factory=list)  # off-policy: each replay shard's latest numbers
+    #: a league's newest payoff table among its current players (``players``, ``payoff``: payoff.csv's rows)
+    league: dict[str, Any] = field(default_factory=dict)
     stop_at: dict[str, Any] = field(default_factory=dict)
     updated: float = 0.0  # wall time of the last report
     generation: int = 0  # bumped whenever rows are replaced, so views that stream increments reload
@@ -117,6 +119,16 @@ class MetricsStore:
             while len(self.runs) > self.max_runs:
                 del self.runs[next(iter(self.runs))]
         self.runs[name].add_pbt(msg)
+        return True
+
+    def add_league(self, msg: Any) -> bool:
+        """Keep a league's newest payoff table (``daskrl-league``) for a run already seen; a malformed one is
+        ignored. Lists may come as tuples (the scheduler's event log sends them through msgpack)."""
+        if not isinstance(msg, dict) or str(msg.get("run")) not in self.runs \
+                or not isinstance(msg.get("payoff"), (list, tuple)):
+            return False
+        self.runs[str(msg["run"])].league = {**msg, "players": list(msg.get("players") or []),
+                                             "payoff": [dict(r) for r in msg["payoff"]]}
         return True
 
     def add_event(self, msg: Any) -> bool:

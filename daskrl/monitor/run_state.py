@@ -73,8 +73,12 @@ class RunState:
     #: a curriculum's progress (daskrl/curriculum/): the task reached and the tasks passed, kept in checkpoints so a
     #: resume goes on from there; None: the run has no curriculum
     curriculum: dict | None = None
+    #: a league's payoff table and ratings (daskrl/league/), kept in policy 0's checkpoints; None: no league
+    league: dict | None = None
     #: who wants every finished episode's info numbers as they arrive (a curriculum reads each task's returns)
     extras_readers: list = field(default_factory=list)
+    #: who wants the trained policies' finished episodes as they arrive (a league reads who beat whom)
+    episode_readers: list = field(default_factory=list)
 
     @property
     def updates(self) -> int:

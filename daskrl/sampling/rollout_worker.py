@@ -56,7 +56,8 @@ class RolloutWorker(Component):
         self.incarnation = os.urandom(4).hex()  # tells this worker's slots from a predecessor's after a restart
         self.rollout = setup.rollout
         self.groups = split_groups(setup.env, setup.spaces, setup.num_envs, setup.num_splits, setup.seed,
-                                   setup.worker_index, setup.env_failure_limit, setup.info_keys, setup.task_level)
+                                   setup.worker_index, setup.env_failure_limit, setup.info_keys,
+                                   setup.course.task_level)
         self.agents_per_env = setup.spaces.num_agents  # a multi-agent env's group has a column per agent
         self._create_slots(setup)
         #: free slots, the most recently freed taken first (``pop``): slots beyond what sampling and the learner keep
@@ -110,7 +111,7 @@ class RolloutWorker(Component):
             self.split_policies = mapped_policies(
                 setup.policy_mapping, setup.num_policies, setup.snapshots, setup.spaces.num_agents, self.groups,
                 setup.num_envs // setup.num_splits, setup.worker_index * setup.num_envs, setup.run_envs,
-                self.terminated, self.truncated, self.episode_extras)
+                self.terminated, self.truncated, self.episode_extras, setup.course.opponent_weights)
         else:
             self.owners = OneConsumer()
             self.split_policies = [OnePolicy(g.num_envs) for g in self.groups]
@@ -136,6 +137,15 @@ class RolloutWorker(Component):
     def _set_task_level(self, level: int) -> None:
         for group in self.groups:
             group.set_task_level(level)
+
+    async def draw_opponents_by(self, weights: tuple[tuple[float, ...], ...]) -> None:
+        """A league's new opponent draw (``weights[k][a]``: acting policy ``a`` beside trained policy ``k``), for the
+        episodes every env begins from now on."""
+        await self.on_own_thread(self._draw_opponents_by, weights)
+
+    def _draw_opponents_by(self, weights: tuple[tuple[float, ...], ...]) -> None:
+        for split in self.split_policies:
+            split.draw_opponents_by(weights)
 
     async def drain(self, timeout: float = 10.0) -> dict:
         """Leave without losing a sample (the worker is going away gracefully): finish the slots being filled,

@@ -387,7 +387,7 @@ def learner_setup(spaces) -> LearnerSetup:
                         total_env_steps=0, seed=0, remote_params=False, rank=0, num_learners=1, policy_index=0,
                         tagged=False, snapshots=0, snapshot_every=50, components=pack_components(), cut=None,
                         algo=AlgoConfig(), trainer="daskrl.algo.appo.trainer:APPOTrainer", deterministic=False,
-                        record_schedule=False, offline=False)
+                        record_schedule=False, offline=False, frozen_opponent=None)
 
 
 def published(desc: dict) -> tuple[int, dict[str, np.ndarray]]:

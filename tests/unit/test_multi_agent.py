@@ -352,7 +352,7 @@ def test_what_a_multi_agent_env_cannot_do_is_refused_in_one_line(tmp_path):
     base = Config().replace(train_dir=str(tmp_path), experiment="refused")
     with pytest.raises(ConfigError, match="--self-play-snapshots 2 needs an env with two or more agents"):
         preflight(base.replace(env="CartPole-v1", self_play_snapshots=2))
-    with pytest.raises(ConfigError, match="--self-play-snapshots act inline"):
+    with pytest.raises(ConfigError, match="--self-play-snapshots: snapshots act inline"):
         preflight(base.replace(env="daskrl.testing.environments.envs:race_to_ten", self_play_snapshots=2,
                                inference="remote"))
     with pytest.raises(ConfigError, match="--pbt needs a population"):

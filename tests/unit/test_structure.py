@@ -95,7 +95,7 @@ LAYERS = [
     ("daskrl.replay",),
     ("daskrl.learning",),
     ("daskrl.driver",),
-    ("daskrl.evaluation", "daskrl.pbt", "daskrl.rerun", "daskrl.curriculum"),
+    ("daskrl.evaluation", "daskrl.pbt", "daskrl.rerun", "daskrl.curriculum", "daskrl.league"),
     ("daskrl.api", "daskrl.testing", "daskrl.serving", "daskrl.datasets"),
     ("daskrl.sweep",),
     ("daskrl.publish",),  # result bundles: an experiment's or a sweep's, through enjoy's and export's code

@@ -63,7 +63,7 @@ class Fleet:
     def setups(self) -> RoleSetups:
         """Every role's setup as of now (a parameter block changes when a learner restarts)."""
         return role_setups(self.config, self.spaces, self._acting_params(), self.teams.remote_params,
-                           self.samplers.run_env_steps, self.samplers.weights, self.samplers.task_level)
+                           self.samplers.run_env_steps, self.samplers.weights, self.samplers.course)
 
     def took(self, env_steps: int) -> None:
         """The run has taken ``env_steps`` so far: a rollout worker created from now on (a recovered or added one)
@@ -194,8 +194,8 @@ class Fleet:
             new.call("attach_replay", self.replay.batch_descs())
         self.teams.form_group()  # the members go on from the new leader's weights
         new.call("start")
-        # only policy 0's learner keeps self-play snapshots: they lived in the lost learner, so their blocks are new
-        renewed = [policy, *(self.teams.renew_snapshots() if policy == 0 else [])]
+        # its self-play snapshots lived in the lost learner, so their blocks are new
+        renewed = [policy, *self.teams.renew_snapshots(policy)]
         for index in renewed:
             self.relays.follow(index, self.teams.sources()[index])
             call_each(self.samplers.all(), "set_params", self._acting_params()[index], index, warn=self.warn)

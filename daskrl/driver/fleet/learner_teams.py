@@ -1,5 +1,5 @@
-"""Each policy's learning side: its learner, the parameter block its samplers read, policy 0's self-play
-snapshots and data-parallel group (``--num-learners``).
+"""Each policy's learning side: its learner, the parameter block its samplers read, its self-play snapshots (policy
+0's, or every league member's) and policy 0's data-parallel group (``--num-learners``).
 
 One policy is a team of one. The fleet wires the teams to the samplers and replay shards; a team knows only its own
 learners: how they are created, which parameter blocks they publish, how a group is formed again after a member or
@@ -30,7 +30,7 @@ class LearnerTeams:
         self.leaders: list[ComponentHandle] = []  # each policy's learner (a group's leader), by policy
         self.members: list[ComponentHandle] = []  # ranks 1.. of policy 0's group (--num-learners)
         self.params: list[dict | None] = []  # each policy's parameter block, by policy
-        self.snapshots: list[dict] = []  # self-play: the blocks of policy 0's frozen past versions
+        self.snapshots: list[dict] = []  # self-play: the blocks of frozen past versions, learner by learner
         self.generation = 0  # bumped each time the learner group is formed
 
     def all(self) -> list[ComponentHandle]:
@@ -57,7 +57,7 @@ class LearnerTeams:
         for learner, start in zip(self.leaders, starts, strict=False):  # no learner when sampling only
             start.apply(learner)
         self.params = [h.call("params_desc") for h in self.leaders]
-        self.snapshots = self.leaders[0].call("snapshot_descs")
+        self.snapshots = self._snapshot_blocks()
 
     def form_group(self) -> None:
         """(Re)form the data-parallel learner group: a new generation, whose members all start from the leader's
@@ -81,11 +81,17 @@ class LearnerTeams:
         self.leaders[policy] = new
         return new
 
-    def renew_snapshots(self) -> list[int]:
-        """The self-play snapshots of a restarted policy 0 (they lived in the lost learner, so their blocks are
+    def _snapshot_blocks(self) -> list[dict]:
+        """Every leader's self-play snapshot blocks, in the order of the acting policies (policy by policy)."""
+        return [desc for leader in self.leaders for desc in leader.call("snapshot_descs")]
+
+    def renew_snapshots(self, policy: int) -> list[int]:
+        """The self-play snapshots of ``policy``'s restarted learner (they lived in the lost one, so their blocks are
         new); returns their indices among the acting policies."""
-        self.snapshots = self.leaders[0].call("snapshot_descs")
-        return [len(self.leaders) + j for j in range(len(self.snapshots))]
+        old = self.snapshots
+        self.snapshots = self._snapshot_blocks()
+        return [len(self.leaders) + j for j, (was, now) in enumerate(zip(old, self.snapshots, strict=True))
+                if was != now]
 
     def recreate_member(self, handle: ComponentHandle, worker: str, setups: RoleSetups) -> ComponentHandle:
         """A lost group member anew on ``worker`` under its name (the group forms again once it has its buffers)."""
@@ -104,7 +110,7 @@ class LearnerTeams:
     def publish_over_comms(self) -> None:
         """Have every learner publish its parameters over Dask comms too (a sampler joined on another host)."""
         self.params = [h.call("enable_remote_params") for h in self.leaders]
-        self.snapshots = self.leaders[0].call("snapshot_descs")
+        self.snapshots = self._snapshot_blocks()
         self.remote_params = True
 
     def devices(self) -> dict[str, str]:

@@ -7,6 +7,7 @@ recreated component runs with exactly the settings its predecessor had.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from daskrl.config import Config
@@ -17,7 +18,7 @@ from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
 from daskrl.replay.ratio import AUTO_MAX_BATCHES, batches_per_request
-from daskrl.sampling.policies.policy_map import slots_tagged
+from daskrl.sampling.policies.policy_map import mapping_of, slots_tagged, snapshot_owners
 from daskrl.sampling.policies.policy_spaces import policy_spaces
 from daskrl.setups import (
     DatasetShare,
@@ -28,6 +29,7 @@ from daskrl.setups import (
     ReplaySetup,
     RoleSetups,
     RolloutSetup,
+    SamplerCourse,
     SamplingNoise,
     UniformWarmup,
 )
@@ -35,18 +37,18 @@ from daskrl.setups import (
 
 def role_setups(config: Config, spaces: EnvSpaces, params: Sequence[dict | None] = (),
                 remote_params: bool = False, run_env_steps: int = 0, weights: dict | None = None,
-                task_level: int = 0) -> RoleSetups:
+                course: SamplerCourse = SamplerCourse()) -> RoleSetups:
     """Every component's setup for this run. ``params``: each acting policy's parameter block as samplers attach it
     (the trained policies', then the self-play snapshots'); missing ones are not known yet (before the learners
     exist, and in sampling-only runs: the samplers keep their initial weights). The replay shards' are those of a
     number given to ``--replay-shards`` (none for ``auto``, whose count the placement decides: the fleet builds
     each shard's with :func:`replay_setup`). ``run_env_steps``: the run's env steps so far (a resumed run's), where
     the samplers' exploration goes on from. ``weights``: what a sampling-only run acts with (``{"version",
-    "weights"}``: --init-checkpoint's; None: the initial weights). ``task_level``: the task a curriculum has reached
-    (a resumed run's), where the envs start."""
+    "weights"}``: --init-checkpoint's; None: the initial weights). ``course``: where the driver has steered the
+    samplers so far (a resumed curriculum's task), where the rollout workers start."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
-    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps, weights, task_level)
+    rollout = tuple(rollout_setup(config, spaces, policy_params, index, run_env_steps, weights, course)
                     for index in range(s.num_workers))
     inference = tuple(InferenceSetup(policy_queue(k), _policy_setup(
         config, spaces, k, policy_params[k], c.run.seed + 1009 * k, s.inference_device,
@@ -103,8 +105,8 @@ def sampler_exploration(config: Config, spaces: EnvSpaces, index: int,
 
 
 def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, remote_params: bool) -> LearnerSetup:
-    """Policy ``policy``'s learner of rank ``rank`` in its group (0: the leader, which keeps the self-play
-    snapshots of policy 0)."""
+    """Policy ``policy``'s learner of rank ``rank`` in its group (0: the leader, which keeps the policy's self-play
+    snapshots: policy 0's, or every league member's)."""
     c, own, offline = config, acting_spaces(config, spaces)[policy], algorithm_of(config).offline
     return LearnerSetup(
         spaces=own, cut=spaces.cut_for(own), model=_model(c), learner=dataclasses.replace(c.learner),
@@ -112,10 +114,21 @@ def _learner_setup(config: Config, spaces: EnvSpaces, policy: int, rank: int, re
         total_env_steps=c.run.train_for_updates if offline else c.run.train_for_env_steps,
         seed=c.run.seed + 1009 * policy, remote_params=remote_params,
         rank=rank, num_learners=c.learner.num_learners, components=pack_components(), policy_index=policy,
-        tagged=is_tagged(c, spaces), snapshots=c.policies.self_play_snapshots if policy == 0 and rank == 0 else 0,
+        tagged=is_tagged(c, spaces), snapshots=0 if rank else snapshot_owners(c.policies).count(policy),
         snapshot_every=c.policies.self_play_snapshot_every, algo=_algo(c),
+        frozen_opponent=frozen_opponent(c.policies.frozen_opponent) if policy == 0 and rank == 0 else None,
         trainer=algorithm_of(c).trainer_path, deterministic=c.run.deterministic, record_schedule=c.run.record_schedule,
         offline=offline)
+
+
+@functools.lru_cache(maxsize=2)
+def frozen_opponent(path: str) -> dict | None:
+    """--frozen-opponent's weights, read once however often the setups are made (a restarted learner's too)."""
+    if not path:
+        return None
+    from daskrl.learning.checkpoints import initial_weights  # torch: only for a run that names one
+
+    return initial_weights(path, opponent=True)["weights"]
 
 
 def _algo(config: Config):
@@ -137,11 +150,11 @@ def _model(config: Config):
 
 
 def acting_spaces(config: Config, spaces: EnvSpaces) -> tuple[EnvSpaces, ...]:
-    """Each acting policy's spaces (the trained ones', then the self-play snapshots', which are policy 0's): the
-    slots' own unless the agents' spaces differ (daskrl/sampling/policies/policy_spaces.py)."""
-    p = config.policies
-    own = policy_spaces(p.policy_mapping, p.num_policies, spaces, p.self_play_snapshots)
-    return own + (own[0],) * p.self_play_snapshots
+    """Each acting policy's spaces (the trained ones', then the self-play snapshots', each its owner's): the slots'
+    own unless the agents' spaces differ (daskrl/sampling/policies/policy_spaces.py)."""
+    p, owners = config.policies, snapshot_owners(config.policies)
+    own = policy_spaces(mapping_of(p), p.num_policies, spaces, len(owners))
+    return own + tuple(own[k] for k in owners)
 
 
 def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
@@ -151,15 +164,16 @@ def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
 
 def _by_policy(config: Config, params: Sequence[dict | None]) -> tuple[dict | None, ...]:
     """Parameter blocks by acting policy: the trained ones, then the self-play snapshots (None: not yet known)."""
-    acting = config.policies.num_policies + config.policies.self_play_snapshots
+    acting = config.policies.num_policies + len(snapshot_owners(config.policies))
     return tuple(params) + (None,) * (acting - len(params))
 
 
 def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | None], index: int,
-                  run_env_steps: int = 0, weights: dict | None = None, task_level: int = 0) -> RolloutSetup:
+                  run_env_steps: int = 0, weights: dict | None = None,
+                  course: SamplerCourse = SamplerCourse()) -> RolloutSetup:
     """The setup of rollout worker ``index`` (an elastic run adds workers beyond ``--num-workers``), created once the
-    run took ``run_env_steps`` and its curriculum reached task ``task_level``; ``params`` and ``weights`` as
-    :func:`role_setups` takes them."""
+    run took ``run_env_steps`` and the driver steered the samplers as ``course`` says; ``params`` and ``weights``
+    as :func:`role_setups` takes them."""
     c, s = config, config.sampler
     policy_params = _by_policy(config, params)
     exploration = sampler_exploration(config, spaces, index, run_env_steps)
@@ -171,11 +185,11 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | Non
                         slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
                         info_keys=tuple(s.info_keys), rnn_state_size=rnn_state_size(c.model, spaces),
                         policy_queue=policy_queue(0), policy=policy, tagged=is_tagged(c, spaces),
-                        num_policies=c.policies.num_policies, snapshots=c.policies.self_play_snapshots,
-                        policy_mapping=c.policies.policy_mapping,
+                        num_policies=c.policies.num_policies, snapshots=len(snapshot_owners(c.policies)),
+                        policy_mapping=mapping_of(c.policies),
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
                         policy_spaces=acting_spaces(config, spaces), record_schedule=c.run.record_schedule,
-                        record_quotas=record_quotas(config, index), task_level=task_level)
+                        record_quotas=record_quotas(config, index), course=course)
 
 
 def record_quotas(config: Config, index: int) -> tuple[int, ...] | None:

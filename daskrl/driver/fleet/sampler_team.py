@@ -17,7 +17,7 @@ from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.runtime.actors.handles import ComponentHandle
 from daskrl.sampling.inference_worker import InferenceWorker
 from daskrl.sampling.rollout_worker import RolloutWorker
-from daskrl.setups import RoleSetups
+from daskrl.setups import RoleSetups, SamplerCourse
 
 
 class Samplers:
@@ -36,8 +36,9 @@ class Samplers:
         #: --online-after: the samplers are created and wired but not started until the learner has trained that
         #: many updates from the dataset alone (:meth:`release`)
         self.held = config.algo.online_after > 0
-        #: the task a curriculum has reached (daskrl/curriculum/): a rollout worker created now starts its envs there
-        self.task_level = 0
+        #: where the driver has steered the rollout workers (a curriculum's task, a league's opponents): a rollout
+        #: worker created now starts there
+        self.course = SamplerCourse()
 
     def start(self, handles: Sequence[ComponentHandle]) -> None:
         """Start these samplers, unless sampling is held back (they then start with :meth:`release`)."""
@@ -74,7 +75,7 @@ class Samplers:
         """Rollout worker ``name`` (env seeds by ``index``) created on ``worker``, reading ``acting``'s parameter
         blocks, its slot arrays kept; not yet attached to its readers, wired, started or kept in :attr:`rollout`."""
         setup = rollout_setup(self.config, self.spaces, list(acting), index, self.run_env_steps, self.weights,
-                              self.task_level)
+                              self.course)
         new = self.roster.spawn(cls, name, worker, setup, Role.ROLLOUT)
         self.buffers[name] = new.call("buffers")
         return new

@@ -26,7 +26,7 @@ from daskrl.envs.groups import check_backend
 from daskrl.envs.packages import env_package_problems
 from daskrl.errors import ConfigError
 from daskrl.models.registry import model_name_problems
-from daskrl.sampling.policies.policy_map import check_mapping
+from daskrl.sampling.policies.policy_map import check_mapping, mapping_of, snapshot_owners
 from daskrl.sampling.policies.policy_spaces import policy_spaces
 
 
@@ -37,17 +37,27 @@ def default_experiment_name(env: str) -> str:
 def check_policies(config: Config, spaces: EnvSpaces) -> None:
     """What a multi-agent env or several policies need: a mapping that answers (and, where agents' spaces differ,
     gives each policy agents of one kind)."""
-    agents = spaces.agent_ids or ("agent_0",)
-    check_mapping(config.policies.policy_mapping, config.policies.num_policies, agents,
-                  config.policies.self_play_snapshots)
-    own = policy_spaces(config.policies.policy_mapping, config.policies.num_policies, spaces,
-                        config.policies.self_play_snapshots)  # agents with different spaces: who each policy can get
+    agents, p = spaces.agent_ids or ("agent_0",), config.policies
+    snapshots = len(snapshot_owners(p))
+    check_mapping(mapping_of(p), p.num_policies, agents, snapshots)
+    # where the agents' spaces differ: the agents each policy can get
+    own = policy_spaces(mapping_of(p), p.num_policies, spaces, snapshots)
     if any(o != own[0] for o in own):  # networks of different shapes: no weights pass from one policy to another
         shared = [f"{flag} copies one network's weights into every policy, but this run's policies have different "
                   f"spaces (their agents' spaces differ): leave {flag} out" for flag, value in
                   (("--pbt", config.policies.pbt), ("--init-checkpoint", config.run.init_checkpoint)) if value]
         if shared:
             raise ConfigError(shared)
+
+
+def check_frozen_opponent(config: Config, spaces: EnvSpaces) -> None:
+    """--frozen-opponent names a checkpoint whose network is this run's (torch: only for a run that names one)."""
+    from daskrl.driver.fleet.role_setups import acting_spaces, frozen_opponent
+    from daskrl.learning.snapshots import check_same_network
+    from daskrl.models.actor_critic import build_model
+
+    own = build_model(acting_spaces(config, spaces)[0], config.model, config.run.seed).state_dict_numpy()
+    check_same_network(own, frozen_opponent(config.policies.frozen_opponent))
 
 
 def check_components(config: Config) -> None:
@@ -110,6 +120,8 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
     check_policies(config, spaces)
     apply_algo_model(config)
     adopt_trained_network(config)  # a resume trains the network it saved, whatever today's defaults are
+    if config.policies.frozen_opponent:
+        check_frozen_opponent(config, spaces)
     algorithm = algorithm_of(config)
     if problems := algo_space_problems(algorithm.name, algorithm.action_kinds, spaces.action_kind,
                                        spaces.box_is_bounded()):

@@ -247,6 +247,8 @@ def _resumed_state(prepared: _Prepared) -> RunState:
         state.elapsed_offset = float(prepared.resume_state[0].get("elapsed_s", 0.0))
         if config.env.curriculum or config.env.curriculum_tasks:  # where the curriculum given again goes on from
             state.curriculum = prepared.resume_state[0].get("curriculum")
+        if config.policies.league:  # its payoff table and ratings, kept in policy 0's checkpoints
+            state.league = prepared.resume_state[0].get("league")
     return state
 
 

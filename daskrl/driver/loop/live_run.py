@@ -94,7 +94,8 @@ class Run:
             + (" (in this process: --serial)" if c.run.serial else "") + (f" | dashboard {link}" if link else ""))
         self.fleet = Fleet(self.session, c, self.spaces, placement, warn=self.warn,
                            env_steps_offset=self.state.env_steps_offset)
-        self.fleet.samplers.task_level = (self.state.curriculum or {}).get("level", 0)  # a resumed curriculum's
+        for observer in self.observers:
+            observer.before_components(self)
         self.care.start(self.fleet, self.book.stores)
         self.fleet.create(starts)
         self._say_devices()
@@ -176,6 +177,8 @@ class Run:
             self.state.tally.update(s["name"], s["env_steps"])
         trained = self.book.trained(episodes_from_event(s.get("episodes", [])))  # not a snapshot's side of a game
         self.state.episodes.extend(trained)
+        for reader in self.state.episode_readers:
+            reader(trained)
         self.book.add_episodes(trained)
         self.state.add_extras(s.get("episode_extras", []))
 

@@ -64,6 +64,10 @@ class Run(Protocol):
 class Observer:
     """A hook into a run's loop (see the module docstring); override the hooks you need."""
 
+    def before_components(self, run: Run) -> None:
+        """The run's fleet is made and its components are about to be created: set what they start with
+        (``run.fleet.samplers.course``: a curriculum's task, a league's opponents)."""
+
     def on_start(self, run: Run) -> None:
         """The components are placed, wired and started; nothing was reported yet."""
 

@@ -182,7 +182,8 @@ class PolicyBook:
         return {"env_steps": state.env_steps, "elapsed_s": state.elapsed + state.elapsed_offset,
                 "best_return": mean if best else self.best[policy], "episode_return_mean": mean,
                 "policy": policy, "config": self.config.to_json(),
-                **({} if state.curriculum is None else {"curriculum": state.curriculum})}
+                **({} if state.curriculum is None else {"curriculum": state.curriculum}),
+                **({"league": state.league} if state.league is not None and policy == 0 else {})}
 
     def start_checkpoint_clock(self, env_steps: int) -> None:
         """The run starts (at ``env_steps``, a resumed run's count): the first checkpoint is due an interval from

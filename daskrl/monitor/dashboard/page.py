@@ -1,6 +1,6 @@
 """The daskrl Bokeh page, ``<dashboard>/daskrl``: the runs training on the cluster now, a run chooser, a summary
-line, the chosen run's live plots and, with PBT, a table of the latest replacements, refreshed every second from
-the plugin's store. Bokeh is imported when a page is built, not when this module is."""
+line, the chosen run's live plots, with PBT a table of the latest replacements and with a league its payoff heat
+map, refreshed every second from the plugin's store. Bokeh is imported when a page is built, not when this module is."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from daskrl.monitor.dashboard.replay_table import replay_table_html
 from daskrl.monitor.dashboard.runs import runs_table_html, sweeps_table_html
 from daskrl.monitor.dashboard.summary import summary_html
+from daskrl.monitor.figures.league_plots import payoff_cells, payoff_figure
 from daskrl.monitor.figures.plots import series, share_bars, shares_figure, time_figures
 from daskrl.monitor.figures.policy_plots import pbt_series, pbt_table_html, policy_figures, policy_series, split_policies
 from daskrl.monitor.history import MetricsStore, RunHistory
@@ -58,13 +59,16 @@ class RunPage:
         self.pbt_table = Div(text="", visible=False, sizing_mode="stretch_width", name="daskrl-pbt-table")
         self.replay_table = Div(text="", visible=False, sizing_mode="stretch_width", name="daskrl-replay-table")
         self.body = column(sizing_mode="stretch_width")
+        self.payoff_source = ColumnDataSource(payoff_cells([], []), name="daskrl-payoff-cells")
+        self.payoff_box = column(visible=False)  # a league's heat map, built for its players
+        self.league_key: tuple | None = None  # the run and report the heat map shows
         self.layout_for: tuple[int, ...] | None = None
         self.key: tuple | None = None  # the run whose rows the sources hold: (name, history object, generation)
         self.pbt_key: tuple | None = None
         self.seen = 0  # rows of that run already in the sources
         self.layout(())
         self.root = column(self.runs_table, row(self.chooser, self.summary, sizing_mode="stretch_width"), self.body,
-                           self.replay_table, self.pbt_table, sizing_mode="stretch_width")
+                           self.replay_table, self.pbt_table, self.payoff_box, sizing_mode="stretch_width")
         self.update()
 
     def layout(self, policies: tuple[int, ...]) -> None:
@@ -110,6 +114,7 @@ class RunPage:
             self._show_pbt(hist, key)
         self._show_shares(hist)
         self._show_replay(hist)
+        self._show_league(hist)
         self.summary.text = summary_html(hist)
 
     def _reload_series(self, hist: RunHistory, key: tuple) -> None:
@@ -140,6 +145,18 @@ class RunPage:
         if text != self.replay_table.text:
             self.replay_table.text = text
         self.replay_table.visible = bool(hist.replay)
+
+    def _show_league(self, hist: RunHistory) -> None:
+        """A league's payoff heat map (hidden for a run without one), built anew when its players change."""
+        players = tuple(hist.league.get("players", ()))
+        key = (hist.run, players, hist.league.get("env_steps"))
+        if key == self.league_key:
+            return
+        if players != (self.league_key or (None, ()))[1]:
+            self.payoff_box.children = [payoff_figure(self.payoff_source, players)] if players else []
+        self.league_key = key
+        self.payoff_source.data = payoff_cells(hist.league.get("payoff", []), players)
+        self.payoff_box.visible = bool(players)
 
     def _show_shares(self, hist: RunHistory) -> None:
         """Where each component's time goes: one bar per component, the plot as tall as they need."""

@@ -14,7 +14,7 @@ from daskrl.monitor.dashboard.api import api_routes
 from daskrl.monitor.dashboard.page import page_document
 from daskrl.monitor.dashboard.runs import live_runs
 from daskrl.monitor.history import MetricsStore, history_payload
-from daskrl.protocol import EVENTS_TOPIC, METRICS_TOPIC, PBT_TOPIC, SWEEPS_TOPIC
+from daskrl.protocol import EVENTS_TOPIC, LEAGUE_TOPIC, METRICS_TOPIC, PBT_TOPIC, SWEEPS_TOPIC
 from daskrl.runtime import dask_internals
 from daskrl.runtime.dask_internals import SchedulerPlugin
 
@@ -74,7 +74,7 @@ class DashboardPlugin(SchedulerPlugin):
     def _replay_logged_events(self, scheduler) -> None:
         """The events logged before this plugin started, both topics in the order they came (a run started again
         drops the PBT events of its previous life)."""
-        logged = [(stamp, topic, msg) for topic in (METRICS_TOPIC, PBT_TOPIC, EVENTS_TOPIC, SWEEPS_TOPIC)
+        logged = [(stamp, topic, msg) for topic in (METRICS_TOPIC, PBT_TOPIC, EVENTS_TOPIC, SWEEPS_TOPIC, LEAGUE_TOPIC)
                   for stamp, msg in scheduler.get_events(topic)]
         for stamp, topic, msg in sorted(logged, key=lambda event: event[0]):
             self.log_event(topic, msg, stamp)
@@ -111,6 +111,8 @@ class DashboardPlugin(SchedulerPlugin):
             self.store.add_event(msg)
         elif topic == SWEEPS_TOPIC:
             self.store.add_sweep(msg)
+        elif topic == LEAGUE_TOPIC:
+            self.store.add_league(msg)
 
     async def history(self, run: str | None = None) -> dict[str, Any]:
         """Every report of a run the store kept (an attached handle's ``metrics()``)."""

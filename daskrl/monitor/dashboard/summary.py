@@ -26,6 +26,7 @@ def summary_html(hist: RunHistory) -> str:
         parts.append(f"curriculum task {int(as_number(row['curriculum_task'], 0))}")
     parts += [f"{html.escape(k)} {as_number(v):.3g}" for k, v in sorted(row.items()) if k.startswith("info/")]
     parts += policies_summary(hist)
+    parts += league_summary(hist)
     incidents = int(as_number(row.get("incidents"), 0))
     if incidents:
         parts.append(f"<span title='failures survived on purpose; see the run log'>{incidents} incidents</span>")
@@ -73,6 +74,16 @@ def policies_summary(hist: RunHistory) -> list[str]:
         n = len(hist.pbt)
         parts.append(f"{n} PBT replacement{'s' if n > 1 else ''} (last in round {hist.pbt[-1].get('round', '?')})")
     return parts
+
+
+def league_summary(hist: RunHistory) -> list[str]:
+    """With a league: its players now, and the member rated highest."""
+    elo = hist.league.get("elo") or {}
+    members = {name: as_number(rating) for name, rating in elo.items() if "@" not in name}
+    if not members:
+        return []
+    best = max(members, key=members.__getitem__)
+    return [f"league of {len(elo)} players, best Elo: {html.escape(best)} ({members[best]:.0f})"]
 
 
 def budget_fraction(row: dict[str, Any], stop_at: dict[str, Any]) -> float | None:

@@ -6,7 +6,8 @@ report) and ``time_breakdown.jsonl`` (the time shares at each report) and draws 
 plus the learning curve against env steps (with the evaluation returns, when the run evaluated), and embeds the
 newest video of ``videos/`` (``--save-video-every-env-steps``) in the page itself. A run with several policies
 also wrote ``policies.csv`` (one row per policy and report): its plots then have one line per policy, and the PBT
-replacements of ``pbt.csv`` are marked on the return plots and listed in a table.
+replacements of ``pbt.csv`` are marked on the return plots and listed in a table. A league's ``payoff.csv`` is drawn
+as a heat map over the players of its last report (``league.csv``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from daskrl.config import ConfigError
+from daskrl.monitor.figures.league_plots import payoff_cells, payoff_figure
 from daskrl.monitor.figures.plots import RETURN_COLOR, eval_points, series, share_bars, shares_figure, time_figures
 from daskrl.monitor.figures.policy_plots import (
     pbt_marks,
@@ -80,6 +82,19 @@ def read_pbt(experiment_dir: str) -> list[dict[str, Any]]:
                     event[column] = _float(value)
             events.append(event)
     return events
+
+
+def read_league(experiment_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A league's ``payoff.csv`` rows and the players of its last report (``league.csv``); empty without a league."""
+    payoff, players = os.path.join(experiment_dir, "payoff.csv"), os.path.join(experiment_dir, "league.csv")
+    if not (os.path.exists(payoff) and os.path.exists(players)):
+        return [], []
+    with open(payoff, newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(players, newline="") as f:
+        reports = list(csv.DictReader(f))
+    last = reports[-1]["env_steps"] if reports else None
+    return rows, [r["player"] for r in reports if r["env_steps"] == last]
 
 
 def read_shares(experiment_dir: str) -> dict[str, dict[str, float]]:
@@ -143,7 +158,9 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
     name = os.path.basename(os.path.normpath(experiment_dir))
     header = _header(name, experiment_dir, rows) + _policies_header(by_policy, events)
     table = [Div(text=pbt_table_html(events, limit=MAX_PBT_ROWS), sizing_mode="stretch_width")] if events else []
-    layout = column(Div(text=header, sizing_mode="stretch_width"), grid, *table, breakdown,
+    payoff, players = read_league(experiment_dir)
+    heat_map = [payoff_figure(ColumnDataSource(payoff_cells(payoff, players)), players)] if players else []
+    layout = column(Div(text=header, sizing_mode="stretch_width"), grid, *table, *heat_map, breakdown,
                     sizing_mode="stretch_width")
     page = file_html(layout, resources=INLINE, title=f"daskrl report: {name}")
     video = latest_video(experiment_dir)

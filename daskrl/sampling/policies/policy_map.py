@@ -13,7 +13,9 @@ players and two policies the seats alternate between episodes), ``module:functio
 ``auto`` (self_play with self-play snapshots, else round_robin with several policies, else shared), and
 ``self_play`` (``--self-play-snapshots K``: in env ``g``'s ``k``-th episode the agent at position ``(g + k) % A``
 is played by policy ``g % N`` and every other agent by a frozen snapshot of policy 0, acting as policy
-``N + (episode_index % K)``, so the learner's seat alternates and the snapshots take turns as opponents).
+``N + (episode_index % K)``, so the learner's seat alternates and the snapshots take turns as opponents), and
+``league`` (``--league``: seats as with self_play, and the opponent drawn at random by the weights the league's
+driver side sets for the seated policy, over every acting policy: trained members and each member's snapshots).
 """
 
 from __future__ import annotations
@@ -23,12 +25,25 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from daskrl.config.options import PolicyConfig
 from daskrl.errors import ConfigError
 
 Mapping = Callable[[str, int], int]
 
 #: the policy id of a column whose agent does not act at a step (it finished before its env did)
 NOBODY = -1
+
+
+def mapping_of(policies: PolicyConfig) -> str:
+    """The mapping a run's rollout workers play by: ``league`` with --league, else --policy-mapping."""
+    return "league" if policies.league else policies.policy_mapping
+
+
+def snapshot_owners(policies: PolicyConfig) -> tuple[int, ...]:
+    """The trained policy each self-play snapshot (acting policies ``num_policies`` on) is a past version of: policy
+    0 for every one, or with a league every member's ``--self-play-snapshots``, member by member."""
+    owners = range(policies.num_policies) if policies.league else (0,)
+    return tuple(k for k in owners for _ in range(policies.self_play_snapshots))
 
 
 def slots_tagged(num_policies: int, num_agents: int) -> bool:
@@ -43,7 +58,7 @@ def resolve_mapping(spec: str, num_policies: int, snapshots: int = 0) -> tuple[s
         spec = "self_play" if snapshots else "round_robin" if num_policies > 1 else "shared"
     if spec == "self_play" and not snapshots:
         raise ConfigError(["--policy-mapping self_play needs opponents: --self-play-snapshots 1 or more"])
-    if spec in ("shared", "round_robin", "self_play"):
+    if spec in ("shared", "round_robin", "self_play", "league"):
         return spec, None
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -65,6 +80,9 @@ def check_mapping(spec: str, num_policies: int, agent_ids: Sequence[str], snapsh
     if kind == "self_play" and len(agent_ids) < 2:
         raise ConfigError([f"--self-play-snapshots {snapshots} needs an env with two or more agents (a PettingZoo "
                            "env); this one has one"])
+    if kind == "league" and len(agent_ids) != 2:
+        raise ConfigError([f"--league needs a two-player game (a PettingZoo env of two agents, such as "
+                           f"pettingzoo.classic.tictactoe.tictactoe:env); this one has {len(agent_ids)} agent(s)"])
     if fn is None:
         return
     for agent in agent_ids:
@@ -88,11 +106,14 @@ class PolicyMap:
     """The policy of each column of one split, remapped when an env starts an episode (see the module docstring)."""
 
     def __init__(self, spec: str, num_policies: int, agent_ids: Sequence[str], env_indices: Sequence[int],
-                 run_envs: int, snapshots: int = 0) -> None:
+                 run_envs: int, snapshots: int = 0, opponent_weights: Sequence[Sequence[float]] | None = None) -> None:
         """``agent_ids``: one per column (env-major: column ``c`` is agent ``c % A`` of env ``c // A``);
         ``env_indices``: the run-wide index of each env of the split; ``run_envs``: the run's env count;
-        ``snapshots``: self-play opponents, acting as policies ``num_policies ..``."""
+        ``snapshots``: self-play opponents, acting as policies ``num_policies ..``; ``opponent_weights``: a
+        league's draw (:meth:`draw_opponents_by`)."""
         self.spec, self.num_policies, self.snapshots = spec, num_policies, snapshots
+        self.rng = np.random.default_rng(list(env_indices))  # a league's draws: each split its own stream
+        self.opponents = self._draw_table(opponent_weights)
         self.kind, self.fn = resolve_mapping(spec, num_policies, snapshots)
         self.agent_ids = list(agent_ids)
         self.agents_per_env = len(self.agent_ids) // len(env_indices)
@@ -124,16 +145,33 @@ class PolicyMap:
             if self.kind == "round_robin":
                 turn = 0 if self.agents_per_env == 1 else self.episodes_started[env] - 1 + position
                 policy = (self.env_indices[env] + turn) % self.num_policies
-            elif self.kind == "self_play":
+            elif self.kind in ("self_play", "league"):
                 seat = (self.env_indices[env] + self.episodes_started[env] - 1) % self.agents_per_env
                 policy = self.env_indices[env] % self.num_policies if position == seat \
-                    else self.num_policies + episode % self.snapshots
+                    else self._opponent_of(self.env_indices[env] % self.num_policies, episode)
             else:
                 policy = _checked(self.fn, self.spec, self.num_policies + self.snapshots, self.agent_ids[column],
                                   episode)
             if self.column_policy[column] != policy:
                 self.column_policy[column] = policy
                 self._groups = None
+
+    def _opponent_of(self, member: int, episode: int) -> int:
+        """The seat beside trained policy ``member``'s: self-play's snapshots in turn, a league's drawn."""
+        if self.kind == "self_play":
+            return self.num_policies + episode % self.snapshots
+        return int(self.rng.choice(len(self.opponents[member]), p=self.opponents[member]))
+
+    def draw_opponents_by(self, weights: Sequence[Sequence[float]] | None) -> None:
+        """A league's draw from now on: ``weights[k][a]``, how often acting policy ``a`` sits beside trained policy
+        ``k`` (normalized here); None: every acting policy but ``k`` itself alike."""
+        self.opponents = self._draw_table(weights)
+
+    def _draw_table(self, weights: Sequence[Sequence[float]] | None) -> np.ndarray:
+        acting = self.num_policies + self.snapshots
+        table = np.ones((self.num_policies, acting)) - np.eye(self.num_policies, acting) if weights is None \
+            else np.asarray(weights, np.float64).reshape(self.num_policies, acting)
+        return table / table.sum(axis=1, keepdims=True).clip(min=1e-12)
 
     def acting(self, active: np.ndarray | None) -> np.ndarray:
         """The policy id of each column at this step: its policy, or :data:`NOBODY` where it does not act."""

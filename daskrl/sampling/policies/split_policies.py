@@ -42,6 +42,9 @@ class SplitPolicies(Protocol):
     def credit(self, finished: list[tuple[float, int, int]], version_of: Callable[[int], int]) -> list[Episode]:
         """The split's finished ``(return, length, column)`` as episodes of the policies that played them."""
 
+    def draw_opponents_by(self, weights: Sequence[Sequence[float]] | None) -> None:
+        """A league's opponent draw from the next episodes on (:meth:`PolicyMap.draw_opponents_by`)."""
+
 
 class OnePolicy:
     """Policy 0 plays every column of the split, in every episode (untagged slots)."""
@@ -61,6 +64,9 @@ class OnePolicy:
 
     def credit(self, finished: list[tuple[float, int, int]], version_of: Callable[[int], int]) -> list[Episode]:
         return [Episode(ret, length) for ret, length, _ in finished]
+
+    def draw_opponents_by(self, weights: Sequence[Sequence[float]] | None) -> None:
+        pass  # one policy, no opponents
 
 
 class EnvPolicies:
@@ -89,6 +95,9 @@ class EnvPolicies:
         policies = self.map.column_policy
         return [Episode(ret, length, int(policies[column])) for ret, length, column in finished]
 
+    def draw_opponents_by(self, weights: Sequence[Sequence[float]] | None) -> None:
+        self.map.draw_opponents_by(weights)
+
 
 class AgentPolicies(EnvPolicies):
     """A :class:`PolicyMap` chooses the policy of each agent of each env (a column) per episode; an agent's episode
@@ -114,14 +123,16 @@ class AgentPolicies(EnvPolicies):
 
 def mapped_policies(mapping: str, num_policies: int, snapshots: int, num_agents: int, groups: Sequence[Any],
                     envs_per_split: int, first_env: int, run_envs: int, terminated: np.ndarray, truncated: np.ndarray,
-                    extras: Any) -> list[SplitPolicies]:
+                    extras: Any, opponent_weights: Sequence[Sequence[float]] | None = None) -> list[SplitPolicies]:
     """Each split's :class:`EnvPolicies`, or :class:`AgentPolicies` where envs hold several agents; ``first_env``:
-    the run-wide index of the worker's first env (the run's envs are numbered worker by worker, split by split)."""
+    the run-wide index of the worker's first env (the run's envs are numbered worker by worker, split by split);
+    ``opponent_weights``: a league's draw as it stands."""
     out: list[SplitPolicies] = []
     for s, group in enumerate(groups):
         env_indices = [first_env + s * envs_per_split + i for i in range(envs_per_split)]
         if num_agents > 1:
-            agents_map = PolicyMap(mapping, num_policies, group.agent_ids, env_indices, run_envs, snapshots)
+            agents_map = PolicyMap(mapping, num_policies, group.agent_ids, env_indices, run_envs, snapshots,
+                                   opponent_weights)
             out.append(AgentPolicies(agents_map, group, terminated, truncated, extras))
         else:
             envs_map = PolicyMap(mapping, num_policies, ["agent_0"] * envs_per_split, env_indices, run_envs, snapshots)

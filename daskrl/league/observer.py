@@ -1,0 +1,161 @@
+"""The runner's side of a league (``--league``): it fills the payoff table from every finished game, redraws each
+member's opponents from it, adds a member's snapshot to the league when the member beats its opponents, and writes
+``payoff.csv``, ``league.csv`` and the dashboard's heat map.
+
+It is an observer of the run's loop (:mod:`daskrl.driver.loop.observers`). The games come from the trained policies'
+finished episodes, each naming its opponent and the version that opponent acted with; a game between two members
+is reported by both and counted once, a member's game against itself not at all. Every :data:`REDRAW_S` seconds
+the opponent weights (:mod:`.pfsp`) go to every rollout worker, whose envs draw from them as they begin episodes,
+and are kept on the samplers, where a rollout worker created later starts (the first draw, from an empty table or
+a resumed one, before any is created).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from daskrl.driver.loop.observers import Observer, Run
+from daskrl.driver.loop.steering import record_event
+from daskrl.league.members import Players, league_members
+from daskrl.league.payoff import Payoff, outcome_of
+from daskrl.league.pfsp import opponent_weights
+from daskrl.monitor.outputs.csv_log import CsvLog
+from daskrl.protocol import LEAGUE_TOPIC
+from daskrl.runtime.actors.handles import call_each
+from daskrl.sampling.episode import NO_OPPONENT, Episode
+
+#: seconds between two redraws of the opponent weights
+REDRAW_S = 5.0
+#: a member's games since its last snapshot that its win rate is judged on before it may add another one
+SNAPSHOT_GAMES = 200
+#: a change of any opponent weight below this is not sent to the rollout workers
+REDRAW_TOLERANCE = 0.01
+
+
+class LeagueObserver(Observer):
+    """See the module docstring."""
+
+    def before_components(self, run: Run) -> None:
+        """The league's members, its table (a resumed run's), and the first draw, which the rollout workers start
+        with."""
+        p = run.config.policies
+        self.members = league_members(p)
+        self.players = Players(self.members, p)
+        self.payoff = Payoff.from_state(run.state.league)
+        self.since_snapshot = [deque(maxlen=SNAPSHOT_GAMES) for _ in self.members]  # each member's outcomes
+        self.weights: tuple[tuple[float, ...], ...] | None = None
+        self.redrawn_at = -float("inf")
+        self.league_csv = CsvLog(os.path.join(run.config.experiment_dir, "league.csv"), append=run.config.run.resume)
+        run.state.episode_readers.append(self.take_episodes)
+        roster = ", ".join(f"{m.name} (policy {m.policy})" for m in self.members)
+        run.say(f"daskrl: league of {len(self.members)} members: {roster}; {p.self_play_snapshots} snapshots each; "
+                f"opponents by PFSP ({p.league_pfsp})" + (" (payoff table resumed)" if run.state.league else ""))
+        self.redraw(run)
+
+    def take_episodes(self, episodes: list[Episode]) -> None:
+        """The trained policies' finished episodes (see RunState.episode_readers): the games into the table."""
+        n = len(self.members)
+        for e in episodes:
+            both_members = e.opponent < n
+            if e.opponent == NO_OPPONENT or e.opponent == e.policy or (both_members and e.opponent < e.policy):
+                continue  # no game, a member against itself, or a game the other member's episode counts
+            player, opponent = self.members[e.policy].name, self.players.name(e.opponent, e.opponent_version)
+            outcome = outcome_of(e.ret)
+            self.payoff.add(player, opponent, outcome, {opponent: self.players.member_of(e.opponent).name})
+            self.since_snapshot[e.policy].append(outcome)
+            if both_members:
+                self.since_snapshot[e.opponent].append(1.0 - outcome)
+
+    def on_poll(self, run: Run) -> None:
+        if time.monotonic() - self.redrawn_at >= REDRAW_S:
+            self.redraw(run)
+            self.add_snapshots(run)
+
+    def redraw(self, run: Run) -> None:
+        """Each member's opponent weights from the table as it is now, sent where they changed."""
+        self.redrawn_at = time.monotonic()
+        p = run.config.policies
+        weights = opponent_weights(self.members, self.names(run), self.payoff, p.league_pfsp, p.league_self_play)
+        run.state.league = self.payoff.state()
+        if self.weights is not None and np.abs(np.subtract(weights, self.weights)).max() < REDRAW_TOLERANCE:
+            return
+        self.weights = weights
+        samplers = run.fleet.samplers  # kept there before the calls: a worker recreated meanwhile starts there
+        samplers.course = dataclasses.replace(samplers.course, opponent_weights=weights)
+        call_each(samplers.rollout, "draw_opponents_by", weights, warn=run.warn)
+
+    def names(self, run: Run) -> list[str]:
+        """Every acting policy's player name now (the snapshot blocks' versions as the learners last reported)."""
+        return self.players.names([run.book.learners[m.policy].get("snapshot_versions", []) for m in self.members])
+
+    def add_snapshots(self, run: Run) -> None:
+        """A member that won ``--league-snapshot-win-rate`` of its recent games (a full window since its last
+        snapshot) adds its next version to the league's players."""
+        threshold = run.config.policies.league_snapshot_win_rate
+        for member, recent in zip(self.members, self.since_snapshot, strict=True):
+            if len(recent) < SNAPSHOT_GAMES or (rate := sum(recent) / len(recent)) < threshold:
+                continue
+            recent.clear()
+            # a learner lost at this moment is a warning: once restarted it takes snapshots on its schedule again
+            call_each([run.fleet.teams.leaders[member.policy]], "take_snapshot", warn=run.warn)
+            run.say(f"daskrl: league: {member.name} won {rate:.0%} of its last {SNAPSHOT_GAMES} games; its next "
+                    "version joins the league as a snapshot")
+            record_event(run, "league_snapshot", {"member": member.name, "win_rate": rate})
+
+    def on_report(self, run: Run, row: dict[str, Any]) -> None:
+        """``payoff.csv`` anew (the whole table), a row per current player in ``league.csv`` (its Elo rating and
+        games), and each member's rating in TensorBoard."""
+        table = self.keep(run)
+        names = self.names(run)
+        current = list(dict.fromkeys(names))
+        run.log_event(LEAGUE_TOPIC, {
+            "run": run.config.run.experiment, "env_steps": row["env_steps"], "players": current,
+            "payoff": [r for r in table if r["player"] in current and r["opponent"] in current],
+            "elo": {name: round(self.payoff.rating(name), 1) for name in current}})
+        games: dict[str, int] = {}
+        for (player, _), count in self.payoff.counts.items():
+            games[player] = games.get(player, 0) + sum(count)
+        for name in current:
+            member = self.players.member_of(names.index(name))
+            self.league_csv.write({"time_s": row["time_s"], "env_steps": row["env_steps"], "player": name,
+                                   "member": member.name, "role": member.role.value,
+                                   "elo": round(self.payoff.rating(name, member.name), 1),
+                                   "games": games.get(name, 0)})
+        for member in self.members:
+            run.outputs.tb_log.writer.add_scalar(f"league/elo/{member.name}", self.payoff.rating(member.name),
+                                                 int(row["env_steps"]))
+
+    def keep(self, run: Run) -> list[dict[str, Any]]:
+        """The table as it is now into ``payoff.csv`` and into the run's state, which the next checkpoint keeps;
+        returns its rows."""
+        run.state.league = self.payoff.state()
+        table = self.payoff.rows()
+        write_table(os.path.join(run.config.experiment_dir, "payoff.csv"), table)
+        return table
+
+    def on_stop(self, run: Run) -> None:
+        """The games that ended since the last report into the table that the final checkpoint keeps."""
+        self.keep(run)
+        self.league_csv.close()
+
+    def summary(self) -> dict[str, Any]:
+        return {"league": {m.name: {"role": m.role.value, "elo": round(self.payoff.rating(m.name), 1)}
+                           for m in getattr(self, "members", [])}}
+
+
+def write_table(path: str, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a CSV file that replaces ``path`` whole (a reader never sees half of it)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    os.replace(tmp, path)

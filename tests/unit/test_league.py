@@ -1,0 +1,140 @@
+"""A league's parts without a cluster: its members and players, the payoff table and Elo ratings, the PFSP opponent
+weights by role, the rollout workers' draw, and the options it refuses in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskrl.config import Config, ConfigError
+from daskrl.league.members import Players, Role, league_members
+from daskrl.league.payoff import ELO_START, Payoff, outcome_of
+from daskrl.league.pfsp import MEMBERS_SHARE, opponent_weights
+from daskrl.monitor.figures.league_plots import payoff_cells
+from daskrl.monitor.history import MetricsStore
+from daskrl.sampling.policies.policy_map import PolicyMap, check_mapping, snapshot_owners
+
+
+def league_config(**options) -> Config:
+    return Config.from_flat({"env": "pettingzoo.classic.tictactoe.tictactoe:env", "league": True, **options}).validate()
+
+
+def test_a_league_is_one_main_agent_beside_its_exploiters_with_four_snapshots_each_unless_told_otherwise():
+    p = league_config().policies
+    assert (p.num_policies, p.self_play_snapshots) == (3, 4)
+    assert [(m.policy, m.role, m.name) for m in league_members(p)] == [
+        (0, Role.MAIN, "main_0"), (1, Role.MAIN_EXPLOITER, "main_exploiter_0"),
+        (2, Role.LEAGUE_EXPLOITER, "league_exploiter_0")]
+    assert snapshot_owners(p) == (0,) * 4 + (1,) * 4 + (2,) * 4
+    bigger = league_config(num_policies=5, league_league_exploiters=2, self_play_snapshots=2).policies
+    assert [m.name for m in league_members(bigger)] == ["main_0", "main_1", "main_exploiter_0", "league_exploiter_0",
+                                                        "league_exploiter_1"]
+    assert snapshot_owners(bigger) == (0, 0, 1, 1, 2, 2, 3, 3, 4, 4)
+    plain = Config.from_flat({"env": "x", "self_play_snapshots": 3, "num_policies": 2}).validate().policies
+    assert snapshot_owners(plain) == (0, 0, 0)  # self-play without a league: policy 0's, as before
+
+
+@pytest.mark.parametrize("options, problem", [
+    ({"num_policies": 2}, "needs a main agent too: --num-policies 3 or more (got 2)"),
+    ({"self_play_snapshots": 0}, "--league keeps frozen past versions of its members as players"),
+    ({"policy_mapping": "round_robin"}, "--league draws every game's opponent itself: leave out --policy-mapping"),
+    ({"pbt": True}, "--league and --pbt are two ways of running a population"),
+    ({"inference": "remote"}, "--league: snapshots act inline in the rollout workers"),
+    ({"algo": "dqn"}, "trains one policy: leave out --num-policies, --self-play-snapshots, --pbt and --league"),
+])
+def test_what_a_league_cannot_be_is_one_line(options, problem):
+    with pytest.raises(ConfigError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        league_config(**options)
+
+
+def test_a_league_needs_a_game_of_two_players():
+    with pytest.raises(ConfigError, match="--league needs a two-player game .* this one has 1 agent"):
+        check_mapping("league", 3, ["agent_0"], 12)
+    with pytest.raises(ConfigError, match="this one has 3 agent"):
+        check_mapping("league", 3, ["a", "b", "c"], 12)
+    check_mapping("league", 3, ["player_1", "player_2"], 12)
+
+
+def test_players_are_members_now_and_the_versions_their_snapshot_blocks_hold():
+    p = league_config(self_play_snapshots=2).policies
+    players = Players(league_members(p), p)
+    assert players.acting == 3 + 6
+    names = players.names([[50, 1], [], [57, 20]])  # policy 1's learner has not reported: its initial weights
+    assert names == ["main_0", "main_exploiter_0", "league_exploiter_0", "main_0@50", "main_0@1",
+                     "main_exploiter_0@1", "main_exploiter_0@1", "league_exploiter_0@57", "league_exploiter_0@20"]
+    assert players.member_of(7).name == "league_exploiter_0" and players.name(1, 999) == "main_exploiter_0"
+
+
+def test_the_payoff_table_counts_both_sides_and_elo_follows_the_wins():
+    table = Payoff(window=10)
+    snapshot_of = {"main_0@5": "main_0"}
+    for outcome in (1.0, 1.0, 0.5, 0.0, 1.0):
+        table.add("main_0", "main_0@5", outcome, snapshot_of)
+    assert table.counts["main_0", "main_0@5"] == [3, 1, 1] and table.counts["main_0@5", "main_0"] == [1, 1, 3]
+    assert table.win_rate("main_0", "main_0@5") == pytest.approx((3.5 + 0.5) / 6)  # the even prior: one game
+    assert table.win_rate("main_0", "never_met") == 0.5
+    assert table.rating("main_0") > ELO_START > table.rating("main_0@5")
+    assert table.rating("main_0") + table.rating("main_0@5") == pytest.approx(2 * ELO_START)  # Elo is zero-sum
+    table.add("main_0@9", "main_0", 0.5, {"main_0@9": "main_0"})  # a new snapshot starts where its member stood
+    assert table.rating("main_0@9") == pytest.approx(table.rating("main_0"), abs=1.0)
+    assert [outcome_of(r) for r in (1.0, 0.0, -1.0)] == [1.0, 0.5, 0.0]
+    again = Payoff.from_state(table.state(), window=10)
+    assert again.rows() == table.rows() and again.win_rate("main_0", "main_0@5") == table.win_rate("main_0", "main_0@5")
+    row = next(r for r in table.rows() if r["player"] == "main_0" and r["opponent"] == "main_0@5")
+    assert (row["games"], row["wins"], row["win_rate"]) == (5, 3, 0.7)
+
+
+def test_pfsp_weights_by_role():
+    p = league_config(self_play_snapshots=1).policies
+    members = league_members(p)
+    names = ["main_0", "main_exploiter_0", "league_exploiter_0", "main_0@10", "main_exploiter_0@10",
+             "league_exploiter_0@10"]
+    table = Payoff()
+    for _ in range(50):
+        table.add("main_0", "main_0@10", 1.0, {})  # main_0 beats its old self every time
+        table.add("main_0", "league_exploiter_0@10", 0.0, {})  # and loses to the league exploiter's snapshot
+    rows = np.array(opponent_weights(members, names, table, "hard", self_play=0.35))
+    assert rows.shape == (3, 6) and np.allclose(rows.sum(axis=1), 1.0)
+    main, main_exploiter, league_exploiter = rows
+    assert main[5] > 10 * main[3]  # hard: the opponent it loses to, far more than the one it always beats
+    assert main[0] >= 0.35 * (1 - MEMBERS_SHARE)  # its self-play share against the current main agent
+    assert main_exploiter[4] == main_exploiter[5] == 0.0  # only the main agents and their snapshots,
+    assert main_exploiter[2] == pytest.approx(MEMBERS_SHARE / 2)  # beside the members' share
+    assert main_exploiter[[0, 3]].sum() == pytest.approx(1 - MEMBERS_SHARE / 2)
+    assert league_exploiter[[0, 1]] == pytest.approx([MEMBERS_SHARE / 2] * 2)  # frozen players, beside the share
+    assert league_exploiter[3:].sum() == pytest.approx(1 - MEMBERS_SHARE)
+    even = np.array(opponent_weights(members, names, table, "uniform", self_play=0.0))[0]
+    assert even[3] == pytest.approx(even[5])  # uniform: fictitious self-play, whatever the results
+
+
+def test_a_split_seats_each_member_against_opponents_drawn_by_its_weights():
+    envs = 8
+    pmap = PolicyMap("league", 3, ["player_1", "player_2"] * envs, list(range(envs)), envs, snapshots=3)
+    first = pmap.column_policy.copy()
+    assert all(first[2 * e] != first[2 * e + 1] for e in range(envs))  # nobody plays itself without being told
+    weights = [[0, 0, 0, 0, 1, 0], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1]]
+    pmap.draw_opponents_by(weights)
+    seen = []
+    for _ in range(20):
+        pmap.episodes_began(range(envs))
+        seats = pmap.column_policy.reshape(envs, 2)
+        for e, (a, b) in enumerate(seats):
+            member = e % 3
+            learner, other = (a, b) if a == member else (b, a)
+            assert learner == member and other == [4, 0, 5][member], (e, a, b)
+            seen.append(a == member)
+    assert 0.3 < np.mean(seen) < 0.7  # the member's seat alternates between episodes
+
+
+def test_the_heat_map_cells_and_the_dashboard_store_keep_the_current_players_only():
+    table = Payoff()
+    table.add("main_0", "main_0@5", 1.0, {})
+    table.add("main_0", "gone@1", 1.0, {})
+    cells = payoff_cells(table.rows(), ["main_0", "main_0@5"])
+    assert sorted(zip(cells["player"], cells["opponent"], cells["win_rate"], strict=True)) == [
+        ("main_0", "main_0@5", 1.0), ("main_0@5", "main_0", 0.0)]
+    store = MetricsStore()
+    assert not store.add_league({"run": "r", "payoff": []})  # a run not seen yet
+    store.add({"run": "r", "row": {"time_s": 1.0}})
+    assert store.add_league({"run": "r", "players": ["main_0"], "payoff": [], "elo": {"main_0": 1010.0}})
+    assert store.get("r").league["elo"] == {"main_0": 1010.0}
