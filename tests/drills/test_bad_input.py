@@ -95,6 +95,8 @@ def invalid_values(f: dataclasses.Field, hint: typing.Any) -> list[str]:
             return ["no-such-encoder", "cnn"]  # unknown; an image encoder for CartPole's 4 numbers
         if f.name.startswith("wandb_") and f.name != "wandb_project":
             return ["some-name"]  # it describes a W&B run, and without --wandb-project there is none
+        if f.name == "frozen_opponent":
+            return ["/nonexistent/checkpoint.pt"]  # no such checkpoint (a real one on CartPole: one agent only)
         if f.name == "rnn":
             return ["''", "no-such-core"]  # names are looked up in the registry of cores (register_core)
         return (["''"] if meta.get("low") else []) + (["'not an address'"] if meta.get("pattern") else [])

@@ -113,6 +113,10 @@ def preflight(config: Config, client: object = None) -> EnvSpaces:
         from daskrl.learning.checkpoints import checkpoint_file  # torch: only for a run that starts from one
 
         checkpoint_file(config.run.init_checkpoint)  # there to start from
+    if config.policies.frozen_opponent:  # there to play against (its network is checked once the env is known)
+        from daskrl.learning.checkpoints import checkpoint_file
+
+        checkpoint_file(config.policies.frozen_opponent, "--frozen-opponent")
     spaces = probe_env(config.env.env, config.env.env_kwargs, config.env.obs_keys, config.env.action_mask_key)
     apply_env_defaults(config, task_profile(config))
     check_backend(config.env.env_backend, config.env.env, config.env.env_kwargs)

@@ -79,7 +79,7 @@ def check_mapping(spec: str, num_policies: int, agent_ids: Sequence[str], snapsh
     kind, fn = resolve_mapping(spec, num_policies, snapshots)
     if kind == "self_play" and len(agent_ids) < 2:
         raise ConfigError([f"--self-play-snapshots {snapshots} needs an env with two or more agents (a PettingZoo "
-                           "env); this one has one"])
+                           "env; --frozen-opponent too); this one has one"])
     if kind == "league" and len(agent_ids) != 2:
         raise ConfigError([f"--league needs a two-player game (a PettingZoo env of two agents, such as "
                            f"pettingzoo.classic.tictactoe.tictactoe:env); this one has {len(agent_ids)} agent(s)"])
