@@ -138,3 +138,26 @@ def test_the_heat_map_cells_and_the_dashboard_store_keep_the_current_players_onl
     store.add({"run": "r", "row": {"time_s": 1.0}})
     assert store.add_league({"run": "r", "players": ["main_0"], "payoff": [], "elo": {"main_0": 1010.0}})
     assert store.get("r").league["elo"] == {"main_0": 1010.0}
+
+
+def test_the_dashboard_page_shows_a_leagues_heat_map_and_rebuilds_it_when_its_players_change():
+    from daskrl.monitor.dashboard.page import RunPage
+
+    store = MetricsStore()
+    store.add({"run": "r", "env": "ttt", "row": {"time_s": 1.0, "env_steps": 100}, "policies": []})
+    page = RunPage(store)
+    assert not page.payoff_box.visible  # no league: no heat map
+    table = Payoff()
+    table.add("main_0", "main_0@5", 1.0, {})
+    store.add_league({"run": "r", "env_steps": 100, "players": ("main_0", "main_0@5"),  # msgpack's tuples
+                      "payoff": tuple(table.rows()), "elo": {"main_0": 1008.0, "main_0@5": 992.0}})
+    page.update()
+    heat_map = page.payoff_box.children[0]
+    assert page.payoff_box.visible and list(heat_map.x_range.factors) == ["main_0", "main_0@5"]
+    assert sorted(page.payoff_source.data["win_rate"]) == [0.0, 1.0]
+    table.add("main_0", "main_0@9", 0.0, {})
+    store.add_league({"run": "r", "env_steps": 200, "players": ["main_0", "main_0@5", "main_0@9"],
+                      "payoff": table.rows(), "elo": {"main_0": 1000.0}})
+    page.update()
+    assert list(page.payoff_box.children[0].x_range.factors) == ["main_0", "main_0@5", "main_0@9"]
+    assert len(page.payoff_source.data["player"]) == 4
