@@ -23,7 +23,7 @@ import numpy as np
 
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.driver.loop.steering import record_event
-from daskrl.league.members import Players, league_members
+from daskrl.league.members import Member, Players, league_members
 from daskrl.league.payoff import Payoff, outcome_of
 from daskrl.league.pfsp import opponent_weights
 from daskrl.monitor.outputs.csv_log import CsvLog
@@ -114,19 +114,20 @@ class LeagueObserver(Observer):
         games), and each member's rating in TensorBoard."""
         table = self.keep(run)
         names = self.names(run)
-        current = list(dict.fromkeys(names))
+        members: dict[str, Member] = {}  # each current player (once, in the acting order) and its member
+        for acting, name in enumerate(names):
+            members.setdefault(name, self.players.member_of(acting))
+        # a snapshot not rated yet starts at its member's rating (first seen here, before its first game)
+        elo = {name: round(self.payoff.rating(name, member.name), 1) for name, member in members.items()}
         run.log_event(LEAGUE_TOPIC, {
-            "run": run.config.run.experiment, "env_steps": row["env_steps"], "players": current,
-            "payoff": [r for r in table if r["player"] in current and r["opponent"] in current],
-            "elo": {name: round(self.payoff.rating(name), 1) for name in current}})
+            "run": run.config.run.experiment, "env_steps": row["env_steps"], "players": list(members),
+            "payoff": [r for r in table if r["player"] in members and r["opponent"] in members], "elo": elo})
         games: dict[str, int] = {}
         for (player, _), count in self.payoff.counts.items():
             games[player] = games.get(player, 0) + sum(count)
-        for name in current:
-            member = self.players.member_of(names.index(name))
+        for name, member in members.items():
             self.league_csv.write({"time_s": row["time_s"], "env_steps": row["env_steps"], "player": name,
-                                   "member": member.name, "role": member.role.value,
-                                   "elo": round(self.payoff.rating(name, member.name), 1),
+                                   "member": member.name, "role": member.role.value, "elo": elo[name],
                                    "games": games.get(name, 0)})
         for member in self.members:
             run.outputs.tb_log.writer.add_scalar(f"league/elo/{member.name}", self.payoff.rating(member.name),
