@@ -271,6 +271,12 @@ class PolicyConfig(Section):
                                                "this share of its recent games against its opponents (and at least "
                                                "every --self-play-snapshot-every versions)", low=0, high=1,
                                           low_open=True)
+    league_peers: list[str] = opt([], "a league of separate runs on one cluster (--scheduler): the other members' "
+                                      "runs by their --experiment names; this run is one member (--league-role), "
+                                      "plays their current policies and snapshots as league players and lets them "
+                                      "play its own")
+    league_role: str = opt("main", "this run's role in a league of separate runs (--league-peers)",
+                           choices=["main", "main_exploiter", "league_exploiter"])
     pbt: bool = opt(False, "population-based training over the --num-policies policies (needs 2 or more)")
     pbt_period_env_steps: int = opt(200_000, "env steps (of the whole run) between two PBT rounds", low=1)
     pbt_replace_fraction: float = opt(0.25, "worst fraction of the population replaced in each PBT round",
@@ -285,8 +291,9 @@ class PolicyConfig(Section):
         each member, with --frozen-opponent the one snapshot that holds it. Set as an env family's defaults are
         (not counted as given), so that the user's win."""
         explicit = self.explicit()
-        if self.league and "num_policies" not in explicit:
-            object.__setattr__(self, "num_policies", 1 + self.league_main_exploiters + self.league_league_exploiters)
+        if self.league and "num_policies" not in explicit:  # a member run of a league of runs trains one policy
+            object.__setattr__(self, "num_policies", 1 if self.league_peers
+                               else 1 + self.league_main_exploiters + self.league_league_exploiters)
         if "self_play_snapshots" not in explicit and (self.league or self.frozen_opponent):
             object.__setattr__(self, "self_play_snapshots", LEAGUE_SNAPSHOTS if self.league else 1)
 

@@ -120,10 +120,12 @@ def _league_problems(config: Config) -> list[str]:
         return [f"--frozen-opponent trains one policy against a fixed one: leave out "
                 f"{'--league' if p.league else '--num-policies'}"]
     if not p.league:
-        return []
-    out = []
+        given = [flag for flag, value in (("--league-peers", p.league_peers),
+                                          ("--league-role", "league_role" in p.changed())) if value]
+        return [f"{' and '.join(given)} make(s) this run a member of a league of runs: add --league"] if given else []
+    out = _league_peer_problems(config)
     exploiters = p.league_main_exploiters + p.league_league_exploiters
-    if p.num_policies <= exploiters:
+    if not p.league_peers and p.num_policies <= exploiters:
         out.append(f"--league with {p.league_main_exploiters} main exploiter(s) and {p.league_league_exploiters} "
                    f"league exploiter(s) needs a main agent too: --num-policies {exploiters + 1} or more (got "
                    f"{p.num_policies})")
@@ -135,6 +137,24 @@ def _league_problems(config: Config) -> list[str]:
                    f"{p.policy_mapping!r})")
     if p.pbt:
         out.append("--league and --pbt are two ways of running a population: choose one")
+    return out
+
+
+def _league_peer_problems(config: Config) -> list[str]:
+    """A member of a league of separate runs (--league-peers) trains one policy, in a role of its own (the cluster
+    its peers train on is its own business: a peer not found there is waited for, see daskrl/league/peers.py)."""
+    p = config.policies
+    if not p.league_peers:
+        return ["--league-role is the role of a member run of a league of runs: name the other members' runs too "
+                "(--league-peers RUN [RUN ...])"] if "league_role" in p.changed() else []
+    out = []
+    if p.num_policies != 1:
+        out.append(f"a member run of a league of runs (--league-peers) trains one policy, in --league-role: leave out "
+                   f"--num-policies (got {p.num_policies})")
+    if config.run.experiment in p.league_peers:
+        out.append(f"--league-peers names the other members' runs; {config.run.experiment!r} is this run's own name")
+    if len(set(p.league_peers)) != len(p.league_peers):
+        out.append(f"--league-peers names a run twice: {', '.join(p.league_peers)}")
     return out
 
 

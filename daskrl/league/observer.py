@@ -7,7 +7,8 @@ finished episodes, each naming its opponent and the version that opponent acted 
 is reported by both and counted once, a member's game against itself not at all. Every :data:`REDRAW_S` seconds
 the opponent weights (:mod:`.pfsp`) go to every rollout worker, whose envs draw from them as they begin episodes,
 and are kept on the samplers, where a rollout worker created later starts (the first draw, from an empty table or
-a resumed one, before any is created).
+a resumed one, before any is created). A member run of a league of separate runs (``--league-peers``) exchanges its
+seats with the other member runs at each redraw (:mod:`.peers`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import numpy as np
 
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.driver.loop.steering import record_event
-from daskrl.league.members import Member, Players, league_members
+from daskrl.league.members import Player, Players, league_members
 from daskrl.league.payoff import Payoff, outcome_of
+from daskrl.league.peers import LeaguePeers
 from daskrl.league.pfsp import opponent_weights
 from daskrl.monitor.outputs.csv_log import CsvLog
 from daskrl.protocol import LEAGUE_TOPIC
@@ -48,6 +50,7 @@ class LeagueObserver(Observer):
         p = run.config.policies
         self.members = league_members(p)
         self.players = Players(self.members, p)
+        self.peers = LeaguePeers(self.players) if p.league_peers else None
         self.payoff = Payoff.from_state(run.state.league)
         self.since_snapshot = [deque(maxlen=SNAPSHOT_GAMES) for _ in self.members]  # each member's outcomes
         self.weights: tuple[tuple[float, ...], ...] | None = None
@@ -55,8 +58,10 @@ class LeagueObserver(Observer):
         self.league_csv = CsvLog(os.path.join(run.config.experiment_dir, "league.csv"), append=run.config.run.resume)
         run.state.episode_readers.append(self.take_episodes)
         roster = ", ".join(f"{m.name} (policy {m.policy})" for m in self.members)
-        run.say(f"daskrl: league of {len(self.members)} members: {roster}; {p.self_play_snapshots} snapshots each; "
-                f"opponents by PFSP ({p.league_pfsp})" + (" (payoff table resumed)" if run.state.league else ""))
+        who = f"league of runs: this run is {roster}, beside the runs {', '.join(p.league_peers)}" if p.league_peers \
+            else f"league of {len(self.members)} members: {roster}"
+        run.say(f"daskrl: {who}; {p.self_play_snapshots} snapshots each; opponents by PFSP ({p.league_pfsp})"
+                + (" (payoff table resumed)" if run.state.league else ""))
         self.redraw(run)
 
     def take_episodes(self, episodes: list[Episode]) -> None:
@@ -66,9 +71,11 @@ class LeagueObserver(Observer):
             both_members = e.opponent < n
             if e.opponent == NO_OPPONENT or e.opponent == e.policy or (both_members and e.opponent < e.policy):
                 continue  # no game, a member against itself, or a game the other member's episode counts
-            player, opponent = self.members[e.policy].name, self.players.name(e.opponent, e.opponent_version)
+            opponent = self.players.player(e.opponent, e.opponent_version)
+            if opponent is None:
+                continue  # a peer's slot that is empty now (the game began before its peer left)
             outcome = outcome_of(e.ret)
-            self.payoff.add(player, opponent, outcome, {opponent: self.players.member_of(e.opponent).name})
+            self.payoff.add(self.members[e.policy].name, opponent.name, outcome, {opponent.name: opponent.member})
             self.since_snapshot[e.policy].append(outcome)
             if both_members:
                 self.since_snapshot[e.opponent].append(1.0 - outcome)
@@ -82,7 +89,9 @@ class LeagueObserver(Observer):
         """Each member's opponent weights from the table as it is now, sent where they changed."""
         self.redrawn_at = time.monotonic()
         p = run.config.policies
-        weights = opponent_weights(self.members, self.names(run), self.payoff, p.league_pfsp, p.league_self_play)
+        if self.peers is not None:
+            self.peers.exchange(run)
+        weights = opponent_weights(self.members, self.roster(run), self.payoff, p.league_pfsp, p.league_self_play)
         run.state.league = self.payoff.state()
         if self.weights is not None and np.abs(np.subtract(weights, self.weights)).max() < REDRAW_TOLERANCE:
             return
@@ -91,9 +100,10 @@ class LeagueObserver(Observer):
         samplers.course = dataclasses.replace(samplers.course, opponent_weights=weights)
         call_each(samplers.rollout, "draw_opponents_by", weights, warn=run.warn)
 
-    def names(self, run: Run) -> list[str]:
-        """Every acting policy's player name now (the snapshot blocks' versions as the learners last reported)."""
-        return self.players.names([run.book.learners[m.policy].get("snapshot_versions", []) for m in self.members])
+    def roster(self, run: Run) -> list[Player | None]:
+        """Every acting policy's player now (the snapshot blocks' versions as the learners last reported; None: a
+        peer's slot that is empty)."""
+        return self.players.roster([run.book.learners[m.policy].get("snapshot_versions", []) for m in self.members])
 
     def add_snapshots(self, run: Run) -> None:
         """A member that won ``--league-snapshot-win-rate`` of its recent games (a full window since its last
@@ -113,21 +123,21 @@ class LeagueObserver(Observer):
         """``payoff.csv`` anew (the whole table), a row per current player in ``league.csv`` (its Elo rating and
         games), and each member's rating in TensorBoard."""
         table = self.keep(run)
-        names = self.names(run)
-        members: dict[str, Member] = {}  # each current player (once, in the acting order) and its member
-        for acting, name in enumerate(names):
-            members.setdefault(name, self.players.member_of(acting))
+        members: dict[str, Player] = {}  # each current player (once, in the acting order)
+        for player in self.roster(run):
+            if player is not None:
+                members.setdefault(player.name, player)
         # a snapshot not rated yet starts at its member's rating (first seen here, before its first game)
-        elo = {name: round(self.payoff.rating(name, member.name), 1) for name, member in members.items()}
+        elo = {name: round(self.payoff.rating(name, player.member), 1) for name, player in members.items()}
         run.log_event(LEAGUE_TOPIC, {
             "run": run.config.run.experiment, "env_steps": row["env_steps"], "players": list(members),
             "payoff": [r for r in table if r["player"] in members and r["opponent"] in members], "elo": elo})
         games: dict[str, int] = {}
         for (player, _), count in self.payoff.counts.items():
             games[player] = games.get(player, 0) + sum(count)
-        for name, member in members.items():
+        for name, player in members.items():
             self.league_csv.write({"time_s": row["time_s"], "env_steps": row["env_steps"], "player": name,
-                                   "member": member.name, "role": member.role.value, "elo": elo[name],
+                                   "member": player.member, "role": player.role.value, "elo": elo[name],
                                    "games": games.get(name, 0)})
         for member in self.members:
             run.outputs.tb_log.writer.add_scalar(f"league/elo/{member.name}", self.payoff.rating(member.name),

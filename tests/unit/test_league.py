@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from daskrl.config import Config, ConfigError
-from daskrl.league.members import Players, Role, league_members
+from daskrl.league.members import PeerSeats, Player, Players, Role, league_members
 from daskrl.league.payoff import ELO_START, Payoff, outcome_of
 from daskrl.league.pfsp import MEMBERS_SHARE, opponent_weights
 from daskrl.monitor.figures.league_plots import payoff_cells
 from daskrl.monitor.history import MetricsStore
-from daskrl.sampling.policies.policy_map import PolicyMap, check_mapping, snapshot_owners
+from daskrl.sampling.policies.policy_map import PolicyMap, check_mapping, opponent_slots, peer_slots, snapshot_owners
 
 
 def league_config(**options) -> Config:
@@ -41,6 +41,11 @@ def test_a_league_is_one_main_agent_beside_its_exploiters_with_four_snapshots_ea
     ({"pbt": True}, "--league and --pbt are two ways of running a population"),
     ({"inference": "remote"}, "--league: snapshots act inline in the rollout workers"),
     ({"algo": "dqn"}, "trains one policy: leave out --num-policies, --self-play-snapshots, --pbt and --league"),
+    ({"league_peers": ["b"], "num_policies": 3}, "trains one policy, in --league-role: leave out --num-policies"),
+    ({"league_peers": ["a"], "experiment": "a"}, "'a' is this run's own name"),
+    ({"league_peers": ["b", "b"], "experiment": "a"}, "--league-peers names a run twice"),
+    ({"league_role": "main_exploiter"}, "name the other members' runs too"),
+    ({"league": False, "league_peers": ["b"]}, "--league-peers make(s) this run a member of a league of runs: add --league"),
 ])
 def test_what_a_league_cannot_be_is_one_line(options, problem):
     with pytest.raises(ConfigError, match=problem.replace("(", r"\(").replace(")", r"\)")):
@@ -59,10 +64,13 @@ def test_players_are_members_now_and_the_versions_their_snapshot_blocks_hold():
     p = league_config(self_play_snapshots=2).policies
     players = Players(league_members(p), p)
     assert players.acting == 3 + 6
-    names = players.names([[50, 1], [], [57, 20]])  # policy 1's learner has not reported: its initial weights
-    assert names == ["main_0", "main_exploiter_0", "league_exploiter_0", "main_0@50", "main_0@1",
-                     "main_exploiter_0@1", "main_exploiter_0@1", "league_exploiter_0@57", "league_exploiter_0@20"]
-    assert players.member_of(7).name == "league_exploiter_0" and players.name(1, 999) == "main_exploiter_0"
+    roster = players.roster([[50, 1], [], [57, 20]])  # policy 1's learner has not reported: its initial weights
+    assert [r.name for r in roster] == [
+        "main_0", "main_exploiter_0", "league_exploiter_0", "main_0@50", "main_0@1", "main_exploiter_0@1",
+        "main_exploiter_0@1", "league_exploiter_0@57", "league_exploiter_0@20"]
+    assert [r.frozen for r in roster] == [False] * 3 + [True] * 6
+    assert roster[7] == Player("league_exploiter_0@57", "league_exploiter_0", Role.LEAGUE_EXPLOITER, True)
+    assert players.member_of(7).name == "league_exploiter_0" and players.player(1, 999).name == "main_exploiter_0"
 
 
 def test_the_payoff_table_counts_both_sides_and_elo_follows_the_wins():
@@ -87,13 +95,12 @@ def test_the_payoff_table_counts_both_sides_and_elo_follows_the_wins():
 def test_pfsp_weights_by_role():
     p = league_config(self_play_snapshots=1).policies
     members = league_members(p)
-    names = ["main_0", "main_exploiter_0", "league_exploiter_0", "main_0@10", "main_exploiter_0@10",
-             "league_exploiter_0@10"]
+    roster = Players(members, p).roster([[10], [10], [10]])
     table = Payoff()
     for _ in range(50):
         table.add("main_0", "main_0@10", 1.0, {})  # main_0 beats its old self every time
         table.add("main_0", "league_exploiter_0@10", 0.0, {})  # and loses to the league exploiter's snapshot
-    rows = np.array(opponent_weights(members, names, table, "hard", self_play=0.35))
+    rows = np.array(opponent_weights(members, roster, table, "hard", self_play=0.35))
     assert rows.shape == (3, 6) and np.allclose(rows.sum(axis=1), 1.0)
     main, main_exploiter, league_exploiter = rows
     assert main[5] > 10 * main[3]  # hard: the opponent it loses to, far more than the one it always beats
@@ -103,7 +110,7 @@ def test_pfsp_weights_by_role():
     assert main_exploiter[[0, 3]].sum() == pytest.approx(1 - MEMBERS_SHARE / 2)
     assert league_exploiter[[0, 1]] == pytest.approx([MEMBERS_SHARE / 2] * 2)  # frozen players, beside the share
     assert league_exploiter[3:].sum() == pytest.approx(1 - MEMBERS_SHARE)
-    even = np.array(opponent_weights(members, names, table, "uniform", self_play=0.0))[0]
+    even = np.array(opponent_weights(members, roster, table, "uniform", self_play=0.0))[0]
     assert even[3] == pytest.approx(even[5])  # uniform: fictitious self-play, whatever the results
 
 
@@ -161,3 +168,24 @@ def test_the_dashboard_page_shows_a_leagues_heat_map_and_rebuilds_it_when_its_pl
     page.update()
     assert list(page.payoff_box.children[0].x_range.factors) == ["main_0", "main_0@5", "main_0@9"]
     assert len(page.payoff_source.data["player"]) == 4
+
+
+def test_a_member_run_of_a_league_of_runs_is_one_member_and_seats_each_peer_now_and_its_snapshots():
+    p = league_config(league_peers=["b", "c"], league_role="main_exploiter", self_play_snapshots=2,
+                      experiment="a").policies
+    assert p.num_policies == 1 and [(m.policy, m.name) for m in league_members(p)] == [(0, "main_exploiter_0")]
+    assert snapshot_owners(p) == (0, 0) and peer_slots(p) == 2 * 3 and opponent_slots(p) == 2 + 6
+    players = Players(league_members(p), p)
+    assert players.acting == 1 + 2 + 6
+    assert players.roster([[7, 9]])[3:] == [None] * 6  # no peer seen yet: empty slots, never drawn
+    players.seats["b"] = PeerSeats("main_0", Role.MAIN, ({"b": 0}, {"b": 1}, None, {"b": 3}), (40, 0, 60))
+    roster = players.roster([[7, 9]])
+    assert [r.name if r else None for r in roster] == [
+        "main_exploiter_0", "main_exploiter_0@7", "main_exploiter_0@9", "b:main_0", "b:main_0@40", None,
+        None, None, None]  # b's second snapshot block is empty; c is not on the cluster
+    assert roster[4] == Player("b:main_0@40", "b:main_0", Role.MAIN, True)
+    assert players.player(4, 55).name == "b:main_0@55"  # a game names the version the opponent acted with
+    weights = np.array(opponent_weights(league_members(p), roster, Payoff(), "hard", 0.35))[0]
+    assert weights[5:].sum() == 0.0  # empty slots get no games
+    # a main exploiter meets the main agents (the peer's, now and frozen) beside the members' share
+    assert weights[[3, 4]].sum() == pytest.approx(1.0) and weights[3] >= MEMBERS_SHARE

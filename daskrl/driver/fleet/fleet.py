@@ -44,9 +44,10 @@ class Fleet:
         ``env_steps_offset``: the env steps a resumed run starts from (its samplers explore on from there)."""
         self.config, self.spaces, self.placement, self.warn = config, spaces, placement, warn
         self.roster = Roster(session.client, session.run_id, config)
-        # readers on another host than the learner need the parameters over Dask comms too
-        remote = force_comms() or any(host_of(a) != host_of(placement.learner)
-                                      for a in placement.rollout + placement.inference)
+        # readers on another host than the learner need the parameters over Dask comms too (and a league of runs'
+        # peers may read them from any host of the cluster)
+        remote = force_comms() or bool(config.policies.league_peers) or any(
+            host_of(a) != host_of(placement.learner) for a in placement.rollout + placement.inference)
         self.teams = LearnerTeams(self.roster, config, remote)
         self.sink: ComponentHandle | None = None  # sampling only: where full slots go instead of learners
         #: off-policy: the replay shards, where full slots go instead of the learner (no shard for APPO)
@@ -71,8 +72,9 @@ class Fleet:
         self.samplers.run_env_steps = env_steps
 
     def _acting_params(self) -> list[dict | None]:
-        """Every acting policy's parameter block as samplers attach it (with its host relays' blocks)."""
-        return self.relays.with_relays(self.teams.sources())
+        """Every acting policy's parameter block as samplers attach it (with its host relays' blocks), then a league
+        of runs' peer blocks (kept on the samplers)."""
+        return self.relays.with_relays(self.teams.sources()) + self.samplers.peer_blocks
 
     # ---- who is who ----
 

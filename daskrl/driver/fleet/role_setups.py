@@ -18,7 +18,7 @@ from daskrl.models.core_state import rnn_state_size
 from daskrl.models.registry import pack_components
 from daskrl.protocol import policy_queue
 from daskrl.replay.ratio import AUTO_MAX_BATCHES, batches_per_request
-from daskrl.sampling.policies.policy_map import mapping_of, slots_tagged, snapshot_owners
+from daskrl.sampling.policies.policy_map import mapping_of, opponent_slots, peer_slots, slots_tagged, snapshot_owners
 from daskrl.sampling.policies.policy_spaces import policy_spaces
 from daskrl.setups import (
     DatasetShare,
@@ -150,11 +150,12 @@ def _model(config: Config):
 
 
 def acting_spaces(config: Config, spaces: EnvSpaces) -> tuple[EnvSpaces, ...]:
-    """Each acting policy's spaces (the trained ones', then the self-play snapshots', each its owner's): the slots'
-    own unless the agents' spaces differ (daskrl/sampling/policies/policy_spaces.py)."""
+    """Each acting policy's spaces (the trained ones', then the self-play snapshots', each its owner's, then a league
+    of runs' peer slots, which play the seat of this run's member): the slots' own unless the agents' spaces differ
+    (daskrl/sampling/policies/policy_spaces.py)."""
     p, owners = config.policies, snapshot_owners(config.policies)
-    own = policy_spaces(mapping_of(p), p.num_policies, spaces, len(owners))
-    return own + tuple(own[k] for k in owners)
+    own = policy_spaces(mapping_of(p), p.num_policies, spaces, opponent_slots(p))
+    return own + tuple(own[k] for k in owners) + (own[0],) * peer_slots(p)
 
 
 def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
@@ -163,8 +164,9 @@ def is_tagged(config: Config, spaces: EnvSpaces) -> bool:
 
 
 def _by_policy(config: Config, params: Sequence[dict | None]) -> tuple[dict | None, ...]:
-    """Parameter blocks by acting policy: the trained ones, then the self-play snapshots (None: not yet known)."""
-    acting = config.policies.num_policies + len(snapshot_owners(config.policies))
+    """Parameter blocks by acting policy: the trained ones, the self-play snapshots, then a league of runs' peer
+    slots (None: not yet known)."""
+    acting = config.policies.num_policies + opponent_slots(config.policies)
     return tuple(params) + (None,) * (acting - len(params))
 
 
@@ -185,7 +187,7 @@ def rollout_setup(config: Config, spaces: EnvSpaces, params: Sequence[dict | Non
                         slots_per_split=s.slots_per_split, seed=c.run.seed, env_failure_limit=s.env_failure_limit,
                         info_keys=tuple(s.info_keys), rnn_state_size=rnn_state_size(c.model, spaces),
                         policy_queue=policy_queue(0), policy=policy, tagged=is_tagged(c, spaces),
-                        num_policies=c.policies.num_policies, snapshots=len(snapshot_owners(c.policies)),
+                        num_policies=c.policies.num_policies, snapshots=opponent_slots(c.policies),
                         policy_mapping=mapping_of(c.policies),
                         run_envs=s.num_workers * s.num_envs_per_worker, policy_params=policy_params,
                         policy_spaces=acting_spaces(config, spaces), record_schedule=c.run.record_schedule,

@@ -16,6 +16,7 @@ from daskrl.driver.fleet.roster import Roster
 from daskrl.envs.layouts.spaces import EnvSpaces
 from daskrl.runtime.actors.handles import ComponentHandle
 from daskrl.sampling.inference_worker import InferenceWorker
+from daskrl.sampling.policies.policy_map import peer_slots
 from daskrl.sampling.rollout_worker import RolloutWorker
 from daskrl.setups import RoleSetups, SamplerCourse
 
@@ -39,6 +40,9 @@ class Samplers:
         #: where the driver has steered the rollout workers (a curriculum's task, a league's opponents): a rollout
         #: worker created now starts there
         self.course = SamplerCourse()
+        #: a league of runs: the other member runs' parameter blocks in their acting slots after this run's own
+        #: (daskrl/league/peers.py; None: an empty slot), which a rollout worker created now attaches
+        self.peer_blocks: list[dict | None] = [None] * peer_slots(config.policies)
 
     def start(self, handles: Sequence[ComponentHandle]) -> None:
         """Start these samplers, unless sampling is held back (they then start with :meth:`release`)."""

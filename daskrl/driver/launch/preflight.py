@@ -26,7 +26,7 @@ from daskrl.envs.groups import check_backend
 from daskrl.envs.packages import env_package_problems
 from daskrl.errors import ConfigError
 from daskrl.models.registry import model_name_problems
-from daskrl.sampling.policies.policy_map import check_mapping, mapping_of, snapshot_owners
+from daskrl.sampling.policies.policy_map import check_mapping, mapping_of, opponent_slots
 from daskrl.sampling.policies.policy_spaces import policy_spaces
 
 
@@ -38,7 +38,7 @@ def check_policies(config: Config, spaces: EnvSpaces) -> None:
     """What a multi-agent env or several policies need: a mapping that answers (and, where agents' spaces differ,
     gives each policy agents of one kind)."""
     agents, p = spaces.agent_ids or ("agent_0",), config.policies
-    snapshots = len(snapshot_owners(p))
+    snapshots = opponent_slots(p)
     check_mapping(mapping_of(p), p.num_policies, agents, snapshots)
     # where the agents' spaces differ: the agents each policy can get
     own = policy_spaces(mapping_of(p), p.num_policies, spaces, snapshots)

@@ -46,6 +46,7 @@ class RunRegistry(SchedulerPlugin):
             "daskrl_run_open": self.open, "daskrl_run_claim": self.claim, "daskrl_run_release": self.release,
             "daskrl_run_beat": self.beat, "daskrl_run_close": self.end, "daskrl_runs": self.table,
             "daskrl_run_command": self.command, "daskrl_run_params": self.params,
+            "daskrl_run_league": self.league,
         })
         self._expiry = PeriodicCallback(self.expire, EXPIRE_EVERY_S * 1000)
         self._expiry.start()
@@ -108,6 +109,15 @@ class RunRegistry(SchedulerPlugin):
         run["commands"].append(dict(command))
         return {"status": "ok"}
 
+    async def league(self, name: str, seats: dict) -> dict[str, Any]:
+        """Run ``name`` is a member of a league of runs: its seats (its member, role, parameter blocks and snapshot
+        versions: :class:`daskrl.league.members.PeerSeats`), where the other member runs read them."""
+        run = self.runs.get(name)
+        if run is None:
+            return {"status": "unknown"}
+        run["league"] = dict(seats)
+        return {"status": "ok"}
+
     async def params(self, name: str) -> dict[str, Any]:
         """Run ``name``'s parameter blocks, one per policy (empty until its driver's first beat), and its experiment
         directory."""
@@ -116,7 +126,8 @@ class RunRegistry(SchedulerPlugin):
             live = ", ".join(sorted(self.runs)) or "none"
             return {"status": "unknown", "message": f"no run named {name!r} is training on this cluster (live runs: "
                                                     f"{live})"}
-        return {"status": "ok", "params": run.get("params", []), "experiment": run["experiment"]}
+        return {"status": "ok", "params": run.get("params", []), "experiment": run["experiment"],
+                "league": run.get("league")}
 
     async def end(self, name: str) -> dict[str, Any]:
         """The run ended: its workers are free."""
@@ -125,7 +136,7 @@ class RunRegistry(SchedulerPlugin):
 
     async def table(self) -> dict[str, Any]:
         now = time.time()
-        return {"runs": [{**{k: v for k, v in run.items() if k != "params"}, "age_s": now - run["started"],
+        return {"runs": [{**{k: v for k, v in run.items() if k not in ("params", "league")}, "age_s": now - run["started"],
                           "silent_s": now - run["beat"]} for run in self.runs.values()],
                 "workers": sorted(self.scheduler.workers)}
 
@@ -199,6 +210,10 @@ class RunClaim:
             self._call("daskrl_run_claim", workers=sorted(self.workers))
         return reply.get("commands", [])
 
+    def tell_league(self, seats: dict[str, Any]) -> None:
+        """This run's seats in a league of runs, for the other member runs (see :meth:`RunRegistry.league`)."""
+        self._call("daskrl_run_league", seats=seats)
+
     def close(self) -> None:
         self._call("daskrl_run_close")
 
@@ -219,8 +234,9 @@ def send_command(client: Any, name: str, command: dict[str, Any]) -> None:
 
 
 def run_params(client: Any, name: str) -> dict[str, Any]:
-    """``{"params": [...], "experiment": dir}``: the parameter block of each policy of run ``name`` as its driver
-    last told the registry (empty before its first beat), and its experiment directory. ``client`` None: from a
+    """``{"params": [...], "experiment": dir, "league": seats}``: the parameter block of each policy of run ``name``
+    as its driver last told the registry (empty before its first beat), its experiment directory, and its seats in a
+    league of runs (None: it is no member of one, or has not told them yet). ``client`` None: from a
     component's own thread. Raises :class:`ClusterAccessError` when no live run has that name."""
     reply = registry_call(client, "daskrl_run_params", name=name)
     if reply["status"] != "ok":

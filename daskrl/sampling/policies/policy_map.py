@@ -15,7 +15,8 @@ players and two policies the seats alternate between episodes), ``module:functio
 is played by policy ``g % N`` and every other agent by a frozen snapshot of policy 0, acting as policy
 ``N + (episode_index % K)``, so the learner's seat alternates and the snapshots take turns as opponents), and
 ``league`` (``--league``: seats as with self_play, and the opponent drawn at random by the weights the league's
-driver side sets for the seated policy, over every acting policy: trained members and each member's snapshots).
+driver side sets for the seated policy, over every acting policy: trained members, each member's snapshots and, in a
+league of runs, the other member runs' policies and snapshots: :func:`peer_slots`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ def snapshot_owners(policies: PolicyConfig) -> tuple[int, ...]:
     0 for every one, or with a league every member's ``--self-play-snapshots``, member by member."""
     owners = range(policies.num_policies) if policies.league else (0,)
     return tuple(k for k in owners for _ in range(policies.self_play_snapshots))
+
+
+def peer_slots(policies: PolicyConfig) -> int:
+    """A member run of a league of runs (--league-peers): the acting policies after its own snapshots that seat the
+    other members, each peer's current policy and then its ``--self-play-snapshots`` snapshots, peer by peer."""
+    return len(policies.league_peers) * (1 + policies.self_play_snapshots) if policies.league else 0
+
+
+def opponent_slots(policies: PolicyConfig) -> int:
+    """The acting policies after the trained ones: the self-play snapshots, then a league of runs' peer slots."""
+    return len(snapshot_owners(policies)) + peer_slots(policies)
 
 
 def slots_tagged(num_policies: int, num_agents: int) -> bool:
