@@ -31,6 +31,7 @@ from distributed import default_client
 
 from daskrl.config import Config
 from daskrl.runtime import dask_internals
+from daskrl.runtime.access.runs import list_runs
 from daskrl.testing.hosts.netns import DRIVER_OCTET, bridge_hosts, ip, netns_unavailable, remove_hosts
 
 # ---- a run's configuration ----
@@ -267,6 +268,21 @@ def start_cli_cluster(log_dir: Path, n_workers: int, worker_args: Callable[[int]
             client.close()
         left = procs.stop()
         assert left == [], f"processes left running: {left}"
+
+
+def scopes_by_worker(client) -> dict[str, set[str]]:
+    """The runs (component scopes) whose components each worker hosts."""
+    listed = client.sync(client.scheduler.daskrl_components)["components"]
+    out: dict[str, set[str]] = {}
+    for name, info in listed.items():
+        out.setdefault(info["address"], set()).add(name.rpartition("/")[0])
+    return out
+
+
+def training(client, *names: str) -> dict[str, dict] | None:
+    """The registry's runs once every one of ``names`` trains (None before)."""
+    runs = {r["name"]: r for r in list_runs(client)["runs"]}
+    return runs if all(runs.get(n, {}).get("state") == "running" for n in names) else None
 
 
 # ---- two hosts: network namespaces joined by a bridge ----

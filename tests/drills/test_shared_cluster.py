@@ -16,7 +16,7 @@ import pytest
 
 from daskrl.runtime.access.runs import list_runs
 
-from ..helpers import slow, start_cli_cluster, wait_for
+from ..helpers import scopes_by_worker, slow, start_cli_cluster, training, wait_for
 
 pytestmark = slow("four dask workers and four daskrl drivers started from the command line")
 
@@ -31,20 +31,6 @@ def train_command(address: str, train_dir: Path, name: str, *extra: str) -> list
     return [sys.executable, "-m", "daskrl", "train", "--env", "CartPole-v1", "--scheduler", address,
             "--num-workers", "1", "--num-envs-per-worker", "16", "--experiment", name, "--train-dir", str(train_dir),
             "--train-for-env-steps", "0", "--report-interval", "0.5", *extra]
-
-
-def scopes_by_worker(client) -> dict[str, set[str]]:
-    listed = client.sync(client.scheduler.daskrl_components)["components"]
-    out: dict[str, set[str]] = {}
-    for name, info in listed.items():
-        out.setdefault(info["address"], set()).add(name.rpartition("/")[0])
-    return out
-
-
-def training(client, *names: str) -> dict[str, dict] | None:
-    """The registry's runs once every one of ``names`` trains (None before)."""
-    runs = {r["name"]: r for r in list_runs(client)["runs"]}
-    return runs if all(runs.get(n, {}).get("state") == "running" for n in names) else None
 
 
 def fps_between(csv_path: Path, start_s: float, end_s: float) -> float:
