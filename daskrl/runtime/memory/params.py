@@ -53,7 +53,9 @@ class ParameterPublisher:
         self.data = component.create_array((nbytes,), np.uint8, "params")
         self.version = 0
         self.remote = remote or shm.force_comms()
-        self.variable_name = f"daskrl-params-{component.run_id}-{component.name}"
+        # one variable per block: a learner publishes its policy's block and each self-play snapshot's, and a reader
+        # on another host of a snapshot must get the snapshot's versions, not the newest policy's
+        self.variable_name = f"daskrl-params-{component.run_id}-{component.name}-{self.data.name}"
         self._futures: deque = deque(maxlen=3)
         #: the bus topic relays take new versions from (the learner declares the signal ``params_published``)
         self.topic = signal_topic(component.bus_name, "params_published")
