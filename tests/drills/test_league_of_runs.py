@@ -1,12 +1,14 @@
 """A league whose members are separate ``daskrl train`` runs on one ``dask scheduler`` with 4 ``dask worker``
 processes: a main agent and a main exploiter, each on workers of its own, each playing the other's current policy
 and snapshots (read from the other run's parameter blocks); SIGKILL of the main agent's learner worker: the main
-agent's run recovers it, and the exploiter's run follows its new blocks and plays on against it."""
+agent's run recovers it, and the exploiter's run follows its new blocks and plays on against it. Then the same
+league over two hosts (network namespaces), where each run reads the other's snapshots over Dask comms."""
 
 from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import sys
 import time
@@ -16,7 +18,7 @@ import pytest
 
 from daskrl.runtime.access.runs import list_runs
 
-from ..helpers import scopes_by_worker, slow, start_cli_cluster, training, wait_for
+from ..helpers import scopes_by_worker, slow, start_cli_cluster, start_two_hosts, training, wait_for
 
 pytest.importorskip("pettingzoo", reason="the league plays PettingZoo's tic-tac-toe: pip install 'daskrl[multiagent]'")
 pytestmark = slow("two league member runs from the command line on four dask workers")
@@ -37,6 +39,14 @@ def games_against(experiment: Path, prefix: str) -> dict[str, int]:
         return {}
     rows = list(csv.DictReader(open(path)))
     return {r["opponent"]: int(r["games"]) for r in rows if r["opponent"].startswith(prefix) and ":" not in r["player"]}
+
+
+def own_snapshots(experiment: Path, member: str) -> set[int]:
+    """The versions of ``member``'s snapshots as its own run knew them (its players in league.csv, its opponents in
+    payoff.csv)."""
+    names = {r["player"] for r in csv.DictReader(open(experiment / "league.csv"))} | {
+        r["opponent"] for r in csv.DictReader(open(experiment / "payoff.csv"))}
+    return snapshot_versions({n: 0 for n in names if n.startswith(f"{member}@")})
 
 
 def snapshot_versions(games: dict[str, int]) -> set[int]:
@@ -78,3 +88,29 @@ def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_kil
         assert b.wait(120) == 0, procs.log("b")
         assert "league: run 'b' joined" in procs.log("a") and "league: run 'a' joined" in procs.log("b")
         assert not list_runs(client)["runs"]
+
+
+def test_members_on_two_hosts_read_each_others_snapshots_over_comms(tmp_path):
+    workers = [(0, "w0", []), (0, "w1", []), (1, "w2", []), (1, "w3", [])]
+    with start_two_hosts(tmp_path, workers) as cluster:
+        address, client, procs, net = cluster["address"], cluster["client"], cluster["procs"], cluster["net"]
+        a = procs.start("a", "ip", "netns", "exec", net.ns[0], *member_command(address, tmp_path, "a", "b", "main"))
+        b = procs.start("b", "ip", "netns", "exec", net.ns[1],
+                        *member_command(address, tmp_path, "b", "a", "main_exploiter"))
+        wait_for(lambda: training(client, "a", "b"), timeout=120, what="both runs training")
+        wait_for(lambda: len(snapshot_versions(games_against(tmp_path / "b", "a:"))) >= 2
+                 and len(snapshot_versions(games_against(tmp_path / "a", "b:"))) >= 2, timeout=90, interval=0.5,
+                 what="games against two snapshots of the other run")
+        for member in (a, b):
+            member.send_signal(signal.SIGINT)
+        assert a.wait(120) == 0, procs.log("a")
+        assert b.wait(120) == 0, procs.log("b")
+        # every snapshot a run met is one its owner took: a snapshot block read over comms holds the snapshot's own
+        # versions (all of a learner's blocks once shared one Dask variable, and a reader on another host got the
+        # newest policy under every snapshot's name)
+        for run, peer, member in (("a", "b", "main_exploiter_0"), ("b", "a", "main_0")):
+            met = snapshot_versions(games_against(tmp_path / run, f"{peer}:"))
+            assert met <= own_snapshots(tmp_path / peer, member), (run, met, own_snapshots(tmp_path / peer, member))
+        comms = [int(m) for m in re.findall(r"parameter versions read \d+ from shared memory, (\d+) over comms",
+                                            procs.log("a") + procs.log("b"))]
+        assert len(comms) == 2 and min(comms) > 0, comms
