@@ -91,7 +91,10 @@ class LeagueObserver(Observer):
         p = run.config.policies
         if self.peers is not None:
             self.peers.exchange(run)
-        weights = opponent_weights(self.members, self.roster(run), self.payoff, p.league_pfsp, p.league_self_play)
+        roster = self.roster(run)
+        if all("snapshot_versions" in run.book.learners[m.policy] for m in self.members):  # the roster is real now
+            self.payoff.forget_recent({player.name for player in roster if player is not None})
+        weights = opponent_weights(self.members, roster, self.payoff, p.league_pfsp, p.league_self_play)
         run.state.league = self.payoff.state()
         if self.weights is not None and np.abs(np.subtract(weights, self.weights)).max() < REDRAW_TOLERANCE:
             return

@@ -59,17 +59,25 @@ class Payoff:
         recent = self.recent.get((player, opponent), ())
         return (sum(recent) + 0.5) / (len(recent) + 1)
 
+    def forget_recent(self, current: set[str]) -> None:
+        """Drop the recent games of every pair with a player not in ``current`` (a snapshot replaced by a newer one):
+        no draw weighs them again, and a checkpoint should not carry 200 outcomes for each snapshot ever taken. Their
+        counts and ratings stay, for payoff.csv."""
+        for pair in [pair for pair in self.recent if not (pair[0] in current and pair[1] in current)]:
+            del self.recent[pair]
+
     def games(self, player: str, opponent: str) -> int:
         return sum(self.counts.get((player, opponent), (0, 0, 0)))
 
     def rows(self) -> list[dict[str, Any]]:
-        """``payoff.csv``: one row per ordered pair that played, all games counted, with the recent win rate."""
+        """``payoff.csv``: one row per ordered pair that played, all games counted, with the recent win rate (blank
+        for a pair whose recent games were forgotten: :meth:`forget_recent`)."""
         out = []
         for (a, b), (won, drew, lost) in sorted(self.counts.items()):
             games = won + drew + lost
             out.append({"player": a, "opponent": b, "games": games, "wins": won, "draws": drew, "losses": lost,
                         "win_rate": (won + 0.5 * drew) / games,
-                        "recent_win_rate": sum(self.recent[a, b]) / len(self.recent[a, b]),
+                        "recent_win_rate": sum(recent) / len(recent) if (recent := self.recent.get((a, b))) else "",
                         "elo": round(self.ratings.get(a, ELO_START), 1),
                         "opponent_elo": round(self.ratings.get(b, ELO_START), 1)})
         return out

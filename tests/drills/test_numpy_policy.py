@@ -17,12 +17,16 @@ from daskrl.models.fast_path.numpy_plan import numpy_plan
 from daskrl.models.fast_path.numpy_policy import NumpyPolicy
 
 
-def model_for(env: str, normalize_obs: bool, shared_encoder: bool | None = None, **model_options) -> ActorCritic:
+def model_for(env: str, normalize_obs: bool, shared_encoder: bool | None = None, stats_width: int | None = None,
+              **model_options) -> ActorCritic:
+    """A seeded model of ``env``, its parameters moved off their initial values; ``stats_width``: how many numbers the
+    observation statistics hold (the observation's, unless its records pack more: a Dict's float keys)."""
     torch.manual_seed(0)
     spaces = probe_env(env)
     model = ActorCritic(spaces, ModelConfig(normalize_obs=normalize_obs, **model_options), shared_encoder=shared_encoder)
     if normalize_obs:
-        model.set_obs_stats(np.linspace(-1, 1, spaces.obs_dim), np.linspace(0.5, 2.0, spaces.obs_dim))
+        width = stats_width or spaces.obs_dim
+        model.set_obs_stats(np.linspace(-1, 1, width), np.linspace(0.5, 2.0, width))
     with torch.no_grad():  # move away from the near-uniform initial policy so differences would show
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -155,14 +159,7 @@ def test_dict_records_of_float_vectors_and_an_action_mask_act_as_torch_does(norm
     from daskrl.envs.layouts.dict_obs import pack_into
 
     spaces = probe_env("pettingzoo.classic.tictactoe.tictactoe:env")
-    torch.manual_seed(0)
-    model = ActorCritic(spaces, ModelConfig(normalize_obs=normalize_obs))
-    if normalize_obs:
-        model.set_obs_stats(np.linspace(0, 0.5, 18), np.linspace(0.1, 0.3, 18))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    model.eval()
+    model = model_for("pettingzoo.classic.tictactoe.tictactoe:env", normalize_obs, stats_width=18)  # 9 squares x 2
     assert NumpyPolicy.supports(model)
     rng = np.random.default_rng(0)
     masks = rng.random((300, 9)) < 0.5

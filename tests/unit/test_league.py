@@ -189,3 +189,30 @@ def test_a_member_run_of_a_league_of_runs_is_one_member_and_seats_each_peer_now_
     assert weights[5:].sum() == 0.0  # empty slots get no games
     # a main exploiter meets the main agents (the peer's, now and frozen) beside the members' share
     assert weights[[3, 4]].sum() == pytest.approx(1.0) and weights[3] >= MEMBERS_SHARE
+
+
+def test_the_draw_follows_the_weights_in_proportion_and_only_a_league_draws():
+    envs = 64
+    pmap = PolicyMap("league", 1, ["player_1", "player_2"] * envs, list(range(envs)), envs, snapshots=3,
+                     opponent_weights=[[0, 1, 3, 0]])
+    drawn = []
+    for _ in range(50):
+        pmap.episodes_began(range(envs))
+        drawn += [int(max(a, b)) for a, b in pmap.column_policy.reshape(envs, 2)]
+    counts = np.bincount(drawn, minlength=4)
+    assert counts[3] == 0 and counts[0] == 0 and 2.5 < counts[2] / counts[1] < 3.5, counts
+    with pytest.raises(TypeError, match="the 'self_play' policy mapping draws no opponents"):
+        PolicyMap("self_play", 1, ["p1", "p2"], [0], 1, snapshots=2).draw_opponents_by([[0, 1, 1]])
+
+
+def test_recent_games_of_players_no_longer_in_the_league_are_forgotten_and_their_counts_kept():
+    table = Payoff()
+    table.add("main_0", "main_0@5", 1.0, {})
+    table.add("main_0", "main_0@9", 0.0, {})
+    table.forget_recent({"main_0", "main_0@9"})
+    assert set(table.recent) == {("main_0", "main_0@9"), ("main_0@9", "main_0")}
+    assert table.win_rate("main_0", "main_0@5") == 0.5  # as if never met: the draw no longer weighs it
+    rows = {(r["player"], r["opponent"]): r for r in table.rows()}
+    assert rows["main_0", "main_0@5"]["games"] == 1 and rows["main_0", "main_0@5"]["recent_win_rate"] == ""
+    assert rows["main_0", "main_0@9"]["recent_win_rate"] == 0.0
+    assert Payoff.from_state(table.state()).rows() == table.rows()

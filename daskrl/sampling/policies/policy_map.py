@@ -124,9 +124,8 @@ class PolicyMap:
         ``snapshots``: self-play opponents, acting as policies ``num_policies ..``; ``opponent_weights``: a
         league's draw (:meth:`draw_opponents_by`)."""
         self.spec, self.num_policies, self.snapshots = spec, num_policies, snapshots
-        self.rng = np.random.default_rng(list(env_indices))  # a league's draws: each split its own stream
-        self.opponents = self._draw_table(opponent_weights)
         self.kind, self.fn = resolve_mapping(spec, num_policies, snapshots)
+        self.opponents = opponents_for(self.kind, num_policies, snapshots, env_indices, opponent_weights)
         self.agent_ids = list(agent_ids)
         self.agents_per_env = len(self.agent_ids) // len(env_indices)
         self.env_indices = list(env_indices)
@@ -159,8 +158,8 @@ class PolicyMap:
                 policy = (self.env_indices[env] + turn) % self.num_policies
             elif self.kind in ("self_play", "league"):
                 seat = (self.env_indices[env] + self.episodes_started[env] - 1) % self.agents_per_env
-                policy = self.env_indices[env] % self.num_policies if position == seat \
-                    else self._opponent_of(self.env_indices[env] % self.num_policies, episode)
+                member = self.env_indices[env] % self.num_policies
+                policy = member if position == seat else self.opponents.opponent_of(member, episode)
             else:
                 policy = _checked(self.fn, self.spec, self.num_policies + self.snapshots, self.agent_ids[column],
                                   episode)
@@ -168,22 +167,11 @@ class PolicyMap:
                 self.column_policy[column] = policy
                 self._groups = None
 
-    def _opponent_of(self, member: int, episode: int) -> int:
-        """The seat beside trained policy ``member``'s: self-play's snapshots in turn, a league's drawn."""
-        if self.kind == "self_play":
-            return self.num_policies + episode % self.snapshots
-        return int(self.rng.choice(len(self.opponents[member]), p=self.opponents[member]))
-
     def draw_opponents_by(self, weights: Sequence[Sequence[float]] | None) -> None:
-        """A league's draw from now on: ``weights[k][a]``, how often acting policy ``a`` sits beside trained policy
-        ``k`` (normalized here); None: every acting policy but ``k`` itself alike."""
-        self.opponents = self._draw_table(weights)
-
-    def _draw_table(self, weights: Sequence[Sequence[float]] | None) -> np.ndarray:
-        acting = self.num_policies + self.snapshots
-        table = np.ones((self.num_policies, acting)) - np.eye(self.num_policies, acting) if weights is None \
-            else np.asarray(weights, np.float64).reshape(self.num_policies, acting)
-        return table / table.sum(axis=1, keepdims=True).clip(min=1e-12)
+        """A league's draw from now on (:meth:`LeagueDraw.draw_by`); only a league's mapping draws."""
+        if not isinstance(self.opponents, LeagueDraw):
+            raise TypeError(f"the {self.kind!r} policy mapping draws no opponents: only --league's does")
+        self.opponents.draw_by(weights)
 
     def acting(self, active: np.ndarray | None) -> np.ndarray:
         """The policy id of each column at this step: its policy, or :data:`NOBODY` where it does not act."""
@@ -199,6 +187,53 @@ class PolicyMap:
         if self._groups is None:
             self._groups = columns_by_policy(self.column_policy)
         return self._groups
+
+
+def opponents_for(kind: str, num_policies: int, snapshots: int, env_indices: Sequence[int],
+                  weights: Sequence[Sequence[float]] | None) -> SnapshotTurns | LeagueDraw | None:
+    """Who sits beside a trained policy, for the mappings that seat one: self-play's snapshots in turn, or a
+    league's draw; None for the others (every seat is a policy of its own)."""
+    if kind == "self_play":
+        return SnapshotTurns(num_policies, snapshots)
+    if kind == "league":
+        return LeagueDraw(num_policies, snapshots, env_indices, weights)
+    return None
+
+
+class SnapshotTurns:
+    """Self-play's opponents: the snapshots take turns, ``num_policies + episode_index % snapshots``."""
+
+    def __init__(self, num_policies: int, snapshots: int) -> None:
+        self.num_policies, self.snapshots = num_policies, snapshots
+
+    def opponent_of(self, member: int, episode: int) -> int:
+        return self.num_policies + episode % self.snapshots
+
+
+class LeagueDraw:
+    """A league's opponents, drawn at random for each episode by the weights the league's driver side sets for the
+    seated member (each split its own random stream, seeded by its envs' indices)."""
+
+    def __init__(self, num_policies: int, snapshots: int, env_indices: Sequence[int],
+                 weights: Sequence[Sequence[float]] | None) -> None:
+        self.num_policies, self.acting = num_policies, num_policies + snapshots
+        self.rng = np.random.default_rng(list(env_indices))
+        self.cumulative = self._cumulative(weights)
+
+    def draw_by(self, weights: Sequence[Sequence[float]] | None) -> None:
+        """``weights[k][a]``: how often acting policy ``a`` sits beside trained policy ``k`` (normalized here);
+        None: every acting policy but ``k`` itself alike."""
+        self.cumulative = self._cumulative(weights)
+
+    def opponent_of(self, member: int, episode: int) -> int:
+        row = self.cumulative[member]
+        drawn = int(np.searchsorted(row, self.rng.random() * row[-1], side="right"))
+        return min(drawn, len(row) - 1)  # a draw of exactly the total lands past the end
+
+    def _cumulative(self, weights: Sequence[Sequence[float]] | None) -> np.ndarray:
+        table = np.ones((self.num_policies, self.acting)) - np.eye(self.num_policies, self.acting) if weights is None \
+            else np.asarray(weights, np.float64).reshape(self.num_policies, self.acting)
+        return np.cumsum(table, axis=1)
 
 
 def columns_by_policy(ids: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
