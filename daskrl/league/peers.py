@@ -6,8 +6,9 @@ parameter blocks of its current policy and snapshots (published over Dask comms 
 reads them) and the versions its snapshots hold. It reads each peer's seats back, and where a peer's block changed
 (the peer started, took a new snapshot block, or restarted its learner after a fault) every sampler of this run
 follows the new block in that peer's slot; the samplers' team keeps the blocks, so a sampler recreated later
-attaches them too. A peer that is not on the cluster (not started yet, ended, or its driver gone) leaves its slots empty: the
-league draws no opponent from an empty slot, and the run trains on against the players it has.
+attaches them too. A peer that is not training on the cluster now (not started yet, still starting, stopping, or
+gone) leaves its slots empty: the league draws no opponent from an empty slot, and the run trains on against the
+players it has.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ class LeaguePeers:
         there = record is not None
         if self.present.get(peer) != there:  # said once each time it comes or goes
             run.say(f"daskrl: league: run {peer!r} joined; its players are in the draw" if there else
-                    f"daskrl: league: run {peer!r} (--league-peers) has no seats on this cluster now (not started, "
-                    "still starting, or ended); its slots stay empty until it has")
+                    f"daskrl: league: run {peer!r} (--league-peers) is not training on this cluster now (not "
+                    "started, still starting, stopping or gone); its slots stay empty until it is")
         self.present[peer] = there
         return PeerSeats.from_record(record) if record is not None else None
 

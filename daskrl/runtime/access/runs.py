@@ -126,8 +126,9 @@ class RunRegistry(SchedulerPlugin):
             live = ", ".join(sorted(self.runs)) or "none"
             return {"status": "unknown", "message": f"no run named {name!r} is training on this cluster (live runs: "
                                                     f"{live})"}
+        # a league member's seats only while it trains: a stopping run's learners are about to remove their blocks
         return {"status": "ok", "params": run.get("params", []), "experiment": run["experiment"],
-                "league": run.get("league")}
+                "league": run.get("league") if run["state"] == "running" else None}
 
     async def end(self, name: str) -> dict[str, Any]:
         """The run ended: its workers are free."""
