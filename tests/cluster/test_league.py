@@ -23,7 +23,7 @@ pytestmark = slow("league runs of 15 s on a cluster of their own")
 
 TICTACTOE = {"env": "pettingzoo.classic.tictactoe.tictactoe:env", "num_workers": 2, "num_envs_per_worker": 32,
              "report_interval": 1.0, "train_for_env_steps": 0}
-TICTACTOE_LEAGUE = {**TICTACTOE, "league": True, "self_play_snapshots": 2, "self_play_snapshot_every": 20}
+TICTACTOE_LEAGUE = {**TICTACTOE, "league": True, "self_play_snapshots": 2, "self_play_snapshot_every": 10}
 MEMBERS = ["main_0", "main_exploiter_0", "league_exploiter_0"]
 
 

@@ -54,10 +54,17 @@ def interrupted(tmp_path: Path, experiment: str, signals: int) -> tuple[subproce
         for line in proc.stdout:
             if "env steps" in line and "| fps" in line or time.monotonic() > deadline:
                 break
-        for _ in range(signals):
+        seen = []
+        for k in range(signals):
             os.killpg(proc.pid, signal.SIGINT)
-            time.sleep(0.05)
+            # the next one once the driver has taken this one: two signals that land before Python's handler runs
+            # are one (a loaded machine once turned a second Ctrl-C into none)
+            while k + 1 < signals and time.monotonic() < deadline and (line := proc.stdout.readline()):
+                seen.append(line)
+                if "stopping: SIGINT received" in line:
+                    break
         out, _ = proc.communicate(timeout=60)
+        out = "".join(seen) + out
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

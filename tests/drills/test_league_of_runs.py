@@ -28,7 +28,7 @@ def member_command(address: str, train_dir: Path, name: str, peer: str, role: st
     return [sys.executable, "-m", "daskrl", "train", "--env", "pettingzoo.classic.tictactoe.tictactoe:env",
             "--scheduler", address, "--experiment", name, "--train-dir", str(train_dir), "--league",
             "--league-peers", peer, "--league-role", role, "--num-workers", "1", "--num-envs-per-worker", "32",
-            "--self-play-snapshots", "2", "--self-play-snapshot-every", "20", "--train-for-env-steps", "0",
+            "--self-play-snapshots", "2", "--self-play-snapshot-every", "10", "--train-for-env-steps", "0",
             "--train-for-seconds", "300", "--report-interval", "1", "--checkpoint-interval", "2"]
 
 
@@ -86,7 +86,9 @@ def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_kil
             member.send_signal(signal.SIGINT)
         assert a.wait(120) == 0, procs.log("a")
         assert b.wait(120) == 0, procs.log("b")
-        assert "league: run 'b' joined" in procs.log("a") and "league: run 'a' joined" in procs.log("b")
+        # the whole logs (procs.log keeps the last 3,000 characters)
+        logs = {name: (tmp_path / f"{name}.log").read_text() for name in ("a", "b")}
+        assert "league: run 'b' joined" in logs["a"] and "league: run 'a' joined" in logs["b"]
         assert not list_runs(client)["runs"]
 
 
