@@ -61,9 +61,9 @@ def test_the_example_notebook_runs_in_a_kernel_and_leaves_nothing(tmp_path, monk
         pids = {p.pid for p in tree}
         segments = [s for s in list_segments() if owner_pid(s) in pids]
     started = find(nb, "daskrl.start(")
-    # start returns once the run trains, not when it ends (600 s): 1-3 s alone, 5.26 s once on a slower 2-core
-    # machine beside another test file's two league runs
-    assert cell_seconds(started) < 10.0, printed(started)
+    # start returns once the run trains, not when it ends (600 s): 1-3 s alone; on a slower 2-core machine, under
+    # the whole suite's load, 5.26 s and 10.5 s (its first training step waited for the cores)
+    assert cell_seconds(started) < 60.0, printed(started)
     assert "[" not in printed(started) + printed(find(nb, "len(rows)")), "report lines printed into the cells"
     assert int(result_of(find(nb, "len(rows)"))) >= 3
     assert result_of(find(nb, 'run.status()["rollout_workers"]')) == "2"
