@@ -49,6 +49,13 @@ def own_snapshots(experiment: Path, member: str) -> set[int]:
     return snapshot_versions({n: 0 for n in names if n.startswith(f"{member}@")})
 
 
+def plays_current_and_snapshots(experiment: Path, opponent: str) -> bool:
+    """Whether this run's member met ``opponent`` (another run's member) both as its current policy and as one of
+    its snapshots."""
+    games = games_against(experiment, opponent)
+    return opponent in games and any(name.startswith(f"{opponent}@") for name in games)
+
+
 def snapshot_versions(games: dict[str, int]) -> set[int]:
     return {int(name.rpartition("@")[2]) for name in games if "@" in name}
 
@@ -61,12 +68,11 @@ def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_kil
         runs = wait_for(lambda: training(client, "a", "b"), timeout=120, what="both runs training")
         assert not set(runs["a"]["workers"]) & set(runs["b"]["workers"])
         assert all(len(scopes) == 1 for scopes in scopes_by_worker(client).values())  # no worker hosts both
-        # each plays the other's current policy and snapshots
-        wait_for(lambda: any("@" in n for n in games_against(tmp_path / "a", "b:"))
-                 and any("@" in n for n in games_against(tmp_path / "b", "a:")), timeout=60, interval=0.5,
+        # each plays the other's current policy and snapshots (the two conditions come true in either order: the
+        # first games against a run that joined late may all be against its snapshots)
+        wait_for(lambda: plays_current_and_snapshots(tmp_path / "a", "b:main_exploiter_0")
+                 and plays_current_and_snapshots(tmp_path / "b", "a:main_0"), timeout=90, interval=0.5,
                  what="games against the other run's policy and snapshots")
-        assert "a:main_0" in games_against(tmp_path / "b", "a:") and "b:main_exploiter_0" in games_against(
-            tmp_path / "a", "b:")
         time.sleep(5)  # a checkpoint of a's learner to restart from
         learner = next(info for name, info in client.sync(client.scheduler.daskrl_components)["components"].items()
                        if name.endswith("/learner") and info["address"] in runs["a"]["workers"])
