@@ -27,8 +27,8 @@ LEARNING_SECTIONS = ("sampler", "model", "learner", "policies", "algo")
 #: left out of the digest, so adding one does not void the test tables of runs that never give it
 OFF_UNTIL_GIVEN = {"algo": ("dataset", "dataset_fraction", "online_after"),
                    "policies": ("frozen_opponent", "league", "league_main_exploiters", "league_league_exploiters",
-                                "league_pfsp", "league_self_play", "league_snapshot_win_rate", "league_peers",
-                                "league_role")}
+                                "league_pfsp", "league_self_play", "league_snapshot_win_rate", "league_exploiter_resets",
+                                "league_peers", "league_role")}
 #: options only some algorithms read (the offline learners'): in those algorithms' digests alone, so adding one does
 #: not void the test tables of runs of an algorithm that never reads it
 READ_ONLY_BY = {"algo": {"iql_expectile": ("iql",), "iql_temperature": ("iql",), "iql_max_weight": ("iql",),

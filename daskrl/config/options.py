@@ -271,6 +271,9 @@ class PolicyConfig(Section):
                                                "this share of its recent games against its opponents (and at least "
                                                "every --self-play-snapshot-every versions)", low=0, high=1,
                                           low_open=True)
+    league_exploiter_resets: bool = opt(True, "AlphaStar's exploiter resets: a main exploiter that adds a snapshot "
+                                              "by --league-snapshot-win-rate trains on from fresh weights, a league "
+                                              "exploiter does so with chance 0.25; main agents never")
     league_peers: list[str] = opt([], "a league of separate runs on one cluster (--scheduler): the other members' "
                                       "runs by their --experiment names; this run is one member (--league-role), "
                                       "plays their current policies and snapshots as league players and lets them "

@@ -137,6 +137,10 @@ def _league_problems(config: Config) -> list[str]:
                    f"{p.policy_mapping!r})")
     if p.pbt:
         out.append("--league and --pbt are two ways of running a population: choose one")
+    if p.league_exploiter_resets and config.learner.num_learners > 1 and p.league_peers and p.league_role != "main":
+        out.append(f"--league's exploiter resets start an exploiter's weights afresh in one learner, and the other "
+                   f"learners of its --num-learners {config.learner.num_learners} would keep the old ones: add "
+                   "--no-league-exploiter-resets, or train with --num-learners 1")
     return out
 
 

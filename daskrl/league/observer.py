@@ -1,5 +1,6 @@
 """The runner's side of a league (``--league``): it fills the payoff table from every finished game, redraws each
-member's opponents from it, adds a member's snapshot to the league when the member beats its opponents, and writes
+member's opponents from it, adds a member's snapshot to the league when the member beats its opponents (an exploiter
+then starts afresh, as AlphaStar's do: ``RESET_CHANCE`` in :mod:`.members`), and writes
 ``payoff.csv``, ``league.csv`` and the dashboard's heat map.
 
 It is an observer of the run's loop (:mod:`daskrl.driver.loop.observers`). The games come from the trained policies'
@@ -24,7 +25,8 @@ import numpy as np
 
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.driver.loop.steering import record_event
-from daskrl.league.members import Player, Players, league_members
+from daskrl.errors import ComponentError
+from daskrl.league.members import RESET_CHANCE, Member, Player, Players, league_members
 from daskrl.league.payoff import Payoff, outcome_of
 from daskrl.league.peers import LeaguePeers
 from daskrl.league.pfsp import opponent_weights
@@ -55,6 +57,7 @@ class LeagueObserver(Observer):
         self.since_snapshot = [deque(maxlen=SNAPSHOT_GAMES) for _ in self.members]  # each member's outcomes
         self.weights: tuple[tuple[float, ...], ...] | None = None
         self.redrawn_at = -float("inf")
+        self.rng = np.random.default_rng(run.config.run.seed)  # whether a league exploiter starts afresh
         self.league_csv = CsvLog(os.path.join(run.config.experiment_dir, "league.csv"), append=run.config.run.resume)
         run.state.episode_readers.append(self.take_episodes)
         roster = ", ".join(f"{m.name} (policy {m.policy})" for m in self.members)
@@ -116,11 +119,29 @@ class LeagueObserver(Observer):
             if len(recent) < SNAPSHOT_GAMES or (rate := sum(recent) / len(recent)) < threshold:
                 continue
             recent.clear()
+            if run.config.policies.league_exploiter_resets and self.rng.random() < RESET_CHANCE[member.role]:
+                self.start_afresh(run, member, rate)
+                continue
             # a learner lost at this moment is a warning: once restarted it takes snapshots on its schedule again
             call_each([run.fleet.teams.leaders[member.policy]], "take_snapshot", warn=run.warn)
             run.say(f"daskrl: league: {member.name} won {rate:.0%} of its last {SNAPSHOT_GAMES} games; its next "
                     "version joins the league as a snapshot")
             record_event(run, "league_snapshot", {"member": member.name, "win_rate": rate})
+
+    def start_afresh(self, run: Run, member: Member, rate: float) -> None:
+        """``member`` joins the league as a snapshot of what it is now and trains on from fresh weights
+        (``--league-exploiter-resets``): the snapshot keeps its rating, the member starts over in the table."""
+        leader = run.fleet.teams.leaders[member.policy]
+        try:
+            version = leader.call("snapshot_and_start_afresh")
+        except ComponentError as exc:  # lost at this moment: the recovery restarts it, and it wins its way back here
+            run.warn(f"{leader.name} did not start afresh: {exc}")
+            return
+        snapshot = f"{member.name}@{version}"
+        self.payoff.start_afresh(member.name, snapshot)
+        run.say(f"daskrl: league: {member.name} won {rate:.0%} of its last {SNAPSHOT_GAMES} games; it joins the "
+                f"league as {snapshot} and trains on from fresh weights")
+        record_event(run, "league_reset", {"member": member.name, "win_rate": rate, "snapshot": snapshot})
 
     def on_report(self, run: Run, row: dict[str, Any]) -> None:
         """``payoff.csv`` anew (the whole table), a row per current player in ``league.csv`` (its Elo rating and

@@ -66,6 +66,15 @@ class Payoff:
         for pair in [pair for pair in self.recent if not (pair[0] in current and pair[1] in current)]:
             del self.recent[pair]
 
+    def start_afresh(self, member: str, snapshot: str) -> None:
+        """``member`` starts over from fresh weights, and ``snapshot`` keeps what it was: the snapshot takes the
+        member's rating, the member starts at :data:`ELO_START`, and the member's recent games (a player that no
+        longer exists) weigh no draw again. Its counts stay, for payoff.csv."""
+        self.ratings[snapshot] = self.rating(member)
+        self.ratings[member] = ELO_START
+        for pair in [pair for pair in self.recent if member in pair]:
+            del self.recent[pair]
+
     def games(self, player: str, opponent: str) -> int:
         return sum(self.counts.get((player, opponent), (0, 0, 0)))
 

@@ -88,6 +88,20 @@ class LearnerBase(Component):
         the league's past players now rather than at its next --self-play-snapshot-every)."""
         self.snapshots.take_next()
 
+    async def snapshot_and_start_afresh(self) -> int:
+        """Keep the current weights as a self-play snapshot now, then train on from fresh weights (the run's initial
+        ones) with a fresh optimizer, published as the next version: a league exploiter that beat its opponents
+        starts over (AlphaStar's reset). Returns the snapshot's policy version. Between two training steps."""
+
+        def reset() -> int:
+            held = self.snapshots.take(self.version, self.model)
+            _, fresh = build_learning(self.setup, self.device)
+            self.trainer.start_afresh(fresh)
+            self.publication.publish(self.model)
+            return held
+
+        return await self.on_own_thread(reset)
+
     async def enable_remote_params(self) -> dict:
         """Also publish every version over Dask comms from now on (a reader joined on another host: an elastic run
         grew there, or a component was recreated there); returns the new parameter block description."""

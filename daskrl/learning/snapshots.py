@@ -57,14 +57,18 @@ class SelfPlaySnapshots:
     def after_publish(self, version: int, model: ActorCritic) -> None:
         """Version ``version`` was published: every ``every`` versions (or when one was asked for), the oldest block
         takes its weights."""
-        if not self.wanted and (not self.every or version % self.every):
-            return
+        if self.wanted or (self.every and not version % self.every):
+            self.take(version, model)
+
+    def take(self, version: int, model: ActorCritic) -> int:
+        """The oldest block takes ``model``'s weights, policy version ``version``, now; returns that version."""
         self.wanted = False
         j = self.taken % len(self.blocks)
         self.weights[j] = model.state_dict_numpy()
         self.blocks[j].version = version - 1  # the block's version names the policy version it holds
         self.blocks[j].publish(self.weights[j])
         self.taken += 1
+        return version
 
     def take_next(self) -> None:
         """Take the next version published as a snapshot (a league adds a member that beats its opponents)."""
@@ -94,6 +98,9 @@ class NoSnapshots:
 
     def take_next(self) -> None:
         return None
+
+    def take(self, version: int, model: ActorCritic) -> int:
+        raise RuntimeError("this learner keeps no self-play snapshots (--self-play-snapshots, --league)")
 
     def go_remote(self) -> None:
         return None

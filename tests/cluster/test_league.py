@@ -39,11 +39,21 @@ def games(experiment_dir: Path) -> dict[tuple[str, str], int]:
     return {(r["player"], r["opponent"]): int(r["games"]) for r in csv.DictReader(open(experiment_dir / "payoff.csv"))}
 
 
-def test_a_league_fills_its_payoff_table_by_role_and_a_resume_goes_on_with_it(tmp_path):
+def test_a_league_fills_its_payoff_table_by_role_its_exploiters_start_afresh_and_a_resume_goes_on(tmp_path):
     logged = KeepLogged()
-    summary = train(run_config(tmp_path, "ttt", base=TICTACTOE_LEAGUE, train_for_seconds=15), observers=[logged])
+    # any win rate adds a snapshot after a full window of games: the main exploiter starts afresh at each one
+    reset_often = {"league_snapshot_win_rate": 0.01}
+    summary = train(run_config(tmp_path, "ttt", base=TICTACTOE_LEAGUE, train_for_seconds=15, **reset_often),
+                    observers=[logged])
     experiment = Path(summary["experiment_dir"])
     played = games(experiment)
+    resets = [dict(kv.split("=") for kv in r["detail"].split()) for r in csv.DictReader(open(experiment / "events.csv"))
+              if r["event"] == "league_reset"]
+    assert resets and {r["member"] for r in resets} <= {"main_exploiter_0", "league_exploiter_0"}, resets
+    assert "main_exploiter_0" in {r["member"] for r in resets}
+    # what the exploiter was before it started afresh stays in the league, as the snapshot the reset named
+    assert any(played.get(("main_0", r["snapshot"]), 0) + played.get(("league_exploiter_0", r["snapshot"]), 0)
+               for r in resets if r["member"] == "main_exploiter_0"), (resets, sorted(played))
     for a in MEMBERS:  # the members' share: every pair of members met, both ways counted
         for b in MEMBERS:
             assert a == b or played.get((a, b), 0) >= 100, (a, b, played.get((a, b)))
@@ -68,7 +78,8 @@ def test_a_league_fills_its_payoff_table_by_role_and_a_resume_goes_on_with_it(tm
     assert set(MEMBERS) <= set(store.get("ttt").league["players"])
     assert "League payoff" in open(write_report(str(experiment))).read()
 
-    again = train(run_config(tmp_path, "ttt", base=TICTACTOE_LEAGUE, train_for_seconds=5, resume=True))
+    again = train(run_config(tmp_path, "ttt", base=TICTACTOE_LEAGUE, train_for_seconds=5, resume=True,
+                             **reset_often))
     resumed = games(Path(again["experiment_dir"]))
     assert all(resumed.get(pair, 0) >= n for pair, n in played.items() if n)  # counts go on from the table kept
     assert sum(resumed.values()) > sum(played.values())

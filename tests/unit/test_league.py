@@ -46,10 +46,19 @@ def test_a_league_is_one_main_agent_beside_its_exploiters_with_four_snapshots_ea
     ({"league_peers": ["b", "b"], "experiment": "a"}, "--league-peers names a run twice"),
     ({"league_role": "main_exploiter"}, "name the other members' runs too"),
     ({"league": False, "league_peers": ["b"]}, "--league-peers make(s) this run a member of a league of runs: add --league"),
+    ({"num_learners": 2, "league_peers": ["b"], "league_role": "league_exploiter"},
+     "--league's exploiter resets start an exploiter's weights afresh in one learner"),
 ])
 def test_what_a_league_cannot_be_is_one_line(options, problem):
     with pytest.raises(ConfigError, match=problem.replace("(", r"\(").replace(")", r"\)")):
         league_config(**options)
+
+
+def test_exploiter_resets_need_one_learner_per_member_or_are_turned_off():
+    member = {"num_learners": 2, "league_peers": ["b"], "experiment": "a"}
+    league_config(**member, league_role="main_exploiter", league_exploiter_resets=False)
+    league_config(**member)  # a main agent never starts afresh
+    assert league_config().policies.league_exploiter_resets  # AlphaStar's league resets its exploiters
 
 
 def test_a_league_needs_a_game_of_two_players():
@@ -216,3 +225,17 @@ def test_recent_games_of_players_no_longer_in_the_league_are_forgotten_and_their
     assert rows["main_0", "main_0@5"]["games"] == 1 and rows["main_0", "main_0@5"]["recent_win_rate"] == ""
     assert rows["main_0", "main_0@9"]["recent_win_rate"] == 0.0
     assert Payoff.from_state(table.state()).rows() == table.rows()
+
+
+def test_a_member_started_afresh_leaves_its_rating_to_its_snapshot_and_its_recent_games_behind():
+    table = Payoff()
+    for _ in range(30):
+        table.add("main_exploiter_0", "main_0", 1.0, {})
+    table.add("main_0", "league_exploiter_0", 0.0, {})
+    strong = table.rating("main_exploiter_0")
+    assert strong > ELO_START + 100
+    table.start_afresh("main_exploiter_0", "main_exploiter_0@40")
+    assert table.rating("main_exploiter_0@40") == strong and table.rating("main_exploiter_0") == ELO_START
+    assert table.win_rate("main_0", "main_exploiter_0") == 0.5  # the member it is now was never met
+    assert set(table.recent) == {("main_0", "league_exploiter_0"), ("league_exploiter_0", "main_0")}
+    assert table.games("main_exploiter_0", "main_0") == 30  # payoff.csv keeps every game it played

@@ -353,6 +353,35 @@ def test_a_resume_keeps_this_runs_kernels_and_the_saved_moments():
     assert float(again.optimizer.state_dict()["state"][0]["step"]) == 12  # four minibatches a step, three steps
 
 
+@pytest.mark.parametrize("kernels", ["auto", "off"])
+def test_a_trainer_started_afresh_trains_as_a_new_one_and_keeps_its_counters(kernels):
+    """A league exploiter's reset (PolicyTrainer.start_afresh): after training, a trainer started afresh from a new
+    one's state takes the same next step as that new one, to the bit (weights, Adam's moments and the flat buffer's
+    all fresh), while its counters and hyperparameters go on."""
+    cfg = Config().replace(batch_size=256, learner_kernels=kernels)
+
+    def trainer() -> APPOTrainer:
+        return APPOTrainer(build_model(_spaces(), cfg.model, seed=0), cfg.learner, 0)
+
+    trained = trainer()
+    for k in range(3):
+        trained.train(_cartpole_batch(k), 0)
+    trained.set_hyperparams({"entropy_coef": 0.05})
+    trained.start_afresh(trainer())
+    assert (trained.train_steps, trained.samples_trained) == (3, 3 * 16 * 64)
+    assert trained.hp["entropy_coef"] == 0.05
+    new = trainer()
+    new.set_hyperparams({"entropy_coef": 0.05})
+    for t in (trained, new):
+        torch.manual_seed(0)  # the same minibatch order
+        t.train(_cartpole_batch(9), 0)
+    for name, weight in new.model.state_dict().items():
+        assert torch.equal(trained.model.state_dict()[name], weight), name
+    fresh_moments = {k: v["exp_avg"] for k, v in new.optimizer.state_dict()["state"].items()}
+    for key, state in trained.optimizer.state_dict()["state"].items():
+        assert torch.equal(state["exp_avg"], fresh_moments[key]), key
+
+
 def _params_and_twins(seed: int) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     torch.manual_seed(seed)
     params = [nn.Parameter(torch.randn(64, 4)), nn.Parameter(torch.randn(64)), nn.Parameter(torch.randn(2, 64))]

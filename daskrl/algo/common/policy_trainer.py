@@ -129,6 +129,13 @@ class PolicyTrainer:
         self.samples_trained = state.get("samples_trained", 0)
         self.hp = hp
 
+    def start_afresh(self, fresh: PolicyTrainer) -> None:
+        """Go on from ``fresh``'s weights, optimizer and normalizers (a trainer just built as this one was: a league
+        exploiter's reset), keeping this trainer's counters and hyperparameters, which the run's statistics, steering
+        and budget go on from."""
+        self.load_state_dict({**fresh.state_dict(), "train_steps": self.train_steps,
+                              "samples_trained": self.samples_trained, "hyperparams": dict(self.hp)})
+
     def load_model_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Load a model's weights alone (published ones, or ``--init-checkpoint``'s), refused in one line where they
         do not fit this run's network; the observation statistics go on from the weights' buffers."""
