@@ -235,6 +235,51 @@ def test_an_env_that_fails_only_on_the_workers_stops_the_run_in_a_few_lines(tmp_
                    for line in out.stdout.splitlines()), out.stdout
 
 
+UNGUARDED_SCRIPT = """
+import daskrl
+from daskrl.config import Config
+
+daskrl.train(Config.from_flat({"env": "CartPole-v1", "train_for_env_steps": 5000, "train_dir": %r,
+                               "dashboard_address": ""}))
+"""
+
+
+def test_a_script_that_starts_a_run_at_its_top_level_is_told_to_guard_it_in_one_line(tmp_path):
+    """Every embedded worker process imports the user's script again (multiprocessing's forkserver and spawn), so
+    a run started at the script's top level started again in each worker: a page of tracebacks from multiprocessing
+    and Dask. Now the workers end at once and the script's error names the fix; nothing is left behind."""
+    script = tmp_path / "train_at_top_level.py"
+    script.write_text(UNGUARDED_SCRIPT % str(tmp_path / "runs"))
+    before = set(list_segments())
+    code, err, started = run_watching_children([sys.executable, str(script)])
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("daskrl.errors.ClusterAccessError: the embedded cluster's worker processes did not start")
+    assert f'if {script} starts the run at its top level, start it under `if __name__ == "__main__":`' in last, last
+    assert "An attempt has been made to start a new process" not in err and len(err.splitlines()) < 60, err
+    deadline = time.monotonic() + 15
+    while any(pid_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in started if pid_alive(pid)], "a process of the failed start outlived the script"
+    assert not new_segments_of_ours(before)
+
+
+def test_a_worker_process_importing_the_script_ends_in_one_line_before_it_starts_anything(tmp_path):
+    script = tmp_path / "imported_again.py"
+    script.write_text("import multiprocessing\n"
+                      "from daskrl.runtime.workers.worker_server import refuse_a_run_while_a_worker_imports_the_script\n"
+                      "refuse_a_run_while_a_worker_imports_the_script()  # nothing in the script's own process\n"
+                      "def nothing():\n    pass\n"
+                      "if __name__ == '__main__':\n"
+                      "    child = multiprocessing.get_context('spawn').Process(target=nothing)\n"
+                      "    child.start()\n    child.join()\n    print('child exit', child.exitcode)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "child exit 1", out.stdout + out.stderr
+    assert out.stderr.strip() == (f"daskrl: a worker process imported {script} again, and it starts a run there: "
+                                  'start it under `if __name__ == "__main__":` (every worker process imports the '
+                                  "script again)"), out.stderr
+
+
 @slow("two CLI runs, one with a SIGKILL drill")
 def test_a_normal_run_and_a_recovered_fault_print_nothing_of_daskrls_or_dasks_logging(tmp_path):
     """README's first command as a new user runs it, with a worker process SIGKILLed half way."""

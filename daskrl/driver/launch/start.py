@@ -48,6 +48,7 @@ from daskrl.runtime.access.runs import RunClaim
 from daskrl.runtime.actors.handles import looks_like_a_lost_worker
 from daskrl.runtime.deploy import connect_deployment, prepare_deployment
 from daskrl.runtime.logs import route_logs
+from daskrl.runtime.workers import worker_server
 
 if TYPE_CHECKING:  # imported while the cluster starts (see _prepare)
     from daskrl.driver.fleet.fleet import LearnerStart
@@ -70,6 +71,7 @@ def launch(config: Config, client: Any = None, observers: Sequence[Observer] = (
     While it runs, Dask's and daskrl's log lines go to ``<experiment>/daskrl.log`` (with the traceback of whatever
     stopped the run), not to the terminal (``--log-level debug``: to both); ``--log-level`` says which of the run's
     own lines the terminal shows."""
+    worker_server.refuse_a_run_while_a_worker_imports_the_script()  # before anything is locked or started
     clock = StartupClock()
     clock.mark("imports")
     spaces = preflight(config, client)

@@ -30,6 +30,7 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster
 
+from daskrl.errors import ClusterAccessError
 from daskrl.runtime import dask_internals
 from daskrl.runtime.access.existing_cluster import open_client
 from daskrl.runtime.access.runs import RunRegistry
@@ -56,6 +57,22 @@ def _fast_worker_start(preload_torch: bool):
         dask_internals.poll_worker_starts_often()
         dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     yield
+
+
+@contextlib.contextmanager
+def _workers_that_did_not_start():
+    """An embedded worker process that died as it started is one line naming the likeliest cause, not Dask's chain
+    of tracebacks: a script that starts the run at its top level (each worker process imports it again and ends
+    there, saying so: :func:`worker_server.refuse_a_run_while_a_worker_imports_the_script`)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "failed to start" not in str(exc):
+            raise
+        script = getattr(sys.modules.get("__main__"), "__file__", None)
+        cause = f"if {script} starts the run at its top level, {worker_server.MAIN_GUARD}" if script else \
+            "the first lines of the log say why"
+        raise ClusterAccessError(f"the embedded cluster's worker processes did not start ({exc}); {cause}") from None
 
 
 #: Dask's housekeeping timers an embedded cluster runs less often: setting -> (Dask's default, daskrl's). Every worker
@@ -176,8 +193,9 @@ def connect_cluster(
         client = open_client(scheduler, security, timeout)
         owns = True
     elif scheduler is None:
+        worker_server.refuse_a_run_while_a_worker_imports_the_script()
         _quiet_housekeeping()
-        with _fast_worker_start(preload_torch and processes):
+        with _fast_worker_start(preload_torch and processes), _workers_that_did_not_start():
             cluster = LocalCluster(
                 n_workers=n_workers or default_n_workers(),
                 threads_per_worker=1,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 
 #: what the workers need, imported once in the server and shared by the forked workers (not torch._dynamo, 0.7 s
@@ -27,6 +28,22 @@ WORKER_MODULES = ["daskrl.runtime.workers.preload_start", "distributed", "torch"
 
 _starting: threading.Thread | None = None
 _used = False  # a cluster forks its workers from the server: it stays as long as this process does
+
+
+def refuse_a_run_while_a_worker_imports_the_script() -> None:
+    """End a worker process that is importing the user's script to start a run: every worker process the spawn and
+    forkserver start methods make imports the main script again (as ``__mp_main__``), so a script that starts a run
+    at its top level, not under ``if __name__ == "__main__":``, would start it again in each worker (where
+    multiprocessing refuses with a page of tracebacks). One line, then the worker exits; the script's own process
+    learns of it as workers that did not start (:func:`daskrl.runtime.access.cluster.connect_cluster`)."""
+    importing = sys.modules.get("__mp_main__")
+    if importing is not None and importing is not sys.modules.get("__main__"):
+        raise SystemExit(f"daskrl: a worker process imported {getattr(importing, '__file__', 'the script')} again, "
+                         f"and it starts a run there: {MAIN_GUARD}")
+
+
+#: how a script that starts a run should be written, as Dask and multiprocessing ask
+MAIN_GUARD = 'start it under `if __name__ == "__main__":` (every worker process imports the script again)'
 
 
 def available() -> bool:
