@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from daskrl.monitor.figures.report import write_report
 from daskrl.runtime.access.runs import list_runs
 
 from ..helpers import scopes_by_worker, slow, start_cli_cluster, start_two_hosts, training, wait_for
@@ -60,6 +61,11 @@ def snapshot_versions(games: dict[str, int]) -> set[int]:
     return {int(name.rpartition("@")[2]) for name in games if "@" in name}
 
 
+def table(path: Path) -> dict[tuple[str, str], int]:
+    """A payoff table's games by (player, opponent)."""
+    return {(r["player"], r["opponent"]): int(r["games"]) for r in csv.DictReader(open(path))}
+
+
 def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_killed(tmp_path):
     with start_cli_cluster(tmp_path, 4) as cluster:
         address, client, procs = cluster["address"], cluster["client"], cluster["procs"]
@@ -96,6 +102,13 @@ def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_kil
         logs = {name: (tmp_path / f"{name}.log").read_text() for name in ("a", "b")}
         assert "league: run 'b' joined" in logs["a"] and "league: run 'a' joined" in logs["b"]
         assert not list_runs(client)["runs"]
+        # either run's report draws the league's one table: the games on both runs' workers, each once
+        write_report(str(tmp_path / "a"))
+        joined = table(tmp_path / "a" / "league_payoff.csv")
+        on_a, on_b = table(tmp_path / "a" / "payoff.csv"), table(tmp_path / "b" / "payoff.csv")
+        assert joined["a:main_0", "b:main_exploiter_0"] == on_a["main_0", "b:main_exploiter_0"] + on_b[
+            "a:main_0", "main_exploiter_0"] > 0
+
 
 
 def test_members_on_two_hosts_read_each_others_snapshots_over_comms(tmp_path):

@@ -3,6 +3,9 @@ weights by role, the rollout workers' draw, and the options it refuses in one li
 
 from __future__ import annotations
 
+import csv
+import json
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,8 @@ from daskrl.league.members import PeerSeats, Player, Players, Role, league_membe
 from daskrl.league.payoff import ELO_START, Payoff, outcome_of
 from daskrl.league.pfsp import MEMBERS_SHARE, opponent_weights
 from daskrl.monitor.figures.league_plots import payoff_cells
+from daskrl.monitor.figures.league_tables import read_runs_table
+from daskrl.monitor.figures.report import league_figures
 from daskrl.monitor.history import MetricsStore
 from daskrl.sampling.policies.policy_map import PolicyMap, check_mapping, opponent_slots, peer_slots, snapshot_owners
 
@@ -239,3 +244,40 @@ def test_a_member_started_afresh_leaves_its_rating_to_its_snapshot_and_its_recen
     assert table.win_rate("main_0", "main_exploiter_0") == 0.5  # the member it is now was never met
     assert set(table.recent) == {("main_0", "league_exploiter_0"), ("league_exploiter_0", "main_0")}
     assert table.games("main_exploiter_0", "main_0") == 30  # payoff.csv keeps every game it played
+
+
+def member_experiment(folder, peers: list[str], payoff: list[tuple[str, str, int, int, int]], players: list[str]):
+    """A member run's experiment as it leaves it: its config, payoff.csv (player, opponent, wins, draws, losses) and
+    the players of its last report in league.csv."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"policies": {"league_peers": peers}}))
+    with open(folder / "payoff.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["player", "opponent", "games", "wins", "draws", "losses"])
+        writer.writerows([a, b, w + d + lost, w, d, lost] for a, b, w, d, lost in payoff)
+    with open(folder / "league.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env_steps", "player"])
+        writer.writerows([5, p] for p in players)
+
+
+def test_a_league_of_runs_has_one_table_joined_from_its_runs_each_game_once(tmp_path):
+    member_experiment(tmp_path / "a", ["b", "c"], [("main_0", "b:main_exploiter_0", 6, 1, 3),
+                                                    ("b:main_exploiter_0", "main_0", 3, 1, 6),
+                                                    ("main_0", "main_0@40", 2, 0, 0), ("main_0@40", "main_0", 0, 0, 2)],
+                      ["main_0", "main_0@40", "b:main_exploiter_0"])
+    member_experiment(tmp_path / "b", ["a", "c"], [("main_exploiter_0", "a:main_0", 5, 0, 5),
+                                                    ("a:main_0", "main_exploiter_0", 5, 0, 5)],
+                      ["main_exploiter_0", "a:main_0"])
+    league = read_runs_table(str(tmp_path / "a"))
+    rows = {(r["player"], r["opponent"]): r for r in league.rows}
+    games = rows["a:main_0", "b:main_exploiter_0"]  # 10 games on a's workers, 10 on b's
+    assert (games["games"], games["wins"], games["draws"], games["losses"]) == (20, 11, 1, 8)
+    assert games["win_rate"] == pytest.approx((11 + 0.5) / 20)
+    assert rows["b:main_exploiter_0", "a:main_0"]["wins"] == 8 and rows["a:main_0", "a:main_0@40"]["games"] == 2
+    assert league.players == ["a:main_0", "a:main_0@40", "b:main_exploiter_0"]  # every run's, each once
+    assert (league.runs, league.missing) == (["a", "b"], ["c"])
+    figures = league_figures(str(tmp_path / "a"))  # the report draws the joined table and names the run not found
+    assert "no payoff table of c beside this experiment" in figures[-1].text
+    assert (tmp_path / "a" / "league_payoff.csv").read_text().count("\n") == len(league.rows) + 1
+    assert read_runs_table(str(tmp_path / "nowhere")) is None  # no member of a league of runs

@@ -7,7 +7,8 @@ plus the learning curve against env steps (with the evaluation returns, when the
 newest video of ``videos/`` (``--save-video-every-env-steps``) in the page itself. A run with several policies
 also wrote ``policies.csv`` (one row per policy and report): its plots then have one line per policy, and the PBT
 replacements of ``pbt.csv`` are marked on the return plots and listed in a table. A league's ``payoff.csv`` is drawn
-as a heat map over the players of its last report (``league.csv``).
+as a heat map over the players of its last report (``league.csv``); a member of a league of runs draws the league's
+table, joined from its peers' experiments beside it (:mod:`.league_tables`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from daskrl.config import ConfigError
 from daskrl.monitor.figures.league_plots import payoff_cells, payoff_figure
+from daskrl.monitor.figures.league_tables import read_league, read_runs_table, write_runs_table
 from daskrl.monitor.figures.plots import RETURN_COLOR, eval_points, series, share_bars, shares_figure, time_figures
 from daskrl.monitor.figures.policy_plots import (
     pbt_marks,
@@ -82,19 +84,6 @@ def read_pbt(experiment_dir: str) -> list[dict[str, Any]]:
                     event[column] = _float(value)
             events.append(event)
     return events
-
-
-def read_league(experiment_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """A league's ``payoff.csv`` rows and the players of its last report (``league.csv``); empty without a league."""
-    payoff, players = os.path.join(experiment_dir, "payoff.csv"), os.path.join(experiment_dir, "league.csv")
-    if not (os.path.exists(payoff) and os.path.exists(players)):
-        return [], []
-    with open(payoff, newline="") as f:
-        rows = list(csv.DictReader(f))
-    with open(players, newline="") as f:
-        reports = list(csv.DictReader(f))
-    last = reports[-1]["env_steps"] if reports else None
-    return rows, [r["player"] for r in reports if r["env_steps"] == last]
 
 
 def read_shares(experiment_dir: str) -> dict[str, dict[str, float]]:
@@ -158,8 +147,7 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
     name = os.path.basename(os.path.normpath(experiment_dir))
     header = _header(name, experiment_dir, rows) + _policies_header(by_policy, events)
     table = [Div(text=pbt_table_html(events, limit=MAX_PBT_ROWS), sizing_mode="stretch_width")] if events else []
-    payoff, players = read_league(experiment_dir)
-    heat_map = [payoff_figure(ColumnDataSource(payoff_cells(payoff, players)), players)] if players else []
+    heat_map = league_figures(experiment_dir)
     layout = column(Div(text=header, sizing_mode="stretch_width"), grid, *table, *heat_map, breakdown,
                     sizing_mode="stretch_width")
     page = file_html(layout, resources=INLINE, title=f"daskrl report: {name}")
@@ -171,6 +159,24 @@ def write_report(experiment_dir: str, output: str | None = None) -> str:
     with open(output, "w", encoding="utf-8") as f:
         f.write(page)
     return output
+
+
+def league_figures(experiment_dir: str) -> list:
+    """The league's heat map: this run's table, or for a member of a league of runs the league's table when a peer's
+    experiment is beside it (written there too, as ``league_payoff.csv``), and a line naming the peers whose
+    experiment is not."""
+    from bokeh.models import ColumnDataSource, Div
+
+    payoff, players = read_league(experiment_dir)
+    league = read_runs_table(experiment_dir)
+    notes = []
+    if league is not None and len(league.runs) > 1:
+        payoff, players = league.rows, league.players
+        write_runs_table(os.path.join(experiment_dir, "league_payoff.csv"), league.rows)
+    if league is not None and league.missing:
+        notes.append(Div(text=f"<p>League of runs: no payoff table of {', '.join(league.missing)} beside this "
+                              "experiment (its games on those runs' workers are not in the table)</p>"))
+    return [payoff_figure(ColumnDataSource(payoff_cells(payoff, players)), players), *notes] if players else []
 
 
 def latest_video(experiment_dir: str) -> str | None:
