@@ -32,7 +32,7 @@ from daskrl.league.peers import LeaguePeers
 from daskrl.league.pfsp import opponent_weights
 from daskrl.monitor.outputs.csv_log import CsvLog
 from daskrl.protocol import LEAGUE_TOPIC
-from daskrl.runtime.actors.handles import call_each
+from daskrl.runtime.actors.handles import ComponentHandle, call_each
 from daskrl.sampling.episode import NO_OPPONENT, Episode
 
 #: seconds between two redraws of the opponent weights
@@ -41,6 +41,18 @@ REDRAW_S = 5.0
 SNAPSHOT_GAMES = 200
 #: a change of any opponent weight below this is not sent to the rollout workers
 REDRAW_TOLERANCE = 0.01
+#: seconds a member's learner has to answer a reset (it does it between two training steps)
+RESET_WAIT_S = 60.0
+
+
+@dataclasses.dataclass
+class PendingReset:
+    """A member's learner asked to start afresh, and the answer to come (the snapshot's version)."""
+
+    leader: ComponentHandle
+    answer: Any  # the call's future (an ActorFuture)
+    win_rate: float
+    asked_at: float
 
 
 class LeagueObserver(Observer):
@@ -58,6 +70,7 @@ class LeagueObserver(Observer):
         self.weights: tuple[tuple[float, ...], ...] | None = None
         self.redrawn_at = -float("inf")
         self.rng = np.random.default_rng(run.config.run.seed)  # whether a league exploiter starts afresh
+        self.resets: dict[int, PendingReset] = {}  # members whose learner was asked to start afresh, by policy
         self.league_csv = CsvLog(os.path.join(run.config.experiment_dir, "league.csv"), append=run.config.run.resume)
         run.state.episode_readers.append(self.take_episodes)
         roster = ", ".join(f"{m.name} (policy {m.policy})" for m in self.members)
@@ -84,6 +97,8 @@ class LeagueObserver(Observer):
                 self.since_snapshot[e.opponent].append(1.0 - outcome)
 
     def on_poll(self, run: Run) -> None:
+        if self.resets:
+            self.finish_resets(run)
         if time.monotonic() - self.redrawn_at >= REDRAW_S:
             self.redraw(run)
             self.add_snapshots(run)
@@ -116,6 +131,9 @@ class LeagueObserver(Observer):
         snapshot) adds its next version to the league's players."""
         threshold = run.config.policies.league_snapshot_win_rate
         for member, recent in zip(self.members, self.since_snapshot, strict=True):
+            if member.policy in self.resets:  # starting afresh: its recent games are the old weights'
+                recent.clear()
+                continue
             if len(recent) < SNAPSHOT_GAMES or (rate := sum(recent) / len(recent)) < threshold:
                 continue
             recent.clear()
@@ -129,19 +147,38 @@ class LeagueObserver(Observer):
             record_event(run, "league_snapshot", {"member": member.name, "win_rate": rate})
 
     def start_afresh(self, run: Run, member: Member, rate: float) -> None:
-        """``member`` joins the league as a snapshot of what it is now and trains on from fresh weights
-        (``--league-exploiter-resets``): the snapshot keeps its rating, the member starts over in the table."""
+        """Ask ``member``'s learner to keep what it is now as a snapshot and train on from fresh weights
+        (``--league-exploiter-resets``); its answer is read at a later poll (:meth:`finish_resets`): the learner
+        does it between two training steps, and the run's loop does not wait for that."""
         leader = run.fleet.teams.leaders[member.policy]
         try:
-            version = leader.call("snapshot_and_start_afresh")
+            self.resets[member.policy] = PendingReset(leader, leader.send("snapshot_and_start_afresh"), rate,
+                                                      time.monotonic())
         except ComponentError as exc:  # lost at this moment: the recovery restarts it, and it wins its way back here
             run.warn(f"{leader.name} did not start afresh: {exc}")
-            return
-        snapshot = f"{member.name}@{version}"
-        self.payoff.start_afresh(member.name, snapshot)
-        run.say(f"daskrl: league: {member.name} won {rate:.0%} of its last {SNAPSHOT_GAMES} games; it joins the "
-                f"league as {snapshot} and trains on from fresh weights")
-        record_event(run, "league_reset", {"member": member.name, "win_rate": rate, "snapshot": snapshot})
+
+    def finish_resets(self, run: Run) -> None:
+        """The resets the learners have done since the last poll: the snapshot takes the member's rating and the
+        member starts over in the table. One that no answer came for in :data:`RESET_WAIT_S` is given up."""
+        for policy, reset in list(self.resets.items()):
+            member = self.members[policy]
+            if not reset.answer.done() and time.monotonic() - reset.asked_at < RESET_WAIT_S:
+                continue
+            del self.resets[policy]
+            try:
+                if not reset.answer.done():
+                    raise ComponentError(f"no answer in {RESET_WAIT_S:.0f} s")
+                version = reset.leader.wait("snapshot_and_start_afresh", reset.answer)
+            except ComponentError as exc:  # lost meanwhile (recovered from its checkpoint), or no answer in time
+                run.warn(f"{reset.leader.name} did not start afresh ({exc}); {member.name} goes on in the table as "
+                         "it was")
+                continue
+            snapshot = f"{member.name}@{version}"
+            self.payoff.start_afresh(member.name, snapshot)
+            run.say(f"daskrl: league: {member.name} won {reset.win_rate:.0%} of its last {SNAPSHOT_GAMES} games; it "
+                    f"joins the league as {snapshot} and trains on from fresh weights")
+            record_event(run, "league_reset", {"member": member.name, "win_rate": reset.win_rate,
+                                               "snapshot": snapshot})
 
     def on_report(self, run: Run, row: dict[str, Any]) -> None:
         """``payoff.csv`` anew (the whole table), a row per current player in ``league.csv`` (its Elo rating and
