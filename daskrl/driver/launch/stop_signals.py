@@ -1,10 +1,20 @@
 """Ctrl-C and SIGTERM during a run: the first asks the runner's loop to stop in order (final checkpoint, components
-stopped, exit 0); a second one stops waiting politely."""
+stopped, exit 0); a second one stops waiting politely, in one line.
+
+The second one raises KeyboardInterrupt wherever the driver is, often inside ``distributed.utils.sync`` waiting for the
+event loop. That function then schedules a callback that cancels what it waited for, and when the interrupt came
+before the wait had begun, the callback fails (NameError on its ``future``: distributed 2026.8.0) and Tornado logs
+the failure with its traceback. So the second signal first quiets Tornado's error log: the process is leaving
+without waiting, and an event loop callback cut short then is no news."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
+
+#: the logger Tornado reports a failed event-loop callback on
+EVENT_LOOP_ERRORS = "tornado.application"
 
 
 class StopOnSignals:
@@ -19,6 +29,7 @@ class StopOnSignals:
 
     def _handle(self, signum, frame) -> None:
         if self.requested:  # a second Ctrl-C: stop waiting politely
+            logging.getLogger(EVENT_LOOP_ERRORS).disabled = True  # (see the module docstring)
             raise KeyboardInterrupt
         self.requested = signal.Signals(signum).name
 
