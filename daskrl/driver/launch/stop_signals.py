@@ -5,7 +5,9 @@ The second one raises KeyboardInterrupt wherever the driver is, often inside ``d
 event loop. That function then schedules a callback that cancels what it waited for, and when the interrupt came
 before the wait had begun, the callback fails (NameError on its ``future``: distributed 2026.8.0) and Tornado logs
 the failure with its traceback. So the second signal first quiets Tornado's error log: the process is leaving
-without waiting, and an event loop callback cut short then is no news."""
+without waiting, and an event loop callback cut short then is no news. It stays quiet for the rest of the process
+(the callback may run after the run has unwound): the command exits, and a notebook whose run was interrupted twice
+keeps Dask's own error lines only."""
 
 from __future__ import annotations
 
