@@ -31,13 +31,6 @@ class Role(str, Enum):
     LEAGUE_EXPLOITER = "league_exploiter"
 
 
-#: the chance that a member which adds a snapshot by win rate trains on from fresh weights (``--league-exploiter-
-#: resets``), as AlphaStar's league resets its exploiters: a main exploiter that beats the main agents has found
-#: their weakness and starts over to find the next one; a league exploiter starts over now and then, so that the
-#: league keeps exploiters of several ages; a main agent keeps what it learned
-RESET_CHANCE = {Role.MAIN: 0.0, Role.MAIN_EXPLOITER: 1.0, Role.LEAGUE_EXPLOITER: 0.25}
-
-
 @dataclass(frozen=True)
 class Member:
     """A trained policy of the league: its policy index, role and name (``<role>_<i>``, i counting within the role)."""

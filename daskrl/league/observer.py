@@ -1,6 +1,6 @@
 """The runner's side of a league (``--league``): it fills the payoff table from every finished game, redraws each
 member's opponents from it, adds a member's snapshot to the league when the member beats its opponents (an exploiter
-then starts afresh, as AlphaStar's do: ``RESET_CHANCE`` in :mod:`.members`), and writes
+then may start afresh, as AlphaStar's do: :mod:`.resets`), and writes
 ``payoff.csv``, ``league.csv`` and the dashboard's heat map.
 
 It is an observer of the run's loop (:mod:`daskrl.driver.loop.observers`). The games come from the trained policies'
@@ -26,10 +26,11 @@ import numpy as np
 from daskrl.driver.loop.observers import Observer, Run
 from daskrl.driver.loop.steering import record_event
 from daskrl.errors import ComponentError
-from daskrl.league.members import RESET_CHANCE, Member, Player, Players, league_members
+from daskrl.league.members import Member, Player, Players, league_members
 from daskrl.league.payoff import Payoff, outcome_of
 from daskrl.league.peers import LeaguePeers
 from daskrl.league.pfsp import opponent_weights
+from daskrl.league.resets import starts_afresh
 from daskrl.monitor.outputs.csv_log import CsvLog
 from daskrl.protocol import LEAGUE_TOPIC
 from daskrl.runtime.actors.handles import ComponentHandle, call_each
@@ -137,7 +138,8 @@ class LeagueObserver(Observer):
             if len(recent) < SNAPSHOT_GAMES or (rate := sum(recent) / len(recent)) < threshold:
                 continue
             recent.clear()
-            if run.config.policies.league_exploiter_resets and self.rng.random() < RESET_CHANCE[member.role]:
+            if run.config.policies.league_exploiter_resets and starts_afresh(member, self.roster(run), self.payoff,
+                                                                             threshold, self.rng):
                 self.start_afresh(run, member, rate)
                 continue
             # a learner lost at this moment is a warning: once restarted it takes snapshots on its schedule again

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from daskrl.config import Config, ConfigError
-from daskrl.league.members import PeerSeats, Player, Players, Role, league_members
+from daskrl.league.members import Member, PeerSeats, Player, Players, Role, league_members
 from daskrl.league.payoff import ELO_START, Payoff, outcome_of
 from daskrl.league.pfsp import MEMBERS_SHARE, opponent_weights
+from daskrl.league.resets import starts_afresh
 from daskrl.monitor.figures.league_plots import payoff_cells
 from daskrl.monitor.figures.league_tables import read_runs_table
 from daskrl.monitor.figures.report import league_figures
@@ -281,3 +282,23 @@ def test_a_league_of_runs_has_one_table_joined_from_its_runs_each_game_once(tmp_
     assert "no payoff table of c beside this experiment" in figures[-1].text
     assert (tmp_path / "a" / "league_payoff.csv").read_text().count("\n") == len(league.rows) + 1
     assert read_runs_table(str(tmp_path / "nowhere")) is None  # no member of a league of runs
+
+
+def test_a_main_exploiter_starts_afresh_only_once_it_beats_every_current_main_agent():
+    exploiter = Member(1, Role.MAIN_EXPLOITER, "main_exploiter_0")
+    roster = [Player("main_0", "main_0", Role.MAIN, False), Player("main_1", "main_1", Role.MAIN, False),
+              Player("main_0@5", "main_0", Role.MAIN, True), None]
+    table = Payoff()
+    for opponent, outcome in (("main_0", 1.0), ("main_0@5", 1.0), ("main_1", 0.0)):
+        for _ in range(60):
+            table.add("main_exploiter_0", opponent, outcome, {})
+    rng = np.random.default_rng(0)
+    assert not starts_afresh(exploiter, roster, table, 0.7, rng)  # main_1 still beats it
+    for _ in range(200):
+        table.add("main_exploiter_0", "main_1", 1.0, {})
+    assert starts_afresh(exploiter, roster, table, 0.7, rng)
+    assert not starts_afresh(exploiter, [p for p in roster if p is None or p.frozen], table, 0.7, rng)  # none seen
+    assert not starts_afresh(Member(0, Role.MAIN, "main_0"), roster, table, 0.0, rng)  # main agents never
+    league_exploiter = Member(2, Role.LEAGUE_EXPLOITER, "league_exploiter_0")
+    share = np.mean([starts_afresh(league_exploiter, roster, table, 0.7, rng) for _ in range(2000)])
+    assert 0.22 < share < 0.28  # AlphaStar's 0.25
