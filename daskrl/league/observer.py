@@ -194,7 +194,8 @@ class LeagueObserver(Observer):
         elo = {name: round(self.payoff.rating(name, player.member), 1) for name, player in members.items()}
         run.log_event(LEAGUE_TOPIC, {
             "run": run.config.run.experiment, "env_steps": row["env_steps"], "players": list(members),
-            "payoff": [r for r in table if r["player"] in members and r["opponent"] in members], "elo": elo})
+            "payoff": [r for r in table if r["player"] in members and r["opponent"] in members], "elo": elo,
+            "peers": list(run.config.policies.league_peers)})
         games: dict[str, int] = {}
         for (player, _), count in self.payoff.counts.items():
             games[player] = games.get(player, 0) + sum(count)

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from daskrl.monitor.dashboard import dashboard_page
 from daskrl.monitor.figures.report import write_report
 from daskrl.runtime.access.runs import list_runs
 
-from ..helpers import scopes_by_worker, slow, start_cli_cluster, start_two_hosts, training, wait_for
+from ..helpers import get_json, scopes_by_worker, slow, start_cli_cluster, start_two_hosts, training, wait_for
 
 pytest.importorskip("pettingzoo", reason="the league plays PettingZoo's tic-tac-toe: pip install 'daskrl[multiagent]'")
 pytestmark = slow("two league member runs from the command line on four dask workers")
@@ -66,6 +67,14 @@ def table(path: Path) -> dict[tuple[str, str], int]:
     return {(r["player"], r["opponent"]): int(r["games"]) for r in csv.DictReader(open(path))}
 
 
+def joined_on_dashboard(page: str, run: str) -> dict | None:
+    """``api/league`` of ``run`` once it joins both runs' reports and counts games between their members."""
+    league = get_json(f"{page}/api/league?run={run}")
+    pairs = {(r["player"], r["opponent"]): r["games"] for r in league["payoff"]}
+    joined = league["runs"] == ["a", "b"] and not league["missing"]
+    return league if joined and pairs.get(("a:main_0", "b:main_exploiter_0"), 0) > 0 else None
+
+
 def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_killed(tmp_path):
     with start_cli_cluster(tmp_path, 4) as cluster:
         address, client, procs = cluster["address"], cluster["client"], cluster["procs"]
@@ -79,6 +88,11 @@ def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_kil
         wait_for(lambda: plays_current_and_snapshots(tmp_path / "a", "b:main_exploiter_0")
                  and plays_current_and_snapshots(tmp_path / "b", "a:main_0"), timeout=90, interval=0.5,
                  what="games against the other run's policy and snapshots")
+        # the scheduler's dashboard joins the two runs' tables while they train: a's page shows b's games too
+        page = dashboard_page(client)
+        joined_live = wait_for(lambda: joined_on_dashboard(page, "a"), timeout=30, interval=0.5,
+                               what="the dashboard's league table joined from both runs")
+        assert {"a:main_0", "b:main_exploiter_0"} <= set(joined_live["players"]), joined_live["players"]
         time.sleep(5)  # a checkpoint of a's learner to restart from
         learner = next(info for name, info in client.sync(client.scheduler.daskrl_components)["components"].items()
                        if name.endswith("/learner") and info["address"] in runs["a"]["workers"])

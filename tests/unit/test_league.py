@@ -284,6 +284,46 @@ def test_a_league_of_runs_has_one_table_joined_from_its_runs_each_game_once(tmp_
     assert read_runs_table(str(tmp_path / "nowhere")) is None  # no member of a league of runs
 
 
+def league_report(run: str, peers: list[str], payoff: list[tuple], players: list[str], env_steps: int) -> dict:
+    """A member run's ``daskrl-league`` report: its table's rows as (player, opponent, wins, draws, losses)."""
+    rows = [{"player": a, "opponent": b, "games": w + d + lost, "wins": w, "draws": d, "losses": lost,
+             "win_rate": (w + 0.5 * d) / (w + d + lost)} for a, b, w, d, lost in payoff]
+    return {"run": run, "env_steps": env_steps, "players": players, "payoff": rows, "elo": {}, "peers": peers}
+
+
+def test_the_dashboard_joins_a_league_of_runs_from_each_members_newest_report_and_names_the_silent_ones():
+    from daskrl.monitor.dashboard.league_view import league_payload
+    from daskrl.monitor.dashboard.page import RunPage
+
+    store = MetricsStore()
+    for run in ("a", "b"):
+        store.add({"run": run, "env": "ttt", "row": {"time_s": 1.0, "env_steps": 100}, "policies": []})
+    store.add_league(league_report("a", ["b", "c"], [("main_0", "b:main_exploiter_0", 6, 1, 3),
+                                                     ("b:main_exploiter_0", "main_0", 3, 1, 6)],
+                                   ["main_0", "b:main_exploiter_0"], 100))
+    page = RunPage(store)
+    page.chooser.value = "a"
+    page.update()  # b not heard from yet: a's own games, under the league's names
+    assert page.payoff_box.visible and "b, c not heard from yet" in page.payoff_box.children[0].title.text
+    assert sorted(page.payoff_source.data["games"]) == [10, 10]
+    store.add_league(league_report("b", ["a", "c"], [("main_exploiter_0", "a:main_0", 5, 0, 5),
+                                                     ("a:main_0", "main_exploiter_0", 5, 0, 5)],
+                                   ["main_exploiter_0", "a:main_0"], 100))
+    page.update()  # b's games join a's: 20 between the two, each counted once
+    heat_map = page.payoff_box.children[0]
+    assert list(heat_map.x_range.factors) == ["a:main_0", "b:main_exploiter_0"]
+    title = heat_map.title.text
+    assert title.startswith("League payoff of the runs a, b, joined") and "c not heard" in title
+    data = page.payoff_source.data
+    cells = dict(zip(zip(data["player"], data["opponent"], strict=True), data["games"], strict=True))
+    assert cells == {("a:main_0", "b:main_exploiter_0"): 20, ("b:main_exploiter_0", "a:main_0"): 20}
+    served = league_payload(store, "b")  # either member's view is the same table
+    assert (served["runs"], served["missing"]) == (["b", "a"], ["c"])
+    assert {(r["player"], r["opponent"]): r["wins"] for r in served["payoff"]} == {
+        ("a:main_0", "b:main_exploiter_0"): 11, ("b:main_exploiter_0", "a:main_0"): 8}
+    assert league_payload(store, "nobody")["players"] == []
+
+
 def test_a_main_exploiter_starts_afresh_only_once_it_beats_every_current_main_agent():
     exploiter = Member(1, Role.MAIN_EXPLOITER, "main_exploiter_0")
     roster = [Player("main_0", "main_0", Role.MAIN, False), Player("main_1", "main_1", Role.MAIN, False),

@@ -1,6 +1,7 @@
 """The daskrl JSON API on the scheduler's HTTP server: ``<prefix>daskrl/api/latest`` (each run's last report),
-``<prefix>daskrl/api/history`` (its kept history) and ``<prefix>daskrl/api/runs`` (the runs training on the cluster
-now), for scripts and tests that want numbers rather than a page."""
+``<prefix>daskrl/api/history`` (its kept history), ``<prefix>daskrl/api/league`` (its league's payoff table, joined
+over the member runs of a league of runs) and ``<prefix>daskrl/api/runs`` (the runs training on the cluster now), for
+scripts and tests that want numbers rather than a page."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from tornado import web
 
+from daskrl.monitor.dashboard.league_view import league_payload
 from daskrl.monitor.history import MetricsStore, history_payload, json_safe, latest_payload, sweeps_payload
 
 #: route name -> the payload it serves, from the store and a run's name (None: the run that started last)
@@ -18,6 +20,7 @@ PAYLOADS: dict[str, Callable[[MetricsStore, str | None], dict[str, Any]]] = {
     "latest": latest_payload,
     "history": history_payload,
     "sweeps": sweeps_payload,
+    "league": league_payload,
 }
 
 

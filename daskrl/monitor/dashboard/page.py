@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from daskrl.monitor.dashboard.league_view import league_view
 from daskrl.monitor.dashboard.replay_table import replay_table_html
 from daskrl.monitor.dashboard.runs import runs_table_html, sweeps_table_html
 from daskrl.monitor.dashboard.summary import summary_html
@@ -147,16 +148,21 @@ class RunPage:
         self.replay_table.visible = bool(hist.replay)
 
     def _show_league(self, hist: RunHistory) -> None:
-        """A league's payoff heat map (hidden for a run without one), built anew when its players change."""
-        players = tuple(hist.league.get("players", ()))
-        key = (hist.run, players, hist.league.get("env_steps"))
+        """A league's payoff heat map (hidden for a run without one), built anew when its players change; a member
+        of a league of runs shows the league's table joined from every member run's reports."""
+        view = league_view(self.store, hist)
+        if view is None:
+            self.league_key = None
+            self.payoff_box.visible = False
+            return
+        key = (hist.run, tuple(view.players), view.title, view.key(self.store))
         if key == self.league_key:
             return
-        if players != (self.league_key or (None, ()))[1]:
-            self.payoff_box.children = [payoff_figure(self.payoff_source, players)] if players else []
+        if key[:3] != (self.league_key or (None, (), None))[:3]:
+            self.payoff_box.children = [payoff_figure(self.payoff_source, view.players, view.title)]
         self.league_key = key
-        self.payoff_source.data = payoff_cells(hist.league.get("payoff", []), players)
-        self.payoff_box.visible = bool(players)
+        self.payoff_source.data = payoff_cells(view.rows, view.players)
+        self.payoff_box.visible = True
 
     def _show_shares(self, hist: RunHistory) -> None:
         """Where each component's time goes: one bar per component, the plot as tall as they need."""

@@ -33,15 +33,18 @@ def payoff_cells(rows: Sequence[dict[str, Any]], players: Sequence[str]) -> dict
     return cells
 
 
-def payoff_figure(source: Any, players: Sequence[str]):
+#: the heat map's title when nothing more is to be said
+PAYOFF_TITLE = "League payoff: the row player's win rate against the column player"
+
+
+def payoff_figure(source: Any, players: Sequence[str], title: str = PAYOFF_TITLE):
     """The heat map of ``source`` (:func:`payoff_cells`) over ``players`` (rows top-down in this order)."""
     from bokeh.models import HoverTool, LinearColorMapper
     from bokeh.plotting import figure
 
     size = max(260, 60 + 34 * len(players))
-    fig = figure(title="League payoff: the row player's win rate against the column player", height=size,
-                 width=size + 160, x_range=list(players), y_range=list(reversed(players)), tools="save",
-                 x_axis_location="above", name="daskrl-payoff")
+    fig = figure(title=title, height=size, width=size + 160, x_range=list(players), y_range=list(reversed(players)),
+                 tools="save", x_axis_location="above", name="daskrl-payoff")
     fig.toolbar.logo = None
     mapper = LinearColorMapper(palette=list(WIN_RATE_PALETTE), low=0.0, high=1.0)
     fig.rect(x="opponent", y="player", width=1, height=1, source=source, line_color="white",

@@ -1,5 +1,6 @@
 """A league's payoff tables as its experiments keep them, for the report: one run's (``payoff.csv`` and the players of
-its last report in ``league.csv``), and one table for a league of separate runs (``--league-peers``).
+its last report in ``league.csv``), and one table for a league of separate runs (``--league-peers``), which the
+dashboard also builds from the runs' newest reports.
 
 Each member run keeps the games played on its own rollout workers in its own ``payoff.csv``: its own players named
 plainly (``main_0``, ``main_0@40``), its peers' after their run (``b:main_exploiter_0``). A game is played on one
@@ -76,20 +77,28 @@ class RunsTable:
     missing: list[str]
 
 
+def runs_table(runs: Sequence[str], leagues: Mapping[str, tuple[Sequence[Mapping[str, Any]], Sequence[str]]]
+               ) -> RunsTable:
+    """The league's table from each run's ``(payoff rows, current players)`` found in ``leagues`` (by run name):
+    from the experiments beside one (the report) or from the runs' newest reports (the dashboard)."""
+    tables: dict[str, Sequence[Mapping[str, Any]]] = {}
+    players: list[str] = []
+    for run in runs:
+        rows, current = leagues.get(run, ([], []))
+        if rows:
+            tables[run] = rows
+            players += [name for p in current if (name := named_after_run(run, p)) not in players]
+    return RunsTable(join_tables(tables), players, list(tables), [run for run in runs if run not in tables])
+
+
 def read_runs_table(experiment_dir: str) -> RunsTable | None:
     """The league's table from the experiments of its runs beside this one; None for a run that is no member of a
     league of runs."""
     runs = league_runs(experiment_dir)
     if not runs:
         return None
-    tables: dict[str, list[dict[str, Any]]] = {}
-    players: list[str] = []
-    for run in runs:
-        rows, current = read_league(os.path.join(os.path.dirname(os.path.normpath(experiment_dir)), run))
-        if rows:
-            tables[run] = rows
-            players += [name for p in current if (name := named_after_run(run, p)) not in players]
-    return RunsTable(join_tables(tables), players, list(tables), [run for run in runs if run not in tables])
+    parent = os.path.dirname(os.path.normpath(experiment_dir))
+    return runs_table(runs, {run: read_league(os.path.join(parent, run)) for run in runs})
 
 
 def write_runs_table(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
