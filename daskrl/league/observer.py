@@ -167,13 +167,15 @@ class LeagueObserver(Observer):
             if not reset.answer.done() and time.monotonic() - reset.asked_at < RESET_WAIT_S:
                 continue
             del self.resets[policy]
-            try:
-                if not reset.answer.done():
-                    raise ComponentError(f"no answer in {RESET_WAIT_S:.0f} s")
-                version = reset.leader.wait("snapshot_and_start_afresh", reset.answer)
-            except ComponentError as exc:  # lost meanwhile (recovered from its checkpoint), or no answer in time
-                run.warn(f"{reset.leader.name} did not start afresh ({exc}); {member.name} goes on in the table as "
-                         "it was")
+            problem = None if reset.answer.done() else f"no answer in {RESET_WAIT_S:.0f} s"
+            if problem is None:
+                try:
+                    version = reset.leader.wait("snapshot_and_start_afresh", reset.answer)
+                except ComponentError as exc:  # lost meanwhile (recovered from its checkpoint)
+                    problem = str(exc)
+            if problem is not None:
+                run.warn(f"{reset.leader.name} did not start afresh ({problem}); {member.name} goes on in the table "
+                         "as it was")
                 continue
             snapshot = f"{member.name}@{version}"
             self.payoff.start_afresh(member.name, snapshot)
