@@ -13,6 +13,9 @@ updates (the version then grows by one per :data:`PUBLISH_EVERY` updates, as whe
 message round trip so pays for several updates; the price is priorities up to two answers stale (the next answer is
 drawn before this one's TD errors arrive), as Ape-X's learner accepts.
 
+An offline run (``--algo bc|iql|cql``, no env steps) asks for no minibatches past ``--train-for-updates``, so it ends
+within one answer of its budget, not when the driver's next poll sees the count there.
+
 A shard that does not answer within :data:`REQUEST_TIMEOUT_S` is asked again (it may have been lost and recreated
 under its name); the runner hands this learner a recreated shard's batch block with :meth:`attach_replay`. Until
 then training goes on with the other shards. Everything else (parameters, checkpoints, restarts, statistics) is every
@@ -72,7 +75,7 @@ class ReplayLearner(LearnerBase):
             for name, descs in shards.items():
                 arrays = {field: self.attach_array(desc) for field, desc in descs["arrays"].items()}
                 self.shards[name] = {"inc": descs["inc"], "arrays": arrays, "asked": None}
-                if self.state == "running":
+                if self.state == "running" and self._wants():
                     self._ask(name)
             return sorted(self.shards)
 
@@ -80,7 +83,15 @@ class ReplayLearner(LearnerBase):
 
     def on_start(self) -> None:
         for name in self.shards:
-            self._ask(name)
+            if self._wants():
+                self._ask(name)
+
+    def _wants(self, coming: int = 0) -> bool:
+        """Whether to ask for more minibatches: always in an online run; in an offline one until its updates, with
+        the ``coming`` ones about to train, reach --train-for-updates, so it stops within one answer of its budget
+        however long the driver takes to see it there (a loaded machine once saw 141 updates more)."""
+        budget = self.total_env_steps if self.offline else 0
+        return not budget or self.trainer.train_steps + coming < budget
 
     def _ask(self, shard: str) -> None:
         request: SampleRequest = {"learner": self.name, "id": self.next_id, "k": self.batches_per_request}
@@ -112,7 +123,10 @@ class ReplayLearner(LearnerBase):
                        for field, array in shard["arrays"].items()}
         weights = unpack(payload["weights"], "float32").reshape(count, payload["batch"])
         self.replay_seen[payload["shard"]] = {"size": payload["size"], "added": payload["added"]}
-        self._ask(payload["shard"])  # the shard draws the next minibatches while these train
+        if self._wants(coming=count):
+            self._ask(payload["shard"])  # the shard draws the next minibatches while these train
+        else:
+            shard["asked"] = None
         before = self.trainer.train_steps
         try:
             with self.timing("train"):
@@ -123,6 +137,8 @@ class ReplayLearner(LearnerBase):
             return
         if metrics["updates"]:
             self.put(priorities_queue(payload["shard"]), _priorities(payload, td_errors, applied))
+        if shard["asked"] is None and self._wants():
+            self._ask(payload["shard"])  # some minibatches were skipped (not finite): the budget is not met yet
         self._publish(before)
         metrics["policy_lag_max"] = 0.0
         self._account(metrics, steps=count)

@@ -42,7 +42,8 @@ def test_iql_trains_from_the_dataset_alone_and_resumes_in_updates(datasets, tmp_
                "eval_interval_updates": 150, "eval_episodes": 2}
     summary = train(run_config(tmp_path, "iql", train_for_updates=400, **options))
     assert summary["offline"] and summary["env_steps"] == 0 and summary["episodes"] == 0
-    assert summary["stop_reason"].startswith("reached") and summary["learner_updates"] >= 400
+    # the learner asks for no minibatches past the budget: it ends within one answer (16 minibatches) of it
+    assert summary["stop_reason"].startswith("reached") and 400 <= summary["learner_updates"] < 400 + 16
     [shard] = summary["replay_shards"]
     assert shard["dataset_size"] == 1600 and shard["added"] == 0 and shard["rollout_workers"] == []
     assert shard["dataset_rows_drawn"] == shard["served"] * 64  # every row from the dataset
@@ -51,7 +52,7 @@ def test_iql_trains_from_the_dataset_alone_and_resumes_in_updates(datasets, tmp_
     assert evaluation["eval_episodes"] == 2 and math.isfinite(evaluation["eval_return_mean"])
     assert not [name for name in summary["data_path"]["components"] if name.startswith(("rollout", "inference"))]
     resumed = train(run_config(tmp_path, "iql", train_for_updates=700, resume=True, **options))
-    assert 700 <= resumed["learner_updates"] < 700 + 16 * 8  # on from the checkpoint's count, not from 0
+    assert 700 <= resumed["learner_updates"] < 700 + 16  # on from the checkpoint's count, not from 0
     names = sorted(path.name for path in (tmp_path / "iql" / "checkpoints").glob("checkpoint_*.pt"))
     assert names[-1] == f"checkpoint_{resumed['learner_updates']:012d}.pt"  # named by updates: none overwritten
 
