@@ -278,6 +278,75 @@ def test_a_multi_agent_policy_is_served_one_agents_observation_at_a_time(trained
     np.testing.assert_array_equal(served, model.act(obs, deterministic=True)[0])
 
 
+TICTACTOE = "pettingzoo.classic.tictactoe.tictactoe:env"
+
+
+@pytest.fixture(scope="module")
+def two_policies(tmp_path_factory) -> Path:
+    """PettingZoo's tic-tac-toe (Dict observations with an action mask) trained briefly with two policies of their
+    own (the auto mapping seats them in turn)."""
+    pytest.importorskip("pettingzoo", reason="the multiagent extra (pip install 'daskrl[multiagent]') is not installed")
+    from daskrl import train
+
+    tmp = tmp_path_factory.mktemp("two_policies")
+    train(Config().replace(env=TICTACTOE, train_dir=str(tmp), experiment="ttt", dashboard_address="", num_policies=2,
+                           num_workers=1, num_envs_per_worker=8, rollout=16, batch_size=128, train_for_env_steps=6_000,
+                           train_for_seconds=120, report_interval=0.5))
+    return tmp / "ttt"
+
+
+def tictactoe_observations(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """``n`` Dict observations of tic-tac-toe from both seats (the board and the legal moves), by random legal
+    moves, games restarted as they end."""
+    from daskrl.envs import make_env
+
+    env, rng, seen = make_env(TICTACTOE, seed=seed), np.random.default_rng(seed), []
+    env.reset(seed=seed)
+    while len(seen) < n:
+        obs, _, terminated, truncated, _ = env.last()
+        if terminated or truncated:
+            env.step(None)
+        else:
+            seen.append(obs)
+            env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+        if not env.agents:
+            env.reset()
+    env.close()
+    return seen
+
+
+@slow("a 6,000-step two-policy tic-tac-toe run, two exports and two servers")
+def test_each_policy_of_a_two_policy_game_exports_and_serves_as_enjoy_plays_it(two_policies):
+    """One file and one server per policy (``--policy K``): each acts on either seat's observations as that policy's
+    network does where ``daskrl enjoy`` seats it, and the two policies are not the same network."""
+    import torch
+
+    from daskrl import export, serve
+    from daskrl.envs.layouts.dict_obs import pack_into
+    from daskrl.evaluation import load_policy
+
+    observations = tictactoe_observations(300, seed=7)
+    chosen = []
+    for policy in (0, 1):
+        _, model, _ = load_policy(str(two_policies), policy=policy)
+        packed = np.stack([pack_into(np.zeros(model.spaces.obs_shape, np.uint8), o, model.spaces.obs_keys)
+                           for o in observations])
+        want = model.act(packed, deterministic=True)[0]
+        assert all(o["action_mask"][a] for o, a in zip(observations, want, strict=True))  # legal moves only
+        described = export(str(two_policies), "pt2", policy=policy,
+                           output=str(two_policies / f"policy_{policy}.pt2"))
+        assert described["agents"] == ["player_1", "player_2"] and described["num_policies"] == 2
+        module = torch.export.load(described["path"]).module()
+        inputs = [i for i in described["inputs"] if i["name"] != "rnn_state"]  # one per key of the observation
+        feeds = [torch.from_numpy(np.stack([np.asarray(o[i["name"]], dtype=i["dtype"]) for o in observations]))
+                 for i in inputs]
+        np.testing.assert_array_equal(module(*feeds)[0].numpy(), want)
+        with serve("ttt", train_dir=str(two_policies.parent), policy=policy, deterministic=True) as server:
+            np.testing.assert_array_equal(server.act(observations), want)
+        chosen.append(want)
+    assert not np.array_equal(*chosen), "both files and servers hold one network"
+
+
 def test_a_server_follows_one_policy_of_a_live_multi_agent_run(session, tmp_path):
     """--follow on a multi-agent run: the server's network is the one the policy plays its agents with, and it
     takes the newer versions the run publishes."""
