@@ -20,6 +20,7 @@ from daskrl.monitor.dashboard import dashboard_page
 from daskrl.monitor.figures.report import write_report
 from daskrl.runtime.access.runs import list_runs
 
+from ..browser import CHROMIUM, Browser
 from ..helpers import get_json, scopes_by_worker, slow, start_cli_cluster, start_two_hosts, training, wait_for
 
 pytest.importorskip("pettingzoo", reason="the league plays PettingZoo's tic-tac-toe: pip install 'daskrl[multiagent]'")
@@ -67,6 +68,16 @@ def table(path: Path) -> dict[tuple[str, str], int]:
     return {(r["player"], r["opponent"]): int(r["games"]) for r in csv.DictReader(open(path))}
 
 
+#: in the page: the heat map's title and the cells its source holds (named by daskrl.monitor.dashboard.RunPage)
+PAYOFF_PROBE = """(() => {
+  const doc = ((window.Bokeh && window.Bokeh.documents) || [])[0];
+  const cells = doc ? doc.get_model_by_name('daskrl-payoff-cells') : null;
+  const fig = doc ? doc.get_model_by_name('daskrl-payoff') : null;
+  return {title: fig && fig.title ? fig.title.text : '', cells: cells ? cells.data.player.length : -1,
+          players: cells ? Array.from(new Set(cells.data.player)) : []};
+})()"""
+
+
 def joined_on_dashboard(page: str, run: str) -> dict | None:
     """``api/league`` of ``run`` once it joins both runs' reports and counts games between their members."""
     league = get_json(f"{page}/api/league?run={run}")
@@ -93,6 +104,15 @@ def test_league_members_as_runs_play_each_other_and_one_survives_its_learner_kil
         joined_live = wait_for(lambda: joined_on_dashboard(page, "a"), timeout=30, interval=0.5,
                                what="the dashboard's league table joined from both runs")
         assert {"a:main_0", "b:main_exploiter_0"} <= set(joined_live["players"]), joined_live["players"]
+        if CHROMIUM is not None:  # the page itself (the run that started last, b) draws the joined heat map
+            browser = Browser(tmp_path)
+            try:
+                shown, _ = browser.inspect(page, lambda p: "joined" in p["title"] and p["cells"] > 0,
+                                           probe=PAYOFF_PROBE)
+            finally:
+                browser.close()
+            assert shown["title"].startswith("League payoff of the runs b, a, joined"), shown
+            assert {"a:main_0", "b:main_exploiter_0"} <= set(shown["players"]), shown
         time.sleep(5)  # a checkpoint of a's learner to restart from
         learner = next(info for name, info in client.sync(client.scheduler.daskrl_components)["components"].items()
                        if name.endswith("/learner") and info["address"] in runs["a"]["workers"])
