@@ -82,7 +82,7 @@ def joined_on_dashboard(page: str, run: str) -> dict | None:
     """``api/league`` of ``run`` once it joins both runs' reports and counts games between their members."""
     league = get_json(f"{page}/api/league?run={run}")
     pairs = {(r["player"], r["opponent"]): r["games"] for r in league["payoff"]}
-    joined = league["runs"] == ["a", "b"] and not league["missing"]
+    joined = league["joined"] == ["a", "b"] and not league["missing"]
     return league if joined and pairs.get(("a:main_0", "b:main_exploiter_0"), 0) > 0 else None
 
 

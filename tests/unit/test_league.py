@@ -318,7 +318,7 @@ def test_the_dashboard_joins_a_league_of_runs_from_each_members_newest_report_an
     cells = dict(zip(zip(data["player"], data["opponent"], strict=True), data["games"], strict=True))
     assert cells == {("a:main_0", "b:main_exploiter_0"): 20, ("b:main_exploiter_0", "a:main_0"): 20}
     served = league_payload(store, "b")  # either member's view is the same table
-    assert (served["runs"], served["missing"]) == (["b", "a"], ["c"])
+    assert (served["joined"], served["missing"], served["runs"]) == (["b", "a"], ["c"], ["a", "b"])
     assert {(r["player"], r["opponent"]): r["wins"] for r in served["payoff"]} == {
         ("a:main_0", "b:main_exploiter_0"): 11, ("b:main_exploiter_0", "a:main_0"): 8}
     assert league_payload(store, "nobody")["players"] == []

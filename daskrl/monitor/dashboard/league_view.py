@@ -57,12 +57,13 @@ def league_view(store: MetricsStore, hist: RunHistory) -> LeagueView | None:
 
 
 def league_payload(store: MetricsStore, run: str | None = None) -> dict[str, Any]:
-    """``api/league``: the league of a run (the one that started last by default) as the page draws it."""
+    """``api/league``: the league of a run (the one that started last by default) as the page draws it; ``joined``
+    names the runs whose tables it sums, ``runs`` every run the scheduler knows (as the other routes do)."""
     hist = store.get(run)
     view = league_view(store, hist) if hist else None
     return {"run": hist.run if hist else None, "players": view.players if view else [],
-            "payoff": view.rows if view else [], "runs": view.runs if view else [],
-            "missing": view.missing if view else [], "runs_seen": store.names()}
+            "payoff": view.rows if view else [], "joined": view.runs if view else [],
+            "missing": view.missing if view else [], "runs": store.names()}
 
 
 def _steps(hist: RunHistory | None) -> Any:
