@@ -109,6 +109,30 @@ def test_a_sigkilled_builder_leaves_no_process_and_no_entry(tag, kill):
         _kill_group(proc)
 
 
+def test_an_owner_gone_before_its_watcher_read_a_line_still_has_its_entries_removed(tag):
+    """The owner writes its line and exits at once, before the watcher (still starting, as on a loaded machine) reads
+    anything: the watcher finds its parent changed and must still read what the pipe holds. Before, it removed
+    nothing, and the entries stayed until reboot (what the process-group drill left under the suite's load)."""
+    entry = entry_prefix(tag) + "early"
+    code = textwrap.dedent(f"""
+        import json, os, subprocess, sys
+        os.close(os.open("/dev/shm/{entry}", os.O_CREAT | os.O_RDWR, 0o600))
+        watcher = subprocess.Popen([sys.executable, {process_watcher.__file__!r}, str(os.getpid())],
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        line = json.dumps({{"watch": {{"processes": [], "entries": [{entry!r}]}}}}) + "\\n"
+        watcher.stdin.write(line.encode())
+        watcher.stdin.flush()
+        os._exit(0)
+    """)
+    try:
+        assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+        t = traces(tag)
+        wait_for(lambda: not t.entries(), timeout=CHECK_SECONDS, what=f"the entry {entry} removed")
+    finally:  # a failure leaves no entry behind
+        Path("/dev/shm", entry).unlink(missing_ok=True)
+
+
 def test_a_builder_that_exits_without_closing_its_envs_leaves_nothing(tag):
     proc = _builder(tag, 2, then="sys.exit(0)")
     try:

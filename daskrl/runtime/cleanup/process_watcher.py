@@ -142,6 +142,32 @@ def apply(message: dict, processes: dict[int, int], entries: set[str]) -> None:
             entries -= names
 
 
+def take_lines(buffer: bytes, processes: dict[int, int], entries: set[str]) -> bytes:
+    """Apply the whole lines of ``buffer`` (a line that does not parse, which only a write cut short by the owner's
+    death can leave, is skipped); returns the unfinished rest."""
+    *lines, rest = buffer.split(b"\n")
+    for line in lines:
+        try:
+            message = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            apply(message, processes, entries)
+    return rest
+
+
+def unread(fd: int) -> bytes:
+    """What the pipe holds now, read without waiting. The owner's last lines may be there unread when it is gone: a
+    watcher that was still starting (a loaded machine) finds its parent changed before its first read."""
+    data = b""
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def watch(owner: int) -> None:
     """Follow the owner's messages until it is gone, then end and remove what it left (also when this process is
     asked to stop with SIGTERM). Every ``ORPHAN_SWEEP_SECONDS`` it also ends what dead owners left unrecorded."""
@@ -162,13 +188,10 @@ def watch(owner: int) -> None:
             chunk = os.read(stdin, 65536)
             if not chunk:  # the owner is gone (or closed the pipe on purpose: the same for what it left)
                 break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    apply(json.loads(line), processes, entries)
+            pending = take_lines(pending + chunk, processes, entries)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what the owner left is ended and removed in full
+        take_lines(pending + unread(stdin), processes, entries)
         end_processes(processes)
         remove_entries(entries)
         end_orphans(mark)  # started by an env the owner was still building when it died
